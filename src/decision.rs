@@ -1,0 +1,157 @@
+//! The answer to one request: [`Decision`].
+
+use std::time::Duration;
+
+/// Whether a request may go ahead, with everything an HTTP 429 and its rate-limit headers need.
+///
+/// | accessor | meaning |
+/// |---|---|
+/// | [`is_allowed`](Decision::is_allowed) | the request was admitted and its permits spent |
+/// | [`remaining`](Decision::remaining) | permits that could be taken right now, after this decision |
+/// | [`retry_after`](Decision::retry_after) | zero when allowed; otherwise the wait after which the same request would be allowed, if nothing else is admitted meanwhile |
+/// | [`reset_after`](Decision::reset_after) | time until the key's state is at rest again (full bucket, empty window) |
+/// | [`limit`](Decision::limit) | the policy's permits |
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate::{DirectLimiter, FakeClock};
+///
+/// let limiter = DirectLimiter::with_clock("2/1s".parse()?, FakeClock::new());
+/// let first = limiter.try_acquire();
+/// assert!(first.is_allowed());
+/// assert_eq!(first.remaining(), 1);
+/// assert_eq!(first.limit(), 2);
+/// limiter.try_acquire();
+/// let third = limiter.try_acquire();
+/// assert!(!third.is_allowed());
+/// assert_eq!(third.retry_after(), Duration::from_millis(500));
+/// assert_eq!(third.reset_after(), Duration::from_secs(1));
+/// # Ok::<(), tollgate::PolicyError>(())
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[must_use = "a Decision says whether the request may go ahead"]
+pub struct Decision {
+    remaining: u64,
+    limit: u64,
+    retry_after_nanos: u64,
+    reset_after_nanos: u64,
+    allowed: bool,
+}
+
+impl Decision {
+    /// An admission.
+    #[inline]
+    pub(crate) const fn allow(remaining: u64, limit: u64, reset_after_nanos: u64) -> Self {
+        Decision {
+            remaining,
+            limit,
+            retry_after_nanos: 0,
+            reset_after_nanos,
+            allowed: true,
+        }
+    }
+
+    /// A refusal.
+    #[inline]
+    pub(crate) const fn deny(
+        remaining: u64,
+        limit: u64,
+        retry_after_nanos: u64,
+        reset_after_nanos: u64,
+    ) -> Self {
+        Decision {
+            remaining,
+            limit,
+            retry_after_nanos,
+            reset_after_nanos,
+            allowed: false,
+        }
+    }
+
+    /// `true` when the request was admitted (its permits are spent).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let limiter = tollgate::DirectLimiter::with_clock("1/s".parse()?, tollgate::FakeClock::new());
+    /// assert!(limiter.try_acquire().is_allowed());
+    /// assert!(!limiter.try_acquire().is_allowed());
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    #[inline]
+    #[must_use]
+    pub const fn is_allowed(&self) -> bool {
+        self.allowed
+    }
+
+    /// Permits a request could take right now, after this decision.
+    ///
+    /// For an admission this counts what is left after it; for a refusal it counts what is
+    /// available now (which may be above zero when a request of cost n was refused because
+    /// fewer than n were left).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let limiter = tollgate::DirectLimiter::with_clock("3/s".parse()?, tollgate::FakeClock::new());
+    /// assert_eq!(limiter.try_acquire().remaining(), 2);
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    #[inline]
+    #[must_use]
+    pub const fn remaining(&self) -> u64 {
+        self.remaining
+    }
+
+    /// Zero when allowed; otherwise how long until the same request would be allowed, if
+    /// nothing else is admitted meanwhile. The value for a `Retry-After` header (round up).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let limiter = tollgate::DirectLimiter::with_clock("1/s".parse()?, tollgate::FakeClock::new());
+    /// assert_eq!(limiter.try_acquire().retry_after(), Duration::ZERO);
+    /// assert_eq!(limiter.try_acquire().retry_after(), Duration::from_secs(1));
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    #[inline]
+    #[must_use]
+    pub const fn retry_after(&self) -> Duration {
+        Duration::from_nanos(self.retry_after_nanos)
+    }
+
+    /// Time until this key's state is at rest again after this decision: a full bucket or an
+    /// empty window, the point from which an evicted state would decide the same.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let limiter = tollgate::DirectLimiter::with_clock("4/s".parse()?, tollgate::FakeClock::new());
+    /// assert_eq!(limiter.try_acquire().reset_after(), Duration::from_millis(250));
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    #[inline]
+    #[must_use]
+    pub const fn reset_after(&self) -> Duration {
+        Duration::from_nanos(self.reset_after_nanos)
+    }
+
+    /// The policy's permits (N).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let limiter = tollgate::DirectLimiter::with_clock("4/s".parse()?, tollgate::FakeClock::new());
+    /// assert_eq!(limiter.try_acquire().limit(), 4);
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    #[inline]
+    #[must_use]
+    pub const fn limit(&self) -> u64 {
+        self.limit
+    }
+}

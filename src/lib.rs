@@ -1,0 +1,76 @@
+//! # tollgate
+//!
+//! Exact, lock-free rate limiting for hot paths. A service asks before it handles each
+//! request: *may this key go ahead?* The answer comes back at once, never blocks, and carries
+//! what an HTTP 429 needs: remaining permits, how long to wait, when the key is fresh again.
+//!
+//! | type | role |
+//! |---|---|
+//! | [`Policy`] | `permits` per `window` under an [`Algorithm`]; parsed from `"5/1s"`, `"100/min"`, `"sliding-log 5 per 15m"` |
+//! | [`RateLimiter`] | one state per key (user, API key, IP) in a concurrent map |
+//! | [`DirectLimiter`] | one state, no map: a global or single hot key |
+//! | [`Decision`] | allowed, remaining, retry_after, reset_after, limit |
+//! | [`Clock`], [`SystemClock`], [`FakeClock`] | where time comes from; the fake one for tests |
+//! | [`PolicyError`], [`CostError`] | typed errors naming the field and value |
+//!
+//! ```
+//! use std::time::Duration;
+//! use tollgate::{FakeClock, Policy, RateLimiter};
+//!
+//! let policy: Policy = "5/1s".parse()?; // token bucket: burst of 5, one more every 200 ms
+//! let clock = FakeClock::new();
+//! let limiter: RateLimiter<String, FakeClock> = RateLimiter::with_clock(policy, clock.clone());
+//! for left in (0..5).rev() {
+//!     assert_eq!(limiter.try_acquire("alice").remaining(), left);
+//! }
+//! let refused = limiter.try_acquire("alice");
+//! assert!(!refused.is_allowed());
+//! assert_eq!(refused.retry_after(), Duration::from_millis(200)); // Retry-After
+//! # Ok::<(), tollgate::PolicyError>(())
+//! ```
+//!
+//! ## Guarantees
+//!
+//! * **Exact under any interleaving.** With time frozen, a state that can admit K requests
+//!   admits exactly K however many threads race for it. Each decision behaves as if made
+//!   alone at one instant inside the call.
+//! * **Lock-free per key.** A key's state is one or two atomic words updated by
+//!   compare-and-swap (the sliding log serialises its writers with a per-key sequence word).
+//!   Keys never wait on each other; the map takes only a shared bucket lock on a hit.
+//! * **A refused request changes nothing**, and neither does a refused cost.
+//! * **Exact eviction.** [`RateLimiter::evict_idle`] removes only states that are at rest,
+//!   and never lets a racing request through beyond the policy.
+//! * **Faulty clocks are tolerated.** Time running backwards counts as zero elapsed; a stored
+//!   time further ahead than any valid state is treated as the furthest valid one, so a
+//!   retry_after never exceeds what the policy could need.
+//!
+//! See `docs/ALGORITHMS.md` for choosing an algorithm and `docs/ARCHITECTURE.md` for how the
+//! state machines and the registry stay exact.
+
+#![deny(missing_docs)]
+#![warn(rust_2018_idioms, unreachable_pub)]
+
+mod clock;
+mod decision;
+mod direct;
+mod error;
+mod hasher;
+mod keyed;
+mod policy;
+mod sliding_counter;
+mod sliding_log;
+mod state;
+mod sync;
+mod token_bucket;
+
+#[cfg(tollgate_loom)]
+#[doc(hidden)]
+pub mod model;
+
+pub use clock::{Clock, FakeClock, SystemClock};
+pub use decision::Decision;
+pub use direct::DirectLimiter;
+pub use error::{CostError, PolicyError};
+pub use hasher::KeyHasher;
+pub use keyed::RateLimiter;
+pub use policy::{Algorithm, Policy};

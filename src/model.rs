@@ -1,0 +1,71 @@
+//! Entry points for the loom models in `tests/loom.rs`; compiled only under
+//! `--cfg tollgate_loom`, never part of the public API.
+//!
+//! [`ModelCell`] exposes one per-key state machine with its raw retire step, so a model can
+//! race requests against eviction on the very code the limiters run.
+
+use crate::sliding_counter::CounterCell;
+use crate::sliding_log::LogCell;
+use crate::state::RateState;
+use crate::token_bucket::GcraCell;
+use crate::{Algorithm, Clock, Decision, Policy};
+
+/// One per-key state machine of any algorithm.
+#[derive(Debug)]
+pub enum ModelCell {
+    /// GCRA.
+    TokenBucket(GcraCell, <GcraCell as RateState>::Params),
+    /// Sliding window log.
+    SlidingLog(LogCell, <LogCell as RateState>::Params),
+    /// Sliding window counter.
+    SlidingCounter(CounterCell, <CounterCell as RateState>::Params),
+}
+
+macro_rules! with_cell {
+    ($cell:expr, ($state:ident, $params:ident) => $body:expr) => {
+        match $cell {
+            ModelCell::TokenBucket($state, $params) => $body,
+            ModelCell::SlidingLog($state, $params) => $body,
+            ModelCell::SlidingCounter($state, $params) => $body,
+        }
+    };
+}
+
+impl ModelCell {
+    /// A fresh state for `policy`.
+    pub fn new(policy: &Policy) -> Self {
+        fn fresh<St: RateState>(policy: &Policy) -> (St, St::Params) {
+            let params = St::params(policy);
+            (St::fresh(&params), params)
+        }
+        match policy.algorithm() {
+            Algorithm::TokenBucket => {
+                let (s, p) = fresh(policy);
+                ModelCell::TokenBucket(s, p)
+            }
+            Algorithm::SlidingLog => {
+                let (s, p) = fresh(policy);
+                ModelCell::SlidingLog(s, p)
+            }
+            Algorithm::SlidingCounter => {
+                let (s, p) = fresh(policy);
+                ModelCell::SlidingCounter(s, p)
+            }
+        }
+    }
+
+    /// Decides a request; `None` when the state was retired.
+    pub fn try_acquire<C: Clock>(&self, clock: &C, cost: u64) -> Option<Decision> {
+        with_cell!(self, (state, params) => state.try_acquire(params, clock, cost))
+    }
+
+    /// Retires the state if it is at rest at `now`.
+    pub fn try_retire(&self, now: u64) -> bool {
+        with_cell!(self, (state, params) => state.try_retire(params, now))
+    }
+
+    /// Whether the state is at rest at `now`.
+    pub fn is_at_rest(&self, now: u64) -> bool {
+        with_cell!(self, (state, params) => state.is_at_rest(params, now))
+    }
+}

@@ -1,0 +1,285 @@
+//! Policy strings: `[algorithm] permits ("/" | "per") [count] unit`.
+//!
+//! Examples: `5/1s`, `100/min`, `5 per 15m`, `token-bucket 5/1s`, `sliding-log 3/s`.
+//! Whitespace around the parts is free; names and units are case-insensitive. Counts are
+//! whole numbers and may use `_` as a digit separator (`1_000/day`).
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use super::{Algorithm, Policy};
+use crate::PolicyError;
+
+const ALGORITHMS: &str = "`token-bucket`, `sliding-log` or `sliding-counter`";
+const UNITS: &str = "a time unit: ns, us, ms, s, sec, m, min, h, hour, d or day";
+
+impl FromStr for Algorithm {
+    type Err = PolicyError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        algorithm(s).ok_or_else(|| syntax(s, "algorithm", s.trim(), ALGORITHMS))
+    }
+}
+
+impl FromStr for Policy {
+    type Err = PolicyError;
+
+    fn from_str(input: &str) -> Result<Self, Self::Err> {
+        let mut rest = input.trim();
+
+        // An algorithm name, if present, starts with a letter and ends at whitespace.
+        let mut algo = Algorithm::default();
+        if rest.starts_with(|c: char| c.is_ascii_alphabetic()) {
+            let end = rest.find(char::is_whitespace).unwrap_or(rest.len());
+            let name = &rest[..end];
+            algo = algorithm(name).ok_or_else(|| syntax(input, "algorithm", name, ALGORITHMS))?;
+            rest = rest[end..].trim_start();
+        }
+
+        let (digits, after) = split_number(rest);
+        let permits = number(
+            input,
+            "permits",
+            digits,
+            "a whole number of permits, such as 5",
+        )?;
+        rest = after.trim_start();
+
+        if let Some(r) = rest.strip_prefix('/') {
+            rest = r;
+        } else if rest.len() >= 3 && rest[..3].eq_ignore_ascii_case("per") {
+            rest = &rest[3..];
+        } else {
+            let shown = rest.split_whitespace().next().unwrap_or("");
+            return Err(syntax(input, "separator", shown, "`/` or `per`"));
+        }
+        rest = rest.trim();
+
+        let (digits, unit) = split_number(rest);
+        let count = if digits.is_empty() {
+            1
+        } else {
+            number(
+                input,
+                "window",
+                digits,
+                "a whole number before the unit, such as 15m",
+            )?
+        };
+        let unit = unit.trim();
+        let scale = unit_nanos(unit).ok_or_else(|| syntax(input, "unit", unit, UNITS))?;
+        let window = match count.checked_mul(scale) {
+            Some(n) => Duration::from_nanos(n),
+            None => Duration::MAX,
+        };
+        Policy::new(algo, permits, window)
+    }
+}
+
+fn syntax(input: &str, field: &'static str, value: &str, expected: &'static str) -> PolicyError {
+    PolicyError::Syntax {
+        input: input.to_owned(),
+        field,
+        value: value.to_owned(),
+        expected,
+    }
+}
+
+fn algorithm(name: &str) -> Option<Algorithm> {
+    let name = name.trim().to_ascii_lowercase().replace('_', "-");
+    match name.as_str() {
+        "token-bucket" | "tokenbucket" | "gcra" => Some(Algorithm::TokenBucket),
+        "sliding-log" | "slidinglog" | "log" => Some(Algorithm::SlidingLog),
+        "sliding-counter" | "slidingcounter" | "counter" => Some(Algorithm::SlidingCounter),
+        _ => None,
+    }
+}
+
+/// Splits the leading run of digits and `_` from the rest.
+fn split_number(s: &str) -> (&str, &str) {
+    let end = s
+        .find(|c: char| !(c.is_ascii_digit() || c == '_'))
+        .unwrap_or(s.len());
+    s.split_at(end)
+}
+
+fn number(
+    input: &str,
+    field: &'static str,
+    digits: &str,
+    expected: &'static str,
+) -> Result<u64, PolicyError> {
+    let clean: String = digits.chars().filter(|&c| c != '_').collect();
+    if clean.is_empty() {
+        // Show what stood where the number should be.
+        let rest = &input[input.find(digits).unwrap_or(0)..];
+        let shown = rest.split_whitespace().next().unwrap_or("");
+        let shown = if field == "permits" { shown } else { digits };
+        return Err(syntax(input, field, shown, expected));
+    }
+    clean
+        .parse::<u64>()
+        .map_err(|_| syntax(input, field, digits, "a whole number that fits in 64 bits"))
+}
+
+fn unit_nanos(unit: &str) -> Option<u64> {
+    const S: u64 = 1_000_000_000;
+    let nanos = match unit.to_ascii_lowercase().as_str() {
+        "ns" | "nsec" | "nanosecond" | "nanoseconds" => 1,
+        "us" | "µs" | "usec" | "microsecond" | "microseconds" => 1_000,
+        "ms" | "msec" | "millisecond" | "milliseconds" => 1_000_000,
+        "s" | "sec" | "secs" | "second" | "seconds" => S,
+        "m" | "min" | "mins" | "minute" | "minutes" => 60 * S,
+        "h" | "hr" | "hrs" | "hour" | "hours" => 3_600 * S,
+        "d" | "day" | "days" => 86_400 * S,
+        _ => return None,
+    };
+    Some(nanos)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(a: Algorithm, n: u64, w: Duration) -> Policy {
+        Policy::new(a, n, w).unwrap()
+    }
+
+    #[test]
+    fn accepted_forms() {
+        let tb = Algorithm::TokenBucket;
+        assert_eq!(
+            "5/1s".parse::<Policy>().unwrap(),
+            p(tb, 5, Duration::from_secs(1))
+        );
+        assert_eq!(
+            "100/min".parse::<Policy>().unwrap(),
+            p(tb, 100, Duration::from_secs(60))
+        );
+        assert_eq!(
+            "5 per 15m".parse::<Policy>().unwrap(),
+            p(tb, 5, Duration::from_secs(900))
+        );
+        assert_eq!(
+            "token-bucket 5/1s".parse::<Policy>().unwrap(),
+            p(tb, 5, Duration::from_secs(1))
+        );
+        assert_eq!(
+            "sliding-log 3/s".parse::<Policy>().unwrap(),
+            p(Algorithm::SlidingLog, 3, Duration::from_secs(1))
+        );
+        assert_eq!(
+            " Sliding-Counter  1_000 PER 2 Hours "
+                .parse::<Policy>()
+                .unwrap(),
+            p(Algorithm::SlidingCounter, 1000, Duration::from_secs(7200))
+        );
+        assert_eq!(
+            "7/250ms".parse::<Policy>().unwrap(),
+            p(tb, 7, Duration::from_millis(250))
+        );
+        assert_eq!(
+            "1/day".parse::<Policy>().unwrap(),
+            p(tb, 1, Duration::from_secs(86_400))
+        );
+        assert_eq!(
+            "3/10us".parse::<Policy>().unwrap(),
+            p(tb, 3, Duration::from_micros(10))
+        );
+        assert_eq!(
+            "2/2h".parse::<Policy>().unwrap(),
+            p(tb, 2, Duration::from_secs(7200))
+        );
+        assert_eq!(
+            "9/9ns".parse::<Policy>().unwrap(),
+            p(tb, 9, Duration::from_nanos(9))
+        );
+        assert_eq!(
+            "1/sec".parse::<Policy>().unwrap(),
+            p(tb, 1, Duration::from_secs(1))
+        );
+        assert_eq!(
+            "1/hour".parse::<Policy>().unwrap(),
+            p(tb, 1, Duration::from_secs(3600))
+        );
+    }
+
+    #[test]
+    fn display_round_trips() {
+        for s in [
+            "5/1s",
+            "100/min",
+            "5 per 15m",
+            "sliding-log 3/1500ms",
+            "counter 7/36h",
+            "2/3ns",
+        ] {
+            let policy: Policy = s.parse().unwrap();
+            assert_eq!(policy.to_string().parse::<Policy>().unwrap(), policy, "{s}");
+        }
+        assert_eq!(
+            "100/min".parse::<Policy>().unwrap().to_string(),
+            "token-bucket 100/1m"
+        );
+        assert_eq!(
+            "5/1500ms".parse::<Policy>().unwrap().to_string(),
+            "token-bucket 5/1500ms"
+        );
+    }
+
+    #[test]
+    fn errors_name_the_part() {
+        let err = |s: &str| s.parse::<Policy>().unwrap_err();
+        assert_eq!(
+            err("leaky 5/s"),
+            syntax("leaky 5/s", "algorithm", "leaky", ALGORITHMS)
+        );
+        assert!(err("five/s").to_string().contains("algorithm `five/s`"));
+        assert_eq!(
+            err("5 to 1s"),
+            syntax("5 to 1s", "separator", "to", "`/` or `per`")
+        );
+        assert_eq!(
+            err("5/1fortnight"),
+            syntax("5/1fortnight", "unit", "fortnight", UNITS)
+        );
+        assert_eq!(err("5/"), syntax("5/", "unit", "", UNITS));
+        assert_eq!(
+            err("/s").to_string(),
+            "policy `/s`: permits `/s` is not valid, expected a whole number of permits, such as 5"
+        );
+        assert_eq!(
+            err("99999999999999999999/s"),
+            syntax(
+                "99999999999999999999/s",
+                "permits",
+                "99999999999999999999",
+                "a whole number that fits in 64 bits"
+            )
+        );
+        assert_eq!(err("0/s"), PolicyError::ZeroPermits);
+        assert_eq!(err("5/0s"), PolicyError::ZeroWindow);
+        assert_eq!(
+            err("5/4ns"),
+            PolicyError::IntervalTooShort {
+                permits: 5,
+                window: Duration::from_nanos(4)
+            }
+        );
+        assert!(matches!(
+            err("1/1000000000d"),
+            PolicyError::WindowTooLong { .. }
+        ));
+        assert!(matches!(
+            err("1/99999999999999999999s"),
+            PolicyError::Syntax {
+                field: "window",
+                ..
+            }
+        ));
+        assert!(matches!(
+            err("1/18446744073709551615d"),
+            PolicyError::WindowTooLong { .. }
+        ));
+    }
+}

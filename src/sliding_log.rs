@@ -1,0 +1,548 @@
+//! The sliding window log: exact, one timestamp per admitted permit.
+//!
+//! A key may be admitted at most `N` times in any half-open window `(now - W, now]`: an entry
+//! exactly `W` old has left. The log keeps the timestamps of the last `N` admitted permits, in
+//! admission order; a request of cost `n` is allowed iff `live + n <= N`, and then stamps `n`
+//! entries. Only the last `N` entries can matter: with time running forwards at most `N` of
+//! them are live at once.
+//!
+//! | decision | remaining | retry_after | reset_after |
+//! |---|---|---|---|
+//! | allowed | `N - live - n` | 0 | `W` (the new entries are the newest) |
+//! | denied | `N - live` (unchanged) | until the `(live + n - N)`-th oldest live entry leaves | until the newest live entry leaves |
+//!
+//! Timestamps are kept non-decreasing in ring order, which makes "how many are live" a binary
+//! search (`O(log N)` loads): a clock that went backwards stamps new entries with
+//! `max(now, newest)`, and an entry later than `now` is decided as if it were stamped `now`,
+//! the furthest a valid entry can be, so a retry_after never exceeds `W`.
+//!
+//! [`Log`] is the pure arithmetic over any time-ordered [`Entries`]; [`LogCell`] owns the
+//! ring and serialises its writers with a sequence word (a seqlock).
+
+use crate::state::RateState;
+use crate::sync::{fence, AtomicU64, Backoff, Ordering};
+use crate::{Clock, Decision, Policy};
+
+/// The sequence value of a state retired by eviction. It is odd, so it is never a published
+/// value; counting by two per entry would take 2^63 admissions to reach it.
+const RETIRED: u64 = u64::MAX;
+
+/// A read-only view of a log: its entries oldest first, in non-decreasing time order.
+pub(crate) trait Entries {
+    /// How many entries there are (at most the policy's permits).
+    fn count(&self) -> u64;
+    /// The `i`-th entry, oldest first (`i < count()`).
+    fn get(&self, i: u64) -> u64;
+}
+
+/// Sliding log parameters derived from a policy, and the pure decision function.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Log {
+    /// N, the policy's permits: the ring's length. At most `Policy::MAX_LOG_PERMITS`.
+    limit: u64,
+    /// W in nanoseconds: at least 1, at most 2^62.
+    window: u64,
+}
+
+/// What [`Log::decide`] concluded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Verdict {
+    /// Admit, and append `cost` entries holding this timestamp.
+    Allow(Decision, u64),
+    /// Refuse; the log stays as it was.
+    Deny(Decision),
+}
+
+impl Log {
+    /// Parameters for `policy` (any algorithm; only permits and window are read).
+    pub(crate) fn new(policy: &Policy) -> Self {
+        Log {
+            limit: policy.permits(),
+            window: policy.window_nanos(),
+        }
+    }
+
+    /// How long ago `entry` was stamped, as seen at `now`: an entry in the future (the clock
+    /// went backwards) counts as stamped `now`.
+    #[inline]
+    fn age(entry: u64, now: u64) -> u64 {
+        now - entry.min(now)
+    }
+
+    /// Decides a request of `cost` (1..=limit) at `now` against `entries`.
+    ///
+    /// `entries` may come from a torn read of a ring being written: the result is then
+    /// garbage that the caller discards, but this never panics or loops, since every index
+    /// it reads stays below `entries.count() <= limit`.
+    #[inline]
+    pub(crate) fn decide<E: Entries + ?Sized>(&self, entries: &E, now: u64, cost: u64) -> Verdict {
+        let len = entries.count().min(self.limit);
+        // The first live entry: liveness is monotone in ring order because the entries are.
+        let (mut lo, mut hi) = (0, len);
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            if Self::age(entries.get(mid), now) >= self.window {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        let live = len - lo;
+        if live + cost <= self.limit {
+            // Keep the ring time-ordered even when the clock went backwards.
+            let stamp = match len {
+                0 => now,
+                _ => entries.get(len - 1).max(now),
+            };
+            let remaining = self.limit - live - cost;
+            // The newest entry is now one of ours, decided as stamped `now`.
+            Verdict::Allow(Decision::allow(remaining, self.limit, self.window), stamp)
+        } else {
+            // `cost <= limit` makes 1 <= leave <= live: the entry that must leave for the
+            // request to fit is live, and so is the newest one.
+            let leave = live + cost.min(self.limit) - self.limit;
+            let retry = self.window - Self::age(entries.get(lo + leave - 1), now);
+            let reset = self.window - Self::age(entries.get(len - 1), now);
+            Verdict::Deny(Decision::deny(self.limit - live, self.limit, retry, reset))
+        }
+    }
+
+    /// `true` when `entries` decide exactly as an empty log from `now` on: no entry, or the
+    /// newest one at least `W` old.
+    #[inline]
+    pub(crate) fn is_at_rest<E: Entries + ?Sized>(&self, entries: &E, now: u64) -> bool {
+        match entries.count() {
+            0 => true,
+            len => {
+                let newest = entries.get(len - 1);
+                newest <= now && now - newest >= self.window
+            }
+        }
+    }
+}
+
+/// The last `min(written, N)` entries of a ring, read with `Relaxed` loads inside a seqlock
+/// read section.
+struct Ring<'a> {
+    slots: &'a [AtomicU64],
+    /// `min(written, N)`, where `written` counts the entries ever written.
+    count: u64,
+    /// The slot of the oldest of those entries.
+    oldest: u64,
+}
+
+impl<'a> Ring<'a> {
+    #[inline]
+    fn new(slots: &'a [AtomicU64], written: u64) -> Self {
+        let count = written.min(slots.len() as u64);
+        Ring {
+            slots,
+            count,
+            oldest: (written - count) % slots.len() as u64,
+        }
+    }
+}
+
+/// The slot `i` places after slot `first` in a ring of `slots`, wrapping around; `first` and
+/// `i` are below the ring's length.
+#[inline]
+fn slot(slots: &[AtomicU64], first: u64, i: u64) -> &AtomicU64 {
+    let len = slots.len() as u64;
+    // first < len and i < len, so the sum is below 2 * len and one subtraction wraps it.
+    let mut index = first + i;
+    if index >= len {
+        index -= len;
+    }
+    &slots[index as usize]
+}
+
+impl Entries for Ring<'_> {
+    #[inline]
+    fn count(&self) -> u64 {
+        self.count
+    }
+
+    #[inline]
+    fn get(&self, i: u64) -> u64 {
+        // Relaxed: a load inside a seqlock read section. The section's initial Acquire load
+        // of the sequence makes every entry published before it visible, and the validation
+        // after it (Acquire fence, then re-reading the sequence) discards any result that
+        // read a writer's entry: see `LogCell::read`.
+        slot(self.slots, self.oldest, i).load(Ordering::Relaxed)
+    }
+}
+
+/// One key's sliding log: a sequence word and a ring of the last `N` entries' timestamps.
+///
+/// | field | holds |
+/// |---|---|
+/// | `seq` even `2k` | published, at rest between writers: `k` entries were ever written; the last `min(k, N)` of them are in the ring, entry `j` in slot `j mod N` |
+/// | `seq` odd `2k + 1` | a writer is appending entries after the first `k`; readers wait |
+/// | `seq == u64::MAX` | retired by eviction: never admits, never revived |
+/// | `ring[j]` | a timestamp (ns on the limiter's clock); non-decreasing from the oldest entry to the newest |
+///
+/// Slots not yet written hold 0 and are never read: the sequence says how many are valid.
+/// Memory per key: 16 bytes in the cell (the sequence word and the ring's pointer and length)
+/// plus `8 * N` bytes on the heap.
+///
+/// Protocol (the seqlock of H.-J. Boehm, "Can seqlocks get along with programming language
+/// memory models?", MSPC 2012, with a compare-and-swap in place of the writer's lock):
+///
+/// * A reader loads `seq` (Acquire), waits while it is odd, reads what it needs with
+///   `Relaxed` loads, issues an Acquire fence and re-loads `seq` (Relaxed). If it changed,
+///   the reads may be torn and it starts over.
+/// * A request decides as such a reader; a refusal returns without writing anything.
+/// * An admission then compare-and-swaps `seq` from the exact even value `2k` it read to
+///   `2k + 1`; failure means another writer got there first, so it starts over, clock and
+///   all. It issues a Release fence, stores its `n` entries (Relaxed), and publishes
+///   `2(k + n)` with a Release store.
+/// * Eviction reads like a reader, checks the log is at rest, and compare-and-swaps the even
+///   value it read to `RETIRED`: any admission in between moved `seq` on and makes it fail.
+///
+/// Keys never wait on each other, and a reader of one key waits only for a writer that is
+/// inside its few stores.
+#[derive(Debug)]
+pub(crate) struct LogCell {
+    seq: AtomicU64,
+    ring: Box<[AtomicU64]>,
+}
+
+/// How a seqlock read section ended.
+enum Read<R> {
+    /// A consistent snapshot at this even sequence value, and what was read from it.
+    Consistent(u64, R),
+    /// A writer was inside when the section began.
+    Writing,
+    /// A writer came in during the section: the reads may be torn.
+    Changed,
+    /// The state was retired.
+    Retired,
+}
+
+impl LogCell {
+    /// Runs `f` on the ring as published at the sequence's current value, and says whether
+    /// that read was consistent.
+    #[inline]
+    fn read<R>(&self, f: impl FnOnce(&Ring<'_>) -> R) -> Read<R> {
+        // Acquire: pairs with the Release store that published this value, so every entry
+        // written before it is visible to the Relaxed loads in `f`.
+        let seq = self.seq.load(Ordering::Acquire);
+        if seq == RETIRED {
+            return Read::Retired;
+        }
+        if seq & 1 == 1 {
+            return Read::Writing;
+        }
+        let result = f(&Ring::new(&self.ring, seq / 2));
+        // Acquire fence: if any load in `f` read an entry stored by a writer that came after
+        // `seq`, this fence synchronises with that writer's Release fence, which follows its
+        // compare-and-swap to an odd value; the re-load below then sees that value or a
+        // later one, never `seq` again (values only grow). So an unchanged sequence proves
+        // `f` saw no writer's entries but those published by `seq`.
+        fence(Ordering::Acquire);
+        // Relaxed: ordered after the loads in `f` by the fence above.
+        if self.seq.load(Ordering::Relaxed) == seq {
+            Read::Consistent(seq, result)
+        } else {
+            Read::Changed
+        }
+    }
+
+    /// The writer's side: entries `written..written + cost` get `stamp`. The caller owns the
+    /// ring: it moved the sequence from `2 * written` to `2 * written + 1`.
+    #[inline]
+    fn append(&self, written: u64, cost: u64, stamp: u64) {
+        // Release fence: any reader whose Relaxed load sees one of the stores below, and
+        // then issues its Acquire fence, synchronises with this fence and so sees the odd
+        // sequence (or later) when it re-checks. This is Boehm's writer-side fence.
+        fence(Ordering::Release);
+        let first = written % self.ring.len() as u64;
+        for i in 0..cost {
+            // Relaxed: ordered for readers by the fence above and the Release store below;
+            // ordered after the previous writer's stores because our compare-and-swap read
+            // the sequence value that writer published with Release (see `try_acquire`).
+            slot(&self.ring, first, i).store(stamp, Ordering::Relaxed);
+        }
+        // Release: publishes the entries to every reader whose Acquire load sees this value.
+        self.seq.store(2 * (written + cost), Ordering::Release);
+    }
+
+    /// The even sequence value at which the log was seen at rest at `now`; `None` when it is
+    /// not at rest, retired, or a writer is inside (an admission in flight: not at rest).
+    fn at_rest_seq(&self, log: &Log, now: u64) -> Option<u64> {
+        loop {
+            match self.read(|ring| log.is_at_rest(ring, now)) {
+                Read::Consistent(seq, at_rest) => return at_rest.then_some(seq),
+                Read::Retired | Read::Writing => return None,
+                // A writer finished meanwhile: look again (never wait for one inside).
+                Read::Changed => {}
+            }
+        }
+    }
+}
+
+impl RateState for LogCell {
+    type Params = Log;
+
+    fn params(policy: &Policy) -> Log {
+        Log::new(policy)
+    }
+
+    fn fresh(log: &Log) -> Self {
+        LogCell {
+            seq: AtomicU64::new(0),
+            ring: (0..log.limit).map(|_| AtomicU64::new(0)).collect(),
+        }
+    }
+
+    #[inline]
+    fn try_acquire<C: Clock + ?Sized>(&self, log: &Log, clock: &C, cost: u64) -> Option<Decision> {
+        let backoff = Backoff::new();
+        loop {
+            // The clock is read after the sequence, inside each attempt: a decision made from
+            // a consistent snapshot holds at this reading.
+            match self.read(|ring| log.decide(ring, clock.now(), cost)) {
+                Read::Retired => return None,
+                // A writer is inside its few stores: let it finish.
+                Read::Writing => backoff.snooze(),
+                Read::Changed => {}
+                Read::Consistent(_, Verdict::Deny(decision)) => return Some(decision),
+                Read::Consistent(seq, Verdict::Allow(decision, stamp)) => {
+                    // Acquire on success: pairs with the Release store that published `seq`,
+                    // so our entry stores come after the previous writer's in every slot's
+                    // modification order. Success from exactly `seq` also proves nobody wrote
+                    // since our consistent read (the sequence only grows), so the decision
+                    // still holds. Relaxed on failure: we start over and re-read with Acquire.
+                    if self
+                        .seq
+                        .compare_exchange(seq, seq + 1, Ordering::Acquire, Ordering::Relaxed)
+                        .is_ok()
+                    {
+                        self.append(seq / 2, cost, stamp);
+                        return Some(decision);
+                    }
+                }
+            }
+        }
+    }
+
+    fn is_at_rest(&self, log: &Log, now: u64) -> bool {
+        self.at_rest_seq(log, now).is_some()
+    }
+
+    fn try_retire(&self, log: &Log, now: u64) -> bool {
+        let Some(seq) = self.at_rest_seq(log, now) else {
+            return false;
+        };
+        // Relaxed: success from the exact even value at which the log was seen at rest proves
+        // no writer came in between (a writer first moves the sequence to `seq + 1`), and
+        // after `RETIRED` nobody reads or writes the ring again, so nothing is published.
+        self.seq
+            .compare_exchange(seq, RETIRED, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Algorithm;
+    use std::time::Duration;
+
+    const MS: u64 = 1_000_000;
+
+    impl Entries for [u64] {
+        fn count(&self) -> u64 {
+            self.len() as u64
+        }
+
+        fn get(&self, i: u64) -> u64 {
+            self[i as usize]
+        }
+    }
+
+    /// The pure arithmetic driving a plain vector of the last N entries.
+    struct Sim {
+        log: Log,
+        entries: Vec<u64>,
+    }
+
+    impl Sim {
+        fn new(permits: u64, window: u64) -> Self {
+            let policy = Policy::new(Algorithm::SlidingLog, permits, Duration::from_nanos(window));
+            Sim {
+                log: Log::new(&policy.unwrap()),
+                entries: Vec::new(),
+            }
+        }
+
+        fn decide(&mut self, now: u64, cost: u64) -> Verdict {
+            let verdict = self.log.decide(&self.entries[..], now, cost);
+            if let Verdict::Allow(_, stamp) = verdict {
+                self.entries.extend((0..cost).map(|_| stamp));
+                let excess = self.entries.len().saturating_sub(self.log.limit as usize);
+                self.entries.drain(..excess);
+            }
+            verdict
+        }
+
+        /// Expects an admission; returns its decision's remaining permits.
+        #[track_caller]
+        fn allowed(&mut self, now: u64, cost: u64) -> u64 {
+            match self.decide(now, cost) {
+                Verdict::Allow(d, _) => {
+                    assert_eq!(d.reset_after().as_nanos(), u128::from(self.log.window));
+                    d.remaining()
+                }
+                Verdict::Deny(d) => panic!("expected an admission at {now}, got {d:?}"),
+            }
+        }
+
+        #[track_caller]
+        fn denied(&mut self, now: u64, cost: u64) -> Decision {
+            match self.decide(now, cost) {
+                Verdict::Deny(d) => d,
+                Verdict::Allow(d, _) => panic!("expected a refusal at {now}, got {d:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn reference_trace() {
+        let mut sim = Sim::new(3, 1000 * MS);
+        for (t, remaining) in [(0, 2), (400, 1), (800, 0)] {
+            assert_eq!(sim.allowed(t * MS, 1), remaining);
+        }
+        let d = sim.denied(900 * MS, 1);
+        assert_eq!(d.retry_after(), Duration::from_millis(100));
+        assert_eq!(d.reset_after(), Duration::from_millis(900));
+        assert_eq!(d.remaining(), 0);
+        assert_eq!(sim.allowed(1000 * MS, 1), 0);
+        let d = sim.denied(1050 * MS, 1);
+        assert_eq!(d.retry_after(), Duration::from_millis(350));
+        assert_eq!(d.reset_after(), Duration::from_millis(950));
+    }
+
+    #[test]
+    fn an_entry_exactly_one_window_old_has_left() {
+        let mut sim = Sim::new(1, 10);
+        sim.allowed(5, 1);
+        assert_eq!(sim.denied(14, 1).retry_after(), Duration::from_nanos(1));
+        assert!(!sim.log.is_at_rest(&sim.entries[..], 14));
+        assert!(sim.log.is_at_rest(&sim.entries[..], 15));
+        sim.allowed(15, 1);
+    }
+
+    #[test]
+    fn cost_waits_for_enough_entries_to_leave() {
+        let mut sim = Sim::new(5, 100);
+        sim.allowed(0, 2);
+        sim.allowed(10, 1);
+        assert_eq!(sim.allowed(20, 1), 1);
+        // Live: 0, 0, 10, 20. Cost 3 needs two to leave: both stamped 0.
+        let d = sim.denied(30, 3);
+        assert_eq!(d.remaining(), 1);
+        assert_eq!(d.retry_after(), Duration::from_nanos(70));
+        assert_eq!(d.reset_after(), Duration::from_nanos(90));
+        // Cost 4 needs three to leave: the third is stamped 10.
+        assert_eq!(sim.denied(30, 4).retry_after(), Duration::from_nanos(80));
+        assert_eq!(sim.allowed(100, 3), 0);
+        // A full-cost request waits for the newest entry.
+        assert_eq!(sim.denied(100, 5).retry_after(), Duration::from_nanos(100));
+    }
+
+    #[test]
+    fn window_of_one_nanosecond() {
+        let mut sim = Sim::new(1, 1);
+        sim.allowed(7, 1);
+        let d = sim.denied(7, 1);
+        assert_eq!(
+            (d.retry_after(), d.reset_after()),
+            (Duration::from_nanos(1), Duration::from_nanos(1))
+        );
+        sim.allowed(8, 1);
+        assert!(sim.log.is_at_rest(&sim.entries[..], 9));
+    }
+
+    #[test]
+    fn backwards_clock_keeps_entries_ordered_and_retry_within_the_window() {
+        let mut sim = Sim::new(3, 1000);
+        sim.allowed(5000, 1);
+        // The clock jumps back: the new entry is stamped with the newest, not with now.
+        sim.allowed(100, 1);
+        assert_eq!(sim.entries, [5000, 5000]);
+        assert_eq!(sim.allowed(200, 1), 0);
+        // Future entries count as stamped now: live, and leaving one window from now.
+        let d = sim.denied(300, 1);
+        assert_eq!(d.retry_after(), Duration::from_nanos(1000));
+        assert_eq!(d.reset_after(), Duration::from_nanos(1000));
+        assert!(!sim.log.is_at_rest(&sim.entries[..], 300));
+        // Once the clock is past them again, they age normally.
+        assert_eq!(sim.denied(5500, 1).retry_after(), Duration::from_nanos(500));
+        assert_eq!(sim.allowed(6000, 3), 0);
+    }
+
+    #[test]
+    fn binary_search_over_a_large_ring() {
+        let n = Policy::MAX_LOG_PERMITS;
+        let log =
+            Log::new(&Policy::new(Algorithm::SlidingLog, n, Duration::from_nanos(n)).unwrap());
+        let entries: Vec<u64> = (0..n).collect();
+        // At now = n + k, entries 0..=k have left.
+        for k in [0, 1, 100, n / 2, n - 2] {
+            match log.decide(&entries[..], n + k, 1) {
+                Verdict::Allow(d, stamp) => {
+                    assert_eq!(d.remaining(), k);
+                    assert_eq!(stamp, n + k);
+                }
+                Verdict::Deny(d) => panic!("{k}: {d:?}"),
+            }
+        }
+        match log.decide(&entries[..], n - 1, 2) {
+            Verdict::Deny(d) => {
+                assert_eq!(d.remaining(), 0);
+                assert_eq!(d.retry_after(), Duration::from_nanos(2));
+            }
+            Verdict::Allow(d, _) => panic!("{d:?}"),
+        }
+    }
+
+    #[test]
+    fn extreme_clock_readings_do_not_overflow() {
+        let mut sim = Sim::new(2, 1 << 62);
+        sim.allowed(u64::MAX - 1, 2);
+        let d = sim.denied(0, 1);
+        assert_eq!(d.retry_after(), Duration::from_nanos(1 << 62));
+    }
+
+    #[test]
+    fn cell_follows_the_arithmetic_and_retires_exactly() {
+        let clock = crate::FakeClock::new();
+        let log = Log::new(&"sliding-log 3/s".parse().unwrap());
+        let cell = LogCell::fresh(&log);
+        assert!(cell.is_at_rest(&log, 0));
+        for (t, remaining) in [(0, 2), (400, 1), (800, 0)] {
+            clock.set(Duration::from_millis(t));
+            assert_eq!(
+                cell.try_acquire(&log, &clock, 1).unwrap().remaining(),
+                remaining
+            );
+        }
+        clock.set(Duration::from_millis(900));
+        let d = cell.try_acquire(&log, &clock, 1).unwrap();
+        assert_eq!(d.retry_after(), Duration::from_millis(100));
+        clock.set(Duration::from_millis(1000));
+        assert!(cell.try_acquire(&log, &clock, 1).unwrap().is_allowed());
+        // Entries 1000 and later wrapped around the ring in place of 0.
+        assert_eq!(cell.seq.load(Ordering::Relaxed), 8);
+        clock.set(Duration::from_millis(1050));
+        let d = cell.try_acquire(&log, &clock, 1).unwrap();
+        assert_eq!(d.retry_after(), Duration::from_millis(350));
+        assert!(!cell.try_retire(&log, 1999 * MS));
+        assert!(cell.is_at_rest(&log, 2000 * MS));
+        assert!(cell.try_retire(&log, 2000 * MS));
+        assert!(!cell.is_at_rest(&log, 2000 * MS));
+        assert!(!cell.try_retire(&log, 2000 * MS));
+        assert_eq!(cell.try_acquire(&log, &clock, 1), None);
+    }
+}

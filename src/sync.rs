@@ -1,0 +1,105 @@
+//! The atomics the per-key state machines use, from `std` / `portable-atomic` or from `loom`.
+//!
+//! Every state cell imports its atomics from here and nowhere else, so the loom models in
+//! `tests/loom.rs` and `tests/loom_windowed.rs` check the very code the limiters run. The
+//! switch is the namespaced cfg `tollgate_loom` (`RUSTFLAGS="--cfg tollgate_loom"`): a bare
+//! `loom` cfg would also change other crates in the build.
+//!
+//! | item | normal build | `cfg(tollgate_loom)` |
+//! |---|---|---|
+//! | `AtomicU64`, `Ordering`, `fence` | `std::sync::atomic` | `loom::sync::atomic` |
+//! | `AtomicU128` | `portable_atomic::AtomicU128` (lock-free `cmpxchg16b` where the CPU has it) | a shim over `loom::sync::Mutex<u128>` |
+//! | `Backoff` | `crossbeam_utils::Backoff` | a shim that yields to loom's scheduler |
+//! | `spin_loop` | `std::hint::spin_loop` | `loom::thread::yield_now` |
+
+#[cfg(not(tollgate_loom))]
+pub(crate) use std::sync::atomic::{fence, AtomicU64, Ordering};
+
+#[cfg(not(tollgate_loom))]
+pub(crate) use crossbeam_utils::Backoff;
+#[cfg(not(tollgate_loom))]
+pub(crate) use portable_atomic::AtomicU128;
+
+#[cfg(tollgate_loom)]
+pub(crate) use loom::sync::atomic::{fence, AtomicU64, Ordering};
+
+#[cfg(tollgate_loom)]
+pub(crate) use self::loom_shim::{AtomicU128, Backoff};
+
+/// A hint that the caller is spinning on a word another thread holds.
+#[inline]
+#[allow(dead_code)]
+pub(crate) fn spin_loop() {
+    #[cfg(not(tollgate_loom))]
+    std::hint::spin_loop();
+    #[cfg(tollgate_loom)]
+    loom::thread::yield_now();
+}
+
+#[cfg(tollgate_loom)]
+mod loom_shim {
+    //! Stand-ins for types loom does not provide.
+
+    use super::Ordering;
+
+    /// A 128-bit atomic for loom models, built on `loom::sync::Mutex<u128>`.
+    ///
+    /// loom has no 128-bit atomic. Behind a loom mutex every operation is one indivisible
+    /// step that loom can interleave with the other threads' steps, so the models check the
+    /// interleavings of the protocol built on the word (load, decide, compare-and-swap),
+    /// with the atomicity of the 128-bit word itself taken as given (`portable-atomic`
+    /// provides it). A mutex also orders more than a `Relaxed` atomic would; the counter
+    /// publishes no other memory through its word, so no ordering is being checked there.
+    #[derive(Debug)]
+    pub(crate) struct AtomicU128 {
+        value: loom::sync::Mutex<u128>,
+    }
+
+    impl AtomicU128 {
+        /// A word holding `value`.
+        pub(crate) fn new(value: u128) -> Self {
+            AtomicU128 {
+                value: loom::sync::Mutex::new(value),
+            }
+        }
+
+        /// The current value.
+        pub(crate) fn load(&self, _: Ordering) -> u128 {
+            *self.value.lock().unwrap()
+        }
+
+        /// Stores `new` if the word holds `current`; returns the value it held.
+        pub(crate) fn compare_exchange(
+            &self,
+            current: u128,
+            new: u128,
+            _: Ordering,
+            _: Ordering,
+        ) -> Result<u128, u128> {
+            let mut value = self.value.lock().unwrap();
+            if *value == current {
+                *value = new;
+                Ok(current)
+            } else {
+                Err(*value)
+            }
+        }
+    }
+
+    /// Backs off by yielding to loom's scheduler, so a spinning thread lets the thread it
+    /// waits for run (loom would otherwise report the spin as a livelock).
+    #[derive(Debug, Default)]
+    pub(crate) struct Backoff;
+
+    impl Backoff {
+        /// A new backoff.
+        pub(crate) fn new() -> Self {
+            Backoff
+        }
+
+        /// Waits a little for another thread.
+        pub(crate) fn snooze(&self) {
+            loom::thread::yield_now();
+        }
+    }
+}

@@ -1,0 +1,276 @@
+//! The token bucket, computed as GCRA (the generic cell rate algorithm).
+//!
+//! The whole state of a key is one number, the theoretical arrival time (TAT): the instant at
+//! which the bucket would be full again. With emission interval `T = window / permits`
+//! (rounded up to whole nanoseconds) and burst allowance `B = permits * T`, a request of cost
+//! `n` at `now` computes `new = max(tat, now) + n*T` and is allowed iff `new - now <= B`.
+//!
+//! Rounding `T` up keeps every admission within the exact policy (the steady rate is at most
+//! `permits / window`) while `B = permits * T` still lets a full burst of `permits` through.
+//! For 1 s / 3 the interval is 333,333,334 ns instead of 333,333,333.3: the steady rate is
+//! lower than exact by one part in 333 million.
+//!
+//! [`Gcra`] is the pure arithmetic; [`GcraCell`] owns the atomic word and the CAS loop.
+
+use crate::state::RateState;
+use crate::sync::{AtomicU64, Ordering};
+use crate::{Clock, Decision, Policy};
+
+/// The TAT value of a state retired by eviction. No live TAT reaches it: live TATs are
+/// clamped below it (a clock would have to read 584 years for the clamp to matter).
+const RETIRED: u64 = u64::MAX;
+
+/// GCRA parameters derived from a policy, and the pure decision function.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Gcra {
+    /// T: nanoseconds one permit takes to refill, rounded up; at least 1.
+    interval: u64,
+    /// B = permits * T: how far the TAT may run ahead of now. Below 2^63 because
+    /// `Policy` keeps `window <= 2^62` and `permits <= window`.
+    burst: u64,
+    /// N, the policy's permits.
+    limit: u64,
+}
+
+/// What [`Gcra::decide`] concluded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Verdict {
+    /// Admit, and store this TAT.
+    Allow(Decision, u64),
+    /// Refuse; the state stays as it was.
+    Deny(Decision),
+}
+
+impl Gcra {
+    /// Parameters for `policy` (any algorithm; only permits and window are read).
+    pub(crate) fn new(policy: &Policy) -> Self {
+        let limit = policy.permits();
+        // Policy guarantees 1 <= permits <= window_nanos <= 2^62, so interval >= 1 and
+        // burst = limit * interval < window + limit <= 2^63: no overflow.
+        let interval = policy.window_nanos().div_ceil(limit);
+        Gcra {
+            interval,
+            burst: limit * interval,
+            limit,
+        }
+    }
+
+    /// Decides a request of `cost` (1..=limit) at `now` against stored `tat`.
+    ///
+    /// A TAT further ahead of now than `B` (the clock went backwards) is treated as `now + B`,
+    /// the furthest a valid state can be, so a faulty clock never stretches a retry_after
+    /// beyond what the policy could need.
+    #[inline]
+    pub(crate) fn decide(&self, tat: u64, now: u64, cost: u64) -> Verdict {
+        // debt = max(tat, now) - now, clamped to the burst allowance.
+        let debt = tat.saturating_sub(now).min(self.burst);
+        // debt <= B and cost * T <= B < 2^63, so the sum cannot overflow.
+        let new_debt = debt + cost.saturating_mul(self.interval).min(self.burst);
+        if new_debt <= self.burst {
+            let new_tat = now.saturating_add(new_debt).min(RETIRED - 1);
+            let remaining = (self.burst - new_debt) / self.interval;
+            Verdict::Allow(Decision::allow(remaining, self.limit, new_debt), new_tat)
+        } else {
+            let remaining = (self.burst - debt) / self.interval;
+            Verdict::Deny(Decision::deny(
+                remaining,
+                self.limit,
+                new_debt - self.burst,
+                debt,
+            ))
+        }
+    }
+
+    /// `true` when a state holding `tat` decides exactly as a fresh one from `now` on.
+    #[inline]
+    pub(crate) fn is_at_rest(tat: u64, now: u64) -> bool {
+        tat <= now
+    }
+}
+
+/// One key's GCRA state: the TAT in a single atomic word, updated by compare-and-swap.
+///
+/// | value | meaning |
+/// |---|---|
+/// | `0 ..= u64::MAX - 1` | live: the theoretical arrival time, ns on the limiter's clock |
+/// | `u64::MAX` | retired by eviction: never admits, never revived |
+///
+/// Orderings: the TAT is the whole state and no other memory is published through it, so
+/// every access is `Relaxed`. Exactness comes from the compare-and-swap alone: all writes
+/// to one atomic form a single modification order, and a CAS succeeds only on the latest
+/// value, so two requests can never both spend the same permits, and an eviction's CAS to
+/// `RETIRED` and a request's CAS cannot both succeed from the same value.
+#[derive(Debug)]
+pub(crate) struct GcraCell {
+    tat: AtomicU64,
+}
+
+impl RateState for GcraCell {
+    type Params = Gcra;
+
+    fn params(policy: &Policy) -> Gcra {
+        Gcra::new(policy)
+    }
+
+    #[inline]
+    fn fresh(_: &Gcra) -> Self {
+        GcraCell {
+            tat: AtomicU64::new(0),
+        }
+    }
+
+    #[inline]
+    fn try_acquire<C: Clock + ?Sized>(
+        &self,
+        gcra: &Gcra,
+        clock: &C,
+        cost: u64,
+    ) -> Option<Decision> {
+        // Relaxed: see the type's docs. A stale read only makes the CAS below fail; a refusal
+        // made from a stale (older, hence smaller) TAT would also be made from the newer one,
+        // since TATs only grow while a state is live.
+        let mut tat = self.tat.load(Ordering::Relaxed);
+        loop {
+            if tat == RETIRED {
+                return None;
+            }
+            let now = clock.now();
+            match gcra.decide(tat, now, cost) {
+                Verdict::Deny(decision) => return Some(decision),
+                Verdict::Allow(decision, new_tat) => {
+                    // Relaxed on both outcomes: the CAS itself is the linearisation point.
+                    match self.tat.compare_exchange_weak(
+                        tat,
+                        new_tat,
+                        Ordering::Relaxed,
+                        Ordering::Relaxed,
+                    ) {
+                        Ok(_) => return Some(decision),
+                        Err(actual) => tat = actual,
+                    }
+                }
+            }
+        }
+    }
+
+    #[inline]
+    fn is_at_rest(&self, _: &Gcra, now: u64) -> bool {
+        // Relaxed: a snapshot is all a reader needs; retiring re-checks with a CAS.
+        let tat = self.tat.load(Ordering::Relaxed);
+        tat != RETIRED && Gcra::is_at_rest(tat, now)
+    }
+
+    fn try_retire(&self, _: &Gcra, now: u64) -> bool {
+        let tat = self.tat.load(Ordering::Relaxed);
+        if tat == RETIRED || !Gcra::is_at_rest(tat, now) {
+            return false;
+        }
+        // Relaxed: the CAS from the exact at-rest value we read is what makes retiring exact;
+        // a request that admitted in between changed the value and makes this CAS fail.
+        self.tat
+            .compare_exchange(tat, RETIRED, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Algorithm;
+    use std::time::Duration;
+
+    const MS: u64 = 1_000_000;
+
+    fn gcra(permits: u64, window: Duration) -> Gcra {
+        Gcra::new(&Policy::new(Algorithm::TokenBucket, permits, window).unwrap())
+    }
+
+    fn allowed(v: Verdict) -> (u64, u64) {
+        match v {
+            Verdict::Allow(d, tat) => (d.remaining(), tat),
+            Verdict::Deny(d) => panic!("expected an admission, got {d:?}"),
+        }
+    }
+
+    fn denied(v: Verdict) -> Decision {
+        match v {
+            Verdict::Deny(d) => d,
+            Verdict::Allow(d, _) => panic!("expected a refusal, got {d:?}"),
+        }
+    }
+
+    #[test]
+    fn burst_then_interval() {
+        let g = gcra(5, Duration::from_secs(1));
+        assert_eq!((g.interval, g.burst), (200 * MS, 1000 * MS));
+        let mut tat = 0;
+        for expected in [4, 3, 2, 1, 0] {
+            let (rem, t) = allowed(g.decide(tat, 0, 1));
+            assert_eq!(rem, expected);
+            tat = t;
+        }
+        let d = denied(g.decide(tat, 0, 1));
+        assert_eq!(d.retry_after(), Duration::from_millis(200));
+        assert_eq!(d.reset_after(), Duration::from_secs(1));
+        assert_eq!(
+            denied(g.decide(tat, 100 * MS, 1)).retry_after(),
+            Duration::from_millis(100)
+        );
+        let (rem, _) = allowed(g.decide(tat, 300 * MS, 1));
+        assert_eq!(rem, 0);
+    }
+
+    #[test]
+    fn cost_spends_several_and_refusal_reports_what_is_left() {
+        let g = gcra(5, Duration::from_secs(1));
+        let (rem, tat) = allowed(g.decide(0, 0, 3));
+        assert_eq!(rem, 2);
+        assert_eq!(tat, 600 * MS);
+        let d = denied(g.decide(tat, 0, 3));
+        assert_eq!(d.remaining(), 2);
+        assert_eq!(d.retry_after(), Duration::from_millis(200));
+        let (rem, _) = allowed(g.decide(0, 0, 5));
+        assert_eq!(rem, 0);
+    }
+
+    #[test]
+    fn uneven_interval_rounds_up_and_keeps_the_full_burst() {
+        let g = gcra(3, Duration::from_secs(1));
+        assert_eq!(g.interval, 333_333_334);
+        let mut tat = 0;
+        for _ in 0..3 {
+            tat = allowed(g.decide(tat, 0, 1)).1;
+        }
+        let _ = denied(g.decide(tat, 0, 1));
+        // Never faster than exact: after one exact interval the permit is not back yet.
+        let _ = denied(g.decide(tat, 333_333_333, 1));
+        allowed(g.decide(tat, 333_333_334, 1));
+    }
+
+    #[test]
+    fn backwards_clock_is_clamped_to_the_furthest_valid_state() {
+        let g = gcra(5, Duration::from_secs(1));
+        // A TAT 10 s ahead of now: treated as now + B.
+        let d = denied(g.decide(10_000 * MS, 0, 1));
+        assert_eq!(d.retry_after(), Duration::from_millis(200));
+        assert_eq!(d.reset_after(), Duration::from_secs(1));
+        // Now far below a stored TAT never underflows.
+        let d = denied(g.decide(u64::MAX - 1, 0, 5));
+        assert_eq!(d.retry_after(), Duration::from_secs(1));
+    }
+
+    #[test]
+    fn extreme_clock_readings_do_not_overflow() {
+        let g = gcra(1, Policy::MAX_WINDOW);
+        let (_, tat) = allowed(g.decide(0, u64::MAX - 1, 1));
+        assert!(tat < RETIRED);
+        let g = gcra(u64::MAX >> 2, Policy::MAX_WINDOW);
+        allowed(g.decide(0, u64::MAX - 1, u64::MAX >> 2));
+    }
+
+    #[test]
+    fn at_rest_when_tat_not_ahead() {
+        assert!(Gcra::is_at_rest(5, 5));
+        assert!(!Gcra::is_at_rest(6, 5));
+    }
+}
