@@ -42,8 +42,10 @@ pub enum PolicyError {
         /// The window asked for.
         window: Duration,
     },
-    /// `permits` is above what the algorithm can hold per key (the sliding log keeps one
-    /// timestamp per permit).
+    /// `permits` is above what the algorithm can hold per key: the sliding log keeps one
+    /// timestamp per permit ([`Policy::MAX_LOG_PERMITS`](crate::Policy::MAX_LOG_PERMITS)),
+    /// the sliding counter packs its counts in 31 bits
+    /// ([`Policy::MAX_COUNTER_PERMITS`](crate::Policy::MAX_COUNTER_PERMITS)).
     TooManyPermits {
         /// The algorithm that cannot hold them.
         algorithm: Algorithm,

@@ -328,7 +328,7 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher> RateLimiter<K, C, S> {
     /// ```
     /// use tollgate::{FakeClock, RateLimiter};
     ///
-    /// let limiter: RateLimiter<&'static str, FakeClock> =
+    /// let limiter: RateLimiter<String, FakeClock> =
     ///     RateLimiter::with_clock("5/1s".parse()?, FakeClock::new());
     /// limiter.try_acquire("a");
     /// limiter.try_acquire("b");

@@ -67,6 +67,11 @@ mod token_bucket;
 #[doc(hidden)]
 pub mod model;
 
+/// The README's examples, compiled and run as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
+
 pub use clock::{Clock, FakeClock, SystemClock};
 pub use decision::Decision;
 pub use direct::DirectLimiter;

@@ -12,7 +12,10 @@ use crate::{Algorithm, Clock, Decision, Policy};
 
 /// One per-key state machine of any algorithm.
 #[derive(Debug)]
-pub enum ModelCell {
+pub struct ModelCell(Cell);
+
+#[derive(Debug)]
+enum Cell {
     /// GCRA.
     TokenBucket(GcraCell, <GcraCell as RateState>::Params),
     /// Sliding window log.
@@ -24,9 +27,9 @@ pub enum ModelCell {
 macro_rules! with_cell {
     ($cell:expr, ($state:ident, $params:ident) => $body:expr) => {
         match $cell {
-            ModelCell::TokenBucket($state, $params) => $body,
-            ModelCell::SlidingLog($state, $params) => $body,
-            ModelCell::SlidingCounter($state, $params) => $body,
+            Cell::TokenBucket($state, $params) => $body,
+            Cell::SlidingLog($state, $params) => $body,
+            Cell::SlidingCounter($state, $params) => $body,
         }
     };
 }
@@ -41,31 +44,31 @@ impl ModelCell {
         match policy.algorithm() {
             Algorithm::TokenBucket => {
                 let (s, p) = fresh(policy);
-                ModelCell::TokenBucket(s, p)
+                ModelCell(Cell::TokenBucket(s, p))
             }
             Algorithm::SlidingLog => {
                 let (s, p) = fresh(policy);
-                ModelCell::SlidingLog(s, p)
+                ModelCell(Cell::SlidingLog(s, p))
             }
             Algorithm::SlidingCounter => {
                 let (s, p) = fresh(policy);
-                ModelCell::SlidingCounter(s, p)
+                ModelCell(Cell::SlidingCounter(s, p))
             }
         }
     }
 
     /// Decides a request; `None` when the state was retired.
     pub fn try_acquire<C: Clock>(&self, clock: &C, cost: u64) -> Option<Decision> {
-        with_cell!(self, (state, params) => state.try_acquire(params, clock, cost))
+        with_cell!(&self.0, (state, params) => state.try_acquire(params, clock, cost))
     }
 
     /// Retires the state if it is at rest at `now`.
     pub fn try_retire(&self, now: u64) -> bool {
-        with_cell!(self, (state, params) => state.try_retire(params, now))
+        with_cell!(&self.0, (state, params) => state.try_retire(params, now))
     }
 
     /// Whether the state is at rest at `now`.
     pub fn is_at_rest(&self, now: u64) -> bool {
-        with_cell!(self, (state, params) => state.is_at_rest(params, now))
+        with_cell!(&self.0, (state, params) => state.is_at_rest(params, now))
     }
 }

@@ -30,6 +30,10 @@
 //! nanosecond past it; when the current window alone is full it is solved in the next window,
 //! where the current count has become the previous one. It is never more than `2W`.
 //!
+//! A clock reading before the start of the stored window (the clock went backwards, or another
+//! thread read it a moment later and admitted first) counts as zero elapsed: the request is
+//! decided at the start of the stored window, where its counts weigh the most.
+//!
 //! [`Counter`] is the pure arithmetic on a [`Snapshot`]; [`CounterCell`] packs the snapshot
 //! into one 128-bit atomic word and runs the compare-and-swap loop.
 
@@ -102,9 +106,9 @@ pub(crate) enum Verdict {
 /// A snapshot rolled forward to the window holding `now`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Rolled {
-    /// The index to store: the snapshot's, or now's window if that is later.
+    /// The window decided in, and the index to store: now's, or the snapshot's if later.
     index: u64,
-    /// Nanoseconds since the start of now's window: `0..W`.
+    /// Nanoseconds since the start of that window: `0..W`.
     elapsed: u64,
     /// The current window's count.
     current: u64,
@@ -121,20 +125,26 @@ impl Counter {
         }
     }
 
-    /// Rolls `snap` to now's window. A snapshot from a later window than now's (the clock went
-    /// backwards) is decided as if it were from now's window, the furthest a valid state can
-    /// be, and keeps its index when written back, so the counts stay charged to the windows
-    /// they were admitted in once the clock catches up.
+    /// Rolls `snap` to now's window.
+    ///
+    /// A snapshot from a later window than now's means this clock reading is behind one
+    /// already acted on: the clock went backwards, or another thread read it a moment later
+    /// and admitted first, across a window boundary. Time that runs backwards counts as zero
+    /// elapsed, so `now` is taken as the start of the snapshot's window: its counts stay in
+    /// the windows they were admitted in, weighed at their heaviest (never admitting more
+    /// than at that instant), and retry_after and reset_after are measured from that instant,
+    /// so they stay within `2W`.
     #[inline]
     fn roll(&self, snap: Snapshot, now: u64) -> Rolled {
         let index = now / self.window;
-        let elapsed = now % self.window;
-        let (current, previous) = if snap.index >= index {
-            (snap.current, snap.previous)
+        let (current, previous, elapsed) = if snap.index > index {
+            (snap.current, snap.previous, 0)
+        } else if snap.index == index {
+            (snap.current, snap.previous, now % self.window)
         } else if snap.index + 1 == index {
-            (0, snap.current)
+            (0, snap.current, now % self.window)
         } else {
-            (0, 0)
+            (0, 0, now % self.window)
         };
         Rolled {
             index: snap.index.max(index),
@@ -175,7 +185,8 @@ impl Counter {
         let r = self.roll(snap, now);
         let left = self.window - r.elapsed;
         let used = r.current + self.carried(r.previous, left);
-        // `used` may exceed N only after a backwards clock; it then admits nothing.
+        // `used` may exceed N only after a backwards clock within one window (a smaller
+        // elapsed weighs the previous count more); it then admits nothing.
         let available = self.limit.saturating_sub(used);
         if cost <= available {
             let next = Snapshot {
@@ -214,7 +225,7 @@ impl Counter {
             }
         }
         // In the next window the current count is the previous one and nothing is current.
-        let longest = self.longest_left(r.current, self.limit - cost);
+        let longest = self.longest_left(r.current, self.limit.saturating_sub(cost));
         if longest >= self.window {
             // Fits from the window's first nanosecond.
             left
@@ -283,9 +294,8 @@ impl RateState for CounterCell {
         cost: u64,
     ) -> Option<Decision> {
         // Relaxed: see the type's docs. A stale read only makes the CAS below fail; a refusal
-        // made from an older word would also be made from a newer one, since at any given
-        // `now` later words only count more permits (admissions add, rolling is the same
-        // computation whichever word it starts from).
+        // made from it is the decision as of the moment that word was current (the load is
+        // the linearisation point), and a refusal writes and admits nothing.
         let mut word = self.word.load(Ordering::Relaxed);
         loop {
             if word == RETIRED {
@@ -318,6 +328,7 @@ impl RateState for CounterCell {
     }
 
     fn try_retire(&self, counter: &Counter, now: u64) -> bool {
+        // Relaxed: the at-rest check is only a filter; the CAS below decides.
         let word = self.word.load(Ordering::Relaxed);
         if word == RETIRED || !counter.is_at_rest(Snapshot::unpack(word), now) {
             return false;
@@ -531,22 +542,47 @@ mod tests {
     }
 
     #[test]
-    fn backwards_clock_is_clamped_to_the_current_window() {
+    fn backwards_clock_counts_as_zero_elapsed() {
         let mut sim = Sim::new(4, 100);
-        sim.allowed(550, 3);
-        // Back to window 2: the counts are decided as window 2's, and stay charged to 5.
+        assert_eq!(sim.allowed(550, 3), 1);
+        // Back to window 2: decided as at the start of window 5, where the counts belong.
         assert_eq!(sim.allowed(250, 1), 0);
         assert_eq!(sim.snap.index, 5);
-        // Decided as window 2's counts: a retry_after within what the policy could need
-        // (the true wait is until the clock is back in window 6).
+        assert!(!sim.counter.is_at_rest(sim.snap, 250));
+        // Measured from 500: the count of 4 rolls to previous at 600 and weighs less than 3
+        // from 601 on; from 250 the real wait would be longer, but never reported above 2W.
         match sim.decide(250, 1) {
-            Verdict::Deny(d) => assert_eq!(d.retry_after(), Duration::from_nanos(51)),
+            Verdict::Deny(d) => {
+                assert_eq!(d.retry_after(), Duration::from_nanos(101));
+                assert_eq!(d.reset_after(), Duration::from_nanos(200));
+            }
             Verdict::Allow(d, _) => panic!("{d:?}"),
         }
-        assert!(!sim.counter.is_at_rest(sim.snap, 250));
         // Back in window 5 proper, nothing was forgotten.
-        assert!(matches!(sim.decide(599, 1), Verdict::Deny(_)));
+        assert_eq!(sim.denied(599, 1).remaining(), 0);
         assert_eq!(sim.allowed(601, 1), 0);
+    }
+
+    #[test]
+    fn a_reading_just_behind_another_threads_admission_admits_nothing_extra() {
+        // Window 0 holds 5. A thread reading 100 admits 1 in window 1; another that read 99
+        // (a moment earlier) decides after it. It must see what a reading of 100 sees: 5
+        // carried in full plus 1, so 4 left, not the 9 that weighing the carried 5 by the
+        // 1 ns left of window 0 would give.
+        let mut sim = Sim::new(10, 100);
+        assert_eq!(sim.allowed(50, 5), 5);
+        assert_eq!(sim.allowed(100, 1), 4);
+        match sim.decide(99, 5) {
+            Verdict::Deny(d) => assert_eq!(d.remaining(), 4),
+            Verdict::Allow(d, _) => panic!("{d:?}"),
+        }
+        assert_eq!(sim.allowed(99, 4), 0);
+    }
+
+    #[test]
+    #[cfg(not(tollgate_loom))]
+    fn memory_per_key_is_as_documented() {
+        assert_eq!(std::mem::size_of::<CounterCell>(), 16);
     }
 
     #[test]

@@ -72,8 +72,8 @@ impl Log {
     /// Decides a request of `cost` (1..=limit) at `now` against `entries`.
     ///
     /// `entries` may come from a torn read of a ring being written: the result is then
-    /// garbage that the caller discards, but this never panics or loops, since every index
-    /// it reads stays below `entries.count() <= limit`.
+    /// garbage that the caller discards, but this never panics or loops: every index it
+    /// reads stays below `entries.count() <= limit`, and no subtraction can underflow.
     #[inline]
     pub(crate) fn decide<E: Entries + ?Sized>(&self, entries: &E, now: u64, cost: u64) -> Verdict {
         let len = entries.count().min(self.limit);
@@ -99,10 +99,15 @@ impl Log {
             Verdict::Allow(Decision::allow(remaining, self.limit, self.window), stamp)
         } else {
             // `cost <= limit` makes 1 <= leave <= live: the entry that must leave for the
-            // request to fit is live, and so is the newest one.
+            // request to fit is live, and so is the newest one, so their ages are below W
+            // (saturating only guards a torn read, which may load a slot twice and differ).
             let leave = live + cost.min(self.limit) - self.limit;
-            let retry = self.window - Self::age(entries.get(lo + leave - 1), now);
-            let reset = self.window - Self::age(entries.get(len - 1), now);
+            let retry = self
+                .window
+                .saturating_sub(Self::age(entries.get(lo + leave - 1), now));
+            let reset = self
+                .window
+                .saturating_sub(Self::age(entries.get(len - 1), now));
             Verdict::Deny(Decision::deny(self.limit - live, self.limit, retry, reset))
         }
     }
@@ -176,14 +181,14 @@ impl Entries for Ring<'_> {
 ///
 /// | field | holds |
 /// |---|---|
-/// | `seq` even `2k` | published, at rest between writers: `k` entries were ever written; the last `min(k, N)` of them are in the ring, entry `j` in slot `j mod N` |
+/// | `seq` even `2k` | published, no writer inside: `k` entries were ever written; the last `min(k, N)` of them are in the ring, entry `j` in slot `j mod N` |
 /// | `seq` odd `2k + 1` | a writer is appending entries after the first `k`; readers wait |
 /// | `seq == u64::MAX` | retired by eviction: never admits, never revived |
 /// | `ring[j]` | a timestamp (ns on the limiter's clock); non-decreasing from the oldest entry to the newest |
 ///
 /// Slots not yet written hold 0 and are never read: the sequence says how many are valid.
-/// Memory per key: 16 bytes in the cell (the sequence word and the ring's pointer and length)
-/// plus `8 * N` bytes on the heap.
+/// Memory per key: 24 bytes in the cell (the 8-byte sequence word, then the ring's pointer
+/// and length) plus `8 * N` bytes on the heap.
 ///
 /// Protocol (the seqlock of H.-J. Boehm, "Can seqlocks get along with programming language
 /// memory models?", MSPC 2012, with a compare-and-swap in place of the writer's lock):
@@ -513,6 +518,13 @@ mod tests {
         sim.allowed(u64::MAX - 1, 2);
         let d = sim.denied(0, 1);
         assert_eq!(d.retry_after(), Duration::from_nanos(1 << 62));
+    }
+
+    #[test]
+    #[cfg(not(tollgate_loom))]
+    fn memory_per_key_is_as_documented() {
+        assert_eq!(std::mem::size_of::<LogCell>(), 24);
+        // The ring itself is 8 * N bytes on the heap.
     }
 
     #[test]

@@ -37,7 +37,8 @@ fn window_too_long_to_compute_in_u64_nanoseconds() {
         let err = Policy::new(Algorithm::TokenBucket, 1, window).unwrap_err();
         assert_eq!(err, PolicyError::WindowTooLong { window });
         assert!(
-            err.to_string().starts_with(&format!("window {window:?} is longer than")),
+            err.to_string()
+                .starts_with(&format!("window {window:?} is longer than")),
             "{err}"
         );
     }
@@ -100,7 +101,11 @@ fn unparsable_policies_name_the_part() {
                 value: v,
                 ..
             }) => {
-                assert_eq!((i.as_str(), f, v.as_str()), (input, field, value), "{input}");
+                assert_eq!(
+                    (i.as_str(), f, v.as_str()),
+                    (input, field, value),
+                    "{input}"
+                );
             }
             other => panic!("{input}: expected a syntax error, got {other:?}"),
         }
@@ -116,8 +121,14 @@ fn unparsable_policies_name_the_part() {
         "5/".parse::<Policy>().unwrap_err().to_string(),
         "policy `5/`: unit is missing, expected a time unit: ns, us, ms, s, sec, m, min, h, hour, d or day"
     );
-    assert_eq!("0/s".parse::<Policy>().unwrap_err(), PolicyError::ZeroPermits);
-    assert_eq!("5/0ms".parse::<Policy>().unwrap_err(), PolicyError::ZeroWindow);
+    assert_eq!(
+        "0/s".parse::<Policy>().unwrap_err(),
+        PolicyError::ZeroPermits
+    );
+    assert_eq!(
+        "5/0ms".parse::<Policy>().unwrap_err(),
+        PolicyError::ZeroWindow
+    );
 }
 
 #[test]
@@ -131,7 +142,11 @@ fn bad_costs_are_refused_and_change_nothing() {
             limiter.try_acquire_n("alice", 6),
             Err(CostError::ExceedsLimit { cost: 6, limit: 5 })
         );
-        assert_eq!(limiter.len(), 0, "{algorithm}: a refused cost creates no state");
+        assert_eq!(
+            limiter.len(),
+            0,
+            "{algorithm}: a refused cost creates no state"
+        );
         assert_eq!(limiter.try_acquire("alice").remaining(), 4, "{algorithm}");
 
         let direct = DirectLimiter::with_clock(policy, FakeClock::new());
@@ -144,9 +159,15 @@ fn bad_costs_are_refused_and_change_nothing() {
                 u64::MAX
             )
         );
-        assert!(direct.is_at_rest(), "{algorithm}: a refused cost changes nothing");
+        assert!(
+            direct.is_at_rest(),
+            "{algorithm}: a refused cost changes nothing"
+        );
         assert_eq!(direct.try_acquire_n(5).unwrap().remaining(), 0);
-        assert_eq!(CostError::Zero.to_string(), "cost must be at least 1, got 0");
+        assert_eq!(
+            CostError::Zero.to_string(),
+            "cost must be at least 1, got 0"
+        );
     }
 }
 
@@ -169,8 +190,14 @@ fn a_clock_that_jumps_backwards_never_admits_extra_or_overstates_the_wait() {
             clock.set(Duration::from_secs(t));
             let d = limiter.try_acquire();
             assert!(!d.is_allowed(), "{algorithm} at {t}s: {d:?}");
-            assert!(d.retry_after() <= Duration::from_secs(2), "{algorithm}: {d:?}");
-            assert!(d.reset_after() <= Duration::from_secs(2), "{algorithm}: {d:?}");
+            assert!(
+                d.retry_after() <= Duration::from_secs(2),
+                "{algorithm}: {d:?}"
+            );
+            assert!(
+                d.reset_after() <= Duration::from_secs(2),
+                "{algorithm}: {d:?}"
+            );
         }
     }
 }
@@ -188,7 +215,10 @@ fn extreme_clock_readings_do_not_panic() {
         let _ = limiter.evict_idle();
         clock.set(Duration::ZERO);
         let d = limiter.try_acquire(&1);
-        assert!(d.retry_after() <= Duration::from_secs(2), "{algorithm}: {d:?}");
+        assert!(
+            d.retry_after() <= Duration::from_secs(2),
+            "{algorithm}: {d:?}"
+        );
         clock.advance(Duration::MAX);
         clock.advance(Duration::MAX);
         let _ = limiter.try_acquire(&2);

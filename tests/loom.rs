@@ -93,7 +93,10 @@ fn acquire_races_eviction() {
             None => (0, admitted(&replacement, &clock, 1)),
         };
         let retired = evictor.join().unwrap();
-        assert!(!(retired && on_old > 0), "an admission on a retired state would be lost");
+        assert!(
+            !(retired && on_old > 0),
+            "an admission on a retired state would be lost"
+        );
         assert_eq!(on_old + on_new, 1);
         if retired {
             // A retired state refuses to decide, forever.

@@ -1,4 +1,3 @@
-#![cfg(tollgate_loom)]
 //! Loom models of the windowed state machines: the sliding log's seqlock and the sliding
 //! counter's 128-bit compare-and-swap (checked as a protocol over an indivisible word; see
 //! `src/sync.rs`).
@@ -6,14 +5,17 @@
 //! Run with:
 //!
 //! ```text
-//! RUSTFLAGS="--cfg tollgate_loom" CARGO_TARGET_DIR=/work/target-loom \
+//! RUSTFLAGS="--cfg tollgate_loom" CARGO_TARGET_DIR=target/loom \
 //!     cargo test --release --test loom_windowed
 //! ```
+//!
+//! (A target directory of its own keeps the cfg change from rebuilding the main one.)
 //!
 //! The clock is a frozen `FakeClock` (a plain atomic loom does not track: it never moves),
 //! so every admission stays live and capacities are exact. It reads 10 s, not 0: a log
 //! entry read stale (its slot's initial 0) would then look expired, so a missing ordering
 //! shows up as an extra admission.
+#![cfg(tollgate_loom)]
 
 use std::time::Duration;
 

@@ -44,8 +44,10 @@ fn scenario() -> impl Strategy<Value = Scenario> {
             1 => Just(window),
             6 => 0..=2 * window,
         ];
+        let acquire =
+            (advance, 1..=permits).prop_map(|(advance, cost)| Step::Acquire { advance, cost });
         let step = prop_oneof![
-            16 => (advance, 1..=permits).prop_map(|(advance, cost)| Step::Acquire { advance, cost }),
+            16 => acquire,
             1 => (0..=2 * window).prop_map(Step::Back),
             2 => Just(Step::Evict),
         ];
@@ -125,8 +127,16 @@ fn check<M: Model>(algorithm: Algorithm, scenario: &Scenario) -> Result<(), Test
     Ok(())
 }
 
+/// 256 cases (a second or so), or `PROPTEST_CASES` for a longer soak.
+fn config() -> ProptestConfig {
+    let cases = std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok());
+    ProptestConfig::with_cases(cases.unwrap_or(256))
+}
+
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(256))]
+    #![proptest_config(config())]
 
     #[test]
     fn sliding_log_matches_its_model(scenario in scenario()) {

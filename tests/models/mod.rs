@@ -118,12 +118,17 @@ pub struct CounterModel {
 }
 
 impl CounterModel {
-    /// (previous, current, elapsed) as seen at `now`.
+    /// The clock reading decided at: time that runs backwards counts as zero elapsed, so a
+    /// reading before the start of the last admission's window is taken as that start.
+    fn effective(&self, now: u64) -> u64 {
+        now.max(self.index * self.window)
+    }
+
+    /// (previous, current, elapsed) as seen at `now`, which is not before the stored window.
     fn view(&self, now: u64) -> (u64, u64, u64) {
         let now_index = now / self.window;
         let elapsed = now - now_index * self.window;
-        if self.index >= now_index {
-            // The current window, or a later one (clock went backwards): decided as current.
+        if self.index == now_index {
             (self.previous, self.current, elapsed)
         } else if self.index + 1 == now_index {
             (self.current, 0, elapsed)
@@ -144,15 +149,14 @@ impl CounterModel {
         self.scaled_estimate(now, cost - 1) < u128::from(self.permits * self.window)
     }
 
-    /// `max(0, ceil(N - estimate))` with `extra` requests counted in.
+    /// `max(0, ceil(N - estimate))` at `now` with `extra` requests counted in.
     fn remaining(&self, now: u64, extra: u64) -> u64 {
-        let spare = i128::from(self.permits) * i128::from(self.window)
-            - self.scaled_estimate(now, extra) as i128;
+        let w = i128::from(self.window);
+        let spare = i128::from(self.permits) * w - self.scaled_estimate(now, extra) as i128;
         if spare <= 0 {
             0
         } else {
-            spare.div_euclid(i128::from(self.window)) as u64
-                + u64::from(spare % i128::from(self.window) != 0)
+            ((spare + w - 1) / w) as u64
         }
     }
 }
@@ -169,14 +173,14 @@ impl Model for CounterModel {
     }
 
     fn acquire(&mut self, now: u64, cost: u64) -> Outcome {
-        let now_index = now / self.window;
+        let now = self.effective(now);
         let elapsed = now % self.window;
         let (previous, current, _) = self.view(now);
         if self.fits(now, cost) {
             let remaining = self.remaining(now, cost);
+            self.index = now / self.window;
             self.previous = previous;
             self.current = current + cost;
-            self.index = self.index.max(now_index);
             return Outcome {
                 allowed: true,
                 remaining,
@@ -185,19 +189,13 @@ impl Model for CounterModel {
                 limit: self.permits,
             };
         }
-        // The first nanosecond at which the same request fits, with the state taken as now's
-        // window's from here on: found by bisection over (now, now + 2W].
-        let as_of_now = CounterModel {
-            index: now_index,
-            previous,
-            current,
-            ..*self
-        };
+        // The first nanosecond at which the same request fits: found by bisection over
+        // (now, now + 2W], relying on the estimate never growing while nothing is admitted.
         let (mut lo, mut hi) = (now, now + 2 * self.window);
-        assert!(as_of_now.fits(hi, cost), "fits at the latest after 2W");
+        assert!(self.fits(hi, cost), "fits at the latest after 2W");
         while hi - lo > 1 {
             let mid = lo + (hi - lo) / 2;
-            if as_of_now.fits(mid, cost) {
+            if self.fits(mid, cost) {
                 hi = mid;
             } else {
                 lo = mid;
@@ -220,7 +218,7 @@ impl Model for CounterModel {
     }
 
     fn is_at_rest(&self, now: u64) -> bool {
-        let (previous, current, _) = self.view(now);
+        let (previous, current, _) = self.view(self.effective(now));
         previous == 0 && current == 0
     }
 }

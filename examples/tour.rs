@@ -1,0 +1,235 @@
+//! A guided tour of tollgate: real decisions and real figures.
+//!
+//! ```text
+//! cargo run --release --example tour
+//! ```
+//!
+//! 1. The token-bucket reference trace, replayed on a fake clock.
+//! 2. The three algorithms side by side on the same burst.
+//! 3. Sixteen threads racing for 1,000 permits, twenty times.
+//! 4. `&str` lookups into `String` keys, and eviction of idle keys.
+//! 5. One second of decisions on the real clock.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Barrier};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use tollgate::{Decision, DirectLimiter, FakeClock, Policy, RateLimiter};
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    trace()?;
+    algorithms_side_by_side()?;
+    race()?;
+    lookups_and_eviction()?;
+    throughput()?;
+    Ok(())
+}
+
+fn describe(d: &Decision) -> String {
+    if d.is_allowed() {
+        format!("allowed, remaining {}", d.remaining())
+    } else {
+        // Rounded up, as a Retry-After header would be: never "retry after 0".
+        let ms = d.retry_after().as_nanos().div_ceil(1_000_000);
+        format!("denied, retry after {ms} ms")
+    }
+}
+
+fn heading(title: &str) {
+    println!("\n== {title} ==");
+}
+
+/// DESIGN.md section 6: token bucket, 5 per second.
+fn trace() -> Result<(), Box<dyn std::error::Error>> {
+    heading("1. Token bucket, 5 per second (burst 5, one permit back every 200 ms)");
+    let policy: Policy = "5/1s".parse()?;
+    let clock = FakeClock::new();
+    let limiter: RateLimiter<String, FakeClock> = RateLimiter::with_clock(policy, clock.clone());
+    println!("policy: {policy}");
+    let mut alice = 0;
+    let mut request = |t_ms: u64, key: &str| {
+        clock.set(Duration::from_millis(t_ms));
+        let d = limiter.try_acquire(key);
+        let n = if key == "alice" {
+            alice += 1;
+            format!("#{alice}")
+        } else {
+            "#1".to_owned()
+        };
+        println!("  t={t_ms:>5} ms  {key:<5} {n:<4} {}", describe(&d));
+    };
+    for _ in 0..6 {
+        request(0, "alice");
+    }
+    request(100, "alice");
+    request(300, "alice");
+    request(300, "alice");
+    request(300, "bob");
+    request(1300, "alice");
+    for t in [1300, 1500] {
+        clock.set(Duration::from_millis(t));
+        let removed = limiter.evict_idle();
+        println!(
+            "  t={t:>5} ms  evict_idle removed {removed}, {} key(s) left",
+            limiter.len()
+        );
+    }
+    Ok(())
+}
+
+/// The same burst of requests through each algorithm.
+fn algorithms_side_by_side() -> Result<(), Box<dyn std::error::Error>> {
+    heading("2. Three algorithms, 3 per second, the same requests");
+    let times_ms = [0, 100, 200, 300, 900, 1000, 1050, 1400, 2000, 2100];
+    let names = ["token-bucket", "sliding-log", "sliding-counter"];
+    let limiters: Vec<(DirectLimiter<FakeClock>, FakeClock)> = names
+        .iter()
+        .map(|name| {
+            let clock = FakeClock::new();
+            let policy: Policy = format!("{name} 3/1s").parse().expect("valid policy");
+            (DirectLimiter::with_clock(policy, clock.clone()), clock)
+        })
+        .collect();
+    println!(
+        "  {:>7}  {:<29}{:<29}{:<29}",
+        "t (ms)", names[0], names[1], names[2]
+    );
+    for t in times_ms {
+        let cells: Vec<String> = limiters
+            .iter()
+            .map(|(limiter, clock)| {
+                clock.set(Duration::from_millis(t));
+                describe(&limiter.try_acquire())
+            })
+            .collect();
+        println!("  {t:>7}  {:<29}{:<29}{:<29}", cells[0], cells[1], cells[2]);
+    }
+    println!("  token bucket: a burst of 3, then one every 333 ms;");
+    println!("  sliding log: never more than 3 in any second, exactly;");
+    println!("  sliding counter: the previous second weighted by how much of it is still in view.");
+    Ok(())
+}
+
+/// DESIGN.md section 4.1: 16 threads x 2,000 tries on capacity 1,000, 20 trials.
+fn race() -> Result<(), Box<dyn std::error::Error>> {
+    heading("3. Exactness: 16 threads x 2,000 tries on 1,000 permits, frozen clock, 20 trials");
+    for name in ["token-bucket", "sliding-log", "sliding-counter"] {
+        let policy: Policy = format!("{name} 1000/1h").parse()?;
+        let mut results = Vec::new();
+        for _ in 0..20 {
+            let limiter: Arc<RateLimiter<String, FakeClock>> =
+                Arc::new(RateLimiter::with_clock(policy, FakeClock::new()));
+            let admitted = Arc::new(AtomicU64::new(0));
+            let start = Arc::new(Barrier::new(16));
+            let handles: Vec<_> = (0..16)
+                .map(|_| {
+                    let (limiter, admitted, start) =
+                        (limiter.clone(), admitted.clone(), start.clone());
+                    thread::spawn(move || {
+                        start.wait();
+                        for _ in 0..2_000 {
+                            if limiter.try_acquire("hot").is_allowed() {
+                                admitted.fetch_add(1, Ordering::Relaxed);
+                            }
+                        }
+                    })
+                })
+                .collect();
+            for h in handles {
+                h.join().expect("worker");
+            }
+            results.push(admitted.load(Ordering::Relaxed));
+        }
+        let exact = results.iter().all(|&n| n == 1_000);
+        println!(
+            "  {name:<16} admitted per trial: min {}, max {} -> {}",
+            results.iter().min().unwrap_or(&0),
+            results.iter().max().unwrap_or(&0),
+            if exact {
+                "exactly 1,000 every time"
+            } else {
+                "NOT EXACT"
+            }
+        );
+    }
+    Ok(())
+}
+
+fn lookups_and_eviction() -> Result<(), Box<dyn std::error::Error>> {
+    heading("4. Keys: &str lookups into String keys, and eviction");
+    let clock = FakeClock::new();
+    let limiter: RateLimiter<String, FakeClock> =
+        RateLimiter::with_clock("10/1s".parse()?, clock.clone());
+    let header_value: &str = "api-key-7f3a"; // borrowed from a request, never copied on a hit
+    for _ in 0..3 {
+        let _ = limiter.try_acquire(header_value);
+    }
+    println!(
+        "  three requests for {header_value:?} (a &str): {} key tracked, next gets {}",
+        limiter.len(),
+        describe(&limiter.try_acquire(header_value))
+    );
+    for i in 0..10_000 {
+        let _ = limiter.try_acquire(format!("user-{i}").as_str());
+    }
+    println!("  after 10,000 more users: {} keys tracked", limiter.len());
+    clock.advance(Duration::from_millis(100));
+    println!(
+        "  100 ms later evict_idle removes {} (those with a full bucket again); {} left",
+        limiter.evict_idle(),
+        limiter.len()
+    );
+    clock.advance(Duration::from_millis(400));
+    println!(
+        "  400 ms later evict_idle removes {}; {} left",
+        limiter.evict_idle(),
+        limiter.len()
+    );
+    Ok(())
+}
+
+fn throughput() -> Result<(), Box<dyn std::error::Error>> {
+    heading("5. One second on the real clock (quanta), single thread");
+    let direct = DirectLimiter::new("1000000000/1s".parse()?);
+    let (n, allowed) = for_one_second(|| direct.try_acquire().is_allowed());
+    println!(
+        "  direct limiter:        {:>6.1} M decisions/s ({:.1} ns each), {allowed} allowed",
+        n as f64 / 1e6,
+        1e9 / n as f64
+    );
+    let keyed: RateLimiter<String> = RateLimiter::new("1000000000/1s".parse()?);
+    let (n, _) = for_one_second(|| keyed.try_acquire("alice").is_allowed());
+    println!(
+        "  keyed, one hot key:    {:>6.1} M decisions/s ({:.1} ns each)",
+        n as f64 / 1e6,
+        1e9 / n as f64
+    );
+    let keyed: RateLimiter<u64> = RateLimiter::new("100/1s".parse()?);
+    let mut key = 0u64;
+    let (n, _) = for_one_second(|| {
+        key = (key + 1) % 100_000;
+        keyed.try_acquire(&key).is_allowed()
+    });
+    println!(
+        "  keyed, 100,000 keys:   {:>6.1} M decisions/s ({:.1} ns each), {} keys tracked",
+        n as f64 / 1e6,
+        1e9 / n as f64,
+        keyed.len()
+    );
+    println!("  (criterion benchmarks against governor: cargo bench; see docs/BENCHMARKS.md)");
+    Ok(())
+}
+
+/// Runs `f` in a loop for one second; returns (calls, calls that returned true).
+fn for_one_second(mut f: impl FnMut() -> bool) -> (u64, u64) {
+    let start = Instant::now();
+    let (mut n, mut yes) = (0u64, 0u64);
+    while start.elapsed() < Duration::from_secs(1) {
+        for _ in 0..1_000 {
+            yes += u64::from(f());
+        }
+        n += 1_000;
+    }
+    (n, yes)
+}
