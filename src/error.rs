@@ -54,6 +54,14 @@ pub enum PolicyError {
         /// The largest supported value for this algorithm.
         max: u64,
     },
+    /// [`Policy::and`](crate::Policy::and) would combine more than
+    /// [`Policy::MAX_BANDS`](crate::Policy::MAX_BANDS) distinct bands.
+    TooManyBands {
+        /// How many distinct bands the combination has.
+        bands: usize,
+        /// The most a policy may hold.
+        max: usize,
+    },
     /// A policy string did not parse.
     Syntax {
         /// The whole string that was parsed.
@@ -89,6 +97,10 @@ impl fmt::Display for PolicyError {
             } => write!(
                 f,
                 "permits {permits} is above the maximum of {max} for {algorithm}"
+            ),
+            PolicyError::TooManyBands { bands, max } => write!(
+                f,
+                "bands {bands} is more than a policy may combine (at most {max})"
             ),
             PolicyError::Syntax {
                 input,

@@ -51,6 +51,7 @@
 #![warn(rust_2018_idioms, unreachable_pub)]
 
 mod clock;
+mod composite;
 mod decision;
 mod direct;
 mod error;

@@ -62,6 +62,11 @@ impl ModelCell {
         with_cell!(&self.0, (state, params) => state.try_acquire(params, clock, cost))
     }
 
+    /// What a request would get now, changing nothing; `None` when the state was retired.
+    pub fn peek<C: Clock>(&self, clock: &C, cost: u64) -> Option<Decision> {
+        with_cell!(&self.0, (state, params) => state.peek(params, clock, cost))
+    }
+
     /// Retires the state if it is at rest at `now`.
     pub fn try_retire(&self, now: u64) -> bool {
         with_cell!(&self.0, (state, params) => state.try_retire(params, now))

@@ -28,7 +28,7 @@ use crate::PolicyError;
 /// assert_eq!("sliding-log".parse::<Algorithm>().unwrap(), Algorithm::SlidingLog);
 /// assert_eq!(Algorithm::SlidingCounter.to_string(), "sliding-counter");
 /// ```
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Algorithm {
     /// The token bucket, computed as GCRA: a burst of up to N, refilled at one permit every
     /// `window / permits`.
@@ -65,12 +65,18 @@ impl fmt::Display for Algorithm {
     }
 }
 
-/// A validated rate limit: `permits` per `window`, decided by one [`Algorithm`].
+/// A validated rate limit: `permits` per `window`, decided by one [`Algorithm`], or several
+/// such limits (bands) that must all allow a request.
 ///
 /// Build it with [`Policy::new`] or parse it from a string such as `"5/1s"`, `"100/min"`,
 /// `"5 per 15m"`, `"token-bucket 5/1s"` or `"sliding-log 3/s"`. Units: `ns`, `us`, `ms`,
 /// `s`/`sec`, `m`/`min`, `h`/`hour`, `d`/`day` (plurals and long names such as `minutes` too).
+/// Combine limits with [`Policy::and`] or `&` in a string: `"10/s & 1000/day"`.
 /// `Display` prints a string that parses back to the same policy.
+///
+/// A policy is `Copy`: its bands (at most [`Policy::MAX_BANDS`]) are kept inline, in a
+/// canonical order (shortest window first), so the same limits compare equal however they
+/// were combined.
 ///
 /// # Examples
 ///
@@ -83,13 +89,35 @@ impl fmt::Display for Algorithm {
 /// assert_eq!(built, parsed);
 /// assert_eq!(parsed.to_string(), "token-bucket 5/1s");
 /// assert_eq!(parsed.to_string().parse::<Policy>()?, parsed);
+///
+/// let both: Policy = "1000/day & 10/s".parse()?;
+/// assert_eq!(both, "10/s".parse::<Policy>()?.and("1000/day".parse()?)?);
+/// assert_eq!(both.to_string(), "token-bucket 10/1s & token-bucket 1000/1d");
 /// # Ok::<(), tollgate::PolicyError>(())
 /// ```
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Policy {
-    algorithm: Algorithm,
-    permits: u64,
+    /// `bands[..len]` are the limits, sorted and without duplicates; the rest are
+    /// `Band::UNUSED`, so derived equality compares only what matters.
+    bands: [Band; Policy::MAX_BANDS],
+    len: u8,
+}
+
+/// One limit of a policy: `permits` per `window_nanos` under `algorithm`. Field order gives
+/// the canonical band order: shortest window first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+struct Band {
     window_nanos: u64,
+    permits: u64,
+    algorithm: Algorithm,
+}
+
+impl Band {
+    const UNUSED: Band = Band {
+        window_nanos: 0,
+        permits: 0,
+        algorithm: Algorithm::TokenBucket,
+    };
 }
 
 impl Policy {
@@ -106,6 +134,9 @@ impl Policy {
     /// the counter packs each window's count into 32 bits of its one 128-bit word, and
     /// keeps the top bit clear so that no live state can look like a retired one.
     pub const MAX_COUNTER_PERMITS: u64 = (1 << 31) - 1;
+
+    /// The most bands (limits) one policy may combine with [`Policy::and`].
+    pub const MAX_BANDS: usize = 4;
 
     /// A policy of `permits` per `window` decided by `algorithm`.
     ///
@@ -157,14 +188,109 @@ impl Policy {
                 max: max_permits,
             });
         }
-        Ok(Policy {
-            algorithm,
-            permits,
+        let mut bands = [Band::UNUSED; Self::MAX_BANDS];
+        bands[0] = Band {
             window_nanos,
+            permits,
+            algorithm,
+        };
+        Ok(Policy { bands, len: 1 })
+    }
+
+    /// A policy that allows a request only when both `self` and `other` allow it: "10 per
+    /// second and 1,000 per day". Each band keeps its own algorithm and state; a request
+    /// refused by any band spends nothing in any of them.
+    ///
+    /// # Errors
+    ///
+    /// [`PolicyError::TooManyBands`] when the result would have more than
+    /// [`Policy::MAX_BANDS`] distinct bands.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::Policy;
+    ///
+    /// let burst: Policy = "10/s".parse()?;
+    /// let daily: Policy = "sliding-counter 1000/day".parse()?;
+    /// let both = burst.and(daily)?;
+    /// assert_eq!(both.bands().count(), 2);
+    /// assert_eq!(both, "10/s & sliding-counter 1000/day".parse()?);
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    pub fn and(self, other: Policy) -> Result<Policy, PolicyError> {
+        let mut all: Vec<Band> = self.bands[..usize::from(self.len)]
+            .iter()
+            .chain(&other.bands[..usize::from(other.len)])
+            .copied()
+            .collect();
+        all.sort_unstable();
+        all.dedup();
+        if all.len() > Self::MAX_BANDS {
+            return Err(PolicyError::TooManyBands {
+                bands: all.len(),
+                max: Self::MAX_BANDS,
+            });
+        }
+        let mut bands = [Band::UNUSED; Self::MAX_BANDS];
+        bands[..all.len()].copy_from_slice(&all);
+        Ok(Policy {
+            bands,
+            len: all.len() as u8,
         })
     }
 
-    /// The algorithm that decides.
+    /// Each band of the policy as a single-limit policy, shortest window first. A policy
+    /// built by [`Policy::new`] has exactly one band: itself.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::Policy;
+    ///
+    /// let policy: Policy = "1000/day & 10/s".parse()?;
+    /// let bands: Vec<String> = policy.bands().map(|b| b.to_string()).collect();
+    /// assert_eq!(bands, ["token-bucket 10/1s", "token-bucket 1000/1d"]);
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    pub fn bands(&self) -> impl ExactSizeIterator<Item = Policy> + '_ {
+        self.bands[..usize::from(self.len)].iter().map(|&band| {
+            let mut bands = [Band::UNUSED; Self::MAX_BANDS];
+            bands[0] = band;
+            Policy { bands, len: 1 }
+        })
+    }
+
+    /// `true` when the policy combines several bands.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let policy: tollgate::Policy = "10/s & 1000/day".parse()?;
+    /// assert!(policy.is_composite());
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    #[must_use]
+    pub const fn is_composite(&self) -> bool {
+        self.len > 1
+    }
+
+    /// The most permits one request may cost: the smallest band's permits. A larger cost
+    /// could never be admitted.
+    pub(crate) fn max_cost(&self) -> u64 {
+        self.bands[..usize::from(self.len)]
+            .iter()
+            .map(|b| b.permits)
+            .min()
+            .unwrap_or(0)
+    }
+
+    const fn first(&self) -> &Band {
+        &self.bands[0]
+    }
+
+    /// The algorithm that decides (for a composite policy, the first band's: the one with
+    /// the shortest window; see [`Policy::bands`]).
     ///
     /// # Examples
     ///
@@ -175,11 +301,11 @@ impl Policy {
     /// ```
     #[must_use]
     pub const fn algorithm(&self) -> Algorithm {
-        self.algorithm
+        self.first().algorithm
     }
 
     /// The permits per window (N): the burst size of a token bucket, the most admissions in
-    /// any window for the windowed algorithms.
+    /// any window for the windowed algorithms (for a composite policy, the first band's).
     ///
     /// # Examples
     ///
@@ -190,10 +316,10 @@ impl Policy {
     /// ```
     #[must_use]
     pub const fn permits(&self) -> u64 {
-        self.permits
+        self.first().permits
     }
 
-    /// The window (W).
+    /// The window (W) (for a composite policy, the first band's: the shortest).
     ///
     /// # Examples
     ///
@@ -204,12 +330,12 @@ impl Policy {
     /// ```
     #[must_use]
     pub const fn window(&self) -> Duration {
-        Duration::from_nanos(self.window_nanos)
+        Duration::from_nanos(self.first().window_nanos)
     }
 
-    /// The window in nanoseconds.
+    /// The window in nanoseconds (the first band's).
     pub(crate) const fn window_nanos(&self) -> u64 {
-        self.window_nanos
+        self.first().window_nanos
     }
 }
 
@@ -224,48 +350,32 @@ impl fmt::Display for Policy {
             (1_000, "us"),
             (1, "ns"),
         ];
-        let w = self.window_nanos;
-        // The last unit divides everything, so the search always succeeds.
-        let (size, unit) = UNITS
-            .iter()
-            .copied()
-            .find(|(size, _)| w.is_multiple_of(*size))
-            .unwrap_or((1, "ns"));
-        write!(
-            f,
-            "{} {}/{}{}",
-            self.algorithm,
-            self.permits,
-            w / size,
-            unit
-        )
+        for (i, band) in self.bands[..usize::from(self.len)].iter().enumerate() {
+            if i > 0 {
+                f.write_str(" & ")?;
+            }
+            let w = band.window_nanos;
+            // The last unit divides everything, so the search always succeeds.
+            let (size, unit) = UNITS
+                .iter()
+                .copied()
+                .find(|(size, _)| w.is_multiple_of(*size))
+                .unwrap_or((1, "ns"));
+            write!(
+                f,
+                "{} {}/{}{}",
+                band.algorithm,
+                band.permits,
+                w / size,
+                unit
+            )?;
+        }
+        Ok(())
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn windowed_algorithms_cap_their_permits() {
-        let window = Duration::from_secs(3600);
-        for (algorithm, max) in [
-            (Algorithm::SlidingLog, Policy::MAX_LOG_PERMITS),
-            (Algorithm::SlidingCounter, Policy::MAX_COUNTER_PERMITS),
-        ] {
-            assert_eq!(Policy::new(algorithm, max, window).unwrap().permits(), max);
-            let err = Policy::new(algorithm, max + 1, window).unwrap_err();
-            assert_eq!(
-                err,
-                PolicyError::TooManyPermits {
-                    algorithm,
-                    permits: max + 1,
-                    max,
-                }
-            );
-            assert!(err.to_string().contains(&(max + 1).to_string()), "{err}");
-        }
-        let many = Policy::MAX_COUNTER_PERMITS + 1;
-        assert!(Policy::new(Algorithm::TokenBucket, many, window).is_ok());
+impl fmt::Debug for Policy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Policy(\"{self}\")")
     }
 }

@@ -321,6 +321,20 @@ impl RateState for CounterCell {
     }
 
     #[inline]
+    fn peek<C: Clock + ?Sized>(&self, counter: &Counter, clock: &C, cost: u64) -> Option<Decision> {
+        // Relaxed: the one word is the whole snapshot; nothing is written.
+        let word = self.word.load(Ordering::Relaxed);
+        if word == RETIRED {
+            return None;
+        }
+        Some(
+            match counter.decide(Snapshot::unpack(word), clock.now(), cost) {
+                Verdict::Allow(decision, _) | Verdict::Deny(decision) => decision,
+            },
+        )
+    }
+
+    #[inline]
     fn is_at_rest(&self, counter: &Counter, now: u64) -> bool {
         // Relaxed: a snapshot is all a reader needs; retiring re-checks with a CAS.
         let word = self.word.load(Ordering::Relaxed);

@@ -331,6 +331,21 @@ impl RateState for LogCell {
         }
     }
 
+    fn peek<C: Clock + ?Sized>(&self, log: &Log, clock: &C, cost: u64) -> Option<Decision> {
+        let backoff = Backoff::new();
+        loop {
+            // The same consistent read as `try_acquire`, and nothing written.
+            match self.read(|ring| log.decide(ring, clock.now(), cost)) {
+                Read::Retired => return None,
+                Read::Writing => backoff.snooze(),
+                Read::Changed => {}
+                Read::Consistent(_, Verdict::Allow(decision, _) | Verdict::Deny(decision)) => {
+                    return Some(decision)
+                }
+            }
+        }
+    }
+
     fn is_at_rest(&self, log: &Log, now: u64) -> bool {
         self.at_rest_seq(log, now).is_some()
     }

@@ -30,6 +30,15 @@ pub(crate) trait RateState: Sized + Send + Sync {
         cost: u64,
     ) -> Option<Decision>;
 
+    /// What `try_acquire` would decide now, changing nothing: the decision is computed from a
+    /// consistent snapshot and never written. `None` when the state has been retired.
+    fn peek<C: Clock + ?Sized>(
+        &self,
+        params: &Self::Params,
+        clock: &C,
+        cost: u64,
+    ) -> Option<Decision>;
+
     /// `true` when the state decides exactly as a fresh one from `now` on.
     fn is_at_rest(&self, params: &Self::Params, now: u64) -> bool;
 

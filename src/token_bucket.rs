@@ -154,6 +154,18 @@ impl RateState for GcraCell {
     }
 
     #[inline]
+    fn peek<C: Clock + ?Sized>(&self, gcra: &Gcra, clock: &C, cost: u64) -> Option<Decision> {
+        // Relaxed: the one word is the whole snapshot; nothing is written.
+        let tat = self.tat.load(Ordering::Relaxed);
+        if tat == RETIRED {
+            return None;
+        }
+        Some(match gcra.decide(tat, clock.now(), cost) {
+            Verdict::Allow(decision, _) | Verdict::Deny(decision) => decision,
+        })
+    }
+
+    #[inline]
     fn is_at_rest(&self, _: &Gcra, now: u64) -> bool {
         // Relaxed: a snapshot is all a reader needs; retiring re-checks with a CAS.
         let tat = self.tat.load(Ordering::Relaxed);

@@ -1,6 +1,7 @@
-//! Policy strings: `[algorithm] permits ("/" | "per") [count] unit`.
+//! Policy strings: `band ("&" band)*` with `band = [algorithm] permits ("/" | "per") [count] unit`.
 //!
-//! Examples: `5/1s`, `100/min`, `5 per 15m`, `token-bucket 5/1s`, `sliding-log 3/s`.
+//! Examples: `5/1s`, `100/min`, `5 per 15m`, `token-bucket 5/1s`, `sliding-log 3/s`,
+//! `10/s & 1000/day`.
 //! Whitespace around the parts is free; names and units are case-insensitive. Counts are
 //! whole numbers and may use `_` as a digit separator (`1_000/day`).
 
@@ -25,55 +26,71 @@ impl FromStr for Policy {
     type Err = PolicyError;
 
     fn from_str(input: &str) -> Result<Self, Self::Err> {
-        let mut rest = input.trim();
-
-        // An algorithm name, if present, starts with a letter and ends at whitespace.
-        let mut algo = Algorithm::default();
-        if rest.starts_with(|c: char| c.is_ascii_alphabetic()) {
-            let end = rest.find(char::is_whitespace).unwrap_or(rest.len());
-            let name = &rest[..end];
-            algo = algorithm(name).ok_or_else(|| syntax(input, "algorithm", name, ALGORITHMS))?;
-            rest = rest[end..].trim_start();
+        let mut parts = input.split('&');
+        // `split` always yields at least one part.
+        let mut policy = band(input, parts.next().unwrap_or(""))?;
+        for part in parts {
+            policy = policy.and(band(input, part)?)?;
         }
-
-        let (digits, after) = split_number(rest);
-        let permits = number(
-            input,
-            "permits",
-            digits,
-            "a whole number of permits, such as 5",
-        )?;
-        rest = after.trim_start();
-
-        if let Some(r) = rest.strip_prefix('/') {
-            rest = r;
-        } else if rest.len() >= 3 && rest[..3].eq_ignore_ascii_case("per") {
-            rest = &rest[3..];
-        } else {
-            let shown = rest.split_whitespace().next().unwrap_or("");
-            return Err(syntax(input, "separator", shown, "`/` or `per`"));
-        }
-        rest = rest.trim();
-
-        let (digits, unit) = split_number(rest);
-        let count = if digits.is_empty() {
-            1
-        } else {
-            number(
-                input,
-                "window",
-                digits,
-                "a whole number before the unit, such as 15m",
-            )?
-        };
-        let unit = unit.trim();
-        let scale = unit_nanos(unit).ok_or_else(|| syntax(input, "unit", unit, UNITS))?;
-        let window = match count.checked_mul(scale) {
-            Some(n) => Duration::from_nanos(n),
-            None => Duration::MAX,
-        };
-        Policy::new(algo, permits, window)
+        Ok(policy)
     }
+}
+
+/// Parses one band, `part` of the whole string `input` (named in errors).
+fn band(input: &str, part: &str) -> Result<Policy, PolicyError> {
+    let mut rest = part.trim();
+
+    // An algorithm name, if present, starts with a letter and ends at whitespace.
+    let mut algo = Algorithm::default();
+    if rest.starts_with(|c: char| c.is_ascii_alphabetic()) {
+        let end = rest.find(char::is_whitespace).unwrap_or(rest.len());
+        let name = &rest[..end];
+        algo = algorithm(name).ok_or_else(|| syntax(input, "algorithm", name, ALGORITHMS))?;
+        rest = rest[end..].trim_start();
+    }
+
+    let (digits, after) = split_number(rest);
+    let permits = number(
+        input,
+        "permits",
+        digits,
+        rest,
+        "a whole number of permits, such as 5",
+    )?;
+    rest = after.trim_start();
+
+    if let Some(r) = rest.strip_prefix('/') {
+        rest = r;
+    } else if rest
+        .get(..3)
+        .is_some_and(|word| word.eq_ignore_ascii_case("per"))
+    {
+        rest = &rest[3..];
+    } else {
+        let shown = rest.split_whitespace().next().unwrap_or("");
+        return Err(syntax(input, "separator", shown, "`/` or `per`"));
+    }
+    rest = rest.trim();
+
+    let (digits, unit) = split_number(rest);
+    let count = if digits.is_empty() {
+        1
+    } else {
+        number(
+            input,
+            "window",
+            digits,
+            digits,
+            "a whole number before the unit, such as 15m",
+        )?
+    };
+    let unit = unit.trim();
+    let scale = unit_nanos(unit).ok_or_else(|| syntax(input, "unit", unit, UNITS))?;
+    let window = match count.checked_mul(scale) {
+        Some(n) => Duration::from_nanos(n),
+        None => Duration::MAX,
+    };
+    Policy::new(algo, permits, window)
 }
 
 fn syntax(input: &str, field: &'static str, value: &str, expected: &'static str) -> PolicyError {
@@ -103,18 +120,18 @@ fn split_number(s: &str) -> (&str, &str) {
     s.split_at(end)
 }
 
+/// Parses `digits` as the number for `field`; `context` is the text that stood there, shown
+/// in the error when there are no digits at all.
 fn number(
     input: &str,
     field: &'static str,
     digits: &str,
+    context: &str,
     expected: &'static str,
 ) -> Result<u64, PolicyError> {
     let clean: String = digits.chars().filter(|&c| c != '_').collect();
     if clean.is_empty() {
-        // Show what stood where the number should be.
-        let rest = &input[input.find(digits).unwrap_or(0)..];
-        let shown = rest.split_whitespace().next().unwrap_or("");
-        let shown = if field == "permits" { shown } else { digits };
+        let shown = context.split_whitespace().next().unwrap_or("");
         return Err(syntax(input, field, shown, expected));
     }
     clean
