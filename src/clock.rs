@@ -196,3 +196,14 @@ impl Clock for FakeClock {
 pub(crate) fn duration_to_nanos(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
+
+/// A clock stopped at one reading: decisions that must all see the same instant.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Fixed(pub(crate) u64);
+
+impl Clock for Fixed {
+    #[inline]
+    fn now(&self) -> u64 {
+        self.0
+    }
+}

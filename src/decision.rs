@@ -140,6 +140,51 @@ impl Decision {
         Duration::from_nanos(self.reset_after_nanos)
     }
 
+    /// [`retry_after`](Decision::retry_after) in whole seconds for an HTTP `Retry-After`
+    /// header: rounded up, and at least 1 when the request was refused (a client told
+    /// "retry after 0" retries at once and is refused again). 0 when allowed.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let limiter = tollgate::DirectLimiter::with_clock("5/s".parse()?, tollgate::FakeClock::new());
+    /// let allowed = limiter.try_acquire_n(5)?;
+    /// assert_eq!(allowed.retry_after_secs(), 0);
+    /// let refused = limiter.try_acquire(); // retry after 200 ms
+    /// assert_eq!(refused.retry_after_secs(), 1);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[inline]
+    #[must_use]
+    pub const fn retry_after_secs(&self) -> u64 {
+        if self.allowed {
+            0
+        } else {
+            let secs = self.retry_after_nanos.div_ceil(1_000_000_000);
+            if secs == 0 {
+                1
+            } else {
+                secs
+            }
+        }
+    }
+
+    /// [`reset_after`](Decision::reset_after) in whole seconds, rounded up: the value of a
+    /// `RateLimit-Reset` header.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let limiter = tollgate::DirectLimiter::with_clock("2/3s".parse()?, tollgate::FakeClock::new());
+    /// assert_eq!(limiter.try_acquire().reset_after_secs(), 2); // 1.5 s
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    #[inline]
+    #[must_use]
+    pub const fn reset_after_secs(&self) -> u64 {
+        self.reset_after_nanos.div_ceil(1_000_000_000)
+    }
+
     /// The policy's permits (N).
     ///
     /// # Examples

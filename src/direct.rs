@@ -1,13 +1,16 @@
 //! The direct limiter: [`DirectLimiter`], one state and no map, for one very hot key.
 
 use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
 
-use crossbeam_utils::CachePadded;
+use crossbeam_utils::{Backoff, CachePadded};
+use scc::{AtomicShared, Guard, Shared, Tag};
 
-use crate::error::check_cost;
+use crate::composite::CompositeCell;
 use crate::sliding_counter::CounterCell;
 use crate::sliding_log::LogCell;
-use crate::state::RateState;
+use crate::state::{Carry, RateState};
 use crate::token_bucket::GcraCell;
 use crate::{Algorithm, Clock, CostError, Decision, Policy, SystemClock};
 
@@ -34,15 +37,31 @@ use crate::{Algorithm, Clock, CostError, Decision, Policy, SystemClock};
 /// # Ok::<(), tollgate::PolicyError>(())
 /// ```
 pub struct DirectLimiter<C = SystemClock> {
-    state: State,
+    /// The state for the policy the limiter was built with, inline: the fast path reads no
+    /// pointer. Retired for good by the first [`set_policy`](DirectLimiter::set_policy).
+    first: Generation,
+    /// Set (once, never cleared) when the policy was changed: requests then use `current`.
+    replaced: AtomicBool,
+    /// The state for the latest policy, once replaced.
+    current: AtomicShared<Generation>,
     clock: C,
-    policy: Policy,
+    /// Serialises policy changes.
+    config: Mutex<()>,
 }
 
+/// A policy and the state deciding for it.
+struct Generation {
+    policy: Policy,
+    state: State,
+}
+
+// One per limiter (or per policy change): inline, so the fast path chases no pointer.
+#[allow(clippy::large_enum_variant)]
 enum State {
     TokenBucket(Direct<GcraCell>),
     SlidingLog(Direct<LogCell>),
     SlidingCounter(Direct<CounterCell>),
+    Composite(Direct<CompositeCell>),
 }
 
 macro_rules! with_direct {
@@ -51,6 +70,7 @@ macro_rules! with_direct {
             State::TokenBucket($direct) => $body,
             State::SlidingLog($direct) => $body,
             State::SlidingCounter($direct) => $body,
+            State::Composite($direct) => $body,
         }
     };
 }
@@ -61,21 +81,56 @@ struct Direct<St: RateState> {
 }
 
 impl<St: RateState> Direct<St> {
-    fn new(policy: &Policy) -> Self {
+    fn new(policy: &Policy, carry: Option<&Carry>, now: u64) -> Self {
         let params = St::params(policy);
+        let cell = match carry {
+            Some(carry) => St::from_carry(&params, carry, now),
+            None => St::fresh(&params),
+        };
         Direct {
-            cell: CachePadded::new(St::fresh(&params)),
+            cell: CachePadded::new(cell),
             params,
         }
     }
 
+    /// `None` when the state was retired by a policy change.
     #[inline]
-    fn try_acquire<C: Clock>(&self, clock: &C, cost: u64) -> Decision {
-        match self.cell.try_acquire(&self.params, clock, cost) {
-            Some(decision) => decision,
-            // Only eviction retires a state, and a direct limiter never evicts.
-            None => unreachable!("a direct limiter's state is never retired"),
+    fn try_acquire<C: Clock>(&self, clock: &C, cost: u64) -> Option<Result<Decision, CostError>> {
+        let limit = St::max_cost(&self.params);
+        if cost > limit {
+            return Some(Err(CostError::ExceedsLimit { cost, limit }));
         }
+        self.cell.try_acquire(&self.params, clock, cost).map(Ok)
+    }
+}
+
+impl State {
+    fn new(policy: &Policy, carry: Option<&Carry>, now: u64) -> Self {
+        if policy.is_composite() {
+            return State::Composite(Direct::new(policy, carry, now));
+        }
+        match policy.algorithm() {
+            Algorithm::TokenBucket => State::TokenBucket(Direct::new(policy, carry, now)),
+            Algorithm::SlidingLog => State::SlidingLog(Direct::new(policy, carry, now)),
+            Algorithm::SlidingCounter => State::SlidingCounter(Direct::new(policy, carry, now)),
+        }
+    }
+
+    #[inline]
+    fn try_acquire<C: Clock>(&self, clock: &C, cost: u64) -> Option<Result<Decision, CostError>> {
+        with_direct!(self, direct => direct.try_acquire(clock, cost))
+    }
+
+    fn peek<C: Clock>(&self, clock: &C) -> Option<Decision> {
+        with_direct!(self, direct => direct.cell.peek(&direct.params, clock, 1))
+    }
+
+    fn is_at_rest(&self, now: u64) -> bool {
+        with_direct!(self, direct => direct.cell.is_at_rest(&direct.params, now))
+    }
+
+    fn carry(&self, now: u64) -> Option<Carry> {
+        with_direct!(self, direct => direct.cell.carry(&direct.params, now, true))
     }
 }
 
@@ -109,15 +164,15 @@ impl<C: Clock> DirectLimiter<C> {
     /// ```
     #[must_use]
     pub fn with_clock(policy: Policy, clock: C) -> Self {
-        let state = match policy.algorithm() {
-            Algorithm::TokenBucket => State::TokenBucket(Direct::new(&policy)),
-            Algorithm::SlidingLog => State::SlidingLog(Direct::new(&policy)),
-            Algorithm::SlidingCounter => State::SlidingCounter(Direct::new(&policy)),
-        };
         DirectLimiter {
-            state,
+            first: Generation {
+                policy,
+                state: State::new(&policy, None, 0),
+            },
+            replaced: AtomicBool::new(false),
+            current: AtomicShared::null(),
             clock,
-            policy,
+            config: Mutex::new(()),
         }
     }
 
@@ -133,7 +188,11 @@ impl<C: Clock> DirectLimiter<C> {
     /// ```
     #[inline]
     pub fn try_acquire(&self) -> Decision {
-        with_direct!(&self.state, direct => direct.try_acquire(&self.clock, 1))
+        match self.acquire(1) {
+            Ok(decision) => decision,
+            // Every policy has at least one permit, so a cost of 1 is always acceptable.
+            Err(_) => unreachable!("a cost of 1 is within every policy"),
+        }
     }
 
     /// Decides a request of cost `n`: allowed only if `n` permits are available, and then all
@@ -142,7 +201,7 @@ impl<C: Clock> DirectLimiter<C> {
     /// # Errors
     ///
     /// [`CostError::Zero`] for `n == 0` and [`CostError::ExceedsLimit`] for `n` above the
-    /// policy's permits; nothing changes.
+    /// policy's permits (the smallest band's, for a composite policy); nothing changes.
     ///
     /// # Examples
     ///
@@ -154,8 +213,85 @@ impl<C: Clock> DirectLimiter<C> {
     /// ```
     #[inline]
     pub fn try_acquire_n(&self, n: u64) -> Result<Decision, CostError> {
-        check_cost(n, self.policy.permits())?;
-        Ok(with_direct!(&self.state, direct => direct.try_acquire(&self.clock, n)))
+        if n == 0 {
+            return Err(CostError::Zero);
+        }
+        self.acquire(n)
+    }
+
+    #[inline]
+    fn acquire(&self, cost: u64) -> Result<Decision, CostError> {
+        // Relaxed: a stale `false` only sends us to the first state, which a policy change
+        // retires before it sets the flag, so we then get `None` and take the slow path.
+        if !self.replaced.load(Ordering::Relaxed) {
+            if let Some(result) = self.first.state.try_acquire(&self.clock, cost) {
+                return result;
+            }
+        }
+        self.acquire_replaced(cost)
+    }
+
+    /// The path after a policy change: the latest generation, behind a pointer.
+    #[cold]
+    #[inline(never)]
+    fn acquire_replaced(&self, cost: u64) -> Result<Decision, CostError> {
+        let guard = Guard::new();
+        let backoff = Backoff::new();
+        loop {
+            if let Some(generation) = self.latest(&guard) {
+                if let Some(result) = generation.state.try_acquire(&self.clock, cost) {
+                    return result;
+                }
+            }
+            // A policy change is between retiring the old state and publishing the new one.
+            backoff.snooze();
+        }
+    }
+
+    /// The generation in force, or `None` while a policy change is being published.
+    fn latest<'g>(&'g self, guard: &'g Guard) -> Option<&'g Generation> {
+        // Acquire: pairs with the Release store of the flag, which follows the publication
+        // of the new generation.
+        if self.replaced.load(Ordering::Acquire) {
+            // Acquire: pairs with the Release swap that published the generation.
+            self.current.load(Ordering::Acquire, guard).as_ref()
+        } else {
+            Some(&self.first)
+        }
+    }
+
+    /// The generation in force, waiting out a policy change being published.
+    fn settled<'g>(&'g self, guard: &'g Guard) -> &'g Generation {
+        let backoff = Backoff::new();
+        loop {
+            if let Some(generation) = self.latest(guard) {
+                return generation;
+            }
+            backoff.snooze();
+        }
+    }
+
+    /// What a request of cost 1 would get now, changing nothing.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let limiter = tollgate::DirectLimiter::with_clock("1/s".parse()?, tollgate::FakeClock::new());
+    /// assert!(limiter.peek().is_allowed());
+    /// assert!(limiter.peek().is_allowed()); // peeking spends nothing
+    /// assert!(limiter.try_acquire().is_allowed());
+    /// assert!(!limiter.peek().is_allowed());
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    pub fn peek(&self) -> Decision {
+        let guard = Guard::new();
+        let backoff = Backoff::new();
+        loop {
+            if let Some(decision) = self.settled(&guard).state.peek(&self.clock) {
+                return decision;
+            }
+            backoff.snooze();
+        }
     }
 
     /// `true` when the state decides exactly as a fresh one would: a full bucket or an empty
@@ -172,8 +308,52 @@ impl<C: Clock> DirectLimiter<C> {
     /// ```
     #[must_use]
     pub fn is_at_rest(&self) -> bool {
+        let guard = Guard::new();
         let now = self.clock.now();
-        with_direct!(&self.state, direct => direct.cell.is_at_rest(&direct.params, now))
+        self.settled(&guard).state.is_at_rest(now)
+    }
+
+    /// Enforces `policy` from now on, under the keyed limiter's rule: permits already spent
+    /// stay spent (counted at this instant, capped at the new limit), and the limiter never
+    /// gains more than the new policy allows (see
+    /// [`RateLimiter::set_policy`](crate::RateLimiter::set_policy)).
+    ///
+    /// Requests racing the change wait for it (a few hundred nanoseconds) rather than decide
+    /// on either side of it. After the first change, each decision reads the state through one
+    /// more pointer, guarded by the epoch-based reclamation of `scc`: a few nanoseconds more
+    /// per decision (see `docs/BENCHMARKS.md`).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let limiter = tollgate::DirectLimiter::with_clock("10/s".parse()?, tollgate::FakeClock::new());
+    /// for _ in 0..8 {
+    ///     limiter.try_acquire();
+    /// }
+    /// limiter.set_policy("20/s".parse()?); // looser: the 8 spent stay spent
+    /// assert_eq!(limiter.try_acquire().remaining(), 11);
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    pub fn set_policy(&self, policy: Policy) {
+        let _config = self
+            .config
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let guard = Guard::new();
+        let now = self.clock.now();
+        // Retire the state in force, taking the permits it has in use. Only this call (under
+        // the mutex) retires states, so it is live and the carry is there.
+        let old = self.settled(&guard);
+        let carry = old.state.carry(now);
+        let generation = Generation {
+            policy,
+            state: State::new(&policy, carry.as_ref(), now),
+        };
+        // AcqRel: the Release half publishes the new generation (see `latest`).
+        self.current
+            .swap((Some(Shared::new(generation)), Tag::None), Ordering::AcqRel);
+        // Release: orders the publication above before the flag; readers pair with Acquire.
+        self.replaced.store(true, Ordering::Release);
     }
 
     /// The policy enforced.
@@ -187,7 +367,8 @@ impl<C: Clock> DirectLimiter<C> {
     /// ```
     #[must_use]
     pub fn policy(&self) -> Policy {
-        self.policy
+        let guard = Guard::new();
+        self.settled(&guard).policy
     }
 
     /// The clock the limiter reads.
@@ -207,8 +388,6 @@ impl<C: Clock> DirectLimiter<C> {
 
 impl<C> fmt::Debug for DirectLimiter<C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("DirectLimiter")
-            .field("policy", &self.policy)
-            .finish_non_exhaustive()
+        f.debug_struct("DirectLimiter").finish_non_exhaustive()
     }
 }

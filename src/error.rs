@@ -167,15 +167,3 @@ impl fmt::Display for CostError {
 }
 
 impl std::error::Error for CostError {}
-
-/// Checks a cost against a policy's permits.
-#[inline]
-pub(crate) fn check_cost(cost: u64, limit: u64) -> Result<(), CostError> {
-    if cost == 0 {
-        Err(CostError::Zero)
-    } else if cost > limit {
-        Err(CostError::ExceedsLimit { cost, limit })
-    } else {
-        Ok(())
-    }
-}

@@ -2,21 +2,31 @@
 //!
 //! The request path is a shared-lock map lookup, then the key's own lock-free state machine.
 //! A key seen for the first time goes through the map's entry API, out of line. Eviction
-//! removes states that are at rest, exactly, while requests run (see `docs/ARCHITECTURE.md`).
+//! removes states that are at rest, exactly, while requests run. A policy change starts a new
+//! *generation* (a new map); keys move into it one by one, carrying the permits they have in
+//! use (see `docs/ARCHITECTURE.md`).
 
 use std::borrow::Borrow;
 use std::fmt;
 use std::hash::{BuildHasher, Hash};
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
 use crossbeam_utils::CachePadded;
+use scc::hash_map::Entry;
+use scc::{AtomicShared, Guard, Shared, Tag};
 
-use crate::error::check_cost;
+use crate::any_state::AnyState;
+use crate::clock::Fixed;
+use crate::composite::CompositeCell;
 use crate::sliding_counter::CounterCell;
 use crate::sliding_log::LogCell;
-use crate::state::RateState;
+use crate::state::{Carry, RateState};
 use crate::token_bucket::GcraCell;
 use crate::{Algorithm, Clock, CostError, Decision, KeyHasher, Policy, SystemClock};
+
+/// How a limiter built with [`RateLimiter::with_resolver`] chooses each key's policy.
+pub type Resolver<K> = dyn Fn(&K) -> Policy + Send + Sync;
 
 /// A rate limiter with one independent state per key (user id, API key, IP address...).
 ///
@@ -29,7 +39,10 @@ use crate::{Algorithm, Clock, CostError, Decision, KeyHasher, Policy, SystemCloc
 /// |---|---|
 /// | [`try_acquire`](RateLimiter::try_acquire) | decides a request of cost 1 |
 /// | [`try_acquire_n`](RateLimiter::try_acquire_n) | decides a request of cost n |
+/// | [`peek`](RateLimiter::peek) | what a request would get now, changing nothing |
 /// | [`evict_idle`](RateLimiter::evict_idle) | removes every state at rest, exactly |
+/// | [`reset`](RateLimiter::reset) | forgets one key's state |
+/// | [`set_policy`](RateLimiter::set_policy) | changes the policy live, keeping spent permits spent |
 /// | [`len`](RateLimiter::len) | counts the keys tracked now |
 ///
 /// # Examples
@@ -55,20 +68,41 @@ use crate::{Algorithm, Clock, CostError, Decision, KeyHasher, Policy, SystemCloc
 /// # Ok::<(), tollgate::PolicyError>(())
 /// ```
 pub struct RateLimiter<K = String, C = SystemClock, S: BuildHasher = KeyHasher> {
-    registry: Registry<K, S>,
+    /// The generation requests go to. Never null.
+    current: AtomicShared<Generation<K, S>>,
     clock: C,
-    policy: Policy,
-    /// Keys tracked now: incremented on creation, decremented on eviction, both under the
-    /// bucket's exclusive lock, so it never drifts from the map.
+    /// Builds the map of each new generation.
+    hasher: S,
+    /// Keys tracked now, over all generations: incremented on creation, decremented on
+    /// removal, each under the bucket's exclusive lock, so it never drifts from the maps.
     tracked: CachePadded<AtomicUsize>,
+    /// Serialises policy changes and the unlinking of drained generations (cold paths only).
+    config: Mutex<()>,
 }
 
-/// One map per algorithm, chosen once at construction: a single predictable branch per call,
-/// and each map stores its algorithm's state inline with no enum padding.
+/// The keys' states under one policy (or one resolver), and the generation it replaced.
+struct Generation<K, S: BuildHasher> {
+    rules: Rules<K>,
+    registry: Registry<K, S>,
+    /// The previous generation while it may still hold states; null once it has drained.
+    older: AtomicShared<Generation<K, S>>,
+}
+
+enum Rules<K> {
+    Uniform(Policy),
+    PerKey(Arc<Resolver<K>>),
+}
+
+/// One map per kind of state, chosen once per generation: a single predictable branch per
+/// call, and each map stores its state inline with no enum padding.
+// One per generation: the composite's inline band parameters cost nothing per key.
+#[allow(clippy::large_enum_variant)]
 enum Registry<K, S: BuildHasher> {
     TokenBucket(Keyed<K, GcraCell, S>),
     SlidingLog(Keyed<K, LogCell, S>),
     SlidingCounter(Keyed<K, CounterCell, S>),
+    Composite(Keyed<K, CompositeCell, S>),
+    PerKey(Keyed<K, AnyState, S>),
 }
 
 /// Runs `$body` with `$keyed` bound to whichever map the registry holds.
@@ -78,72 +112,130 @@ macro_rules! with_keyed {
             Registry::TokenBucket($keyed) => $body,
             Registry::SlidingLog($keyed) => $body,
             Registry::SlidingCounter($keyed) => $body,
+            Registry::Composite($keyed) => $body,
+            Registry::PerKey($keyed) => $body,
         }
     };
 }
 
-struct Keyed<K, St: RateState, S: BuildHasher> {
+struct Keyed<K, St: Slot<K>, S: BuildHasher> {
     map: scc::HashMap<K, St, S>,
     params: St::Params,
 }
 
-impl<K: Hash + Eq, St: RateState, S: BuildHasher> Keyed<K, St, S> {
-    fn new(policy: &Policy, hasher: S) -> Self {
+/// What the registry stores per key: a state machine and how to build one for a key.
+trait Slot<K>: Sized + Send + Sync {
+    /// Shared by every key of the map: the policy's parameters, or the resolver.
+    type Params: Send + Sync;
+
+    fn max_cost(&self, params: &Self::Params) -> u64;
+    fn try_acquire<C: Clock + ?Sized>(
+        &self,
+        params: &Self::Params,
+        clock: &C,
+        cost: u64,
+    ) -> Option<Decision>;
+    fn peek<C: Clock + ?Sized>(&self, params: &Self::Params, clock: &C) -> Option<Decision>;
+    fn try_retire(&self, params: &Self::Params, now: u64) -> bool;
+    fn carry(&self, params: &Self::Params, now: u64, retire: bool) -> Option<Carry>;
+
+    /// The most a new state for `key` would accept: checked before anything is created.
+    fn max_cost_for(params: &Self::Params, key: &K) -> u64;
+    /// A new state for `key`: fresh, or carrying permits from an older generation.
+    fn build(params: &Self::Params, key: &K, carry: Option<&Carry>, now: u64) -> Self;
+}
+
+impl<K, St: RateState> Slot<K> for St {
+    type Params = St::Params;
+
+    #[inline]
+    fn max_cost(&self, params: &St::Params) -> u64 {
+        St::max_cost(params)
+    }
+
+    #[inline]
+    fn try_acquire<C: Clock + ?Sized>(
+        &self,
+        params: &St::Params,
+        clock: &C,
+        cost: u64,
+    ) -> Option<Decision> {
+        RateState::try_acquire(self, params, clock, cost)
+    }
+
+    fn peek<C: Clock + ?Sized>(&self, params: &St::Params, clock: &C) -> Option<Decision> {
+        RateState::peek(self, params, clock, 1)
+    }
+
+    fn try_retire(&self, params: &St::Params, now: u64) -> bool {
+        RateState::try_retire(self, params, now)
+    }
+
+    fn carry(&self, params: &St::Params, now: u64, retire: bool) -> Option<Carry> {
+        RateState::carry(self, params, now, retire)
+    }
+
+    fn max_cost_for(params: &St::Params, _: &K) -> u64 {
+        St::max_cost(params)
+    }
+
+    fn build(params: &St::Params, _: &K, carry: Option<&Carry>, now: u64) -> Self {
+        match carry {
+            Some(carry) => St::from_carry(params, carry, now),
+            None => St::fresh(params),
+        }
+    }
+}
+
+impl<K> Slot<K> for AnyState {
+    type Params = Arc<Resolver<K>>;
+
+    #[inline]
+    fn max_cost(&self, _: &Self::Params) -> u64 {
+        AnyState::max_cost(self)
+    }
+
+    #[inline]
+    fn try_acquire<C: Clock + ?Sized>(
+        &self,
+        _: &Self::Params,
+        clock: &C,
+        cost: u64,
+    ) -> Option<Decision> {
+        AnyState::try_acquire(self, clock, cost)
+    }
+
+    fn peek<C: Clock + ?Sized>(&self, _: &Self::Params, clock: &C) -> Option<Decision> {
+        AnyState::peek(self, clock, 1)
+    }
+
+    fn try_retire(&self, _: &Self::Params, now: u64) -> bool {
+        AnyState::try_retire(self, now)
+    }
+
+    fn carry(&self, _: &Self::Params, now: u64, retire: bool) -> Option<Carry> {
+        AnyState::carry(self, now, retire)
+    }
+
+    fn max_cost_for(resolver: &Self::Params, key: &K) -> u64 {
+        resolver(key).max_cost()
+    }
+
+    fn build(resolver: &Self::Params, key: &K, carry: Option<&Carry>, now: u64) -> Self {
+        AnyState::new(&resolver(key), carry, now)
+    }
+}
+
+impl<K: Hash + Eq, St: Slot<K>, S: BuildHasher> Keyed<K, St, S> {
+    fn new(params: St::Params, hasher: S) -> Self {
         Keyed {
             map: scc::HashMap::with_hasher(hasher),
-            params: St::params(policy),
+            params,
         }
     }
 
-    /// The hit path: a shared bucket lock for the duration of the state's CAS loop.
-    #[inline]
-    fn try_acquire<Q, C>(&self, key: &Q, clock: &C, cost: u64, tracked: &AtomicUsize) -> Decision
-    where
-        K: Borrow<Q> + From<Q::Owned>,
-        Q: Hash + Eq + ToOwned + ?Sized,
-        C: Clock,
-    {
-        let hit = self
-            .map
-            .read_sync(key, |_, state| state.try_acquire(&self.params, clock, cost));
-        match hit {
-            Some(Some(decision)) => decision,
-            _ => self.acquire_slow(key, clock, cost, tracked),
-        }
-    }
-
-    /// A key not in the map (or whose state was retired): create or replace its state under
-    /// the bucket's exclusive lock, then decide. Two racing first requests meet here and the
-    /// entry API gives both the same state.
-    #[cold]
-    #[inline(never)]
-    fn acquire_slow<Q, C>(&self, key: &Q, clock: &C, cost: u64, tracked: &AtomicUsize) -> Decision
-    where
-        K: Borrow<Q> + From<Q::Owned>,
-        Q: Hash + Eq + ToOwned + ?Sized,
-        C: Clock,
-    {
-        let mut entry = match self.map.entry_sync(K::from(key.to_owned())) {
-            scc::hash_map::Entry::Occupied(entry) => entry,
-            scc::hash_map::Entry::Vacant(entry) => {
-                // Relaxed: a statistic; the bucket lock orders it against eviction's decrement.
-                tracked.fetch_add(1, Ordering::Relaxed);
-                entry.insert_entry(St::fresh(&self.params))
-            }
-        };
-        if let Some(decision) = entry.get().try_acquire(&self.params, clock, cost) {
-            return decision;
-        }
-        // Retired in place: replace it (never revive it). We hold the bucket exclusively, so
-        // no reader can still be inside the old state.
-        *entry.get_mut() = St::fresh(&self.params);
-        match entry.get().try_acquire(&self.params, clock, cost) {
-            Some(decision) => decision,
-            None => unreachable!("a fresh state is live and the bucket lock is held"),
-        }
-    }
-
-    fn evict_idle(&self, now: u64, tracked: &AtomicUsize) -> usize {
+    /// Retires and removes every state at rest at `now`; returns how many.
+    fn evict_idle(&self, now: u64) -> usize {
         let mut removed = 0;
         // `retain_sync` holds each bucket's lock exclusively while it runs the predicate, so
         // no request is inside a state while it is retired and unlinked; retiring first also
@@ -153,12 +245,37 @@ impl<K: Hash + Eq, St: RateState, S: BuildHasher> Keyed<K, St, S> {
             removed += usize::from(retire);
             !retire
         });
-        tracked.fetch_sub(removed, Ordering::Relaxed);
         removed
     }
 }
 
-impl<K: Hash + Eq> RateLimiter<K, SystemClock, KeyHasher> {
+impl<K: Hash + Eq + 'static, S: BuildHasher + 'static> Registry<K, S> {
+    fn new(rules: &Rules<K>, hasher: S) -> Self {
+        match rules {
+            Rules::PerKey(resolver) => Registry::PerKey(Keyed::new(resolver.clone(), hasher)),
+            Rules::Uniform(policy) if policy.is_composite() => {
+                Registry::Composite(Keyed::new(CompositeCell::params(policy), hasher))
+            }
+            Rules::Uniform(policy) => match policy.algorithm() {
+                Algorithm::TokenBucket => {
+                    Registry::TokenBucket(Keyed::new(GcraCell::params(policy), hasher))
+                }
+                Algorithm::SlidingLog => {
+                    Registry::SlidingLog(Keyed::new(LogCell::params(policy), hasher))
+                }
+                Algorithm::SlidingCounter => {
+                    Registry::SlidingCounter(Keyed::new(CounterCell::params(policy), hasher))
+                }
+            },
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        with_keyed!(self, keyed => keyed.map.is_empty())
+    }
+}
+
+impl<K: Hash + Eq + 'static> RateLimiter<K, SystemClock, KeyHasher> {
     /// A limiter enforcing `policy` per key, on the real clock.
     ///
     /// # Examples
@@ -176,7 +293,7 @@ impl<K: Hash + Eq> RateLimiter<K, SystemClock, KeyHasher> {
     }
 }
 
-impl<K: Hash + Eq, C: Clock> RateLimiter<K, C, KeyHasher> {
+impl<K: Hash + Eq + 'static, C: Clock> RateLimiter<K, C, KeyHasher> {
     /// A limiter enforcing `policy` per key, reading time from `clock`.
     ///
     /// # Examples
@@ -194,9 +311,46 @@ impl<K: Hash + Eq, C: Clock> RateLimiter<K, C, KeyHasher> {
     pub fn with_clock(policy: Policy, clock: C) -> Self {
         Self::with_hasher(policy, clock, KeyHasher::default())
     }
+
+    /// A limiter whose policy is chosen per key, by `resolver`, when the key's state is
+    /// created: tiers such as free users at 100 per minute and paid ones at 1,000.
+    ///
+    /// The resolver runs once per new key (and again only if the key's state is evicted or
+    /// [`reset`](RateLimiter::reset)), outside any fast path. To move a key to another tier,
+    /// change what the resolver returns for it, then call `reset(&key)`: its next request
+    /// starts from a fresh state under the new policy. (Eviction does the same for keys at
+    /// rest.) Each key then stores its policy's parameters beside its state, so per-key
+    /// memory is larger than with one policy (see `docs/ALGORITHMS.md`).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::{FakeClock, Policy, RateLimiter};
+    ///
+    /// let free: Policy = "2/min".parse()?;
+    /// let paid: Policy = "1000/min".parse()?;
+    /// let limiter: RateLimiter<String, FakeClock> = RateLimiter::with_resolver(
+    ///     move |user: &String| if user.starts_with("paid:") { paid } else { free },
+    ///     FakeClock::new(),
+    /// );
+    /// assert_eq!(limiter.try_acquire("free:ann").limit(), 2);
+    /// assert_eq!(limiter.try_acquire("paid:bob").remaining(), 999);
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    #[must_use]
+    pub fn with_resolver(
+        resolver: impl Fn(&K) -> Policy + Send + Sync + 'static,
+        clock: C,
+    ) -> Self {
+        Self::build(
+            Rules::PerKey(Arc::new(resolver)),
+            clock,
+            KeyHasher::default(),
+        )
+    }
 }
 
-impl<K: Hash + Eq, C: Clock, S: BuildHasher> RateLimiter<K, C, S> {
+impl<K: Hash + Eq + 'static, C: Clock, S: BuildHasher + Clone + 'static> RateLimiter<K, C, S> {
     /// A limiter with a hasher of your choice for its keys (see [`KeyHasher`] for the
     /// default and why).
     ///
@@ -216,16 +370,33 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher> RateLimiter<K, C, S> {
     /// ```
     #[must_use]
     pub fn with_hasher(policy: Policy, clock: C, hasher: S) -> Self {
-        let registry = match policy.algorithm() {
-            Algorithm::TokenBucket => Registry::TokenBucket(Keyed::new(&policy, hasher)),
-            Algorithm::SlidingLog => Registry::SlidingLog(Keyed::new(&policy, hasher)),
-            Algorithm::SlidingCounter => Registry::SlidingCounter(Keyed::new(&policy, hasher)),
+        Self::build(Rules::Uniform(policy), clock, hasher)
+    }
+
+    fn build(rules: Rules<K>, clock: C, hasher: S) -> Self {
+        let registry = Registry::new(&rules, hasher.clone());
+        let generation = Generation {
+            rules,
+            registry,
+            older: AtomicShared::null(),
         };
         RateLimiter {
-            registry,
+            current: AtomicShared::new(generation),
             clock,
-            policy,
+            hasher,
             tracked: CachePadded::new(AtomicUsize::new(0)),
+            config: Mutex::new(()),
+        }
+    }
+
+    /// The generation requests go to now.
+    #[inline]
+    fn generation<'g>(&self, guard: &'g Guard) -> &'g Generation<K, S> {
+        // Acquire: pairs with the Release swap in `replace_rules`, so the new generation's
+        // contents are visible before it is used.
+        match self.current.load(Ordering::Acquire, guard).as_ref() {
+            Some(generation) => generation,
+            None => unreachable!("a limiter always has a current generation"),
         }
     }
 
@@ -252,7 +423,11 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher> RateLimiter<K, C, S> {
         K: Borrow<Q> + From<Q::Owned>,
         Q: Hash + Eq + ToOwned + ?Sized,
     {
-        self.acquire(key, 1)
+        match self.acquire(key, 1) {
+            Ok(decision) => decision,
+            // Every policy has at least one permit, so a cost of 1 is always acceptable.
+            Err(_) => unreachable!("a cost of 1 is within every policy"),
+        }
     }
 
     /// Decides a request of cost `n` for `key`: allowed only if `n` permits are available,
@@ -261,7 +436,8 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher> RateLimiter<K, C, S> {
     /// # Errors
     ///
     /// [`CostError::Zero`] for `n == 0` and [`CostError::ExceedsLimit`] for `n` above the
-    /// policy's permits. A refused cost creates and changes nothing.
+    /// key's policy's permits (the smallest band's, for a composite policy). A refused cost
+    /// creates and changes nothing.
     ///
     /// # Examples
     ///
@@ -281,17 +457,242 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher> RateLimiter<K, C, S> {
         K: Borrow<Q> + From<Q::Owned>,
         Q: Hash + Eq + ToOwned + ?Sized,
     {
-        check_cost(n, self.policy.permits())?;
-        Ok(self.acquire(key, n))
+        if n == 0 {
+            return Err(CostError::Zero);
+        }
+        self.acquire(key, n)
     }
 
     #[inline]
-    fn acquire<Q>(&self, key: &Q, cost: u64) -> Decision
+    fn acquire<Q>(&self, key: &Q, cost: u64) -> Result<Decision, CostError>
     where
         K: Borrow<Q> + From<Q::Owned>,
         Q: Hash + Eq + ToOwned + ?Sized,
     {
-        with_keyed!(&self.registry, keyed => keyed.try_acquire(key, &self.clock, cost, &self.tracked))
+        // Held across the lookup, so the map's own guard inside is a cheap nested one.
+        let guard = Guard::new();
+        loop {
+            let generation = self.generation(&guard);
+            let step = with_keyed!(&generation.registry, keyed => {
+                self.acquire_in(generation, keyed, key, cost, &guard)
+            });
+            if let Some(result) = step {
+                return result;
+            }
+            // The generation was replaced while we looked: decide in the new one.
+        }
+    }
+
+    /// The hit path: a shared bucket lock for the duration of the state's CAS loop.
+    #[inline]
+    fn acquire_in<Q, St: Slot<K>>(
+        &self,
+        generation: &Generation<K, S>,
+        keyed: &Keyed<K, St, S>,
+        key: &Q,
+        cost: u64,
+        guard: &Guard,
+    ) -> Option<Result<Decision, CostError>>
+    where
+        K: Borrow<Q> + From<Q::Owned>,
+        Q: Hash + Eq + ToOwned + ?Sized,
+    {
+        let hit = keyed.map.read_sync(key, |_, state| {
+            let limit = state.max_cost(&keyed.params);
+            if cost > limit {
+                return Some(Err(CostError::ExceedsLimit { cost, limit }));
+            }
+            state.try_acquire(&keyed.params, &self.clock, cost).map(Ok)
+        });
+        match hit {
+            Some(Some(result)) => Some(result),
+            _ => self.acquire_slow(generation, keyed, key, cost, guard),
+        }
+    }
+
+    /// A key not in this generation's map (or whose state was retired): create its state
+    /// under the bucket's exclusive lock, carrying permits from an older generation if the
+    /// key is still there, then decide. Two racing first requests meet here and the entry
+    /// API gives both the same state. `None`: the generation was replaced, start over.
+    #[cold]
+    #[inline(never)]
+    fn acquire_slow<Q, St: Slot<K>>(
+        &self,
+        generation: &Generation<K, S>,
+        keyed: &Keyed<K, St, S>,
+        key: &Q,
+        cost: u64,
+        guard: &Guard,
+    ) -> Option<Result<Decision, CostError>>
+    where
+        K: Borrow<Q> + From<Q::Owned>,
+        Q: Hash + Eq + ToOwned + ?Sized,
+    {
+        let entry = keyed.map.entry_sync(K::from(key.to_owned()));
+        // We hold the bucket exclusively. A generation that is no longer current must not
+        // gain states: whoever replaced it moves keys out of it under this same lock.
+        if !self.is_current(generation, guard) {
+            return None;
+        }
+        let decide = |state: &St| {
+            let limit = state.max_cost(&keyed.params);
+            if cost > limit {
+                return Err(CostError::ExceedsLimit { cost, limit });
+            }
+            match state.try_acquire(&keyed.params, &self.clock, cost) {
+                Some(decision) => Ok(decision),
+                None => unreachable!("a state in the map under its exclusive lock is live"),
+            }
+        };
+        match entry {
+            Entry::Occupied(mut entry) => {
+                if entry.get().peek(&keyed.params, &self.clock).is_none() {
+                    // Retired in place: replace it (never revive it). No reader can still be
+                    // inside: we hold the bucket exclusively.
+                    let now = self.clock.now();
+                    *entry.get_mut() = St::build(&keyed.params, entry.key(), None, now);
+                }
+                Some(decide(entry.get()))
+            }
+            Entry::Vacant(entry) => {
+                let now = self.clock.now();
+                let carry = self.take_from_older(generation, key, now, guard);
+                if carry.is_none() {
+                    let limit = St::max_cost_for(&keyed.params, entry.key());
+                    if cost > limit {
+                        // Nothing created for a cost that could never be admitted.
+                        return Some(Err(CostError::ExceedsLimit { cost, limit }));
+                    }
+                }
+                let state = St::build(&keyed.params, entry.key(), carry.as_ref(), now);
+                // Relaxed: a statistic; the bucket lock orders it against removal.
+                self.tracked.fetch_add(1, Ordering::Relaxed);
+                let entry = entry.insert_entry(state);
+                Some(decide(entry.get()))
+            }
+        }
+    }
+
+    fn is_current(&self, generation: &Generation<K, S>, guard: &Guard) -> bool {
+        std::ptr::eq(self.generation(guard), generation)
+    }
+
+    /// Removes `key` from the older generations, if one still holds it, retiring its state
+    /// and returning the permits it had in use at `now`. The caller holds the key's bucket in
+    /// the current generation exclusively, so no other request can create the key meanwhile.
+    fn take_from_older<Q>(
+        &self,
+        generation: &Generation<K, S>,
+        key: &Q,
+        now: u64,
+        guard: &Guard,
+    ) -> Option<Carry>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        // Acquire: pairs with the Release swap that linked the older generation.
+        let mut older = generation.older.load(Ordering::Acquire, guard);
+        while let Some(old) = older.as_ref() {
+            let taken = with_keyed!(&old.registry, keyed => {
+                keyed
+                    .map
+                    .remove_sync(key)
+                    .map(|(_, state)| Slot::<K>::carry(&state, &keyed.params, now, true))
+            });
+            if let Some(carry) = taken {
+                // Relaxed: a statistic, as in `acquire_slow`.
+                self.tracked.fetch_sub(1, Ordering::Relaxed);
+                return carry;
+            }
+            older = old.older.load(Ordering::Acquire, guard);
+        }
+        None
+    }
+
+    /// What a request of cost 1 for `key` would get now, changing nothing and creating no
+    /// state. Any number of peeks leave every later decision as it would have been.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::{FakeClock, RateLimiter};
+    ///
+    /// let limiter: RateLimiter<String, FakeClock> =
+    ///     RateLimiter::with_clock("2/1s".parse()?, FakeClock::new());
+    /// assert_eq!(limiter.peek("alice").remaining(), 1); // what the first request would get
+    /// assert_eq!(limiter.len(), 0);
+    /// limiter.try_acquire("alice");
+    /// assert_eq!(limiter.peek("alice").remaining(), 0);
+    /// assert!(limiter.try_acquire("alice").is_allowed());
+    /// assert!(!limiter.peek("alice").is_allowed());
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    pub fn peek<Q>(&self, key: &Q) -> Decision
+    where
+        K: Borrow<Q> + From<Q::Owned>,
+        Q: Hash + Eq + ToOwned + ?Sized,
+    {
+        let guard = Guard::new();
+        let generation = self.generation(&guard);
+        with_keyed!(&generation.registry, keyed => self.peek_in(generation, keyed, key, &guard))
+    }
+
+    fn peek_in<Q, St: Slot<K>>(
+        &self,
+        generation: &Generation<K, S>,
+        keyed: &Keyed<K, St, S>,
+        key: &Q,
+        guard: &Guard,
+    ) -> Decision
+    where
+        K: Borrow<Q> + From<Q::Owned>,
+        Q: Hash + Eq + ToOwned + ?Sized,
+    {
+        let now = self.clock.now();
+        let at_now = Fixed(now);
+        if let Some(Some(decision)) = keyed
+            .map
+            .read_sync(key, |_, state| state.peek(&keyed.params, &at_now))
+        {
+            return decision;
+        }
+        // Not tracked here (or retired under us): decide on the state the key's next request
+        // would create, built aside and dropped.
+        let carry = self.peek_older(generation, key, now, guard);
+        let owned = K::from(key.to_owned());
+        let state = St::build(&keyed.params, &owned, carry.as_ref(), now);
+        match state.peek(&keyed.params, &at_now) {
+            Some(decision) => decision,
+            None => unreachable!("a state just built is live"),
+        }
+    }
+
+    fn peek_older<Q>(
+        &self,
+        generation: &Generation<K, S>,
+        key: &Q,
+        now: u64,
+        guard: &Guard,
+    ) -> Option<Carry>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        // Acquire: as in `take_from_older`.
+        let mut older = generation.older.load(Ordering::Acquire, guard);
+        while let Some(old) = older.as_ref() {
+            let found = with_keyed!(&old.registry, keyed => {
+                keyed
+                    .map
+                    .read_sync(key, |_, state| Slot::<K>::carry(state, &keyed.params, now, false))
+            });
+            if let Some(carry) = found {
+                return carry;
+            }
+            older = old.older.load(Ordering::Acquire, guard);
+        }
+        None
     }
 
     /// Removes every key whose state is at rest (it would decide exactly as a key never seen),
@@ -299,7 +700,8 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher> RateLimiter<K, C, S> {
     ///
     /// Safe to run while requests are being decided, from any thread: no request racing it is
     /// ever admitted beyond the policy. It visits the whole map, locking one bucket at a time,
-    /// so call it from a timer rather than per request.
+    /// so call it from a timer rather than per request. It also drops the maps of replaced
+    /// policies once they hold no key.
     ///
     /// # Examples
     ///
@@ -317,8 +719,140 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher> RateLimiter<K, C, S> {
     /// # Ok::<(), tollgate::PolicyError>(())
     /// ```
     pub fn evict_idle(&self) -> usize {
+        let guard = Guard::new();
         let now = self.clock.now();
-        with_keyed!(&self.registry, keyed => keyed.evict_idle(now, &self.tracked))
+        let generation = self.generation(&guard);
+        let mut removed = with_keyed!(&generation.registry, keyed => keyed.evict_idle(now));
+        let mut older_all_empty = true;
+        let mut older = generation.older.load(Ordering::Acquire, &guard);
+        while let Some(old) = older.as_ref() {
+            removed += with_keyed!(&old.registry, keyed => keyed.evict_idle(now));
+            older_all_empty &= old.registry.is_empty();
+            older = old.older.load(Ordering::Acquire, &guard);
+        }
+        // Relaxed: a statistic.
+        self.tracked.fetch_sub(removed, Ordering::Relaxed);
+        if older_all_empty && !generation.older.is_null(Ordering::Relaxed) {
+            // Replaced generations gain no keys (see `acquire_slow`), so empty ones stay empty:
+            // unlink them. Readers still inside are protected by their guards.
+            let _config = self.lock_config();
+            generation.older.swap((None, Tag::None), Ordering::AcqRel);
+        }
+        removed
+    }
+
+    /// Forgets `key`'s state, in whatever generation it is: its next request starts fresh
+    /// under the policy in force (or that the resolver now returns for it). Returns whether
+    /// a state was removed. Use it to move a key to another tier, or to clear a record (a
+    /// successful login clearing failed attempts).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::{FakeClock, RateLimiter};
+    ///
+    /// let limiter: RateLimiter<String, FakeClock> =
+    ///     RateLimiter::with_clock("1/min".parse()?, FakeClock::new());
+    /// limiter.try_acquire("alice");
+    /// assert!(!limiter.try_acquire("alice").is_allowed());
+    /// assert!(limiter.reset("alice"));
+    /// assert!(limiter.try_acquire("alice").is_allowed());
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    pub fn reset<Q>(&self, key: &Q) -> bool
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let guard = Guard::new();
+        let mut generation = Some(self.generation(&guard));
+        let mut removed = 0;
+        while let Some(current) = generation {
+            // Removal takes the bucket exclusively: no request is inside the state.
+            removed += with_keyed!(&current.registry, keyed => {
+                usize::from(keyed.map.remove_sync(key).is_some())
+            });
+            generation = current.older.load(Ordering::Acquire, &guard).as_ref();
+        }
+        // Relaxed: a statistic.
+        self.tracked.fetch_sub(removed, Ordering::Relaxed);
+        removed > 0
+    }
+
+    /// Enforces `policy` on every key from now on, without a restart.
+    ///
+    /// The rule for keys already tracked: **permits already spent stay spent, and no key
+    /// gains more than the new policy allows.** Each key moves to the new policy on its next
+    /// request (or stays behind until eviction finds it at rest): its state under the old
+    /// policy is retired, the permits it has in use are counted (for the token bucket, the
+    /// permits not yet refilled, rounded up; for the log, the live entries; for the counter,
+    /// the weighted estimate, rounded up), and its new state starts with that many spent at
+    /// that instant, capped at the new limit. A band of the new policy counts the permits of
+    /// old bands whose window is no longer than its own (those were all spent within its
+    /// window); a longer old window says nothing about a shorter new one and is not counted.
+    /// A limiter built with a resolver enforces the one `policy` from then on.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::{FakeClock, RateLimiter};
+    ///
+    /// let limiter: RateLimiter<String, FakeClock> =
+    ///     RateLimiter::with_clock("10/min".parse()?, FakeClock::new());
+    /// for _ in 0..4 {
+    ///     limiter.try_acquire("alice");
+    /// }
+    /// limiter.set_policy("5/min".parse()?); // tighter: alice has 4 of 5 spent
+    /// assert_eq!(limiter.try_acquire("alice").remaining(), 0);
+    /// assert!(!limiter.try_acquire("alice").is_allowed());
+    /// assert_eq!(limiter.try_acquire("bob").remaining(), 4); // new keys: the new policy
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    pub fn set_policy(&self, policy: Policy) {
+        self.replace_rules(Rules::Uniform(policy));
+    }
+
+    /// Chooses every key's policy with `resolver` from now on, under the same rule for keys
+    /// already tracked as [`set_policy`](RateLimiter::set_policy).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::{FakeClock, Policy, RateLimiter};
+    ///
+    /// let limiter: RateLimiter<String, FakeClock> =
+    ///     RateLimiter::with_clock("10/min".parse()?, FakeClock::new());
+    /// let vip: Policy = "100/min".parse()?;
+    /// let rest: Policy = "10/min".parse()?;
+    /// limiter.set_resolver(move |user: &String| if user == "vip" { vip } else { rest });
+    /// assert_eq!(limiter.try_acquire("vip").limit(), 100);
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    pub fn set_resolver(&self, resolver: impl Fn(&K) -> Policy + Send + Sync + 'static) {
+        self.replace_rules(Rules::PerKey(Arc::new(resolver)));
+    }
+
+    fn replace_rules(&self, rules: Rules<K>) {
+        let _config = self.lock_config();
+        let guard = Guard::new();
+        let older = self.current.get_shared(Ordering::Acquire, &guard);
+        let registry = Registry::new(&rules, self.hasher.clone());
+        let generation = Generation {
+            rules,
+            registry,
+            older: older.map_or_else(AtomicShared::null, AtomicShared::from),
+        };
+        // Release: publishes the new generation's contents to requests that load it with
+        // Acquire. The old one stays reachable through `older` until it drains.
+        self.current
+            .swap((Some(Shared::new(generation)), Tag::None), Ordering::AcqRel);
+    }
+
+    fn lock_config(&self) -> std::sync::MutexGuard<'_, ()> {
+        // The guarded data is `()`: a panic elsewhere cannot leave it inconsistent.
+        self.config
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// How many keys are tracked now.
@@ -358,7 +892,8 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher> RateLimiter<K, C, S> {
         self.len() == 0
     }
 
-    /// The policy every key is held to.
+    /// The policy every key is held to, or `None` when each key's policy comes from a
+    /// resolver.
     ///
     /// # Examples
     ///
@@ -367,12 +902,16 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher> RateLimiter<K, C, S> {
     ///
     /// let policy: Policy = "5/1s".parse()?;
     /// let limiter: RateLimiter<String, FakeClock> = RateLimiter::with_clock(policy, FakeClock::new());
-    /// assert_eq!(limiter.policy(), policy);
+    /// assert_eq!(limiter.policy(), Some(policy));
     /// # Ok::<(), tollgate::PolicyError>(())
     /// ```
     #[must_use]
-    pub fn policy(&self) -> Policy {
-        self.policy
+    pub fn policy(&self) -> Option<Policy> {
+        let guard = Guard::new();
+        match &self.generation(&guard).rules {
+            Rules::Uniform(policy) => Some(*policy),
+            Rules::PerKey(_) => None,
+        }
     }
 
     /// The clock the limiter reads.
@@ -395,7 +934,6 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher> RateLimiter<K, C, S> {
 impl<K, C, S: BuildHasher> fmt::Debug for RateLimiter<K, C, S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RateLimiter")
-            .field("policy", &self.policy)
             .field("keys", &self.tracked.load(Ordering::Relaxed))
             .finish_non_exhaustive()
     }

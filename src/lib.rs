@@ -50,8 +50,11 @@
 #![deny(missing_docs)]
 #![warn(rust_2018_idioms, unreachable_pub)]
 
+mod any_state;
 mod clock;
 mod composite;
+#[cfg(feature = "serde")]
+mod config;
 mod decision;
 mod direct;
 mod error;
@@ -78,5 +81,5 @@ pub use decision::Decision;
 pub use direct::DirectLimiter;
 pub use error::{CostError, PolicyError};
 pub use hasher::KeyHasher;
-pub use keyed::RateLimiter;
+pub use keyed::{RateLimiter, Resolver};
 pub use policy::{Algorithm, Policy};

@@ -1,9 +1,10 @@
-//! Entry points for the loom models in `tests/loom.rs`; compiled only under
+//! Entry points for the loom models in `tests/loom*.rs`; compiled only under
 //! `--cfg tollgate_loom`, never part of the public API.
 //!
 //! [`ModelCell`] exposes one per-key state machine with its raw retire step, so a model can
 //! race requests against eviction on the very code the limiters run.
 
+use crate::composite::CompositeCell;
 use crate::sliding_counter::CounterCell;
 use crate::sliding_log::LogCell;
 use crate::state::RateState;
@@ -22,6 +23,8 @@ enum Cell {
     SlidingLog(LogCell, <LogCell as RateState>::Params),
     /// Sliding window counter.
     SlidingCounter(CounterCell, <CounterCell as RateState>::Params),
+    /// Several bands, all-or-nothing (a policy with more than one band).
+    Composite(CompositeCell, <CompositeCell as RateState>::Params),
 }
 
 macro_rules! with_cell {
@@ -30,16 +33,21 @@ macro_rules! with_cell {
             Cell::TokenBucket($state, $params) => $body,
             Cell::SlidingLog($state, $params) => $body,
             Cell::SlidingCounter($state, $params) => $body,
+            Cell::Composite($state, $params) => $body,
         }
     };
 }
 
 impl ModelCell {
-    /// A fresh state for `policy`.
+    /// A fresh state for `policy`: the composite state machine when it has several bands.
     pub fn new(policy: &Policy) -> Self {
         fn fresh<St: RateState>(policy: &Policy) -> (St, St::Params) {
             let params = St::params(policy);
             (St::fresh(&params), params)
+        }
+        if policy.is_composite() {
+            let (s, p) = fresh(policy);
+            return ModelCell(Cell::Composite(s, p));
         }
         match policy.algorithm() {
             Algorithm::TokenBucket => {

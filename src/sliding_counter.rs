@@ -37,7 +37,7 @@
 //! [`Counter`] is the pure arithmetic on a [`Snapshot`]; [`CounterCell`] packs the snapshot
 //! into one 128-bit atomic word and runs the compare-and-swap loop.
 
-use crate::state::RateState;
+use crate::state::{in_use, single_from_carry, Carry, RateState};
 use crate::sync::{AtomicU128, Ordering};
 use crate::{Clock, Decision, Policy};
 
@@ -65,9 +65,10 @@ pub(crate) struct Snapshot {
 }
 
 impl Snapshot {
-    /// The 128-bit word holding this snapshot (see [`CounterCell`] for the layout).
+    /// The 128-bit word holding this snapshot (see [`CounterCell`] for the layout; the
+    /// composite policy stores it as two 64-bit words).
     #[inline]
-    const fn pack(self) -> u128 {
+    pub(crate) const fn pack(self) -> u128 {
         self.index as u128
             | (self.current as u128) << CURRENT_SHIFT
             | (self.previous as u128) << PREVIOUS_SHIFT
@@ -75,7 +76,7 @@ impl Snapshot {
 
     /// The snapshot a word holds.
     #[inline]
-    const fn unpack(word: u128) -> Self {
+    pub(crate) const fn unpack(word: u128) -> Self {
         Snapshot {
             index: word as u64,
             current: ((word >> CURRENT_SHIFT) & COUNT_MASK) as u32,
@@ -199,15 +200,32 @@ impl Counter {
             let reset = left + self.window;
             Verdict::Allow(Decision::allow(available - cost, self.limit, reset), next)
         } else {
-            let reset = if r.current > 0 {
-                left + self.window
-            } else if r.previous > 0 {
-                left
-            } else {
-                0
-            };
+            let reset = self.settles_in(r, left);
             let retry = self.retry_after(r, left, cost);
             Verdict::Deny(Decision::deny(available, self.limit, retry, reset))
+        }
+    }
+
+    /// Nanoseconds until `snap` is at rest, seen at `now` with nothing more admitted: what a
+    /// refusal at `now` reports as its reset_after. The composite policy reports it for a
+    /// band that would allow.
+    #[inline]
+    pub(crate) fn reset_after(&self, snap: Snapshot, now: u64) -> u64 {
+        let r = self.roll(snap, now);
+        self.settles_in(r, self.window - r.elapsed)
+    }
+
+    /// Nanoseconds until both counts of `r` have rolled out, `left` nanoseconds before the
+    /// end of its window: the start of window `i + 2` if the current count is not zero, else
+    /// of window `i + 1` if the previous one is not, else now.
+    #[inline]
+    fn settles_in(&self, r: Rolled, left: u64) -> u64 {
+        if r.current > 0 {
+            left + self.window
+        } else if r.previous > 0 {
+            left
+        } else {
+            0
         }
     }
 
@@ -279,6 +297,10 @@ impl RateState for CounterCell {
         Counter::new(policy)
     }
 
+    fn max_cost(counter: &Counter) -> u64 {
+        counter.limit
+    }
+
     #[inline]
     fn fresh(_: &Counter) -> Self {
         CounterCell {
@@ -339,6 +361,35 @@ impl RateState for CounterCell {
         // Relaxed: a snapshot is all a reader needs; retiring re-checks with a CAS.
         let word = self.word.load(Ordering::Relaxed);
         word != RETIRED && counter.is_at_rest(Snapshot::unpack(word), now)
+    }
+
+    fn carry(&self, counter: &Counter, now: u64, retire: bool) -> Option<Carry> {
+        // Relaxed throughout, as for every access to the word (see the type's docs);
+        // retiring is a CAS from the exact value the carry was computed from.
+        let mut word = self.word.load(Ordering::Relaxed);
+        loop {
+            if word == RETIRED {
+                return None;
+            }
+            let probe = match counter.decide(Snapshot::unpack(word), now, 1) {
+                Verdict::Allow(decision, _) | Verdict::Deny(decision) => decision,
+            };
+            let carry = Carry::single(counter.window, in_use(counter.limit, &probe));
+            if !retire {
+                return Some(carry);
+            }
+            match self
+                .word
+                .compare_exchange(word, RETIRED, Ordering::Relaxed, Ordering::Relaxed)
+            {
+                Ok(_) => return Some(carry),
+                Err(actual) => word = actual,
+            }
+        }
+    }
+
+    fn from_carry(counter: &Counter, carry: &Carry, now: u64) -> Self {
+        single_from_carry(counter, counter.window, counter.limit, carry, now)
     }
 
     fn try_retire(&self, counter: &Counter, now: u64) -> bool {

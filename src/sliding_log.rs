@@ -19,7 +19,7 @@
 //! [`Log`] is the pure arithmetic over any time-ordered [`Entries`]; [`LogCell`] owns the
 //! ring and serialises its writers with a sequence word (a seqlock).
 
-use crate::state::RateState;
+use crate::state::{in_use, single_from_carry, Carry, RateState};
 use crate::sync::{fence, AtomicU64, Backoff, Ordering};
 use crate::{Clock, Decision, Policy};
 
@@ -109,6 +109,19 @@ impl Log {
                 .window
                 .saturating_sub(Self::age(entries.get(len - 1), now));
             Verdict::Deny(Decision::deny(self.limit - live, self.limit, retry, reset))
+        }
+    }
+
+    /// Nanoseconds until `entries` are at rest, seen at `now` with nothing more admitted:
+    /// until the newest live entry leaves, or 0. What a refusal at `now` reports as its
+    /// reset_after; the composite policy reports it for a band that would allow.
+    #[inline]
+    pub(crate) fn reset_after<E: Entries + ?Sized>(&self, entries: &E, now: u64) -> u64 {
+        match entries.count().min(self.limit) {
+            0 => 0,
+            len => self
+                .window
+                .saturating_sub(Self::age(entries.get(len - 1), now)),
         }
     }
 
@@ -293,6 +306,10 @@ impl RateState for LogCell {
         Log::new(policy)
     }
 
+    fn max_cost(log: &Log) -> u64 {
+        log.limit
+    }
+
     fn fresh(log: &Log) -> Self {
         LogCell {
             seq: AtomicU64::new(0),
@@ -348,6 +365,35 @@ impl RateState for LogCell {
 
     fn is_at_rest(&self, log: &Log, now: u64) -> bool {
         self.at_rest_seq(log, now).is_some()
+    }
+
+    fn carry(&self, log: &Log, now: u64, retire: bool) -> Option<Carry> {
+        let backoff = Backoff::new();
+        loop {
+            match self.read(|ring| log.decide(ring, now, 1)) {
+                Read::Retired => return None,
+                Read::Writing => backoff.snooze(),
+                Read::Changed => {}
+                Read::Consistent(seq, Verdict::Allow(probe, _) | Verdict::Deny(probe)) => {
+                    let carry = Carry::single(log.window, in_use(log.limit, &probe));
+                    // Relaxed: as in `try_retire`, success from the exact even value the
+                    // snapshot was read at proves no writer came in between, and nothing is
+                    // read or written through a retired log.
+                    if !retire
+                        || self
+                            .seq
+                            .compare_exchange(seq, RETIRED, Ordering::Relaxed, Ordering::Relaxed)
+                            .is_ok()
+                    {
+                        return Some(carry);
+                    }
+                }
+            }
+        }
+    }
+
+    fn from_carry(log: &Log, carry: &Carry, now: u64) -> Self {
+        single_from_carry(log, log.window, log.limit, carry, now)
     }
 
     fn try_retire(&self, log: &Log, now: u64) -> bool {

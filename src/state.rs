@@ -5,9 +5,11 @@
 //! (snapshot, now, cost) -> (decision, new snapshot), and a cell that owns the atomic word(s)
 //! and runs the compare-and-swap loop. This trait is the cell's side.
 
+use crate::clock::Fixed;
 use crate::{Clock, Decision, Policy};
 
-/// One key's state: created at rest, updated lock-free, retired exactly once by eviction.
+/// One key's state: created at rest, updated lock-free, retired exactly once by eviction or
+/// by a policy change.
 pub(crate) trait RateState: Sized + Send + Sync {
     /// Everything the arithmetic needs from the policy, computed once per limiter.
     type Params: Copy + Send + Sync + std::fmt::Debug;
@@ -15,14 +17,17 @@ pub(crate) trait RateState: Sized + Send + Sync {
     /// Derives the parameters from a policy whose algorithm matches this state.
     fn params(policy: &Policy) -> Self::Params;
 
+    /// The most permits one request may cost under these parameters.
+    fn max_cost(params: &Self::Params) -> u64;
+
     /// A state at rest: it decides exactly as a key never seen before.
     fn fresh(params: &Self::Params) -> Self;
 
-    /// Decides a request of `cost` permits (already checked to be within `1..=permits`),
-    /// reading `clock` once per attempt.
+    /// Decides a request of `cost` permits (already checked to be within
+    /// `1..=max_cost`), reading `clock` once per attempt.
     ///
-    /// Returns `None` when the state has been retired by eviction: the caller must look the
-    /// key up again (a retired state never admits anything, and is never revived in place).
+    /// Returns `None` when the state has been retired: the caller must look the key up
+    /// again (a retired state never admits anything, and is never revived in place).
     fn try_acquire<C: Clock + ?Sized>(
         &self,
         params: &Self::Params,
@@ -46,4 +51,83 @@ pub(crate) trait RateState: Sized + Send + Sync {
     /// when it did; from then on every `try_acquire` returns `None`. Returns `false` (and
     /// changes nothing) when the state is not at rest or a request changed it first.
     fn try_retire(&self, params: &Self::Params, now: u64) -> bool;
+
+    /// The permits in use at `now`, band by band, read from one consistent snapshot. With
+    /// `retire`, the state is atomically retired from exactly that snapshot (whatever it
+    /// holds), so the permits counted are never spent again behind the caller's back.
+    /// `None` when the state was already retired.
+    fn carry(&self, params: &Self::Params, now: u64, retire: bool) -> Option<Carry>;
+
+    /// A state with the permits of `carry` already spent at `now`: each band takes the
+    /// permits its own window can vouch for ([`Carry::spent_within`]), capped at its limit.
+    fn from_carry(params: &Self::Params, carry: &Carry, now: u64) -> Self;
+}
+
+/// Permits in use, per band window, moved from a state under one policy to a state under
+/// another (see `RateLimiter::set_policy`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Carry {
+    /// `(window in ns, permits in use)` for each band of the old state.
+    bands: [(u64, u64); Policy::MAX_BANDS],
+    len: usize,
+}
+
+impl Carry {
+    /// Records `in_use` permits for a band of `window` ns.
+    pub(crate) fn push(&mut self, window: u64, in_use: u64) {
+        if self.len < Policy::MAX_BANDS {
+            self.bands[self.len] = (window, in_use);
+            self.len += 1;
+        }
+    }
+
+    /// One band's carry.
+    pub(crate) fn single(window: u64, in_use: u64) -> Self {
+        let mut carry = Carry::default();
+        carry.push(window, in_use);
+        carry
+    }
+
+    /// The permits a new band of `window` ns must count as spent: the most in use in any old
+    /// band whose window is no longer (those permits were all spent within the last `window`).
+    /// An old band with a longer window says nothing about the last `window` ns, so it is not
+    /// counted.
+    pub(crate) fn spent_within(&self, window: u64) -> u64 {
+        self.bands[..self.len]
+            .iter()
+            .filter(|(w, _)| *w <= window)
+            .map(|&(_, n)| n)
+            .max()
+            .unwrap_or(0)
+    }
+}
+
+/// Permits in use, from the decision a request of cost 1 would get (`limit` minus what is
+/// available now).
+#[inline]
+pub(crate) fn in_use(limit: u64, probe: &Decision) -> u64 {
+    let available = if probe.is_allowed() {
+        probe.remaining() + 1
+    } else {
+        probe.remaining()
+    };
+    limit.saturating_sub(available)
+}
+
+/// `from_carry` for a single-band state: a fresh state that admits the carried permits at
+/// `now` in one request.
+pub(crate) fn single_from_carry<St: RateState>(
+    params: &St::Params,
+    window: u64,
+    limit: u64,
+    carry: &Carry,
+    now: u64,
+) -> St {
+    let state = St::fresh(params);
+    let spent = carry.spent_within(window).min(limit);
+    if spent > 0 {
+        // A fresh state admits any cost up to its limit, and nobody else can see it yet.
+        let _ = state.try_acquire(params, &Fixed(now), spent);
+    }
+    state
 }

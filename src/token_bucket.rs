@@ -12,7 +12,7 @@
 //!
 //! [`Gcra`] is the pure arithmetic; [`GcraCell`] owns the atomic word and the CAS loop.
 
-use crate::state::RateState;
+use crate::state::{in_use, single_from_carry, Carry, RateState};
 use crate::sync::{AtomicU64, Ordering};
 use crate::{Clock, Decision, Policy};
 
@@ -30,6 +30,8 @@ pub(crate) struct Gcra {
     burst: u64,
     /// N, the policy's permits.
     limit: u64,
+    /// W, the policy's window in ns (what a policy change compares bands by).
+    window: u64,
 }
 
 /// What [`Gcra::decide`] concluded.
@@ -52,6 +54,7 @@ impl Gcra {
             interval,
             burst: limit * interval,
             limit,
+            window: policy.window_nanos(),
         }
     }
 
@@ -79,6 +82,14 @@ impl Gcra {
                 debt,
             ))
         }
+    }
+
+    /// Nanoseconds until a state holding `tat` is at rest, seen at `now` with nothing more
+    /// admitted: what a refusal at `now` reports as its reset_after (clamped to `B` like
+    /// [`Gcra::decide`]). The composite policy reports it for a band that would allow.
+    #[inline]
+    pub(crate) fn reset_after(&self, tat: u64, now: u64) -> u64 {
+        tat.saturating_sub(now).min(self.burst)
     }
 
     /// `true` when a state holding `tat` decides exactly as a fresh one from `now` on.
@@ -110,6 +121,10 @@ impl RateState for GcraCell {
 
     fn params(policy: &Policy) -> Gcra {
         Gcra::new(policy)
+    }
+
+    fn max_cost(gcra: &Gcra) -> u64 {
+        gcra.limit
     }
 
     #[inline]
@@ -170,6 +185,35 @@ impl RateState for GcraCell {
         // Relaxed: a snapshot is all a reader needs; retiring re-checks with a CAS.
         let tat = self.tat.load(Ordering::Relaxed);
         tat != RETIRED && Gcra::is_at_rest(tat, now)
+    }
+
+    fn carry(&self, gcra: &Gcra, now: u64, retire: bool) -> Option<Carry> {
+        // Relaxed throughout, as for every access to the TAT (see the type's docs); retiring
+        // is a CAS from the exact value the carry was computed from.
+        let mut tat = self.tat.load(Ordering::Relaxed);
+        loop {
+            if tat == RETIRED {
+                return None;
+            }
+            let probe = match gcra.decide(tat, now, 1) {
+                Verdict::Allow(decision, _) | Verdict::Deny(decision) => decision,
+            };
+            let carry = Carry::single(gcra.window, in_use(gcra.limit, &probe));
+            if !retire {
+                return Some(carry);
+            }
+            match self
+                .tat
+                .compare_exchange(tat, RETIRED, Ordering::Relaxed, Ordering::Relaxed)
+            {
+                Ok(_) => return Some(carry),
+                Err(actual) => tat = actual,
+            }
+        }
+    }
+
+    fn from_carry(gcra: &Gcra, carry: &Carry, now: u64) -> Self {
+        single_from_carry(gcra, gcra.window, gcra.limit, carry, now)
     }
 
     fn try_retire(&self, _: &Gcra, now: u64) -> bool {

@@ -1,5 +1,7 @@
-//! Plain reference models of the windowed algorithms, written straight from DESIGN.md
-//! section 3 for clarity rather than speed, shared by the property tests (`mod models;`).
+//! Plain reference models of the three algorithms, written straight from DESIGN.md section 3
+//! for clarity rather than speed. One copy, shared by the property tests (`mod models;` in
+//! `tests/proptest_*.rs`) and by the differential fuzz target (`fuzz/src/lib.rs` includes
+//! this file with `#[path]`).
 //!
 //! Each model decides one key's requests given the clock reading, and says whether it is at
 //! rest. Faulty clocks follow DESIGN.md section 5: a stored time ahead of now is decided as
@@ -41,6 +43,89 @@ pub trait Model {
     fn acquire(&mut self, now: u64, cost: u64) -> Outcome;
     /// Whether the state decides as a fresh one from `now` on.
     fn is_at_rest(&self, now: u64) -> bool;
+    /// What a request of `cost` at `now` would be told, changing nothing.
+    fn peek(&self, now: u64, cost: u64) -> Outcome
+    where
+        Self: Clone,
+    {
+        self.clone().acquire(now, cost)
+    }
+}
+
+/// The token bucket in its textbook "allowance" form, independent of the crate's GCRA (TAT)
+/// arithmetic: a bucket of `burst = permits * interval` nanoseconds of allowance that refills
+/// one nanosecond per nanosecond, where a permit costs `interval` = window / permits rounded
+/// up (the crate's documented rounding). Only an admission writes; a refusal changes nothing.
+///
+/// A clock reading before the last admission drains the allowance by the difference
+/// (never below zero) instead of refilling it: the state keeps the same instant at which the
+/// bucket is full again, as DESIGN.md section 5 asks, with "further ahead than any valid
+/// state" meaning an empty bucket.
+#[derive(Clone, Debug)]
+pub struct GcraModel {
+    permits: u64,
+    interval: u128,
+    burst: u128,
+    /// Allowance in nanoseconds at `last`.
+    allowance: u128,
+    /// Clock reading of the last admission (0 for a key never seen).
+    last: u64,
+}
+
+impl GcraModel {
+    /// The allowance at `now`: refilled up to the burst, or drained (not below zero) when
+    /// the clock reads before the last admission.
+    fn allowance(&self, now: u64) -> u128 {
+        if now >= self.last {
+            (self.allowance + u128::from(now - self.last)).min(self.burst)
+        } else {
+            self.allowance.saturating_sub(u128::from(self.last - now))
+        }
+    }
+}
+
+impl Model for GcraModel {
+    fn new(permits: u64, window: u64) -> Self {
+        let interval = u128::from(window).div_ceil(u128::from(permits));
+        let burst = interval * u128::from(permits);
+        GcraModel {
+            permits,
+            interval,
+            burst,
+            allowance: burst,
+            last: 0,
+        }
+    }
+
+    fn acquire(&mut self, now: u64, cost: u64) -> Outcome {
+        let allowance = self.allowance(now);
+        let price = u128::from(cost) * self.interval;
+        let nanos = |n: u128| u64::try_from(n).unwrap();
+        if allowance >= price {
+            let left = allowance - price;
+            self.allowance = left;
+            self.last = now;
+            Outcome {
+                allowed: true,
+                remaining: nanos(left / self.interval),
+                retry_after: 0,
+                reset_after: nanos(self.burst - left),
+                limit: self.permits,
+            }
+        } else {
+            Outcome {
+                allowed: false,
+                remaining: nanos(allowance / self.interval),
+                retry_after: nanos(price - allowance),
+                reset_after: nanos(self.burst - allowance),
+                limit: self.permits,
+            }
+        }
+    }
+
+    fn is_at_rest(&self, now: u64) -> bool {
+        self.allowance(now) == self.burst
+    }
 }
 
 /// The sliding window log: every admitted permit's timestamp, the last `permits` of them.

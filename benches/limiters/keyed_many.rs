@@ -1,0 +1,134 @@
+//! `keyed_many`: many keys, all inserted before timing starts, visited one after another in
+//! a precomputed order (the timed loop only steps an index through it). Past the caches,
+//! this is the cost of finding a key's state in a big map: cache misses, then hashing.
+//!
+//! Groups: `keyed_many_u64_100k_seq`, `keyed_many_u64_100k_random`,
+//! `keyed_many_u64_1m_seq`, `keyed_many_u64_1m_random` (keys `0..n`, visited in key order or
+//! in a fixed shuffle) and `keyed_many_string_100k_random` (11-byte `user-000042` keys,
+//! shuffled; tollgate looks up by `&str`, governor by `&String`).
+
+use std::hint::black_box;
+
+use criterion::{BenchmarkGroup, Criterion};
+use tollgate::{RateLimiter, SystemClock};
+
+use crate::baseline::{LockedKeyed, PlMutex};
+use crate::common::{self, Cycle, FAST, FAST_PERMITS, FAST_WINDOW_NANOS};
+
+type Group<'a> = BenchmarkGroup<'a, criterion::measurement::WallTime>;
+
+pub fn bench(c: &mut Criterion) {
+    for (n, label) in [(100_000, "100k"), (1_000_000, "1m")] {
+        let keys: Vec<u64> = (0..n as u64).collect();
+        let random: Vec<u64> = common::shuffled(n, 0xC0FFEE)
+            .into_iter()
+            .map(|i| keys[i])
+            .collect();
+        let mut g = common::slow_group(c, &format!("keyed_many_u64_{label}_seq"), 50);
+        u64_keys(&mut g, &keys, &keys);
+        g.finish();
+        let mut g = common::slow_group(c, &format!("keyed_many_u64_{label}_random"), 50);
+        u64_keys(&mut g, &keys, &random);
+        g.finish();
+    }
+
+    let n = 100_000;
+    let keys: Vec<String> = (0..n).map(common::string_key).collect();
+    let random: Vec<&str> = common::shuffled(n, 0xBEEF)
+        .into_iter()
+        .map(|i| keys[i].as_str())
+        .collect();
+    let random_owned: Vec<&String> = common::shuffled(n, 0xBEEF)
+        .into_iter()
+        .map(|i| &keys[i])
+        .collect();
+    let mut g = common::slow_group(c, "keyed_many_string_100k_random", 50);
+    string_keys(&mut g, &keys, &random, &random_owned);
+    g.finish();
+}
+
+fn u64_keys(g: &mut Group<'_>, keys: &[u64], order: &[u64]) {
+    {
+        let tollgate: RateLimiter<u64> = RateLimiter::new(common::policy(FAST));
+        keys.iter()
+            .for_each(|k| assert!(tollgate.try_acquire(k).is_allowed()));
+        let mut walk = Cycle::new(order, 0);
+        g.bench_function("tollgate", |b| {
+            b.iter(|| black_box(tollgate.try_acquire(walk.next())).is_allowed())
+        });
+    }
+    {
+        let foldhash = RateLimiter::<u64, _, _>::with_hasher(
+            common::policy(FAST),
+            SystemClock::new(),
+            foldhash::fast::RandomState::default(),
+        );
+        keys.iter()
+            .for_each(|k| assert!(foldhash.try_acquire(k).is_allowed()));
+        let mut walk = Cycle::new(order, 0);
+        g.bench_function("tollgate_foldhash", |b| {
+            b.iter(|| black_box(foldhash.try_acquire(walk.next())).is_allowed())
+        });
+    }
+    {
+        let governor = governor::RateLimiter::<u64, _, _>::keyed(common::governor_fast());
+        keys.iter()
+            .for_each(|k| assert!(governor.check_key(k).is_ok()));
+        let mut walk = Cycle::new(order, 0);
+        g.bench_function("governor", |b| {
+            b.iter(|| black_box(governor.check_key(walk.next())).is_ok())
+        });
+    }
+    {
+        let parking_lot = LockedKeyed::<u64, PlMutex<_>>::new(FAST_PERMITS, FAST_WINDOW_NANOS);
+        keys.iter()
+            .for_each(|k| assert!(parking_lot.check(k).allowed));
+        let mut walk = Cycle::new(order, 0);
+        g.bench_function("parking_lot", |b| {
+            b.iter(|| black_box(parking_lot.check(walk.next())).allowed)
+        });
+    }
+}
+
+fn string_keys(g: &mut Group<'_>, keys: &[String], order: &[&str], order_owned: &[&String]) {
+    {
+        let tollgate: RateLimiter<String> = RateLimiter::new(common::policy(FAST));
+        keys.iter()
+            .for_each(|k| assert!(tollgate.try_acquire(k.as_str()).is_allowed()));
+        let mut walk = Cycle::new(order, 0);
+        g.bench_function("tollgate", |b| {
+            b.iter(|| black_box(tollgate.try_acquire(*walk.next())).is_allowed())
+        });
+    }
+    {
+        let foldhash = RateLimiter::<String, _, _>::with_hasher(
+            common::policy(FAST),
+            SystemClock::new(),
+            foldhash::fast::RandomState::default(),
+        );
+        keys.iter()
+            .for_each(|k| assert!(foldhash.try_acquire(k.as_str()).is_allowed()));
+        let mut walk = Cycle::new(order, 0);
+        g.bench_function("tollgate_foldhash", |b| {
+            b.iter(|| black_box(foldhash.try_acquire(*walk.next())).is_allowed())
+        });
+    }
+    {
+        let governor = governor::RateLimiter::<String, _, _>::keyed(common::governor_fast());
+        keys.iter()
+            .for_each(|k| assert!(governor.check_key(k).is_ok()));
+        let mut walk = Cycle::new(order_owned, 0);
+        g.bench_function("governor", |b| {
+            b.iter(|| black_box(governor.check_key(walk.next())).is_ok())
+        });
+    }
+    {
+        let parking_lot = LockedKeyed::<String, PlMutex<_>>::new(FAST_PERMITS, FAST_WINDOW_NANOS);
+        keys.iter()
+            .for_each(|k| assert!(parking_lot.check(k.as_str()).allowed));
+        let mut walk = Cycle::new(order, 0);
+        g.bench_function("parking_lot", |b| {
+            b.iter(|| black_box(parking_lot.check(*walk.next())).allowed)
+        });
+    }
+}

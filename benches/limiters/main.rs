@@ -1,0 +1,42 @@
+//! tollgate's benchmarks: one criterion entry, one module per scenario, tollgate next to its
+//! peers in every group so that reports compare side by side.
+//!
+//! ```text
+//! cargo bench --bench limiters                 # everything (under 10 minutes on 2 cores)
+//! cargo bench --bench limiters -- keyed_hot    # one scenario (a regex on the ids)
+//! cargo bench --bench limiters -- --quick      # a fast, rough pass while iterating
+//! python3 scripts/bench-report.py              # medians and ratios to governor, chart
+//! ```
+//!
+//! | module | groups |
+//! |---|---|
+//! | `direct` | `direct`, `direct_denied` |
+//! | `keyed_hot` | `keyed_hot_u64`, `keyed_hot_str` |
+//! | `keyed_many` | `keyed_many_{u64_100k,u64_1m}_{seq,random}`, `keyed_many_string_100k_random` |
+//! | `threads` | `threads_one_key`, `threads_many_keys` (1, 2, 8 threads) |
+//! | `algorithms` | `algorithms_direct`, `algorithms_keyed_hot` |
+//! | `evict` | `evict_1m` |
+//!
+//! Contestant names are the same everywhere: `tollgate`, `tollgate_foldhash`, `governor`,
+//! `std_mutex`, `parking_lot` (the same GCRA behind a lock, in `baseline`), `floor` (one
+//! clock read, one load, one compare-and-swap). See docs/BENCHMARKS.md for the results.
+
+mod algorithms;
+mod baseline;
+mod common;
+mod direct;
+mod evict;
+mod keyed_hot;
+mod keyed_many;
+mod threads;
+
+criterion::criterion_group!(
+    limiters,
+    direct::bench,
+    keyed_hot::bench,
+    keyed_many::bench,
+    threads::bench,
+    algorithms::bench,
+    evict::bench
+);
+criterion::criterion_main!(limiters);

@@ -1,0 +1,147 @@
+//! `threads`: 1, 2 and 8 threads deciding at once (the machine the numbers in
+//! docs/BENCHMARKS.md come from has 2 cores, so 8 threads measure oversubscription).
+//!
+//! Convention: each sample spawns `T` threads that wait on a barrier, then each makes
+//! `iters` decisions. The wall time from the first thread's start to the last thread's end
+//! is returned divided by `T`, so criterion (which divides by `iters`) reports **nanoseconds
+//! per decision of aggregate throughput**: `1000 / value` is millions of decisions per second
+//! for all threads together. Thread creation is outside the timed span.
+//!
+//! Groups: `threads_one_key` (every thread on one `u64` key: the key's state word and its
+//! map bucket are shared by all) and `threads_many_keys` (100,000 `u64` keys pre-inserted,
+//! each thread walking the same shuffled order from its own offset). The value in each
+//! benchmark id is the thread count. Contestants: tollgate (default hasher), governor keyed,
+//! and, on one key, the same GCRA in a `HashMap` behind `parking_lot::Mutex`.
+
+use std::hint::black_box;
+use std::sync::Barrier;
+use std::time::{Duration, Instant};
+
+use criterion::{BenchmarkId, Criterion};
+use tollgate::RateLimiter;
+
+use crate::baseline::{LockedKeyed, PlMutex};
+use crate::common::{self, Cycle, FAST, FAST_PERMITS, FAST_WINDOW_NANOS};
+
+const THREADS: [usize; 3] = [1, 2, 8];
+const MANY: usize = 100_000;
+
+/// Runs `work(thread, iters)` on `threads` threads started together; returns the wall time
+/// of the whole run divided by `threads` (see the module docs).
+fn run<F>(threads: usize, iters: u64, work: F) -> Duration
+where
+    F: Fn(usize, u64) + Sync,
+{
+    let barrier = Barrier::new(threads);
+    let spans: Vec<(Instant, Instant)> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                let (barrier, work) = (&barrier, &work);
+                s.spawn(move || {
+                    barrier.wait();
+                    let start = Instant::now();
+                    work(t, iters);
+                    (start, Instant::now())
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("bench thread panicked"))
+            .collect()
+    });
+    let start = spans
+        .iter()
+        .map(|s| s.0)
+        .min()
+        .expect("one thread at least");
+    let end = spans
+        .iter()
+        .map(|s| s.1)
+        .max()
+        .expect("one thread at least");
+    (end - start) / u32::try_from(threads).expect("few threads")
+}
+
+pub fn bench(c: &mut Criterion) {
+    one_key(c);
+    many_keys(c);
+}
+
+fn one_key(c: &mut Criterion) {
+    let key = 7_u64;
+    let mut g = common::slow_group(c, "threads_one_key", 30);
+    for threads in THREADS {
+        let tollgate: RateLimiter<u64> = RateLimiter::new(common::policy(FAST));
+        g.bench_function(BenchmarkId::new("tollgate", threads), |b| {
+            b.iter_custom(|iters| {
+                run(threads, iters, |_, iters| {
+                    for _ in 0..iters {
+                        black_box(tollgate.try_acquire(&key).is_allowed());
+                    }
+                })
+            })
+        });
+
+        let governor = governor::RateLimiter::<u64, _, _>::keyed(common::governor_fast());
+        g.bench_function(BenchmarkId::new("governor", threads), |b| {
+            b.iter_custom(|iters| {
+                run(threads, iters, |_, iters| {
+                    for _ in 0..iters {
+                        black_box(governor.check_key(&key).is_ok());
+                    }
+                })
+            })
+        });
+
+        let parking_lot = LockedKeyed::<u64, PlMutex<_>>::new(FAST_PERMITS, FAST_WINDOW_NANOS);
+        g.bench_function(BenchmarkId::new("parking_lot", threads), |b| {
+            b.iter_custom(|iters| {
+                run(threads, iters, |_, iters| {
+                    for _ in 0..iters {
+                        black_box(parking_lot.check(&key).allowed);
+                    }
+                })
+            })
+        });
+    }
+    g.finish();
+}
+
+fn many_keys(c: &mut Criterion) {
+    let order: Vec<u64> = common::shuffled(MANY, 0xFACE)
+        .into_iter()
+        .map(|i| i as u64)
+        .collect();
+    let tollgate: RateLimiter<u64> = RateLimiter::new(common::policy(FAST));
+    let governor = governor::RateLimiter::<u64, _, _>::keyed(common::governor_fast());
+    for k in 0..MANY as u64 {
+        assert!(tollgate.try_acquire(&k).is_allowed());
+        assert!(governor.check_key(&k).is_ok());
+    }
+
+    let mut g = common::slow_group(c, "threads_many_keys", 30);
+    for threads in THREADS {
+        g.bench_function(BenchmarkId::new("tollgate", threads), |b| {
+            b.iter_custom(|iters| {
+                run(threads, iters, |t, iters| {
+                    let mut walk = Cycle::new(&order, t * MANY / threads);
+                    for _ in 0..iters {
+                        black_box(tollgate.try_acquire(walk.next()).is_allowed());
+                    }
+                })
+            })
+        });
+        g.bench_function(BenchmarkId::new("governor", threads), |b| {
+            b.iter_custom(|iters| {
+                run(threads, iters, |t, iters| {
+                    let mut walk = Cycle::new(&order, t * MANY / threads);
+                    for _ in 0..iters {
+                        black_box(governor.check_key(walk.next()).is_ok());
+                    }
+                })
+            })
+        });
+    }
+    g.finish();
+}

@@ -1,0 +1,251 @@
+//! Memory per tracked key, and the cost of `evict_idle`, measured with a counting allocator.
+//!
+//! ```text
+//! cargo run --release --example memory                  # prints the tables
+//! cargo run --release --example memory -- memory.csv    # and writes them as CSV
+//! ```
+//!
+//! Bytes per key = (heap bytes live after inserting `n` keys - before) / `n`: the map's
+//! table, each entry, the state (a sliding log's ring is a heap block of its own) and the
+//! limiter's own copy of each key (the caller's keys are allocated before measuring). Sizes are
+//! what the code asked the allocator for, not what the allocator rounded them up to. Maps grow
+//! by doubling, so bytes per key follow a sawtooth: compare at several sizes.
+//!
+//! Eviction: 1,000,000 `u64` keys are made to rest on a fake clock, then one `evict_idle`
+//! (governor: `retain_recent`) is timed; "peak" is the most heap it held above what was live
+//! when it started.
+
+use std::borrow::Borrow;
+use std::fmt::Write as _;
+use std::hash::Hash;
+use std::num::NonZeroU32;
+use std::time::{Duration, Instant};
+
+use count_alloc::CountingAlloc;
+use tollgate::{FakeClock, RateLimiter};
+
+#[global_allocator]
+static ALLOC: CountingAlloc = CountingAlloc::new();
+
+const SIZES: [usize; 4] = [10_000, 100_000, 500_000, 1_000_000];
+const EVICT_KEYS: u64 = 1_000_000;
+
+/// The limiters compared: a name and, for tollgate, the policy.
+const LIMITERS: [(&str, Option<&str>); 5] = [
+    ("tollgate token-bucket", Some("token-bucket 1000/1s")),
+    ("tollgate sliding-counter", Some("sliding-counter 1000/1s")),
+    ("tollgate sliding-log N=5", Some("sliding-log 5/1s")),
+    ("tollgate sliding-log N=100", Some("sliding-log 100/1s")),
+    ("governor (dashmap)", None),
+];
+
+/// One line of the results: `case, limiter, key, keys, value, unit`.
+struct Row {
+    case: &'static str,
+    limiter: String,
+    key: &'static str,
+    keys: usize,
+    value: f64,
+    unit: &'static str,
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let csv_path = std::env::args().nth(1);
+    let mut rows = Vec::new();
+
+    let u64_keys: Vec<u64> = (0..SIZES[SIZES.len() - 1] as u64).collect();
+    let string_keys: Vec<String> = (0..SIZES[SIZES.len() - 1])
+        .map(|i| format!("user-{i:06}"))
+        .collect();
+    let str_keys: Vec<&str> = string_keys.iter().map(String::as_str).collect();
+
+    for (name, policy) in LIMITERS {
+        for n in SIZES {
+            let per_key = match policy {
+                Some(p) => tollgate_bytes::<u64, u64, _>(p, &u64_keys[..n]),
+                None => governor_bytes(&u64_keys[..n]),
+            };
+            rows.push(memory_row(name, "u64", n, per_key));
+            let per_key = match policy {
+                Some(p) => tollgate_bytes::<String, str, _>(p, &str_keys[..n]),
+                None => governor_bytes(&string_keys[..n]),
+            };
+            rows.push(memory_row(name, "String (11 B)", n, per_key));
+        }
+    }
+    print_memory(&rows);
+
+    let evictions = vec![evict_tollgate(), evict_governor()];
+    print_evictions(&evictions);
+    rows.extend(evictions.into_iter().flatten());
+
+    if let Some(path) = csv_path {
+        let mut csv = String::from("case,limiter,key,keys,value,unit\n");
+        for r in &rows {
+            writeln!(
+                csv,
+                "{},{},{},{},{:.3},{}",
+                r.case, r.limiter, r.key, r.keys, r.value, r.unit
+            )?;
+        }
+        std::fs::write(&path, csv)?;
+        println!("\nwrote {path}");
+    }
+    Ok(())
+}
+
+fn memory_row(limiter: &str, key: &'static str, keys: usize, per_key: f64) -> Row {
+    Row {
+        case: "memory",
+        limiter: limiter.to_owned(),
+        key,
+        keys,
+        value: per_key,
+        unit: "bytes/key",
+    }
+}
+
+/// Heap bytes per key of a tollgate limiter holding `keys`.
+fn tollgate_bytes<K, Q, T>(policy: &str, keys: &[T]) -> f64
+where
+    K: Hash + Eq + Borrow<Q> + From<Q::Owned>,
+    Q: Hash + Eq + ToOwned + ?Sized,
+    T: Borrow<Q>,
+{
+    let before = ALLOC.live();
+    let limiter: RateLimiter<K, FakeClock> =
+        RateLimiter::with_clock(policy.parse().expect("valid policy"), FakeClock::new());
+    for key in keys {
+        assert!(limiter.try_acquire(key.borrow()).is_allowed());
+    }
+    assert_eq!(limiter.len(), keys.len());
+    let bytes = ALLOC.live() - before;
+    drop(limiter);
+    bytes as f64 / keys.len() as f64
+}
+
+/// Heap bytes per key of governor's default keyed limiter holding `keys`.
+fn governor_bytes<K: Hash + Eq + Clone>(keys: &[K]) -> f64 {
+    let before = ALLOC.live();
+    let limiter = governor::RateLimiter::<K, _, _>::keyed(governor::Quota::per_second(
+        NonZeroU32::new(1000).expect("non-zero"),
+    ));
+    for key in keys {
+        assert!(limiter.check_key(key).is_ok());
+    }
+    assert_eq!(limiter.len(), keys.len());
+    let bytes = ALLOC.live() - before;
+    drop(limiter);
+    bytes as f64 / keys.len() as f64
+}
+
+/// Times one sweep and its extra heap: returns (duration, peak above start, live after - before).
+fn sweep(f: impl FnOnce() -> usize, expect: usize) -> (Duration, usize, isize) {
+    let live = ALLOC.live();
+    ALLOC.reset_peak();
+    let start = Instant::now();
+    let removed = f();
+    let took = start.elapsed();
+    assert_eq!(removed, expect);
+    let after = ALLOC.live() as isize - live as isize;
+    (took, ALLOC.peak() - live, after)
+}
+
+fn evict_rows(limiter: &str, (took, peak, after): (Duration, usize, isize)) -> Vec<Row> {
+    let row = |case, value, unit| Row {
+        case,
+        limiter: limiter.to_owned(),
+        key: "u64",
+        keys: EVICT_KEYS as usize,
+        value,
+        unit,
+    };
+    vec![
+        row("evict_time", took.as_secs_f64() * 1e3, "ms"),
+        row("evict_peak", peak as f64, "bytes"),
+        row("evict_live_change", after as f64, "bytes"),
+    ]
+}
+
+fn evict_tollgate() -> Vec<Row> {
+    let clock = FakeClock::new();
+    let limiter: RateLimiter<u64, FakeClock> =
+        RateLimiter::with_clock("10/1s".parse().expect("valid policy"), clock.clone());
+    for k in 0..EVICT_KEYS {
+        assert!(limiter.try_acquire(&k).is_allowed());
+    }
+    clock.advance(Duration::from_secs(2));
+    evict_rows(
+        "tollgate evict_idle",
+        sweep(|| limiter.evict_idle(), EVICT_KEYS as usize),
+    )
+}
+
+fn evict_governor() -> Vec<Row> {
+    let clock = governor::clock::FakeRelativeClock::default();
+    let limiter = governor::RateLimiter::<u64, _, _, _>::dashmap_with_clock(
+        governor::Quota::per_second(NonZeroU32::new(10).expect("non-zero")),
+        clock.clone(),
+    );
+    for k in 0..EVICT_KEYS {
+        assert!(limiter.check_key(&k).is_ok());
+    }
+    clock.advance(Duration::from_secs(2));
+    evict_rows(
+        "governor retain_recent",
+        sweep(
+            || {
+                let before = limiter.len();
+                limiter.retain_recent();
+                before - limiter.len()
+            },
+            EVICT_KEYS as usize,
+        ),
+    )
+}
+
+fn print_memory(rows: &[Row]) {
+    println!("Heap bytes per tracked key (counting allocator; requested sizes)\n");
+    let header: String = SIZES
+        .iter()
+        .map(|n| format!("{:>10}", format!("{}k", n / 1000)))
+        .collect();
+    println!("{:<28} {:<14}{header}", "limiter", "key");
+    for key in ["u64", "String (11 B)"] {
+        for (name, _) in LIMITERS {
+            let cells: String = SIZES
+                .iter()
+                .map(|&n| {
+                    let v = rows
+                        .iter()
+                        .find(|r| r.limiter == name && r.key == key && r.keys == n)
+                        .map_or(f64::NAN, |r| r.value);
+                    format!("{v:>10.1}")
+                })
+                .collect();
+            println!("{name:<28} {key:<14}{cells}");
+        }
+    }
+}
+
+fn print_evictions(evictions: &[Vec<Row>]) {
+    println!("\nOne sweep over {EVICT_KEYS} at-rest u64 keys\n");
+    println!(
+        "{:<26}{:>10}{:>16}{:>20}",
+        "sweep", "ms", "peak extra B", "live change B"
+    );
+    for rows in evictions {
+        let get = |case: &str| {
+            rows.iter()
+                .find(|r| r.case == case)
+                .map_or(f64::NAN, |r| r.value)
+        };
+        println!(
+            "{:<26}{:>10.2}{:>16.0}{:>20.0}",
+            rows[0].limiter,
+            get("evict_time"),
+            get("evict_peak"),
+            get("evict_live_change")
+        );
+    }
+}

@@ -1,0 +1,334 @@
+//! Policies as data: peek, per-key policies (resolver), live reconfiguration, and the HTTP
+//! helpers of `Decision`.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Barrier};
+use std::thread;
+use std::time::Duration;
+
+use proptest::prelude::*;
+use tollgate::{CostError, Decision, DirectLimiter, FakeClock, Policy, RateLimiter};
+
+fn policy(s: &str) -> Policy {
+    s.parse().unwrap()
+}
+
+fn keyed(p: &str) -> (RateLimiter<String, FakeClock>, FakeClock) {
+    let clock = FakeClock::new();
+    (RateLimiter::with_clock(policy(p), clock.clone()), clock)
+}
+
+// ---------------------------------------------------------------- peek
+
+const PEEK_POLICIES: [&str; 5] = [
+    "token-bucket 3/100ms",
+    "sliding-log 3/100ms",
+    "sliding-counter 3/100ms",
+    "2/30ms & 5/100ms",
+    "sliding-log 2/30ms & sliding-counter 4/100ms",
+];
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// Two limiters see the same requests at the same times; one is also peeked at, any
+    /// number of times, between them. Every decision is identical, and every peek equals the
+    /// decision the next request at that instant gets.
+    #[test]
+    fn peeks_change_no_later_decision(
+        which in 0..PEEK_POLICIES.len(),
+        steps in prop::collection::vec((0u64..40_000_000, 0u8..3, 0usize..3), 1..120),
+    ) {
+        let p = policy(PEEK_POLICIES[which]);
+        let clock = FakeClock::new();
+        let plain: RateLimiter<u8, FakeClock> = RateLimiter::with_clock(p, clock.clone());
+        let peeked: RateLimiter<u8, FakeClock> = RateLimiter::with_clock(p, clock.clone());
+        let direct_plain = DirectLimiter::with_clock(p, clock.clone());
+        let direct_peeked = DirectLimiter::with_clock(p, clock.clone());
+        let mut now = 0;
+        for (advance, key, peeks) in steps {
+            now += advance;
+            clock.set(Duration::from_nanos(now));
+            let mut seen: Option<Decision> = None;
+            for _ in 0..peeks {
+                let look = peeked.peek(&key);
+                prop_assert_eq!(direct_peeked.peek(), direct_peeked.peek());
+                if let Some(before) = seen {
+                    prop_assert_eq!(before, look, "peeks at one instant agree");
+                }
+                seen = Some(look);
+            }
+            let expected = plain.try_acquire(&key);
+            let got = peeked.try_acquire(&key);
+            prop_assert_eq!(got, expected);
+            if let Some(look) = seen {
+                prop_assert_eq!(look, got, "a peek is what the request then got");
+            }
+            let _ = direct_peeked.peek();
+            prop_assert_eq!(direct_peeked.try_acquire(), direct_plain.try_acquire());
+        }
+        prop_assert_eq!(peeked.len(), plain.len(), "peeks create no state");
+    }
+}
+
+#[test]
+fn peek_creates_no_state_and_reports_what_a_first_request_would_get() {
+    let (limiter, _clock) = keyed("5/1s");
+    let look = limiter.peek("nobody");
+    assert!(look.is_allowed());
+    assert_eq!(look.remaining(), 4);
+    assert_eq!(limiter.len(), 0);
+    assert_eq!(limiter.try_acquire("nobody"), look);
+}
+
+// ---------------------------------------------------------------- per-key policies
+
+fn tiers() -> RateLimiter<String, FakeClock> {
+    let free = policy("2/min");
+    let paid = policy("sliding-log 5/min");
+    RateLimiter::with_resolver(
+        move |user: &String| {
+            if user.starts_with("paid:") {
+                paid
+            } else {
+                free
+            }
+        },
+        FakeClock::new(),
+    )
+}
+
+#[test]
+fn each_key_gets_the_policy_its_resolver_chooses() {
+    let limiter = tiers();
+    let free: Vec<bool> = (0..3)
+        .map(|_| limiter.try_acquire("free:ann").is_allowed())
+        .collect();
+    let paid: Vec<bool> = (0..6)
+        .map(|_| limiter.try_acquire("paid:bob").is_allowed())
+        .collect();
+    assert_eq!(free, [true, true, false]);
+    assert_eq!(paid, [true, true, true, true, true, false]);
+    assert_eq!(limiter.try_acquire("paid:bob").limit(), 5);
+    assert_eq!(limiter.policy(), None);
+    // A cost is checked against the key's own policy, and a refused one creates nothing.
+    assert_eq!(
+        limiter.try_acquire_n("free:new", 3),
+        Err(CostError::ExceedsLimit { cost: 3, limit: 2 })
+    );
+    assert_eq!(limiter.len(), 2);
+    assert!(limiter.try_acquire_n("paid:new", 3).unwrap().is_allowed());
+}
+
+#[test]
+fn a_key_moves_tier_through_reset() {
+    let upgraded = Arc::new(AtomicBool::new(false));
+    let flag = upgraded.clone();
+    let (free, paid) = (policy("1/min"), policy("100/min"));
+    let limiter: RateLimiter<String, FakeClock> = RateLimiter::with_resolver(
+        move |_: &String| {
+            if flag.load(Ordering::Relaxed) {
+                paid
+            } else {
+                free
+            }
+        },
+        FakeClock::new(),
+    );
+    assert!(limiter.try_acquire("carol").is_allowed());
+    assert!(!limiter.try_acquire("carol").is_allowed());
+    upgraded.store(true, Ordering::Relaxed);
+    // The state keeps the policy it was created under until it is reset or evicted.
+    assert!(!limiter.try_acquire("carol").is_allowed());
+    assert!(limiter.reset("carol"));
+    assert_eq!(limiter.try_acquire("carol").remaining(), 99);
+    assert!(!limiter.reset("nobody"));
+}
+
+// ---------------------------------------------------------------- live reconfiguration
+
+#[test]
+fn tightening_keeps_spent_permits_spent() {
+    let (limiter, clock) = keyed("10/min");
+    for _ in 0..6 {
+        let _ = limiter.try_acquire("alice");
+    }
+    limiter.set_policy(policy("4/min"));
+    // 6 spent, capped at the new limit of 4: nothing left, and the wait is the new policy's.
+    let d = limiter.try_acquire("alice");
+    assert!(!d.is_allowed(), "{d:?}");
+    assert_eq!(d.retry_after(), Duration::from_secs(15));
+    assert_eq!(limiter.try_acquire("bob").remaining(), 3);
+    assert_eq!(limiter.policy(), Some(policy("4/min")));
+    clock.advance(Duration::from_secs(15));
+    assert!(limiter.try_acquire("alice").is_allowed());
+}
+
+#[test]
+fn loosening_keeps_spent_permits_spent() {
+    let (limiter, _clock) = keyed("10/min");
+    for _ in 0..8 {
+        let _ = limiter.try_acquire("alice");
+    }
+    limiter.set_policy(policy("100/min"));
+    assert_eq!(limiter.try_acquire("alice").remaining(), 91);
+}
+
+#[test]
+fn changing_algorithm_carries_the_permits_in_use() {
+    for (from, to) in [
+        ("token-bucket 10/1s", "sliding-log 10/1s"),
+        ("sliding-log 10/1s", "sliding-counter 10/1s"),
+        ("sliding-counter 10/1s", "token-bucket 10/1s"),
+        ("token-bucket 10/1s", "10/1s & 100/1h"),
+        ("10/1s & 100/1h", "sliding-log 10/1s"),
+    ] {
+        let (limiter, clock) = keyed(from);
+        clock.set(Duration::from_millis(1500));
+        for _ in 0..7 {
+            assert!(limiter.try_acquire("k").is_allowed(), "{from}");
+        }
+        limiter.set_policy(policy(to));
+        assert_eq!(
+            limiter.peek("k").remaining(),
+            2,
+            "{from} -> {to}: peek sees the carry"
+        );
+        assert_eq!(limiter.try_acquire("k").remaining(), 2, "{from} -> {to}");
+        assert_eq!(limiter.len(), 1);
+    }
+}
+
+#[test]
+fn a_longer_old_window_says_nothing_about_a_shorter_new_one() {
+    let (limiter, _clock) = keyed("1000/1d");
+    for _ in 0..500 {
+        let _ = limiter.try_acquire("k");
+    }
+    limiter.set_policy(policy("10/1s & 1000/1d"));
+    // The day band keeps its 500; the new second band starts fresh.
+    let d = limiter.try_acquire("k");
+    assert!(d.is_allowed());
+    assert_eq!(d.remaining(), 9, "{d:?}");
+}
+
+#[test]
+fn keys_left_behind_drain_and_the_old_map_is_dropped() {
+    let (limiter, clock) = keyed("5/1s");
+    for key in ["a", "b", "c"] {
+        let _ = limiter.try_acquire(key);
+    }
+    limiter.set_policy(policy("7/1s"));
+    assert_eq!(limiter.len(), 3);
+    assert_eq!(limiter.evict_idle(), 0, "not at rest yet");
+    clock.advance(Duration::from_secs(1));
+    assert_eq!(limiter.evict_idle(), 3);
+    assert_eq!(limiter.len(), 0);
+    assert_eq!(limiter.try_acquire("a").remaining(), 6);
+}
+
+#[test]
+fn reconfiguring_while_threads_race_stays_exact() {
+    // Capacity 1,000 under every policy the limiters switch between, clock frozen: however
+    // the switches interleave with the requests, exactly 1,000 are admitted.
+    let policies = [
+        "token-bucket 1000/1h",
+        "sliding-log 1000/1h",
+        "sliding-counter 1000/1h",
+        "1000/1h & 2000/1d",
+    ];
+    for trial in 0..5 {
+        let limiter: Arc<RateLimiter<String, FakeClock>> = Arc::new(RateLimiter::with_clock(
+            policy(policies[trial % 4]),
+            FakeClock::new(),
+        ));
+        let direct = Arc::new(DirectLimiter::with_clock(
+            policy(policies[trial % 4]),
+            FakeClock::new(),
+        ));
+        let admitted = Arc::new(AtomicU64::new(0));
+        let direct_admitted = Arc::new(AtomicU64::new(0));
+        let start = Arc::new(Barrier::new(9));
+        let workers: Vec<_> = (0..8)
+            .map(|_| {
+                let (limiter, direct, admitted, direct_admitted, start) = (
+                    limiter.clone(),
+                    direct.clone(),
+                    admitted.clone(),
+                    direct_admitted.clone(),
+                    start.clone(),
+                );
+                thread::spawn(move || {
+                    start.wait();
+                    for _ in 0..500 {
+                        if limiter.try_acquire("hot").is_allowed() {
+                            admitted.fetch_add(1, Ordering::Relaxed);
+                        }
+                        if direct.try_acquire().is_allowed() {
+                            direct_admitted.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                })
+            })
+            .collect();
+        start.wait();
+        for i in 0..40 {
+            limiter.set_policy(policy(policies[(trial + i + 1) % 4]));
+            direct.set_policy(policy(policies[(trial + i + 1) % 4]));
+            thread::yield_now();
+        }
+        for w in workers {
+            w.join().unwrap();
+        }
+        // Whatever is left after the race is still there, under the last policy.
+        while limiter.try_acquire("hot").is_allowed() {
+            admitted.fetch_add(1, Ordering::Relaxed);
+        }
+        while direct.try_acquire().is_allowed() {
+            direct_admitted.fetch_add(1, Ordering::Relaxed);
+        }
+        assert_eq!(
+            admitted.load(Ordering::Relaxed),
+            1_000,
+            "keyed, trial {trial}"
+        );
+        assert_eq!(
+            direct_admitted.load(Ordering::Relaxed),
+            1_000,
+            "direct, trial {trial}"
+        );
+    }
+}
+
+#[test]
+fn direct_limiter_reconfigures_under_the_same_rule() {
+    let clock = FakeClock::new();
+    let limiter = DirectLimiter::with_clock(policy("10/min"), clock.clone());
+    for _ in 0..6 {
+        let _ = limiter.try_acquire();
+    }
+    limiter.set_policy(policy("sliding-log 4/min"));
+    assert!(!limiter.try_acquire().is_allowed());
+    assert_eq!(limiter.policy(), policy("sliding-log 4/min"));
+    assert!(!limiter.is_at_rest());
+    clock.advance(Duration::from_secs(60));
+    assert!(limiter.is_at_rest());
+    assert_eq!(limiter.try_acquire().remaining(), 3);
+}
+
+// ---------------------------------------------------------------- HTTP helpers
+
+#[test]
+fn retry_after_secs_rounds_up_and_is_never_zero_when_refused() {
+    let clock = FakeClock::new();
+    let limiter = DirectLimiter::with_clock(policy("1/1500ms"), clock.clone());
+    let ok = limiter.try_acquire();
+    assert_eq!((ok.retry_after_secs(), ok.reset_after_secs()), (0, 2));
+    let refused = limiter.try_acquire();
+    assert_eq!(refused.retry_after_secs(), 2);
+    clock.set(Duration::from_nanos(1_499_999_999));
+    let refused = limiter.try_acquire();
+    assert_eq!(refused.retry_after(), Duration::from_nanos(1));
+    assert_eq!(refused.retry_after_secs(), 1);
+    assert_eq!(refused.reset_after_secs(), 1);
+}

@@ -1,0 +1,336 @@
+//! Property tests: random traces through two-band composite policies, of every pair of
+//! algorithms, via the direct and the keyed limiter, against a model that combines the plain
+//! per-band reference models in `tests/models/` all-or-nothing.
+//!
+//! The combined model peeks every band's model (a clone decides, the model itself is left
+//! alone); only when every band allows does it commit the request to all of them. Its
+//! decision follows the table in `src/composite.rs`: allowed, the smallest remaining and its
+//! band's limit, the largest reset_after; refused, the smallest of the permits available now,
+//! the largest retry_after among the refusing bands, and the largest reset_after as the bands
+//! stand (for a band that would allow, found from the model's own `is_at_rest`).
+//!
+//! Time only moves forwards here (faulty clocks are covered per algorithm in the other
+//! property tests); costs are 1..= the smaller band's permits. Every decision must match to
+//! the nanosecond.
+
+mod models;
+
+use std::time::Duration;
+
+use proptest::prelude::*;
+use tollgate::{Algorithm, Clock, DirectLimiter, FakeClock, Policy, RateLimiter};
+
+use models::{CounterModel, GcraModel, LogModel, Model, Outcome};
+
+/// One band's reference model.
+#[derive(Clone, Debug)]
+enum BandModel {
+    Bucket(GcraModel),
+    Log(LogModel),
+    Counter(CounterModel),
+}
+
+impl BandModel {
+    fn new(band: &Policy) -> Self {
+        let (permits, window) = (band.permits(), band.window().as_nanos() as u64);
+        match band.algorithm() {
+            Algorithm::TokenBucket => BandModel::Bucket(GcraModel::new(permits, window)),
+            Algorithm::SlidingLog => BandModel::Log(LogModel::new(permits, window)),
+            Algorithm::SlidingCounter => BandModel::Counter(CounterModel::new(permits, window)),
+        }
+    }
+
+    fn acquire(&mut self, now: u64, cost: u64) -> Outcome {
+        match self {
+            BandModel::Bucket(m) => m.acquire(now, cost),
+            BandModel::Log(m) => m.acquire(now, cost),
+            BandModel::Counter(m) => m.acquire(now, cost),
+        }
+    }
+
+    fn peek(&self, now: u64, cost: u64) -> Outcome {
+        self.clone().acquire(now, cost)
+    }
+
+    fn is_at_rest(&self, now: u64) -> bool {
+        match self {
+            BandModel::Bucket(m) => m.is_at_rest(now),
+            BandModel::Log(m) => m.is_at_rest(now),
+            BandModel::Counter(m) => m.is_at_rest(now),
+        }
+    }
+
+    /// Nanoseconds until the band is at rest with nothing more admitted: the first instant
+    /// from which `is_at_rest` holds (it holds for good once it does, time running forwards),
+    /// found by bisection. Every algorithm is at rest `2 * window` after its last admission
+    /// at the latest.
+    fn reset_after(&self, now: u64, window: u64) -> u64 {
+        if self.is_at_rest(now) {
+            return 0;
+        }
+        let (mut lo, mut hi) = (now, now + 2 * window);
+        assert!(self.is_at_rest(hi), "at rest after 2W: {self:?}");
+        while hi - lo > 1 {
+            let mid = lo + (hi - lo) / 2;
+            if self.is_at_rest(mid) {
+                hi = mid;
+            } else {
+                lo = mid;
+            }
+        }
+        hi - now
+    }
+}
+
+/// The combined model: the bands in the policy's order, all-or-nothing.
+#[derive(Clone, Debug)]
+struct CompositeModel {
+    bands: Vec<(BandModel, u64)>,
+}
+
+impl CompositeModel {
+    fn new(policy: &Policy) -> Self {
+        CompositeModel {
+            bands: policy
+                .bands()
+                .map(|b| (BandModel::new(&b), b.window().as_nanos() as u64))
+                .collect(),
+        }
+    }
+
+    fn acquire(&mut self, now: u64, cost: u64) -> Outcome {
+        let peeked: Vec<Outcome> = self.bands.iter().map(|(m, _)| m.peek(now, cost)).collect();
+        // The first band with the smallest value wins a tie.
+        let smallest = |values: &[(u64, u64)]| {
+            values
+                .iter()
+                .copied()
+                .reduce(|best, v| if v.0 < best.0 { v } else { best })
+                .unwrap()
+        };
+        if peeked.iter().all(|o| o.allowed) {
+            for (model, _) in &mut self.bands {
+                let committed = model.acquire(now, cost);
+                assert!(committed.allowed);
+            }
+            let (remaining, limit) = smallest(
+                &peeked
+                    .iter()
+                    .map(|o| (o.remaining, o.limit))
+                    .collect::<Vec<_>>(),
+            );
+            return Outcome {
+                allowed: true,
+                remaining,
+                retry_after: 0,
+                reset_after: peeked.iter().map(|o| o.reset_after).max().unwrap(),
+                limit,
+            };
+        }
+        let available: Vec<(u64, u64)> = peeked
+            .iter()
+            .map(|o| {
+                let now_available = if o.allowed {
+                    o.remaining + cost
+                } else {
+                    o.remaining
+                };
+                (now_available, o.limit)
+            })
+            .collect();
+        let (remaining, limit) = smallest(&available);
+        let reset_after = self
+            .bands
+            .iter()
+            .zip(&peeked)
+            .map(|((model, window), o)| {
+                if o.allowed {
+                    model.reset_after(now, *window)
+                } else {
+                    o.reset_after
+                }
+            })
+            .max()
+            .unwrap();
+        Outcome {
+            allowed: false,
+            remaining,
+            retry_after: peeked
+                .iter()
+                .filter(|o| !o.allowed)
+                .map(|o| o.retry_after)
+                .max()
+                .unwrap(),
+            reset_after,
+            limit,
+        }
+    }
+
+    fn is_at_rest(&self, now: u64) -> bool {
+        self.bands.iter().all(|(m, _)| m.is_at_rest(now))
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Step {
+    /// Move the clock forward, then ask for `cost` permits.
+    Acquire { advance: u64, cost: u64 },
+    /// Run the keyed limiter's eviction.
+    Evict,
+}
+
+#[derive(Clone, Debug)]
+struct Scenario {
+    policy: Policy,
+    steps: Vec<Step>,
+}
+
+const ALGORITHMS: [Algorithm; 3] = [
+    Algorithm::TokenBucket,
+    Algorithm::SlidingLog,
+    Algorithm::SlidingCounter,
+];
+
+/// One band: any algorithm, 1..=8 permits, a window from a nanosecond to seconds.
+fn band() -> impl Strategy<Value = Policy> {
+    let window = prop_oneof![1..=16u64, 17..=2_000u64, 1_000_000..=3_000_000_000u64];
+    (0..3usize, 1..=8u64, window).prop_map(|(algorithm, permits, window)| {
+        // A policy needs at least one nanosecond per permit.
+        let window = window.max(permits);
+        Policy::new(ALGORITHMS[algorithm], permits, Duration::from_nanos(window)).unwrap()
+    })
+}
+
+fn scenario() -> impl Strategy<Value = Scenario> {
+    (band(), band())
+        .prop_filter("two distinct bands", |(a, b)| a != b)
+        .prop_flat_map(|(a, b)| {
+            let policy = a.and(b).unwrap();
+            let windows: Vec<u64> = policy
+                .bands()
+                .map(|b| b.window().as_nanos() as u64)
+                .collect();
+            let (short, long) = (windows[0], windows[1]);
+            let max_cost = policy.bands().map(|b| b.permits()).min().unwrap();
+            let advance = prop_oneof![
+                3 => Just(0),
+                1 => Just(1),
+                1 => Just(short - 1),
+                1 => Just(short),
+                1 => Just(long - 1),
+                1 => Just(long),
+                4 => 0..=2 * short,
+                2 => 0..=2 * long,
+            ];
+            let acquire =
+                (advance, 1..=max_cost).prop_map(|(advance, cost)| Step::Acquire { advance, cost });
+            let step = prop_oneof![
+                16 => acquire,
+                2 => Just(Step::Evict),
+            ];
+            prop::collection::vec(step, 1..80).prop_map(move |steps| Scenario { policy, steps })
+        })
+}
+
+/// Replays `scenario` through both limiters and two copies of the model (the keyed one is
+/// reset whenever eviction removes the key).
+fn check(scenario: &Scenario) -> Result<(), TestCaseError> {
+    let policy = scenario.policy;
+    prop_assert!(policy.is_composite());
+    let clock = FakeClock::new();
+    let direct = DirectLimiter::with_clock(policy, clock.clone());
+    let keyed: RateLimiter<String, FakeClock> = RateLimiter::with_clock(policy, clock.clone());
+    let mut direct_model = CompositeModel::new(&policy);
+    let mut keyed_model = CompositeModel::new(&policy);
+    let mut tracked = false;
+
+    for (i, step) in scenario.steps.iter().enumerate() {
+        match *step {
+            Step::Acquire { advance, cost } => {
+                clock.advance(Duration::from_nanos(advance));
+                let now = clock.now();
+                let expected = direct_model.acquire(now, cost);
+                let got = Outcome::from(direct.try_acquire_n(cost).unwrap());
+                prop_assert_eq!(
+                    got,
+                    expected,
+                    "direct, step {} at {} ns: {:?}",
+                    i,
+                    now,
+                    step
+                );
+                let expected = keyed_model.acquire(now, cost);
+                let got = Outcome::from(keyed.try_acquire_n("key", cost).unwrap());
+                prop_assert_eq!(got, expected, "keyed, step {} at {} ns: {:?}", i, now, step);
+                tracked = true;
+            }
+            Step::Evict => {
+                let now = clock.now();
+                let expected = tracked && keyed_model.is_at_rest(now);
+                prop_assert_eq!(
+                    keyed.evict_idle(),
+                    usize::from(expected),
+                    "step {} at {} ns",
+                    i,
+                    now
+                );
+                if expected {
+                    keyed_model = CompositeModel::new(&policy);
+                    tracked = false;
+                }
+                prop_assert_eq!(keyed.len(), usize::from(tracked));
+            }
+        }
+        let now = clock.now();
+        prop_assert_eq!(
+            direct.is_at_rest(),
+            direct_model.is_at_rest(now),
+            "step {} at {} ns",
+            i,
+            now
+        );
+    }
+    Ok(())
+}
+
+/// 512 cases (a second or two), or `PROPTEST_CASES` for a longer soak.
+fn config() -> ProptestConfig {
+    let cases = std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok());
+    ProptestConfig::with_cases(cases.unwrap_or(512))
+}
+
+proptest! {
+    #![proptest_config(config())]
+
+    #[test]
+    fn composite_matches_its_bands_all_or_nothing(scenario in scenario()) {
+        check(&scenario)?;
+    }
+}
+
+/// The combined model itself follows the composite table on a hand-checked trace.
+#[test]
+fn model_reproduces_a_hand_checked_trace() {
+    const MS: u64 = 1_000_000;
+    const SEC: u64 = 1_000 * MS;
+    let policy: Policy = "sliding-log 1/1s & 5/1h".parse().unwrap();
+    let mut model = CompositeModel::new(&policy);
+    let o = model.acquire(0, 1);
+    assert_eq!(
+        (o.allowed, o.remaining, o.limit, o.reset_after),
+        (true, 0, 1, 720 * SEC)
+    );
+    let o = model.acquire(500 * MS, 1);
+    assert_eq!(
+        (
+            o.allowed,
+            o.remaining,
+            o.limit,
+            o.retry_after,
+            o.reset_after
+        ),
+        (false, 0, 1, 500 * MS, 720 * SEC - 500 * MS)
+    );
+}
