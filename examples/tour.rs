@@ -8,7 +8,8 @@
 //! 2. The three algorithms side by side on the same burst.
 //! 3. Sixteen threads racing for 1,000 permits, twenty times.
 //! 4. `&str` lookups into `String` keys, and eviction of idle keys.
-//! 5. One second of decisions on the real clock.
+//! 5. Policies as data: several limits at once, peek, tiers per key, a live policy change.
+//! 6. One second of decisions on the real clock.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Barrier};
@@ -22,6 +23,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     algorithms_side_by_side()?;
     race()?;
     lookups_and_eviction()?;
+    policies_as_data()?;
     throughput()?;
     Ok(())
 }
@@ -189,8 +191,67 @@ fn lookups_and_eviction() -> Result<(), Box<dyn std::error::Error>> {
     Ok(())
 }
 
+fn policies_as_data() -> Result<(), Box<dyn std::error::Error>> {
+    heading("5. Policies as data");
+    let clock = FakeClock::new();
+    let both: Policy = "3/1s & 5/1h".parse()?;
+    let limiter: RateLimiter<String, FakeClock> = RateLimiter::with_clock(both, clock.clone());
+    println!("  policy {both}: a burst limit and an hourly quota, all or nothing");
+    for t in [0, 0, 0, 0, 1000, 1000, 1000, 2000] {
+        clock.set(Duration::from_millis(t));
+        let d = limiter.try_acquire("carol");
+        println!("    t={t:>5} ms  carol  {}", describe(&d));
+    }
+    println!("    (the refusal at 0 ms spent nothing in the hourly band: two more pass at 1 s)");
+    println!(
+        "  peek(\"carol\") at 2 s: {} -- and it changed nothing: {} key(s) tracked",
+        describe(&limiter.peek("carol")),
+        limiter.len()
+    );
+
+    let (free, paid): (Policy, Policy) = ("2/min".parse()?, "sliding-log 5/min".parse()?);
+    let tiers: RateLimiter<String, FakeClock> = RateLimiter::with_resolver(
+        move |user: &String| {
+            if user.starts_with("paid:") {
+                paid
+            } else {
+                free
+            }
+        },
+        FakeClock::new(),
+    );
+    let count = |user: &str| {
+        (0..10)
+            .filter(|_| tiers.try_acquire(user).is_allowed())
+            .count()
+    };
+    println!(
+        "  tiers by resolver: free:ann gets {} of 10 requests, paid:bob gets {} of 10",
+        count("free:ann"),
+        count("paid:bob")
+    );
+
+    let clock = FakeClock::new();
+    let live: RateLimiter<String, FakeClock> = RateLimiter::with_clock("10/min".parse()?, clock);
+    for _ in 0..6 {
+        let _ = live.try_acquire("dave");
+    }
+    live.set_policy("4/min".parse()?);
+    println!(
+        "  set_policy 10/min -> 4/min after dave spent 6: dave {}; erin (new) {}",
+        describe(&live.try_acquire("dave")),
+        describe(&live.try_acquire("erin"))
+    );
+    live.set_policy("100/min".parse()?);
+    println!(
+        "  set_policy -> 100/min: dave {} (spent permits stay spent)",
+        describe(&live.try_acquire("dave"))
+    );
+    Ok(())
+}
+
 fn throughput() -> Result<(), Box<dyn std::error::Error>> {
-    heading("5. One second on the real clock (quanta), single thread");
+    heading("6. One second on the real clock (quanta), single thread");
     let direct = DirectLimiter::new("1000000000/1s".parse()?);
     let (n, allowed) = for_one_second(|| direct.try_acquire().is_allowed());
     println!(
