@@ -22,9 +22,12 @@
 //! shrinks as time passes, so every band allows the same request from the latest of the
 //! refusing bands' retry times on, and the band refusing longest refuses until then.
 //!
-//! [`Composite`] holds the bands' parameters; [`CompositeCell`] holds every band's state in
-//! one array of words behind one sequence word: the sliding log's seqlock
-//! ([`LogCell`](crate::sliding_log::LogCell)), generalised to several bands.
+//! [`Composite`] holds the bands' parameters inline (so it is `Copy`); [`CompositeCell`]
+//! holds every band's state in one array of words behind one sequence word: the sliding
+//! log's seqlock ([`LogCell`](crate::sliding_log::LogCell)), generalised to several bands.
+//! Its type docs give the word layout; memory per key is 24 bytes inline plus 8 bytes per
+//! word on the heap (1 word per token bucket band, 2 per sliding counter band, `N + 1` per
+//! sliding log band of N permits).
 
 use crate::sliding_counter::{self, Counter, Snapshot};
 use crate::sliding_log::{self, Entries, Log};
@@ -206,8 +209,8 @@ impl Composite {
     /// Parameters for every band of `policy`, words laid out in band order.
     pub(crate) fn new(policy: &Policy) -> Self {
         let mut words = 0u32;
-        let mut placed = Vec::with_capacity(Policy::MAX_BANDS);
-        for band in policy.bands() {
+        let mut bands = [None; Policy::MAX_BANDS];
+        for (slot, band) in bands.iter_mut().zip(policy.bands()) {
             let (params, size) = match band.algorithm() {
                 Algorithm::TokenBucket => (Band::TokenBucket(Gcra::new(&band)), 1),
                 // permits <= Policy::MAX_LOG_PERMITS = 2^16: fits in u32.
@@ -220,7 +223,7 @@ impl Composite {
                 ),
                 Algorithm::SlidingCounter => (Band::SlidingCounter(Counter::new(&band)), 2),
             };
-            placed.push(Placed {
+            *slot = Some(Placed {
                 band: params,
                 offset: words,
                 limit: band.permits(),
@@ -229,11 +232,10 @@ impl Composite {
             // At most 4 bands of at most 2^16 + 1 words: no overflow.
             words += size;
         }
-        let mut bands = [placed[0]; Policy::MAX_BANDS];
-        bands[..placed.len()].copy_from_slice(&placed);
+        let first = bands[0].expect("a policy has at least one band");
         Composite {
-            bands,
-            len: placed.len() as u8,
+            bands: bands.map(|band| band.unwrap_or(first)),
+            len: policy.bands().len() as u8,
             words,
         }
     }
@@ -601,9 +603,11 @@ impl RateState for CompositeCell {
                 Read::Changed => {}
                 Read::Consistent(_, Verdict::Deny(decision)) => return Some(decision),
                 Read::Consistent(seq, Verdict::Allow(decision, writes)) => {
-                    // Acquire on success: pairs with the Release store that published `seq`,
-                    // so our word stores come after the previous writer's in every word's
-                    // modification order. Success from exactly `seq` also proves nobody wrote
+                    // Acquire on success: pairs with the Release store that published `seq`
+                    // (as the read section's Acquire load of `seq` already did; this keeps the
+                    // writer's ordering independent of how the read began), so our word
+                    // stores come after the previous writer's in every word's modification
+                    // order. Success from exactly `seq` also proves nobody wrote
                     // since our consistent read (the sequence only grows), so every band's
                     // decision still holds. Relaxed on failure: we start over and re-read
                     // with Acquire.
@@ -847,12 +851,14 @@ mod tests {
             assert!(!d.is_allowed(), "{t} {cost}: {d:?}");
             assert_eq!(cell.dump(), before, "a refusal at {t} changed a band");
         }
-        // The bands that would have allowed still hold exactly what they held: the counter
-        // has 2 of 4 left, the bucket 4 of 6.
+        // The bands that would have allowed still hold exactly what they held: the log's
+        // entries have left, the counter has 2 of 4 left, the bucket (T = 600 s) 4 of 6, so
+        // its TAT goes from 1,200 s to 2,400 s.
         let d = acquire(&cell, &params, at(&clock, SEC), 2);
-        assert_eq!(fields(d).0, true);
-        assert_eq!(d.remaining(), 0);
-        assert!(!acquire(&cell, &params, at(&clock, 2 * SEC), 1).is_allowed());
+        assert_eq!(fields(d), (true, 0, 2, 0, 2_400 * SEC - SEC));
+        // The counter is full now.
+        let d = acquire(&cell, &params, at(&clock, 2 * SEC), 1);
+        assert_eq!((d.is_allowed(), d.remaining(), d.limit()), (false, 0, 4));
     }
 
     #[test]
@@ -955,9 +961,9 @@ mod tests {
             let all = ds.iter().all(|d| d.is_allowed());
             assert_eq!(got.is_allowed(), all, "step {step}");
             if all {
-                c0.try_acquire(&p0, &clock, cost).unwrap();
-                c1.try_acquire(&p1, &clock, cost).unwrap();
-                c2.try_acquire(&p2, &clock, cost).unwrap();
+                assert!(c0.try_acquire(&p0, &clock, cost).unwrap().is_allowed());
+                assert!(c1.try_acquire(&p1, &clock, cost).unwrap().is_allowed());
+                assert!(c2.try_acquire(&p2, &clock, cost).unwrap().is_allowed());
                 let min = ds.iter().map(|d| d.remaining()).min().unwrap();
                 let first = ds.iter().find(|d| d.remaining() == min).unwrap();
                 let reset = ds.iter().map(|d| d.reset_after()).max().unwrap();

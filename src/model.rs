@@ -23,8 +23,9 @@ enum Cell {
     SlidingLog(LogCell, <LogCell as RateState>::Params),
     /// Sliding window counter.
     SlidingCounter(CounterCell, <CounterCell as RateState>::Params),
-    /// Several bands, all-or-nothing (a policy with more than one band).
-    Composite(CompositeCell, <CompositeCell as RateState>::Params),
+    /// Several bands, all-or-nothing (a policy with more than one band). The parameters of
+    /// up to four bands are boxed to keep the enum small.
+    Composite(CompositeCell, Box<<CompositeCell as RateState>::Params>),
 }
 
 macro_rules! with_cell {
@@ -33,7 +34,10 @@ macro_rules! with_cell {
             Cell::TokenBucket($state, $params) => $body,
             Cell::SlidingLog($state, $params) => $body,
             Cell::SlidingCounter($state, $params) => $body,
-            Cell::Composite($state, $params) => $body,
+            Cell::Composite($state, $params) => {
+                let $params = &**$params;
+                $body
+            }
         }
     };
 }
@@ -47,7 +51,7 @@ impl ModelCell {
         }
         if policy.is_composite() {
             let (s, p) = fresh(policy);
-            return ModelCell(Cell::Composite(s, p));
+            return ModelCell(Cell::Composite(s, Box::new(p)));
         }
         match policy.algorithm() {
             Algorithm::TokenBucket => {

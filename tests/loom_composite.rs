@@ -129,42 +129,59 @@ fn a_refusal_is_never_decided_on_a_torn_read() {
     });
 }
 
-/// Thread A requests; if it meets a retired state it requests on a fresh one standing in for
-/// the registry's replacement. Thread B tries to retire the state, which is at rest (its
-/// bands' admissions at time 0 expired). A retire that succeeds must never coincide with an
-/// admission on the retired state, and a last request on whichever state is current checks
-/// the tightest capacity of 1 was spent exactly once.
+/// One thread requests; if it meets a retired state it requests on a fresh one standing in
+/// for the registry's replacement. The other tries to retire the state, which is at rest
+/// (its bands' admissions at time 0 expired). A retire that succeeds must never coincide
+/// with an admission on the retired state, and a last request on whichever state is current
+/// checks the tightest capacity of 1 was spent exactly once.
+///
+/// Each policy runs twice, with the evictor on the spawned thread and then on the main one:
+/// loom's search depends on which thread comes first, and only the first orientation finds
+/// an evictor that retires from a fresh sequence value instead of the one it saw at rest.
 #[test]
 fn acquire_racing_eviction_never_admits_extra() {
     for policy in CAPACITY_1 {
-        loom::model(move || {
-            let state = Arc::new(cell(policy));
-            assert_eq!(admitted(state.try_acquire(&FakeClock::new(), 1)), 1);
-            let replacement = Arc::new(cell(policy));
-            let clock = frozen_clock();
-            let requester = {
-                let (state, replacement, clock) =
-                    (state.clone(), replacement.clone(), clock.clone());
-                thread::spawn(move || match state.try_acquire(&clock, 1) {
-                    Some(d) => (u64::from(d.is_allowed()), 0),
-                    None => (0, admitted(replacement.try_acquire(&clock, 1))),
-                })
-            };
-            let retired = state.try_retire(NOW);
-            let (on_old, on_replacement) = requester.join().unwrap();
-            assert!(
-                !(retired && on_old == 1),
-                "{policy}: admitted on a retired state"
-            );
-            assert_eq!(on_old + on_replacement, 1, "{policy}");
-            let current = if retired { &replacement } else { &state };
-            assert_eq!(admitted(current.try_acquire(&clock, 1)), 0, "{policy}");
-            // A retired state stays retired; a live one with an admission is not at rest.
-            assert!(!state.is_at_rest(NOW), "{policy}");
-            if retired {
-                assert!(state.try_acquire(&clock, 1).is_none(), "{policy}");
-            }
-        });
+        for evictor_spawned in [true, false] {
+            loom::model(move || {
+                let state = Arc::new(cell(policy));
+                assert_eq!(admitted(state.try_acquire(&FakeClock::new(), 1)), 1);
+                let replacement = Arc::new(cell(policy));
+                let clock = frozen_clock();
+                let request = {
+                    let (state, replacement, clock) =
+                        (state.clone(), replacement.clone(), clock.clone());
+                    move || match state.try_acquire(&clock, 1) {
+                        Some(d) => (u64::from(d.is_allowed()), 0),
+                        None => (0, admitted(replacement.try_acquire(&clock, 1))),
+                    }
+                };
+                let evict = {
+                    let state = state.clone();
+                    move || state.try_retire(NOW)
+                };
+                let (retired, (on_old, on_replacement)) = if evictor_spawned {
+                    let evictor = thread::spawn(evict);
+                    let requested = request();
+                    (evictor.join().unwrap(), requested)
+                } else {
+                    let requester = thread::spawn(request);
+                    let retired = evict();
+                    (retired, requester.join().unwrap())
+                };
+                assert!(
+                    !(retired && on_old == 1),
+                    "{policy}: admitted on a retired state"
+                );
+                assert_eq!(on_old + on_replacement, 1, "{policy}");
+                let current = if retired { &replacement } else { &state };
+                assert_eq!(admitted(current.try_acquire(&clock, 1)), 0, "{policy}");
+                // A retired state stays retired; a live one with an admission is not at rest.
+                assert!(!state.is_at_rest(NOW), "{policy}");
+                if retired {
+                    assert!(state.try_acquire(&clock, 1).is_none(), "{policy}");
+                }
+            });
+        }
     }
 }
 
