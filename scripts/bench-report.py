@@ -137,7 +137,8 @@ def markdown(results, memory):
         for r in mem:
             if (r["limiter"], r["key"]) not in seen:
                 seen.append((r["limiter"], r["key"]))
-        for limiter, key in sorted(seen, key=lambda lk: (lk[1] != "u64", lk[1], lk[0].startswith("governor"), lk[0])):
+        # Keys grouped (u64 first), limiters in the CSV's order within each key.
+        for limiter, key in sorted(seen, key=lambda lk: (lk[1] != "u64", lk[1])):
             cells = []
             for n in sizes:
                 v = next((float(r["value"]) for r in mem if r["limiter"] == limiter and r["key"] == key and int(r["keys"]) == n), None)

@@ -35,6 +35,14 @@ use std::time::Duration;
 pub trait Clock: Send + Sync {
     /// Nanoseconds since this clock's zero.
     fn now(&self) -> u64;
+
+    /// Blocks the calling thread for `duration` of this clock's time: what the waiting
+    /// acquires (`acquire_blocking`) sleep with. The default sleeps the thread for real;
+    /// [`FakeClock`] moves its own time forward instead, so waiting logic runs instantly and
+    /// deterministically in tests.
+    fn sleep(&self, duration: Duration) {
+        std::thread::sleep(duration);
+    }
 }
 
 impl<C: Clock + ?Sized> Clock for &C {
@@ -42,12 +50,20 @@ impl<C: Clock + ?Sized> Clock for &C {
     fn now(&self) -> u64 {
         (**self).now()
     }
+
+    fn sleep(&self, duration: Duration) {
+        (**self).sleep(duration);
+    }
 }
 
 impl<C: Clock + ?Sized> Clock for Arc<C> {
     #[inline]
     fn now(&self) -> u64 {
         (**self).now()
+    }
+
+    fn sleep(&self, duration: Duration) {
+        (**self).sleep(duration);
     }
 }
 
@@ -189,6 +205,69 @@ impl Clock for FakeClock {
     fn now(&self) -> u64 {
         // Relaxed: see `advance`.
         self.nanos.load(Ordering::Relaxed)
+    }
+
+    /// Simulated sleep: moves the shared time forward by `duration` and returns at once.
+    fn sleep(&self, duration: Duration) {
+        self.advance(duration);
+    }
+}
+
+/// A clock that follows tokio's time (feature `tokio`): real time normally, and paused or
+/// advanced time in tests (`#[tokio::test(start_paused = true)]`,
+/// `tokio::time::advance`), so async waiting can be tested without real sleeping.
+///
+/// # Examples
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() {
+/// use std::time::Duration;
+/// use tollgate::{Clock, TokioClock};
+///
+/// let clock = TokioClock::new();
+/// tokio::time::advance(Duration::from_millis(5)).await;
+/// assert_eq!(clock.now(), 5_000_000);
+/// # }
+/// ```
+#[cfg(feature = "tokio")]
+#[derive(Clone, Copy, Debug)]
+pub struct TokioClock {
+    origin: tokio::time::Instant,
+}
+
+#[cfg(feature = "tokio")]
+impl TokioClock {
+    /// A clock whose zero is tokio's now.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let clock = tollgate::TokioClock::new();
+    /// # let _ = clock;
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn new() -> Self {
+        TokioClock {
+            origin: tokio::time::Instant::now(),
+        }
+    }
+}
+
+#[cfg(feature = "tokio")]
+impl Default for TokioClock {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+#[cfg(feature = "tokio")]
+impl Clock for TokioClock {
+    fn now(&self) -> u64 {
+        duration_to_nanos(self.origin.elapsed())
     }
 }
 

@@ -38,9 +38,81 @@ pub struct Decision {
     retry_after_nanos: u64,
     reset_after_nanos: u64,
     allowed: bool,
+    /// `OVERFLOW` and `SHADOW` bits.
+    flags: u8,
 }
 
 impl Decision {
+    /// Decided by a shared overflow state: the limiter was tracking its `max_keys`.
+    const OVERFLOW: u8 = 1;
+    /// Allowed only because the limiter is in shadow mode: the policy refused it.
+    const SHADOW: u8 = 2;
+
+    /// The same decision, marked as made by the shared overflow state.
+    #[inline]
+    pub(crate) const fn overflowed(mut self) -> Self {
+        self.flags |= Self::OVERFLOW;
+        self
+    }
+
+    /// Shadow mode: a refusal is let through, marked as one.
+    #[inline]
+    pub(crate) const fn shadowed(mut self) -> Self {
+        if !self.allowed {
+            self.allowed = true;
+            self.flags |= Self::SHADOW;
+        }
+        self
+    }
+
+    /// The retry_after in nanoseconds.
+    #[inline]
+    pub(crate) const fn retry_after_nanos(&self) -> u64 {
+        self.retry_after_nanos
+    }
+
+    /// `true` when the limiter was already tracking its maximum number of keys
+    /// (`RateLimiter::max_keys`) and this new key was decided by a state shared by all such
+    /// keys (see `docs/ARCHITECTURE.md`, "Bounded memory").
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::{FakeClock, RateLimiter};
+    ///
+    /// let limiter: RateLimiter<String, FakeClock> =
+    ///     RateLimiter::with_clock("3/min".parse()?, FakeClock::new()).max_keys(1);
+    /// assert!(!limiter.try_acquire("alice").is_overflow());
+    /// assert!(limiter.try_acquire("mallory-1").is_overflow());
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    #[inline]
+    #[must_use]
+    pub const fn is_overflow(&self) -> bool {
+        self.flags & Self::OVERFLOW != 0
+    }
+
+    /// `true` when the policy refused the request but the limiter is in shadow mode
+    /// (`RateLimiter::shadow`), so it was allowed anyway: [`is_allowed`](Decision::is_allowed)
+    /// is `true`, and the other fields are those of the refusal.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::{FakeClock, RateLimiter};
+    ///
+    /// let limiter: RateLimiter<String, FakeClock> =
+    ///     RateLimiter::with_clock("1/min".parse()?, FakeClock::new()).shadow();
+    /// assert!(!limiter.try_acquire("alice").would_refuse());
+    /// let second = limiter.try_acquire("alice");
+    /// assert!(second.is_allowed() && second.would_refuse());
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    #[inline]
+    #[must_use]
+    pub const fn would_refuse(&self) -> bool {
+        self.flags & Self::SHADOW != 0
+    }
     /// An admission.
     #[inline]
     pub(crate) const fn allow(remaining: u64, limit: u64, reset_after_nanos: u64) -> Self {
@@ -50,6 +122,7 @@ impl Decision {
             retry_after_nanos: 0,
             reset_after_nanos,
             allowed: true,
+            flags: 0,
         }
     }
 
@@ -67,6 +140,7 @@ impl Decision {
             retry_after_nanos,
             reset_after_nanos,
             allowed: false,
+            flags: 0,
         }
     }
 

@@ -12,7 +12,7 @@ use crate::sliding_counter::CounterCell;
 use crate::sliding_log::LogCell;
 use crate::state::{Carry, RateState};
 use crate::token_bucket::GcraCell;
-use crate::{Algorithm, Clock, CostError, Decision, Policy, SystemClock};
+use crate::{Algorithm, Clock, CostError, Decision, Policy, SystemClock, Wait};
 
 /// A rate limiter for a single key: a global limit, one upstream's quota, one hot tenant.
 ///
@@ -188,7 +188,7 @@ impl<C: Clock> DirectLimiter<C> {
     /// ```
     #[inline]
     pub fn try_acquire(&self) -> Decision {
-        match self.acquire(1) {
+        match self.decide(1) {
             Ok(decision) => decision,
             // Every policy has at least one permit, so a cost of 1 is always acceptable.
             Err(_) => unreachable!("a cost of 1 is within every policy"),
@@ -216,11 +216,11 @@ impl<C: Clock> DirectLimiter<C> {
         if n == 0 {
             return Err(CostError::Zero);
         }
-        self.acquire(n)
+        self.decide(n)
     }
 
     #[inline]
-    fn acquire(&self, cost: u64) -> Result<Decision, CostError> {
+    fn decide(&self, cost: u64) -> Result<Decision, CostError> {
         // Relaxed: a stale `false` only sends us to the first state, which a policy change
         // retires before it sets the flag, so we then get `None` and take the slow path.
         if !self.replaced.load(Ordering::Relaxed) {
@@ -269,6 +269,95 @@ impl<C: Clock> DirectLimiter<C> {
             }
             backoff.snooze();
         }
+    }
+
+    /// Waits until a request of cost 1 is admitted, sleeping each refusal's `retry_after` on
+    /// the limiter's clock ([`Clock::sleep`]). See
+    /// [`RateLimiter::acquire_blocking`](crate::RateLimiter::acquire_blocking).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::{Clock, DirectLimiter, FakeClock};
+    ///
+    /// let clock = FakeClock::new();
+    /// let limiter = DirectLimiter::with_clock("5/1s".parse()?, clock.clone());
+    /// for _ in 0..6 {
+    ///     let _ = limiter.acquire_blocking();
+    /// }
+    /// assert_eq!(clock.now(), 200_000_000); // the sixth waited one interval
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    pub fn acquire_blocking(&self) -> Decision {
+        match self.acquire_blocking_with(Wait::new()) {
+            Ok(decision) | Err(decision) => decision,
+        }
+    }
+
+    /// Like [`acquire_blocking`](DirectLimiter::acquire_blocking), with a timeout and jitter.
+    ///
+    /// # Errors
+    ///
+    /// The last refusal, as soon as admission cannot come before the timeout.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{DirectLimiter, FakeClock, Wait};
+    ///
+    /// let limiter = DirectLimiter::with_clock("1/min".parse()?, FakeClock::new());
+    /// let _ = limiter.try_acquire();
+    /// assert!(limiter.acquire_blocking_with(Wait::new().timeout(Duration::from_secs(1))).is_err());
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    pub fn acquire_blocking_with(&self, wait: Wait) -> Result<Decision, Decision> {
+        crate::wait::block(&self.clock, &wait, || self.try_acquire())
+    }
+
+    /// Waits asynchronously until a request of cost 1 is admitted (feature `tokio`); see
+    /// [`RateLimiter::acquire`](crate::RateLimiter::acquire).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), tollgate::PolicyError> {
+    /// let limiter = tollgate::DirectLimiter::with_clock("1/s".parse()?, tollgate::TokioClock::new());
+    /// assert!(limiter.acquire().await.is_allowed());
+    /// assert!(limiter.acquire().await.is_allowed());
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[cfg(feature = "tokio")]
+    pub async fn acquire(&self) -> Decision {
+        match self.acquire_with(Wait::new()).await {
+            Ok(decision) | Err(decision) => decision,
+        }
+    }
+
+    /// The async twin of [`acquire_blocking_with`](DirectLimiter::acquire_blocking_with)
+    /// (feature `tokio`).
+    ///
+    /// # Errors
+    ///
+    /// The last refusal, as soon as admission cannot come before the timeout.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), tollgate::PolicyError> {
+    /// use std::time::Duration;
+    /// let limiter = tollgate::DirectLimiter::with_clock("1/min".parse()?, tollgate::TokioClock::new());
+    /// let _ = limiter.try_acquire();
+    /// assert!(limiter.acquire_with(tollgate::Wait::new().timeout(Duration::from_secs(1))).await.is_err());
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[cfg(feature = "tokio")]
+    pub async fn acquire_with(&self, wait: Wait) -> Result<Decision, Decision> {
+        crate::wait::wait_async(&self.clock, &wait, || self.try_acquire()).await
     }
 
     /// What a request of cost 1 would get now, changing nothing.

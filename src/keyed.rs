@@ -22,8 +22,9 @@ use crate::composite::CompositeCell;
 use crate::sliding_counter::CounterCell;
 use crate::sliding_log::LogCell;
 use crate::state::{Carry, RateState};
+use crate::stats::Counters;
 use crate::token_bucket::GcraCell;
-use crate::{Algorithm, Clock, CostError, Decision, KeyHasher, Policy, SystemClock};
+use crate::{Algorithm, Clock, CostError, Decision, KeyHasher, Policy, Stats, SystemClock, Wait};
 
 /// How a limiter built with [`RateLimiter::with_resolver`] chooses each key's policy.
 pub type Resolver<K> = dyn Fn(&K) -> Policy + Send + Sync;
@@ -78,6 +79,14 @@ pub struct RateLimiter<K = String, C = SystemClock, S: BuildHasher = KeyHasher> 
     tracked: CachePadded<AtomicUsize>,
     /// Serialises policy changes and the unlinking of drained generations (cold paths only).
     config: Mutex<()>,
+    /// The most keys tracked at once; new keys past it share an overflow state.
+    max_keys: usize,
+    /// How many entries each new key's insertion sweeps for idle states (0: never).
+    sweep_slice: usize,
+    /// Decision counters, when enabled with [`RateLimiter::with_stats`].
+    counters: Option<Box<Counters>>,
+    /// Shadow mode: refusals are counted and marked, then let through.
+    shadow: bool,
 }
 
 /// The keys' states under one policy (or one resolver), and the generation it replaced.
@@ -86,7 +95,27 @@ struct Generation<K, S: BuildHasher> {
     registry: Registry<K, S>,
     /// The previous generation while it may still hold states; null once it has drained.
     older: AtomicShared<Generation<K, S>>,
+    /// Where the incremental sweep stopped: the next step starts at this key (or at the
+    /// beginning). `try_lock`ed, so one thread sweeps a generation at a time.
+    sweep_cursor: Mutex<Option<K>>,
 }
+
+/// How far one attempt at a decision got.
+enum Step {
+    /// Decided (or the cost refused).
+    Done(Result<Decision, CostError>),
+    /// Decided on a state just created for the key.
+    Created(Result<Decision, CostError>),
+    /// The generation was replaced: start over in the new one.
+    Stale,
+    /// A new key found the limiter at `max_keys` and has not swept yet.
+    Full,
+}
+
+/// Entries each new key's insertion sweeps by default.
+const DEFAULT_SWEEP_SLICE: usize = 8;
+/// Entries swept when a new key finds the limiter full.
+const FULL_SWEEP_SLICE: usize = 64;
 
 enum Rules<K> {
     Uniform(Policy),
@@ -121,6 +150,8 @@ macro_rules! with_keyed {
 struct Keyed<K, St: Slot<K>, S: BuildHasher> {
     map: scc::HashMap<K, St, S>,
     params: St::Params,
+    /// What new keys share once the limiter tracks `max_keys` keys.
+    overflow: St::Overflow,
 }
 
 /// What the registry stores per key: a state machine and how to build one for a key.
@@ -143,6 +174,42 @@ trait Slot<K>: Sized + Send + Sync {
     fn max_cost_for(params: &Self::Params, key: &K) -> u64;
     /// A new state for `key`: fresh, or carrying permits from an older generation.
     fn build(params: &Self::Params, key: &K, carry: Option<&Carry>, now: u64) -> Self;
+
+    /// The state(s) shared by new keys that find the limiter full.
+    type Overflow: Send + Sync;
+    fn new_overflow(params: &Self::Params) -> Self::Overflow;
+    /// Decides a request of a new `key` on the shared overflow state.
+    fn overflow_acquire<C: Clock + ?Sized>(
+        overflow: &Self::Overflow,
+        params: &Self::Params,
+        key: &K,
+        clock: &C,
+        cost: u64,
+    ) -> Result<Decision, CostError>;
+    /// What a request of a new `key` would get from the overflow state now.
+    fn overflow_peek<C: Clock + ?Sized>(
+        overflow: &Self::Overflow,
+        params: &Self::Params,
+        key: &K,
+        clock: &C,
+    ) -> Decision;
+}
+
+/// Decides on a state that is never retired (an overflow state), checking the cost first.
+fn decide_live<St: RateState, C: Clock + ?Sized>(
+    state: &St,
+    params: &St::Params,
+    clock: &C,
+    cost: u64,
+) -> Result<Decision, CostError> {
+    let limit = St::max_cost(params);
+    if cost > limit {
+        return Err(CostError::ExceedsLimit { cost, limit });
+    }
+    match state.try_acquire(params, clock, cost) {
+        Some(decision) => Ok(decision),
+        None => unreachable!("overflow states are never retired"),
+    }
 }
 
 impl<K, St: RateState> Slot<K> for St {
@@ -185,6 +252,35 @@ impl<K, St: RateState> Slot<K> for St {
             None => St::fresh(params),
         }
     }
+
+    /// One state shared by every overflowing key.
+    type Overflow = CachePadded<St>;
+
+    fn new_overflow(params: &St::Params) -> CachePadded<St> {
+        CachePadded::new(St::fresh(params))
+    }
+
+    fn overflow_acquire<C: Clock + ?Sized>(
+        overflow: &CachePadded<St>,
+        params: &St::Params,
+        _: &K,
+        clock: &C,
+        cost: u64,
+    ) -> Result<Decision, CostError> {
+        decide_live(&**overflow, params, clock, cost)
+    }
+
+    fn overflow_peek<C: Clock + ?Sized>(
+        overflow: &CachePadded<St>,
+        params: &St::Params,
+        _: &K,
+        clock: &C,
+    ) -> Decision {
+        match overflow.peek(params, clock, 1) {
+            Some(decision) => decision,
+            None => unreachable!("overflow states are never retired"),
+        }
+    }
 }
 
 impl<K> Slot<K> for AnyState {
@@ -224,12 +320,61 @@ impl<K> Slot<K> for AnyState {
     fn build(resolver: &Self::Params, key: &K, carry: Option<&Carry>, now: u64) -> Self {
         AnyState::new(&resolver(key), carry, now)
     }
+
+    /// One shared state per policy the resolver returns for overflowing keys.
+    type Overflow = scc::HashMap<Policy, AnyState>;
+
+    fn new_overflow(_: &Self::Params) -> Self::Overflow {
+        scc::HashMap::new()
+    }
+
+    fn overflow_acquire<C: Clock + ?Sized>(
+        overflow: &Self::Overflow,
+        resolver: &Self::Params,
+        key: &K,
+        clock: &C,
+        cost: u64,
+    ) -> Result<Decision, CostError> {
+        let policy = resolver(key);
+        let limit = policy.max_cost();
+        if cost > limit {
+            return Err(CostError::ExceedsLimit { cost, limit });
+        }
+        let decide = |state: &AnyState| match state.try_acquire(clock, cost) {
+            Some(decision) => decision,
+            None => unreachable!("overflow states are never retired"),
+        };
+        if let Some(decision) = overflow.read_sync(&policy, |_, state| decide(state)) {
+            return Ok(decision);
+        }
+        let entry = overflow
+            .entry_sync(policy)
+            .or_insert_with(|| AnyState::new(&policy, None, 0));
+        Ok(decide(entry.get()))
+    }
+
+    fn overflow_peek<C: Clock + ?Sized>(
+        overflow: &Self::Overflow,
+        resolver: &Self::Params,
+        key: &K,
+        clock: &C,
+    ) -> Decision {
+        let policy = resolver(key);
+        let peek = |state: &AnyState| match state.peek(clock, 1) {
+            Some(decision) => decision,
+            None => unreachable!("overflow states are never retired"),
+        };
+        overflow
+            .read_sync(&policy, |_, state| peek(state))
+            .unwrap_or_else(|| peek(&AnyState::new(&policy, None, 0)))
+    }
 }
 
 impl<K: Hash + Eq, St: Slot<K>, S: BuildHasher> Keyed<K, St, S> {
     fn new(params: St::Params, hasher: S) -> Self {
         Keyed {
             map: scc::HashMap::with_hasher(hasher),
+            overflow: St::new_overflow(&params),
             params,
         }
     }
@@ -245,6 +390,37 @@ impl<K: Hash + Eq, St: Slot<K>, S: BuildHasher> Keyed<K, St, S> {
             removed += usize::from(retire);
             !retire
         });
+        removed
+    }
+}
+
+impl<K: Hash + Eq + Clone, S: BuildHasher> Generation<K, S> {
+    /// Up to `slice` entries of `keyed` (this generation's map) from the cursor on; returns
+    /// how many states at rest it retired and removed.
+    fn sweep_step<St: Slot<K>>(&self, keyed: &Keyed<K, St, S>, slice: usize, now: u64) -> usize {
+        let Ok(mut cursor) = self.sweep_cursor.try_lock() else {
+            return 0;
+        };
+        // Each step holds one bucket exclusively at a time (as `retain_sync` does), so, as
+        // for `evict_idle`, no request is inside a state while it is retired and removed.
+        let mut entry = match cursor.take() {
+            Some(key) => keyed.map.get_sync(&key).or_else(|| keyed.map.begin_sync()),
+            None => keyed.map.begin_sync(),
+        };
+        let mut removed = 0;
+        for _ in 0..slice {
+            let Some(here) = entry else {
+                // The end of the map: the next step starts from the beginning.
+                return removed;
+            };
+            if here.get().try_retire(&keyed.params, now) {
+                removed += 1;
+                entry = here.remove_and_sync().1;
+            } else {
+                entry = here.next_sync();
+            }
+        }
+        *cursor = entry.map(|here| here.key().clone());
         removed
     }
 }
@@ -275,7 +451,7 @@ impl<K: Hash + Eq + 'static, S: BuildHasher + 'static> Registry<K, S> {
     }
 }
 
-impl<K: Hash + Eq + 'static> RateLimiter<K, SystemClock, KeyHasher> {
+impl<K: Hash + Eq + Clone + 'static> RateLimiter<K, SystemClock, KeyHasher> {
     /// A limiter enforcing `policy` per key, on the real clock.
     ///
     /// # Examples
@@ -293,7 +469,7 @@ impl<K: Hash + Eq + 'static> RateLimiter<K, SystemClock, KeyHasher> {
     }
 }
 
-impl<K: Hash + Eq + 'static, C: Clock> RateLimiter<K, C, KeyHasher> {
+impl<K: Hash + Eq + Clone + 'static, C: Clock> RateLimiter<K, C, KeyHasher> {
     /// A limiter enforcing `policy` per key, reading time from `clock`.
     ///
     /// # Examples
@@ -350,7 +526,9 @@ impl<K: Hash + Eq + 'static, C: Clock> RateLimiter<K, C, KeyHasher> {
     }
 }
 
-impl<K: Hash + Eq + 'static, C: Clock, S: BuildHasher + Clone + 'static> RateLimiter<K, C, S> {
+impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
+    RateLimiter<K, C, S>
+{
     /// A limiter with a hasher of your choice for its keys (see [`KeyHasher`] for the
     /// default and why).
     ///
@@ -379,6 +557,7 @@ impl<K: Hash + Eq + 'static, C: Clock, S: BuildHasher + Clone + 'static> RateLim
             rules,
             registry,
             older: AtomicShared::null(),
+            sweep_cursor: Mutex::new(None),
         };
         RateLimiter {
             current: AtomicShared::new(generation),
@@ -386,6 +565,165 @@ impl<K: Hash + Eq + 'static, C: Clock, S: BuildHasher + Clone + 'static> RateLim
             hasher,
             tracked: CachePadded::new(AtomicUsize::new(0)),
             config: Mutex::new(()),
+            max_keys: usize::MAX,
+            sweep_slice: DEFAULT_SWEEP_SLICE,
+            counters: None,
+            shadow: false,
+        }
+    }
+
+    /// Caps the keys tracked at once at `max_keys`, so that clients sending endless new keys
+    /// (random IPs, forged tokens) cannot grow memory without bound.
+    ///
+    /// The overflow rule: when a new key finds the limiter full, the limiter first sweeps a
+    /// slice of the map for states at rest and takes a freed place if there is one. If there
+    /// is none, the key's request is decided by a **state shared by all overflowing keys**
+    /// (one per policy), and the decision says so ([`Decision::is_overflow`]); no state is
+    /// created for the key. Keys already tracked keep their exact limits. So a flood of new
+    /// keys can never exceed the cap, never resets a tracked key's spent permits (as evicting
+    /// live states would), and never admits any key beyond its policy: the overflowing keys
+    /// together get one key's budget. Refusing every new key instead would turn the flood
+    /// into a denial of service for every new legitimate user; this rule degrades them to a
+    /// shared budget until the flood's keys come to rest and are swept.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::{FakeClock, RateLimiter};
+    ///
+    /// let limiter: RateLimiter<String, FakeClock> =
+    ///     RateLimiter::with_clock("2/min".parse()?, FakeClock::new()).max_keys(2);
+    /// let _ = limiter.try_acquire("alice");
+    /// let _ = limiter.try_acquire("bob");
+    /// let third = limiter.try_acquire("mallory");
+    /// assert!(third.is_overflow() && third.is_allowed());
+    /// assert_eq!(limiter.len(), 2);
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    #[must_use]
+    pub fn max_keys(mut self, max_keys: usize) -> Self {
+        self.max_keys = max_keys;
+        self
+    }
+
+    /// How many entries of the map each new key's insertion sweeps for states at rest
+    /// (default 8; 0 turns automatic eviction off).
+    ///
+    /// Idle keys then disappear without anyone calling
+    /// [`evict_idle`](RateLimiter::evict_idle): every new key pays for a few steps of an
+    /// incremental sweep that walks the whole map in turn, so the map is swept about
+    /// `entries` times as fast as it grows, at a small constant cost per insertion and none
+    /// on the hit path. A limiter that stops gaining keys stops sweeping, but then it does
+    /// not grow either; call `evict_idle` from a timer to reclaim memory after a burst.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{FakeClock, RateLimiter};
+    ///
+    /// let clock = FakeClock::new();
+    /// let limiter: RateLimiter<u64, FakeClock> =
+    ///     RateLimiter::with_clock("1/s".parse()?, clock.clone()).sweep_per_insert(4);
+    /// for key in 0..100 {
+    ///     let _ = limiter.try_acquire(&key);
+    /// }
+    /// clock.advance(Duration::from_secs(1)); // all 100 are at rest now
+    /// for key in 100..200 {
+    ///     let _ = limiter.try_acquire(&key);
+    /// }
+    /// assert!(limiter.len() < 200);
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    #[must_use]
+    pub fn sweep_per_insert(mut self, entries: usize) -> Self {
+        self.sweep_slice = entries;
+        self
+    }
+
+    /// Counts allowed, refused and overflowed decisions, read with
+    /// [`stats`](RateLimiter::stats). The counters are striped across cache lines, so
+    /// threads do not contend on them, but each decision still pays one atomic add.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::{FakeClock, RateLimiter};
+    ///
+    /// let limiter: RateLimiter<String, FakeClock> =
+    ///     RateLimiter::with_clock("1/min".parse()?, FakeClock::new()).with_stats();
+    /// let _ = limiter.try_acquire("a");
+    /// let _ = limiter.try_acquire("a");
+    /// assert_eq!(limiter.stats().refused, 1);
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    #[must_use]
+    pub fn with_stats(mut self) -> Self {
+        self.counters = Some(Box::new(Counters::new()));
+        self
+    }
+
+    /// Shadow mode, for rolling out a policy safely: every request is decided and counted
+    /// as usual, but a refusal is let through, marked by [`Decision::would_refuse`]. Permits
+    /// are spent only by the requests the policy itself admits, so the limiter's state is
+    /// exactly what enforcing the policy would have produced.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::{FakeClock, RateLimiter};
+    ///
+    /// let limiter: RateLimiter<String, FakeClock> =
+    ///     RateLimiter::with_clock("1/min".parse()?, FakeClock::new()).shadow().with_stats();
+    /// assert!(limiter.try_acquire("a").is_allowed());
+    /// let second = limiter.try_acquire("a");
+    /// assert!(second.is_allowed() && second.would_refuse());
+    /// assert_eq!(limiter.stats().refused, 1);
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    #[must_use]
+    pub fn shadow(mut self) -> Self {
+        self.shadow = true;
+        self
+    }
+
+    /// The decision counters and the number of keys tracked.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::{FakeClock, RateLimiter};
+    ///
+    /// let limiter: RateLimiter<String, FakeClock> =
+    ///     RateLimiter::with_clock("5/s".parse()?, FakeClock::new());
+    /// let _ = limiter.try_acquire("a");
+    /// let stats = limiter.stats();
+    /// assert_eq!(stats.keys, 1);
+    /// assert!(!stats.counting); // built without `with_stats`
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    #[must_use]
+    pub fn stats(&self) -> Stats {
+        let keys = self.len();
+        match &self.counters {
+            Some(counters) => counters.read(keys),
+            None => Stats {
+                keys,
+                ..Stats::default()
+            },
+        }
+    }
+
+    /// Counts a decision and applies shadow mode.
+    #[inline]
+    fn finish(&self, decision: Decision) -> Decision {
+        if let Some(counters) = &self.counters {
+            counters.record(&decision);
+        }
+        if self.shadow {
+            decision.shadowed()
+        } else {
+            decision
         }
     }
 
@@ -423,8 +761,8 @@ impl<K: Hash + Eq + 'static, C: Clock, S: BuildHasher + Clone + 'static> RateLim
         K: Borrow<Q> + From<Q::Owned>,
         Q: Hash + Eq + ToOwned + ?Sized,
     {
-        match self.acquire(key, 1) {
-            Ok(decision) => decision,
+        match self.decide(key, 1) {
+            Ok(decision) => self.finish(decision),
             // Every policy has at least one permit, so a cost of 1 is always acceptable.
             Err(_) => unreachable!("a cost of 1 is within every policy"),
         }
@@ -460,26 +798,40 @@ impl<K: Hash + Eq + 'static, C: Clock, S: BuildHasher + Clone + 'static> RateLim
         if n == 0 {
             return Err(CostError::Zero);
         }
-        self.acquire(key, n)
+        self.decide(key, n).map(|decision| self.finish(decision))
     }
 
     #[inline]
-    fn acquire<Q>(&self, key: &Q, cost: u64) -> Result<Decision, CostError>
+    fn decide<Q>(&self, key: &Q, cost: u64) -> Result<Decision, CostError>
     where
         K: Borrow<Q> + From<Q::Owned>,
         Q: Hash + Eq + ToOwned + ?Sized,
     {
         // Held across the lookup, so the map's own guard inside is a cheap nested one.
         let guard = Guard::new();
+        let mut swept = false;
         loop {
             let generation = self.generation(&guard);
             let step = with_keyed!(&generation.registry, keyed => {
-                self.acquire_in(generation, keyed, key, cost, &guard)
+                self.acquire_in(generation, keyed, key, cost, swept, &guard)
             });
-            if let Some(result) = step {
-                return result;
+            match step {
+                Step::Done(result) => return result,
+                Step::Created(result) => {
+                    // Pay for a few steps of the incremental sweep, now that no lock is held.
+                    if self.sweep_slice > 0 {
+                        self.sweep(generation, self.sweep_slice, &guard);
+                    }
+                    return result;
+                }
+                // The generation was replaced while we looked: decide in the new one.
+                Step::Stale => {}
+                // Full: sweep a larger slice for states at rest, then try once more.
+                Step::Full => {
+                    self.sweep(generation, FULL_SWEEP_SLICE, &guard);
+                    swept = true;
+                }
             }
-            // The generation was replaced while we looked: decide in the new one.
         }
     }
 
@@ -491,8 +843,9 @@ impl<K: Hash + Eq + 'static, C: Clock, S: BuildHasher + Clone + 'static> RateLim
         keyed: &Keyed<K, St, S>,
         key: &Q,
         cost: u64,
+        swept: bool,
         guard: &Guard,
-    ) -> Option<Result<Decision, CostError>>
+    ) -> Step
     where
         K: Borrow<Q> + From<Q::Owned>,
         Q: Hash + Eq + ToOwned + ?Sized,
@@ -505,15 +858,15 @@ impl<K: Hash + Eq + 'static, C: Clock, S: BuildHasher + Clone + 'static> RateLim
             state.try_acquire(&keyed.params, &self.clock, cost).map(Ok)
         });
         match hit {
-            Some(Some(result)) => Some(result),
-            _ => self.acquire_slow(generation, keyed, key, cost, guard),
+            Some(Some(result)) => Step::Done(result),
+            _ => self.acquire_slow(generation, keyed, key, cost, swept, guard),
         }
     }
 
     /// A key not in this generation's map (or whose state was retired): create its state
     /// under the bucket's exclusive lock, carrying permits from an older generation if the
     /// key is still there, then decide. Two racing first requests meet here and the entry
-    /// API gives both the same state. `None`: the generation was replaced, start over.
+    /// API gives both the same state.
     #[cold]
     #[inline(never)]
     fn acquire_slow<Q, St: Slot<K>>(
@@ -522,8 +875,9 @@ impl<K: Hash + Eq + 'static, C: Clock, S: BuildHasher + Clone + 'static> RateLim
         keyed: &Keyed<K, St, S>,
         key: &Q,
         cost: u64,
+        swept: bool,
         guard: &Guard,
-    ) -> Option<Result<Decision, CostError>>
+    ) -> Step
     where
         K: Borrow<Q> + From<Q::Owned>,
         Q: Hash + Eq + ToOwned + ?Sized,
@@ -532,7 +886,7 @@ impl<K: Hash + Eq + 'static, C: Clock, S: BuildHasher + Clone + 'static> RateLim
         // We hold the bucket exclusively. A generation that is no longer current must not
         // gain states: whoever replaced it moves keys out of it under this same lock.
         if !self.is_current(generation, guard) {
-            return None;
+            return Step::Stale;
         }
         let decide = |state: &St| {
             let limit = state.max_cost(&keyed.params);
@@ -552,25 +906,71 @@ impl<K: Hash + Eq + 'static, C: Clock, S: BuildHasher + Clone + 'static> RateLim
                     let now = self.clock.now();
                     *entry.get_mut() = St::build(&keyed.params, entry.key(), None, now);
                 }
-                Some(decide(entry.get()))
+                Step::Done(decide(entry.get()))
             }
             Entry::Vacant(entry) => {
                 let now = self.clock.now();
+                // A key still in an older generation moves here: its place is already
+                // counted, so it takes no new one.
                 let carry = self.take_from_older(generation, key, now, guard);
                 if carry.is_none() {
                     let limit = St::max_cost_for(&keyed.params, entry.key());
                     if cost > limit {
                         // Nothing created for a cost that could never be admitted.
-                        return Some(Err(CostError::ExceedsLimit { cost, limit }));
+                        return Step::Done(Err(CostError::ExceedsLimit { cost, limit }));
+                    }
+                    if !self.reserve() {
+                        if !swept {
+                            // Let go of the bucket: the sweep may need it.
+                            return Step::Full;
+                        }
+                        let shared = St::overflow_acquire(
+                            &keyed.overflow,
+                            &keyed.params,
+                            entry.key(),
+                            &self.clock,
+                            cost,
+                        );
+                        return Step::Done(shared.map(Decision::overflowed));
                     }
                 }
                 let state = St::build(&keyed.params, entry.key(), carry.as_ref(), now);
-                // Relaxed: a statistic; the bucket lock orders it against removal.
-                self.tracked.fetch_add(1, Ordering::Relaxed);
                 let entry = entry.insert_entry(state);
-                Some(decide(entry.get()))
+                Step::Created(decide(entry.get()))
             }
         }
+    }
+
+    /// Takes a place for a new key, if the limiter is below `max_keys`.
+    fn reserve(&self) -> bool {
+        // Relaxed: `tracked` is only a count; the exclusive bucket lock held by the caller
+        // orders the insertion that follows. It is incremented before an insertion and
+        // decremented after a removal, so it never falls below the keys present: the cap holds
+        // however requests, sweeps and evictions interleave.
+        if self.max_keys == usize::MAX {
+            self.tracked.fetch_add(1, Ordering::Relaxed);
+            return true;
+        }
+        self.tracked
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+                (n < self.max_keys).then_some(n + 1)
+            })
+            .is_ok()
+    }
+
+    /// One step of the incremental sweep: up to `slice` entries of each generation, starting
+    /// where the last step stopped, retiring and removing states at rest. Never blocks on
+    /// another sweeper (it skips a generation someone else is sweeping).
+    fn sweep(&self, generation: &Generation<K, S>, slice: usize, guard: &Guard) {
+        let now = self.clock.now();
+        let mut removed = 0;
+        let mut current = Some(generation);
+        while let Some(g) = current {
+            removed += with_keyed!(&g.registry, keyed => g.sweep_step(keyed, slice, now));
+            current = g.older.load(Ordering::Acquire, guard).as_ref();
+        }
+        // Relaxed: a statistic, decremented after the removals.
+        self.tracked.fetch_sub(removed, Ordering::Relaxed);
     }
 
     fn is_current(&self, generation: &Generation<K, S>, guard: &Guard) -> bool {
@@ -601,13 +1001,131 @@ impl<K: Hash + Eq + 'static, C: Clock, S: BuildHasher + Clone + 'static> RateLim
                     .map(|(_, state)| Slot::<K>::carry(&state, &keyed.params, now, true))
             });
             if let Some(carry) = taken {
-                // Relaxed: a statistic, as in `acquire_slow`.
-                self.tracked.fetch_sub(1, Ordering::Relaxed);
+                // The key keeps its place in `tracked`: the caller inserts it here.
                 return carry;
             }
             older = old.older.load(Ordering::Acquire, guard);
         }
         None
+    }
+
+    /// Waits until a request of cost 1 for `key` is admitted: tries, and when refused sleeps
+    /// its `retry_after` on the limiter's clock ([`Clock::sleep`]) and tries again. For a
+    /// client that must not exceed a provider's quota. Blocks the thread: in async code use
+    /// `acquire` (feature `tokio`).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::{Clock, FakeClock, RateLimiter};
+    ///
+    /// let clock = FakeClock::new();
+    /// let limiter: RateLimiter<String, FakeClock> =
+    ///     RateLimiter::with_clock("2/1s".parse()?, clock.clone());
+    /// for _ in 0..4 {
+    ///     assert!(limiter.acquire_blocking("upstream").is_allowed());
+    /// }
+    /// assert_eq!(clock.now(), 1_000_000_000); // the fake clock's sleeps moved time
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    pub fn acquire_blocking<Q>(&self, key: &Q) -> Decision
+    where
+        K: Borrow<Q> + From<Q::Owned>,
+        Q: Hash + Eq + ToOwned + ?Sized,
+    {
+        match self.acquire_blocking_with(key, Wait::new()) {
+            Ok(decision) | Err(decision) => decision,
+        }
+    }
+
+    /// Like [`acquire_blocking`](RateLimiter::acquire_blocking), with a timeout and jitter.
+    ///
+    /// # Errors
+    ///
+    /// The last refusal, as soon as admission cannot come before the timeout.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{FakeClock, RateLimiter, Wait};
+    ///
+    /// let limiter: RateLimiter<String, FakeClock> =
+    ///     RateLimiter::with_clock("1/min".parse()?, FakeClock::new());
+    /// let _ = limiter.try_acquire("a");
+    /// let wait = Wait::new().timeout(Duration::from_secs(5));
+    /// assert!(limiter.acquire_blocking_with("a", wait).is_err());
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    pub fn acquire_blocking_with<Q>(&self, key: &Q, wait: Wait) -> Result<Decision, Decision>
+    where
+        K: Borrow<Q> + From<Q::Owned>,
+        Q: Hash + Eq + ToOwned + ?Sized,
+    {
+        crate::wait::block(&self.clock, &wait, || self.try_acquire(key))
+    }
+
+    /// Waits asynchronously until a request of cost 1 for `key` is admitted (feature
+    /// `tokio`): the async twin of [`acquire_blocking`](RateLimiter::acquire_blocking),
+    /// sleeping with tokio's timer. Give the limiter a clock that follows tokio's time
+    /// ([`SystemClock`] in production, [`TokioClock`](crate::TokioClock) in tests with paused
+    /// time).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), tollgate::PolicyError> {
+    /// use tollgate::{RateLimiter, TokioClock};
+    ///
+    /// let limiter: RateLimiter<String, TokioClock> =
+    ///     RateLimiter::with_clock("1/s".parse()?, TokioClock::new());
+    /// assert!(limiter.acquire("a").await.is_allowed());
+    /// assert!(limiter.acquire("a").await.is_allowed()); // a second later (paused time)
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[cfg(feature = "tokio")]
+    pub async fn acquire<Q>(&self, key: &Q) -> Decision
+    where
+        K: Borrow<Q> + From<Q::Owned>,
+        Q: Hash + Eq + ToOwned + ?Sized,
+    {
+        match self.acquire_with(key, Wait::new()).await {
+            Ok(decision) | Err(decision) => decision,
+        }
+    }
+
+    /// The async twin of [`acquire_blocking_with`](RateLimiter::acquire_blocking_with)
+    /// (feature `tokio`).
+    ///
+    /// # Errors
+    ///
+    /// The last refusal, as soon as admission cannot come before the timeout.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), tollgate::PolicyError> {
+    /// use std::time::Duration;
+    /// use tollgate::{RateLimiter, TokioClock, Wait};
+    ///
+    /// let limiter: RateLimiter<String, TokioClock> =
+    ///     RateLimiter::with_clock("1/min".parse()?, TokioClock::new());
+    /// let _ = limiter.try_acquire("a");
+    /// let wait = Wait::new().timeout(Duration::from_secs(1));
+    /// assert!(limiter.acquire_with("a", wait).await.is_err());
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[cfg(feature = "tokio")]
+    pub async fn acquire_with<Q>(&self, key: &Q, wait: Wait) -> Result<Decision, Decision>
+    where
+        K: Borrow<Q> + From<Q::Owned>,
+        Q: Hash + Eq + ToOwned + ?Sized,
+    {
+        crate::wait::wait_async(&self.clock, &wait, || self.try_acquire(key)).await
     }
 
     /// What a request of cost 1 for `key` would get now, changing nothing and creating no
@@ -661,6 +1179,9 @@ impl<K: Hash + Eq + 'static, C: Clock, S: BuildHasher + Clone + 'static> RateLim
         // would create, built aside and dropped.
         let carry = self.peek_older(generation, key, now, guard);
         let owned = K::from(key.to_owned());
+        if carry.is_none() && self.len() >= self.max_keys {
+            return St::overflow_peek(&keyed.overflow, &keyed.params, &owned, &at_now).overflowed();
+        }
         let state = St::build(&keyed.params, &owned, carry.as_ref(), now);
         match state.peek(&keyed.params, &at_now) {
             Some(decision) => decision,
@@ -841,6 +1362,7 @@ impl<K: Hash + Eq + 'static, C: Clock, S: BuildHasher + Clone + 'static> RateLim
             rules,
             registry,
             older: older.map_or_else(AtomicShared::null, AtomicShared::from),
+            sweep_cursor: Mutex::new(None),
         };
         // Release: publishes the new generation's contents to requests that load it with
         // Acquire. The old one stays reachable through `older` until it drains.

@@ -53,6 +53,7 @@
 mod any_state;
 mod clock;
 mod composite;
+mod concurrency;
 #[cfg(feature = "serde")]
 mod config;
 mod decision;
@@ -60,12 +61,15 @@ mod direct;
 mod error;
 mod hasher;
 mod keyed;
+mod login;
 mod policy;
 mod sliding_counter;
 mod sliding_log;
 mod state;
+mod stats;
 mod sync;
 mod token_bucket;
+mod wait;
 
 #[cfg(tollgate_loom)]
 #[doc(hidden)]
@@ -76,10 +80,16 @@ pub mod model;
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
 
+#[cfg(feature = "tokio")]
+pub use clock::TokioClock;
 pub use clock::{Clock, FakeClock, SystemClock};
+pub use concurrency::{AtCapacity, ConcurrencyLimiter, Permit};
 pub use decision::Decision;
 pub use direct::DirectLimiter;
 pub use error::{CostError, PolicyError};
 pub use hasher::KeyHasher;
 pub use keyed::{RateLimiter, Resolver};
+pub use login::{LoginConfig, LoginConfigError, LoginDecision, LoginGuard};
 pub use policy::{Algorithm, Policy};
+pub use stats::Stats;
+pub use wait::Wait;

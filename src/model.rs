@@ -11,6 +11,9 @@ use crate::state::RateState;
 use crate::token_bucket::GcraCell;
 use crate::{Algorithm, Clock, Decision, Policy};
 
+pub use crate::concurrency::ModelGauge;
+pub use crate::login::ModelStrikes;
+
 /// One per-key state machine of any algorithm.
 #[derive(Debug)]
 pub struct ModelCell(Cell);

@@ -8,6 +8,7 @@ mod models;
 use std::time::Duration;
 
 use proptest::prelude::*;
+use proptest::test_runner::FileFailurePersistence;
 use tollgate::{Algorithm, DirectLimiter, FakeClock, Policy, RateLimiter};
 
 use models::{GcraModel, Model, Outcome};
@@ -24,8 +25,19 @@ fn scenario() -> impl Strategy<Value = (u64, u64, Vec<(u64, u64)>)> {
     })
 }
 
+/// 512 cases. A failing case is saved to `tests/proptest_gcra.proptest-regressions`
+/// (committed) and replayed first on every later run.
+fn config() -> ProptestConfig {
+    ProptestConfig {
+        failure_persistence: Some(Box::new(FileFailurePersistence::WithSource(
+            "proptest-regressions",
+        ))),
+        ..ProptestConfig::with_cases(512)
+    }
+}
+
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(512))]
+    #![proptest_config(config())]
 
     #[test]
     fn direct_matches_the_model((permits, window, steps) in scenario()) {

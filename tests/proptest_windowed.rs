@@ -11,6 +11,7 @@ mod models;
 use std::time::Duration;
 
 use proptest::prelude::*;
+use proptest::test_runner::FileFailurePersistence;
 use tollgate::{Algorithm, Clock, DirectLimiter, FakeClock, Policy, RateLimiter};
 
 use models::{CounterModel, LogModel, Model, Outcome};
@@ -127,12 +128,19 @@ fn check<M: Model>(algorithm: Algorithm, scenario: &Scenario) -> Result<(), Test
     Ok(())
 }
 
-/// 256 cases (a second or so), or `PROPTEST_CASES` for a longer soak.
+/// 256 cases (a second or so), or `PROPTEST_CASES` for a longer soak. A failing case is
+/// saved to `tests/proptest_windowed.proptest-regressions` (committed) and replayed first on
+/// every later run.
 fn config() -> ProptestConfig {
     let cases = std::env::var("PROPTEST_CASES")
         .ok()
         .and_then(|v| v.parse().ok());
-    ProptestConfig::with_cases(cases.unwrap_or(256))
+    ProptestConfig {
+        failure_persistence: Some(Box::new(FileFailurePersistence::WithSource(
+            "proptest-regressions",
+        ))),
+        ..ProptestConfig::with_cases(cases.unwrap_or(256))
+    }
 }
 
 proptest! {

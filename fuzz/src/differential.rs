@@ -1,18 +1,32 @@
-//! The `differential` target: an arbitrary policy and an arbitrary sequence of operations
-//! (move the clock forward or back, acquire for one of a few keys at some cost, evict) run
-//! through the crate's keyed `RateLimiter` and `DirectLimiter` and through one reference
-//! model per key (`tests/models/mod.rs`, the property tests' models). Every decision must
-//! match the model exactly: allowed, remaining, retry_after and reset_after to the
-//! nanosecond, and the limit.
+//! The `differential` target: an arbitrary policy (one band, or two bands combined with
+//! `Policy::and`) and an arbitrary sequence of operations (move the clock forward or back,
+//! acquire for one of a few keys at some cost, peek, evict, reset a key) run through the
+//! crate's keyed `RateLimiter` and `DirectLimiter` and through one reference model per key:
+//! the property tests' models (`tests/models/mod.rs` per algorithm, `tests/models/
+//! composite.rs` for two bands). Every decision must match the model exactly: allowed,
+//! remaining, retry_after and reset_after to the nanosecond, and the limit.
 //!
 //! Also checked on every step:
 //!
-//! * a cost of 0 or above the permits is refused with the typed error and creates nothing;
+//! * a cost of 0 or above the policy's largest cost is refused with the typed error and
+//!   creates nothing;
+//! * `peek` tells what a request of cost 1 would get (the model's decision on a copy of its
+//!   state, or a fresh model's for an untracked key) and changes and creates nothing;
+//! * `reset` removes exactly a tracked key, which then starts fresh;
 //! * `evict_idle` removes exactly the keys whose model is at rest (the count, then `len`),
 //!   and a removed key's next decision equals a fresh model's (its model is replaced by a
 //!   fresh one, and the next decision is compared against that);
-//! * the direct limiter, which sees key 0's requests but is never evicted, decides exactly
-//!   as the keyed limiter does for key 0, and its `is_at_rest` agrees with its model.
+//! * the direct limiter, which sees key 0's requests but is never evicted, decides as its
+//!   own model does, its `is_at_rest` agrees with that model, and it decides exactly as the
+//!   keyed limiter does for key 0 until the clock reads earlier than an eviction of key 0
+//!   (or key 0 is reset). A state at rest at `t` decides as a fresh one at every
+//!   `now >= t`, not before: after the clock goes back, the retained state may count old
+//!   admissions that the evicted one forgot. Both sides are still checked against their
+//!   own models.
+//!
+//! The clock goes back only for single-band policies: the combined model finds a band's
+//! reset_after by bisection, which assumes time runs forwards (as in
+//! `tests/proptest_composite.rs`); `Back` is skipped for two bands.
 //!
 //! Inputs are decoded with `arbitrary`; [`Input::to_bytes`] is the inverse, used to write
 //! the seed corpus ([`seeds`]).
@@ -23,6 +37,7 @@ use std::time::Duration;
 use arbitrary::Arbitrary;
 use tollgate::{Algorithm, Clock, CostError, DirectLimiter, FakeClock, Policy, RateLimiter};
 
+use crate::models::composite::CompositeModel;
 use crate::models::{CounterModel, GcraModel, LogModel, Model, Outcome};
 
 /// How many distinct keys the keyed limiter sees.
@@ -37,9 +52,18 @@ pub struct Input {
     pub ops: Vec<Op>,
 }
 
-/// The policy's parameters, as fuzz bytes.
+/// The policy: one band, and optionally a second one combined with [`Policy::and`].
 #[derive(Arbitrary, Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Setup {
+    /// The first band.
+    pub band: Band,
+    /// A second band, if any.
+    pub and: Option<Band>,
+}
+
+/// One band's parameters, as fuzz bytes.
+#[derive(Arbitrary, Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Band {
     /// The algorithm.
     pub algorithm: Algo,
     /// Permits: `1 + permits % 8`.
@@ -73,25 +97,36 @@ pub enum Scale {
     Long,
 }
 
-/// One operation.
+/// One operation. W is the policy's longest window, w its shortest (the same for one band).
 #[derive(Arbitrary, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Op {
     /// Move the clock forward by `n % (2W + 1)` ns.
     Advance(u32),
     /// Move the clock forward by a boundary amount.
     Tick(Tick),
-    /// Set the clock back by `n % (2W + 1)` ns (not below zero): a faulty clock.
+    /// Set the clock back by `n % (2W + 1)` ns (not below zero): a faulty clock. Skipped
+    /// for two bands.
     Back(u32),
-    /// Ask for `cost % (permits + 2)` permits (0 and permits + 1 are invalid costs) for key
-    /// `key % KEYS`.
+    /// Ask for `cost % (max + 2)` permits for key `key % KEYS`, where `max` is the largest
+    /// valid cost (0 and `max + 1` are invalid costs).
     Acquire {
         /// The key, modulo [`KEYS`].
         key: u8,
-        /// The cost, modulo permits + 2.
+        /// The cost, modulo max + 2.
         cost: u8,
     },
     /// Run `evict_idle`.
     Evict,
+    /// `peek` key `key % KEYS` (and the direct limiter for key 0).
+    Peek {
+        /// The key, modulo [`KEYS`].
+        key: u8,
+    },
+    /// `reset` key `key % KEYS`.
+    Reset {
+        /// The key, modulo [`KEYS`].
+        key: u8,
+    },
 }
 
 /// Boundary amounts of time.
@@ -99,13 +134,17 @@ pub enum Op {
 pub enum Tick {
     /// 1 ns.
     One,
-    /// W - 1 ns.
+    /// w - 1 ns.
     WindowLessOne,
-    /// W.
+    /// w.
     Window,
+    /// W - 1 ns.
+    LongWindowLessOne,
+    /// W.
+    LongWindow,
 }
 
-impl Setup {
+impl Band {
     /// (algorithm, permits, window in ns) as the input selects them.
     pub fn resolve(self) -> (Algorithm, u64, u64) {
         let algorithm = match self.algorithm {
@@ -122,70 +161,143 @@ impl Setup {
         };
         (algorithm, permits, window)
     }
+
+    /// The band as a policy; `None` for the one invalid choice in range, less than one
+    /// nanosecond per permit (checked to be the reason).
+    pub fn policy(self) -> Option<Policy> {
+        let (algorithm, permits, window) = self.resolve();
+        match Policy::new(algorithm, permits, Duration::from_nanos(window)) {
+            Ok(policy) => Some(policy),
+            Err(e) => {
+                assert!(window < permits, "{permits}/{window}ns refused: {e}");
+                None
+            }
+        }
+    }
+}
+
+impl Setup {
+    /// The policy the input selects; `None` when a band is invalid.
+    pub fn policy(self) -> Option<Policy> {
+        let first = self.band.policy()?;
+        match self.and {
+            None => Some(first),
+            // Two bands never exceed `Policy::MAX_BANDS`; equal bands merge into one.
+            Some(band) => Some(first.and(band.policy()?).unwrap()),
+        }
+    }
+}
+
+/// The window of a single-band policy, in nanoseconds.
+fn window_nanos(policy: &Policy) -> u64 {
+    u64::try_from(policy.window().as_nanos()).unwrap()
+}
+
+/// One key's reference model: an algorithm's model, or the combined model of several bands.
+trait KeyModel: Clone + Debug {
+    fn fresh(policy: &Policy) -> Self;
+    fn acquire(&mut self, now: u64, cost: u64) -> Outcome;
+    fn is_at_rest(&self, now: u64) -> bool;
+    fn peek(&self, now: u64, cost: u64) -> Outcome {
+        self.clone().acquire(now, cost)
+    }
+}
+
+impl<M: Model + Clone + Debug> KeyModel for M {
+    fn fresh(policy: &Policy) -> Self {
+        M::new(policy.permits(), window_nanos(policy))
+    }
+    fn acquire(&mut self, now: u64, cost: u64) -> Outcome {
+        Model::acquire(self, now, cost)
+    }
+    fn is_at_rest(&self, now: u64) -> bool {
+        Model::is_at_rest(self, now)
+    }
+}
+
+impl KeyModel for CompositeModel {
+    fn fresh(policy: &Policy) -> Self {
+        CompositeModel::new(policy)
+    }
+    fn acquire(&mut self, now: u64, cost: u64) -> Outcome {
+        CompositeModel::acquire(self, now, cost)
+    }
+    fn is_at_rest(&self, now: u64) -> bool {
+        CompositeModel::is_at_rest(self, now)
+    }
 }
 
 /// Runs one input; panics on the first disagreement, naming the step.
 pub fn run(input: &Input) {
-    let (algorithm, permits, window) = input.setup.resolve();
-    let policy = match Policy::new(algorithm, permits, Duration::from_nanos(window)) {
-        Ok(policy) => policy,
-        Err(e) => {
-            // The only invalid choice in range: less than one nanosecond per permit.
-            assert!(window < permits, "{permits}/{window}ns refused: {e}");
-            return;
-        }
+    let Some(policy) = input.setup.policy() else {
+        return;
     };
-    match algorithm {
-        Algorithm::TokenBucket => drive::<GcraModel>(policy, permits, window, &input.ops),
-        Algorithm::SlidingLog => drive::<LogModel>(policy, permits, window, &input.ops),
-        Algorithm::SlidingCounter => drive::<CounterModel>(policy, permits, window, &input.ops),
+    if policy.is_composite() {
+        return drive::<CompositeModel>(policy, &input.ops);
+    }
+    match policy.algorithm() {
+        Algorithm::TokenBucket => drive::<GcraModel>(policy, &input.ops),
+        Algorithm::SlidingLog => drive::<LogModel>(policy, &input.ops),
+        Algorithm::SlidingCounter => drive::<CounterModel>(policy, &input.ops),
     }
 }
 
-fn drive<M: Model + Debug>(policy: Policy, permits: u64, window: u64, ops: &[Op]) {
+fn drive<M: KeyModel>(policy: Policy, ops: &[Op]) {
+    let windows: Vec<u64> = policy.bands().map(|b| window_nanos(&b)).collect();
+    // Bands come shortest window first.
+    let (short, long) = (windows[0], windows[windows.len() - 1]);
+    let max_cost = policy.bands().map(|b| b.permits()).min().unwrap();
+    let composite = policy.is_composite();
+    let span = 2 * long + 1;
+
     let clock = FakeClock::new();
     let keyed: RateLimiter<u8, FakeClock> = RateLimiter::with_clock(policy, clock.clone());
     let direct = DirectLimiter::with_clock(policy, clock.clone());
-    // `None`: the key is not tracked (never seen, or evicted).
+    // `None`: the key is not tracked (never seen, evicted or reset).
     let mut models: [Option<M>; KEYS as usize] = std::array::from_fn(|_| None);
-    let mut direct_model = M::new(permits, window);
-    let span = 2 * window + 1;
+    let mut direct_model = M::fresh(&policy);
+    // The latest clock reading at which key 0 was evicted; the direct limiter is compared
+    // with the keyed one for key 0 only while the clock has never read earlier than that.
+    let mut key0_evicted_at: Option<u64> = None;
+    let mut cross_check = true;
 
     for (step, &op) in ops.iter().enumerate() {
         match op {
             Op::Advance(n) => clock.advance(Duration::from_nanos(u64::from(n) % span)),
             Op::Tick(tick) => clock.advance(Duration::from_nanos(match tick {
                 Tick::One => 1,
-                Tick::WindowLessOne => window - 1,
-                Tick::Window => window,
+                Tick::WindowLessOne => short - 1,
+                Tick::Window => short,
+                Tick::LongWindowLessOne => long - 1,
+                Tick::LongWindow => long,
             })),
+            Op::Back(_) if composite => {}
             Op::Back(n) => {
                 let to = clock.now().saturating_sub(u64::from(n) % span);
                 clock.set(Duration::from_nanos(to));
             }
             Op::Acquire { key, cost } => {
                 let key = key % KEYS;
-                let cost = u64::from(cost) % (permits + 2);
+                let cost = u64::from(cost) % (max_cost + 2);
                 let now = clock.now();
                 let got = keyed.try_acquire_n(&key, cost);
                 let got_direct = (key == 0).then(|| direct.try_acquire_n(cost));
-                if cost == 0 || cost > permits {
+                if cost == 0 || cost > max_cost {
                     let expected = if cost == 0 {
                         CostError::Zero
                     } else {
                         CostError::ExceedsLimit {
                             cost,
-                            limit: permits,
+                            limit: max_cost,
                         }
                     };
-                    assert_eq!(got, Err(expected.clone()), "step {step}: {op:?}");
+                    assert_eq!(got, Err(expected), "step {step}: {op:?}");
                     if let Some(got_direct) = got_direct {
                         assert_eq!(got_direct, Err(expected), "step {step}: {op:?}");
                     }
                 } else {
                     let got = Outcome::from(got.unwrap());
-                    let model =
-                        models[usize::from(key)].get_or_insert_with(|| M::new(permits, window));
+                    let model = models[usize::from(key)].get_or_insert_with(|| M::fresh(&policy));
                     let before = format!("{model:?}");
                     let expected = model.acquire(now, cost);
                     assert_eq!(
@@ -194,10 +306,12 @@ fn drive<M: Model + Debug>(policy: Policy, permits: u64, window: u64, ops: &[Op]
                     );
                     if let Some(got_direct) = got_direct {
                         let got_direct = Outcome::from(got_direct.unwrap());
-                        assert_eq!(
-                            got_direct, got,
-                            "direct and keyed disagree for key 0, step {step} at {now} ns: {op:?}"
-                        );
+                        if cross_check {
+                            assert_eq!(
+                                got_direct, got,
+                                "direct and keyed disagree for key 0, step {step} at {now} ns: {op:?}"
+                            );
+                        }
                         assert_eq!(
                             got_direct,
                             direct_model.acquire(now, cost),
@@ -206,13 +320,40 @@ fn drive<M: Model + Debug>(policy: Policy, permits: u64, window: u64, ops: &[Op]
                     }
                 }
             }
+            Op::Peek { key } => {
+                let key = key % KEYS;
+                let now = clock.now();
+                let got = Outcome::from(keyed.peek(&key));
+                let expected = match &models[usize::from(key)] {
+                    Some(model) => model.peek(now, 1),
+                    None => M::fresh(&policy).acquire(now, 1),
+                };
+                assert_eq!(got, expected, "keyed, step {step} at {now} ns: {op:?}");
+                if key == 0 {
+                    let got = Outcome::from(direct.peek());
+                    let expected = direct_model.peek(now, 1);
+                    assert_eq!(got, expected, "direct, step {step} at {now} ns: {op:?}");
+                }
+            }
+            Op::Reset { key } => {
+                let key = key % KEYS;
+                let tracked = models[usize::from(key)].take().is_some();
+                assert_eq!(keyed.reset(&key), tracked, "step {step}: {op:?}");
+                if key == 0 {
+                    // The keyed state is forgotten, the direct one is not.
+                    cross_check = false;
+                }
+            }
             Op::Evict => {
                 let now = clock.now();
                 let mut expected = 0;
-                for model in &mut models {
+                for (key, model) in models.iter_mut().enumerate() {
                     if model.as_ref().is_some_and(|m| m.is_at_rest(now)) {
                         *model = None;
                         expected += 1;
+                        if key == 0 {
+                            key0_evicted_at = key0_evicted_at.max(Some(now));
+                        }
                     }
                 }
                 assert_eq!(
@@ -225,6 +366,9 @@ fn drive<M: Model + Debug>(policy: Policy, permits: u64, window: u64, ops: &[Op]
         let tracked = models.iter().filter(|m| m.is_some()).count();
         assert_eq!(keyed.len(), tracked, "step {step}: keys tracked");
         let now = clock.now();
+        if key0_evicted_at.is_some_and(|at| now < at) {
+            cross_check = false;
+        }
         assert_eq!(
             direct.is_at_rest(),
             direct_model.is_at_rest(now),
@@ -236,41 +380,60 @@ fn drive<M: Model + Debug>(policy: Policy, permits: u64, window: u64, ops: &[Op]
 impl Input {
     /// The bytes that `arbitrary` decodes (as `fuzz_target!` does, with
     /// `arbitrary_take_rest`) into exactly this input: integers little-endian, an enum
-    /// variant as a `u32` scaled onto the variant count, each element of the trailing
-    /// `ops` preceded by a "one more" byte.
+    /// variant as a `u32` scaled onto the variant count, an `Option` as a byte (odd: some)
+    /// before its value, each element of the trailing `ops` preceded by a "one more" byte.
     pub fn to_bytes(&self) -> Vec<u8> {
+        /// How many variants `Op` has.
+        const OPS: u64 = 7;
         fn variant(out: &mut Vec<u8>, index: u64, count: u64) {
             // derive(Arbitrary) picks variant (u32 * count) >> 32: the least u32 mapping to
             // `index` is ceil(index * 2^32 / count).
             let x = (index << 32).div_ceil(count);
             out.extend_from_slice(&u32::try_from(x).unwrap().to_le_bytes());
         }
+        fn band(out: &mut Vec<u8>, b: &Band) {
+            variant(out, b.algorithm as u64, 3);
+            out.push(b.permits);
+            variant(out, b.scale as u64, 3);
+            out.extend_from_slice(&b.window.to_le_bytes());
+        }
         let mut out = Vec::new();
-        let s = self.setup;
-        variant(&mut out, s.algorithm as u64, 3);
-        out.push(s.permits);
-        variant(&mut out, s.scale as u64, 3);
-        out.extend_from_slice(&s.window.to_le_bytes());
+        band(&mut out, &self.setup.band);
+        match &self.setup.and {
+            None => out.push(0),
+            Some(b) => {
+                out.push(1);
+                band(&mut out, b);
+            }
+        }
         for op in &self.ops {
             out.push(1);
             match *op {
                 Op::Advance(n) => {
-                    variant(&mut out, 0, 5);
+                    variant(&mut out, 0, OPS);
                     out.extend_from_slice(&n.to_le_bytes());
                 }
                 Op::Tick(tick) => {
-                    variant(&mut out, 1, 5);
-                    variant(&mut out, tick as u64, 3);
+                    variant(&mut out, 1, OPS);
+                    variant(&mut out, tick as u64, 5);
                 }
                 Op::Back(n) => {
-                    variant(&mut out, 2, 5);
+                    variant(&mut out, 2, OPS);
                     out.extend_from_slice(&n.to_le_bytes());
                 }
                 Op::Acquire { key, cost } => {
-                    variant(&mut out, 3, 5);
+                    variant(&mut out, 3, OPS);
                     out.extend([key, cost]);
                 }
-                Op::Evict => variant(&mut out, 4, 5),
+                Op::Evict => variant(&mut out, 4, OPS),
+                Op::Peek { key } => {
+                    variant(&mut out, 5, OPS);
+                    out.push(key);
+                }
+                Op::Reset { key } => {
+                    variant(&mut out, 6, OPS);
+                    out.push(key);
+                }
             }
         }
         out
@@ -282,72 +445,84 @@ impl Input {
     }
 }
 
-/// The seed corpus: named inputs written to `corpus/differential/` (see the test
-/// `seed_corpus_is_written` for how to regenerate it).
+/// The seed corpus: named inputs, each written to `corpus/differential/<name>` (the test
+/// `seed_corpus_is_written` checks the files and says how to rewrite them). Seeds are
+/// named `seed-*`, reproducers of past findings `regress-*`.
 pub fn seeds() -> Vec<(&'static str, Input)> {
     const MS: u32 = 1_000_000;
     // Long scale: window = 1 ms + w, so w = W - 1 ms.
-    let long = |algorithm, permits: u8, window_ms: u32| Setup {
+    let long_band = |algorithm, permits: u8, window_ms: u32| Band {
         algorithm,
         permits: permits - 1,
         scale: Scale::Long,
         window: window_ms * MS - MS,
     };
-    let tiny = |algorithm, permits: u8, window: u32| Setup {
+    let tiny_band = |algorithm, permits: u8, window: u32| Band {
         algorithm,
         permits: permits - 1,
         scale: Scale::Tiny,
         window: window - 1,
     };
+    let long = |algorithm, permits, window_ms| Setup {
+        band: long_band(algorithm, permits, window_ms),
+        and: None,
+    };
+    let tiny = |algorithm, permits, window| Setup {
+        band: tiny_band(algorithm, permits, window),
+        and: None,
+    };
     let acquire = |key, cost| Op::Acquire { key, cost };
+    let peek = |key| Op::Peek { key };
+    let reset = |key| Op::Reset { key };
     let at = |ms: u32| Op::Advance(ms * MS);
+    let algorithms = [
+        ("token-bucket", Algo::TokenBucket),
+        ("sliding-log", Algo::SlidingLog),
+        ("sliding-counter", Algo::SlidingCounter),
+    ];
 
     let mut seeds = Vec::new();
 
     // DESIGN.md section 6, token bucket 5 per second; alice is key 0, bob key 1.
-    let mut ops = vec![acquire(0, 1); 6];
+    let mut ops = vec![peek(0), acquire(0, 1), peek(0)];
+    ops.extend(vec![acquire(0, 1); 5]);
+    ops.extend([at(100), peek(0), acquire(0, 1), at(200), acquire(0, 1)]);
     ops.extend([
-        at(100),
         acquire(0, 1),
-        at(200),
-        acquire(0, 1),
-        acquire(0, 1),
-    ]);
-    ops.extend([
+        peek(1),
         acquire(1, 1),
         at(1000),
         acquire(0, 1),
-        Op::Evict,
-        at(200),
-        Op::Evict,
     ]);
+    ops.extend([Op::Evict, at(200), peek(0), Op::Evict, peek(0)]);
     seeds.push((
-        "trace-token-bucket",
+        "seed-trace-token-bucket",
         Input {
             setup: long(Algo::TokenBucket, 5, 1000),
             ops,
         },
     ));
 
-    // Sliding log, 3 per second.
-    let ops = vec![
+    // Sliding log, 3 per second: 0, 400, 800 ms allowed; 900 refused; 1000 allowed; 1050
+    // refused.
+    let mut ops = vec![
         acquire(0, 1),
         at(400),
         acquire(0, 1),
         at(400),
         acquire(0, 1),
+    ];
+    ops.extend([
         at(100),
+        peek(0),
         acquire(0, 1),
         at(100),
         acquire(0, 1),
         at(50),
-        acquire(0, 1),
-        Op::Evict,
-        at(1400),
-        Op::Evict,
-    ];
+    ]);
+    ops.extend([acquire(0, 1), Op::Evict, at(1400), Op::Evict]);
     seeds.push((
-        "trace-sliding-log",
+        "seed-trace-sliding-log",
         Input {
             setup: long(Algo::SlidingLog, 3, 1000),
             ops,
@@ -360,9 +535,9 @@ pub fn seeds() -> Vec<(&'static str, Input)> {
     ops.extend(vec![acquire(0, 1); 6]);
     ops.push(at(950));
     ops.extend(vec![acquire(0, 1); 6]);
-    ops.extend([at(300), acquire(0, 1), acquire(0, 2), Op::Evict]);
+    ops.extend([peek(0), at(300), acquire(0, 1), acquire(0, 2), Op::Evict]);
     seeds.push((
-        "trace-sliding-counter",
+        "seed-trace-sliding-counter",
         Input {
             setup: long(Algo::SlidingCounter, 8, 3000),
             ops,
@@ -370,42 +545,37 @@ pub fn seeds() -> Vec<(&'static str, Input)> {
     ));
 
     // Every algorithm on a few-nanosecond window: all keys, all costs (including the two
-    // invalid ones), ticks across boundaries, a clock set back, and evictions.
-    for (name, algorithm) in [
-        ("tiny-token-bucket", Algo::TokenBucket),
-        ("tiny-sliding-log", Algo::SlidingLog),
-        ("tiny-sliding-counter", Algo::SlidingCounter),
-    ] {
+    // invalid ones), peeks, resets, ticks across boundaries, a clock set back, evictions.
+    for (name, algorithm) in algorithms {
         let mut ops = Vec::new();
         for key in 0..KEYS {
             for cost in 0..=5 {
-                ops.push(acquire(key, cost));
+                ops.extend([acquire(key, cost), peek(key)]);
             }
             ops.push(Op::Tick(Tick::One));
         }
+        ops.extend([reset(3), reset(3), peek(3), acquire(3, 4)]);
         ops.extend([Op::Evict, Op::Tick(Tick::WindowLessOne), Op::Evict]);
+        ops.extend([acquire(0, 4), acquire(1, 2), Op::Back(3), peek(0)]);
         ops.extend([
-            acquire(0, 4),
-            acquire(1, 2),
-            Op::Back(3),
             acquire(0, 1),
             acquire(1, 4),
-        ]);
-        ops.extend([
             Op::Tick(Tick::Window),
             Op::Evict,
+        ]);
+        ops.extend([
             acquire(2, 1),
             Op::Tick(Tick::Window),
-        ]);
-        ops.extend([
             Op::Tick(Tick::Window),
-            Op::Evict,
-            acquire(0, 4),
-            Op::Advance(5),
         ]);
-        ops.extend([acquire(0, 4), Op::Evict]);
+        ops.extend([Op::Evict, acquire(0, 4), Op::Advance(5), acquire(0, 4)]);
+        ops.extend([Op::Evict, peek(0), reset(0), peek(0), acquire(0, 1)]);
         seeds.push((
-            name,
+            match name {
+                "token-bucket" => "seed-tiny-token-bucket",
+                "sliding-log" => "seed-tiny-sliding-log",
+                _ => "seed-tiny-sliding-counter",
+            },
             Input {
                 setup: tiny(algorithm, 4, 12),
                 ops,
@@ -414,31 +584,23 @@ pub fn seeds() -> Vec<(&'static str, Input)> {
     }
 
     // A clock that jumps back by most of a window after a burst, then forward again.
-    for (name, algorithm) in [
-        ("backwards-token-bucket", Algo::TokenBucket),
-        ("backwards-sliding-log", Algo::SlidingLog),
-        ("backwards-sliding-counter", Algo::SlidingCounter),
-    ] {
-        let ops = vec![
+    for (name, algorithm) in algorithms {
+        let mut ops = vec![
             at(700),
             acquire(0, 2),
             acquire(1, 1),
             at(500),
             acquire(0, 1),
-            Op::Back(900 * MS),
-            acquire(0, 1),
-            acquire(1, 1),
-            Op::Evict,
-            acquire(0, 1),
-            at(1200),
-            acquire(0, 1),
-            Op::Evict,
-            at(2000),
-            Op::Evict,
-            acquire(1, 3),
         ];
+        ops.extend([Op::Back(900 * MS), peek(0), acquire(0, 1), acquire(1, 1)]);
+        ops.extend([Op::Evict, acquire(0, 1), at(1200), acquire(0, 1), Op::Evict]);
+        ops.extend([at(2000), Op::Evict, acquire(1, 3)]);
         seeds.push((
-            name,
+            match name {
+                "token-bucket" => "seed-backwards-token-bucket",
+                "sliding-log" => "seed-backwards-sliding-log",
+                _ => "seed-backwards-sliding-counter",
+            },
             Input {
                 setup: long(algorithm, 3, 1000),
                 ops,
@@ -446,12 +608,110 @@ pub fn seeds() -> Vec<(&'static str, Input)> {
         ));
     }
 
+    // Two bands of every pair of algorithms: a tight short one and a looser long one, on
+    // nanosecond windows, crossing both windows' boundaries.
+    for (name, (first, second)) in [
+        (
+            "seed-composite-bucket-log",
+            (Algo::TokenBucket, Algo::SlidingLog),
+        ),
+        (
+            "seed-composite-log-counter",
+            (Algo::SlidingLog, Algo::SlidingCounter),
+        ),
+        (
+            "seed-composite-counter-bucket",
+            (Algo::SlidingCounter, Algo::TokenBucket),
+        ),
+    ] {
+        let mut ops = Vec::new();
+        for key in 0..2 {
+            for cost in 0..=3 {
+                ops.extend([acquire(key, cost), peek(key)]);
+            }
+        }
+        ops.extend([
+            Op::Tick(Tick::Window),
+            acquire(0, 2),
+            acquire(0, 2),
+            Op::Evict,
+        ]);
+        ops.extend([Op::Tick(Tick::WindowLessOne), acquire(0, 1), peek(0)]);
+        ops.extend([Op::Tick(Tick::LongWindowLessOne), acquire(1, 1), Op::Evict]);
+        ops.extend([Op::Tick(Tick::LongWindow), Op::Evict, peek(1), reset(1)]);
+        ops.extend([
+            Op::Tick(Tick::LongWindow),
+            Op::Tick(Tick::LongWindow),
+            Op::Evict,
+        ]);
+        ops.extend([acquire(0, 1), acquire(2, 2), Op::Advance(7), acquire(2, 2)]);
+        seeds.push((
+            name,
+            Input {
+                setup: Setup {
+                    band: tiny_band(first, 2, 4),
+                    and: Some(Band {
+                        algorithm: second,
+                        permits: 5 - 1,
+                        scale: Scale::Short,
+                        window: 40 - 17,
+                    }),
+                },
+                ops,
+            },
+        ));
+    }
+
+    // The same band twice: merged into one band by `Policy::and`.
+    seeds.push((
+        "seed-composite-duplicate-band",
+        Input {
+            setup: Setup {
+                band: tiny_band(Algo::SlidingCounter, 3, 9),
+                and: Some(tiny_band(Algo::SlidingCounter, 3, 9)),
+            },
+            ops: vec![
+                acquire(0, 3),
+                acquire(0, 1),
+                peek(0),
+                Op::Tick(Tick::Window),
+            ],
+        },
+    ));
+
     // A policy with less than a nanosecond per permit: refused, skipped.
     seeds.push((
-        "invalid-policy",
+        "seed-invalid-policy",
         Input {
             setup: tiny(Algo::SlidingLog, 8, 3),
             ops: vec![acquire(0, 1)],
+        },
+    ));
+
+    // Found by the fuzzer (a false alarm of an earlier form of the direct-versus-keyed
+    // cross-check): key 0 is evicted at rest at W, then the clock goes back 3 ns; the
+    // keyed limiter starts key 0 fresh while the direct limiter still counts the 4
+    // admissions made at 0. Both are right; only the cross-check must stop there.
+    seeds.push((
+        "regress-evict-then-clock-back",
+        Input {
+            setup: Setup {
+                band: Band {
+                    algorithm: Algo::SlidingLog,
+                    permits: 91,
+                    scale: Scale::Short,
+                    window: 50_370_969,
+                },
+                and: None,
+            },
+            ops: vec![
+                acquire(0, 4),
+                Op::Tick(Tick::One),
+                Op::Tick(Tick::WindowLessOne),
+                Op::Evict,
+                Op::Back(3),
+                acquire(0, 1),
+            ],
         },
     ));
     seeds
@@ -475,7 +735,7 @@ mod tests {
             let bytes = input.to_bytes();
             assert_eq!(Input::from_bytes(&bytes).unwrap(), input, "{name}");
             run(&input);
-            let path = dir.join(format!("seed-{name}"));
+            let path = dir.join(name);
             if write {
                 fs::create_dir_all(&dir).unwrap();
                 fs::write(&path, &bytes).unwrap();

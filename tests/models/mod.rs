@@ -1,13 +1,15 @@
 //! Plain reference models of the three algorithms, written straight from DESIGN.md section 3
 //! for clarity rather than speed. One copy, shared by the property tests (`mod models;` in
 //! `tests/proptest_*.rs`) and by the differential fuzz target (`fuzz/src/lib.rs` includes
-//! this file with `#[path]`).
+//! this file with `#[path]`). `composite.rs` combines them for policies of several bands.
 //!
 //! Each model decides one key's requests given the clock reading, and says whether it is at
 //! rest. Faulty clocks follow DESIGN.md section 5: a stored time ahead of now is decided as
 //! the furthest valid one, and never moved backwards.
 
 #![allow(dead_code)]
+
+pub mod composite;
 
 use std::collections::VecDeque;
 

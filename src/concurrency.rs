@@ -1,0 +1,732 @@
+//! Per-key concurrency limits: [`ConcurrencyLimiter`], how many requests of one key may be in
+//! flight at once (not how many per second).
+//!
+//! A job scheduler capping each tenant at 4 running jobs, a proxy capping each client at 10
+//! open connections: [`try_acquire`](ConcurrencyLimiter::try_acquire) hands out a [`Permit`]
+//! while the key has fewer than its limit in flight, and the permit gives its place back when
+//! it is dropped, on every path out of the guarded work, unwinding from a panic included.
+//!
+//! Each key's count is one atomic word in a [`Gauge`], updated by compare-and-swap; the map
+//! holds the gauge behind an `Arc` so that a permit can release it without looking the key up
+//! again (see [`ConcurrencyLimiter`] for why, and `docs/ARCHITECTURE.md`).
+
+use std::borrow::Borrow;
+use std::fmt;
+use std::hash::{BuildHasher, Hash};
+use std::sync::Arc;
+
+use crossbeam_utils::CachePadded;
+use scc::hash_map::Entry;
+
+use crate::sync::{AtomicU64, Ordering};
+use crate::KeyHasher;
+
+/// The count of a gauge retired by eviction. No live count reaches it: a limit is at most
+/// [`ConcurrencyLimiter::MAX_LIMIT`] `= RETIRED - 1` and a count never exceeds its limit.
+const RETIRED: u64 = u64::MAX;
+
+/// How a limiter built with [`ConcurrencyLimiter::with_resolver`] chooses each key's limit.
+type LimitResolver<K> = dyn Fn(&K) -> u64 + Send + Sync;
+
+/// A limit on how many requests of each key may be in flight at once.
+///
+/// A request takes a [`Permit`] with [`try_acquire`](ConcurrencyLimiter::try_acquire) before
+/// it starts and drops it when it ends; while a key has `limit` permits out, further requests
+/// for it are refused with [`AtCapacity`] (never queued: the caller decides whether to wait,
+/// shed or retry). Keys are independent, and lookups take any borrowed form of the key
+/// (`&str` for `String` keys), exactly as in [`RateLimiter`](crate::RateLimiter).
+///
+/// | method | does |
+/// |---|---|
+/// | [`try_acquire`](ConcurrencyLimiter::try_acquire) | a permit, or [`AtCapacity`] |
+/// | [`in_flight`](ConcurrencyLimiter::in_flight) | permits of one key held now |
+/// | [`evict_idle`](ConcurrencyLimiter::evict_idle) | removes every key with nothing in flight, exactly |
+/// | [`len`](ConcurrencyLimiter::len) | counts the keys tracked now |
+///
+/// # How it stays exact
+///
+/// Each key's count is one `AtomicU64` in a small heap cell (a *gauge*, with the key's
+/// limit beside it), and the map stores an `Arc` to it:
+///
+/// | count | meaning |
+/// |---|---|
+/// | `0` | live, nothing in flight: idle, may be evicted |
+/// | `1 ..= limit` | live, that many permits held |
+/// | `u64::MAX` | retired by eviction: never hands out a permit, never revived |
+///
+/// * **Acquire** runs inside the map's shared bucket lock: load the count, refuse if it is
+///   at the limit (writing nothing), else compare-and-swap it to one more. A count is only
+///   ever raised by that CAS from a value below the limit, so however many threads race, no
+///   more than `limit` permits are out. A key seen for the first time is created through
+///   the map's entry API under the bucket's exclusive lock: one gauge per key.
+/// * **Release** is a `fetch_sub` on the gauge the permit holds (its own `Arc`), with no map
+///   lookup and no lock, so dropping a permit never waits on anything.
+/// * **Eviction** runs under each bucket's exclusive lock (`retain_sync`) and retires a
+///   gauge by CAS `0 -> RETIRED` before unlinking it. A permit holder's gauge has a count of
+///   at least 1 for as long as the permit lives, so that CAS fails on it: **a gauge with a
+///   permit out can never be retired**, and a permit always releases into a live gauge
+///   that is still the key's. An acquirer cannot be inside a gauge while it is retired (the
+///   exclusive lock keeps it out), and one that ever met a retired gauge would go to the
+///   entry API and replace it, never revive it.
+///
+/// Why an `Arc` per key rather than the count inline in the map entry: the map moves entries
+/// when it resizes, so an inline count may only be touched under the bucket lock, and a
+/// permit would then have to keep the key (a clone: an allocation per request for `String`
+/// keys) and look it up again on drop, a second hash and bucket lock per request. With the
+/// `Arc`, a permit owns its gauge: release is one atomic instruction (plus the `Arc`'s own
+/// count, on the same cache line), and a permit is `'static`, so it can move into a spawned
+/// thread or task. The price is one allocation of 32 bytes per new key.
+///
+/// # Examples
+///
+/// ```
+/// use tollgate::ConcurrencyLimiter;
+///
+/// let jobs: ConcurrencyLimiter<String> = ConcurrencyLimiter::new(2);
+/// let a = jobs.try_acquire("tenant-1")?;
+/// let b = jobs.try_acquire("tenant-1")?;
+/// assert!(jobs.try_acquire("tenant-1").is_err()); // two running: the third is refused
+/// assert!(jobs.try_acquire("tenant-2").is_ok()); // keys are independent
+/// drop(a); // finished: its place is free again
+/// let c = jobs.try_acquire("tenant-1")?;
+/// assert_eq!(jobs.in_flight("tenant-1"), 2);
+/// drop((b, c));
+/// assert_eq!(jobs.evict_idle(), 2);
+/// # Ok::<(), tollgate::AtCapacity>(())
+/// ```
+pub struct ConcurrencyLimiter<K = String, S: BuildHasher = KeyHasher> {
+    map: scc::HashMap<K, Arc<Gauge>, S>,
+    limits: Limits<K>,
+    /// Keys tracked now: changed only under a bucket's exclusive lock, so it never drifts
+    /// from the map (as in `RateLimiter`).
+    tracked: CachePadded<std::sync::atomic::AtomicUsize>,
+}
+
+enum Limits<K> {
+    Uniform(u64),
+    PerKey(Box<LimitResolver<K>>),
+}
+
+impl<K> Limits<K> {
+    fn for_key(&self, key: &K) -> u64 {
+        match self {
+            Limits::Uniform(limit) => *limit,
+            Limits::PerKey(resolver) => resolver(key).min(RETIRED - 1),
+        }
+    }
+}
+
+/// One key's in-flight count and its limit. See [`ConcurrencyLimiter`] for the value table.
+///
+/// Orderings: a successful acquire is `Acquire` and a release is `Release`, as for a lock:
+/// whatever a holder did before dropping its permit happens-before whatever the thread that
+/// takes the freed place does after acquiring, so a permit can guard a resource (a
+/// connection, a slot of a buffer), not only a count. Everything else is `Relaxed`: a
+/// refusal and a retire publish nothing, and exactness comes from the compare-and-swap alone
+/// (all writes to the count form one modification order, and a CAS succeeds only on the
+/// latest value, so two acquirers never take the same place and a retire never succeeds
+/// from a count a permit still holds).
+#[derive(Debug)]
+pub(crate) struct Gauge {
+    count: AtomicU64,
+    limit: u64,
+}
+
+/// What [`Gauge::try_acquire`] concluded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Acquire {
+    /// One more in flight: the caller now owns a place and must release it.
+    Acquired,
+    /// At the limit; nothing was written.
+    Full,
+    /// Retired by eviction: look the key up again.
+    Retired,
+}
+
+impl Gauge {
+    fn new(limit: u64) -> Self {
+        Gauge {
+            count: AtomicU64::new(0),
+            limit,
+        }
+    }
+
+    #[inline]
+    fn try_acquire(&self) -> Acquire {
+        // Relaxed: a snapshot to decide from. A stale value only makes the CAS below fail
+        // (and retry with the fresh one) or refuses from a count the key really had.
+        let mut count = self.count.load(Ordering::Relaxed);
+        loop {
+            if count == RETIRED {
+                return Acquire::Retired;
+            }
+            if count >= self.limit {
+                return Acquire::Full;
+            }
+            // Acquire on success: pairs with the Release in `release`, so the work of the
+            // permit whose place we take happens-before ours. Relaxed on failure: we only
+            // retry from the value read. `count < limit <= RETIRED - 1`: no overflow, and
+            // the new count is never RETIRED.
+            match self.count.compare_exchange_weak(
+                count,
+                count + 1,
+                Ordering::Acquire,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return Acquire::Acquired,
+                Err(actual) => count = actual,
+            }
+        }
+    }
+
+    /// Gives back one place. Called exactly once per `Acquired`, by the permit's `Drop`.
+    #[inline]
+    fn release(&self) {
+        // Release: publishes the holder's work to the next acquirer (see the type's docs).
+        // The count is at least 1 here (this permit's place), so it is live and no retire
+        // can have happened: the result is a live count, never RETIRED - 1 wrapped around.
+        let before = self.count.fetch_sub(1, Ordering::Release);
+        debug_assert!(
+            before >= 1 && before != RETIRED,
+            "release of count {before}"
+        );
+    }
+
+    /// Retires the gauge if nothing is in flight. `true` when it did.
+    fn try_retire(&self) -> bool {
+        // Relaxed: the CAS from exactly 0 is the whole protocol; it fails if any permit is
+        // out (count >= 1) or an acquire got in first. Nothing is published through it.
+        self.count
+            .compare_exchange(0, RETIRED, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
+    }
+
+    /// Permits held now (0 for a retired gauge).
+    fn in_flight(&self) -> u64 {
+        // Relaxed: a snapshot for statistics and tests.
+        match self.count.load(Ordering::Relaxed) {
+            RETIRED => 0,
+            count => count,
+        }
+    }
+
+    fn is_retired(&self) -> bool {
+        // Relaxed: see `in_flight`.
+        self.count.load(Ordering::Relaxed) == RETIRED
+    }
+}
+
+/// One place in flight for a key of a [`ConcurrencyLimiter`], given back when dropped.
+///
+/// Keep it alive for exactly as long as the guarded work runs (bind it: `let _permit = ...`,
+/// not `let _ = ...`, which drops it at once). It releases on every way out of its scope,
+/// including unwinding from a panic. (A panic in a build with `panic = "abort"` ends the
+/// process, and with it every count.)
+///
+/// A permit owns its place: it borrows neither the limiter nor the key, so it can move into
+/// another thread or an async task and be dropped there (`Permit: Send + Sync + 'static`).
+///
+/// # Examples
+///
+/// ```
+/// use tollgate::ConcurrencyLimiter;
+///
+/// let limiter: ConcurrencyLimiter<String> = ConcurrencyLimiter::new(1);
+/// let permit = limiter.try_acquire("db")?;
+/// let worker = std::thread::spawn(move || {
+///     let _permit = permit; // released when the worker finishes
+///     // ... use the connection ...
+/// });
+/// worker.join().unwrap();
+/// assert_eq!(limiter.in_flight("db"), 0);
+/// # Ok::<(), tollgate::AtCapacity>(())
+/// ```
+#[must_use = "the place is given back as soon as the permit is dropped"]
+pub struct Permit {
+    gauge: Arc<Gauge>,
+}
+
+impl Permit {
+    /// The limit of the permit's key.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let limiter: tollgate::ConcurrencyLimiter<String> = tollgate::ConcurrencyLimiter::new(3);
+    /// assert_eq!(limiter.try_acquire("k")?.limit(), 3);
+    /// # Ok::<(), tollgate::AtCapacity>(())
+    /// ```
+    #[must_use]
+    pub fn limit(&self) -> u64 {
+        self.gauge.limit
+    }
+
+    /// How many permits of this key are held now, this one included (a snapshot).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let limiter: tollgate::ConcurrencyLimiter<String> = tollgate::ConcurrencyLimiter::new(3);
+    /// let first = limiter.try_acquire("k")?;
+    /// let second = limiter.try_acquire("k")?;
+    /// assert_eq!(first.in_flight(), 2);
+    /// drop(second);
+    /// assert_eq!(first.in_flight(), 1);
+    /// # Ok::<(), tollgate::AtCapacity>(())
+    /// ```
+    #[must_use]
+    pub fn in_flight(&self) -> u64 {
+        self.gauge.in_flight()
+    }
+}
+
+impl Drop for Permit {
+    fn drop(&mut self) {
+        self.gauge.release();
+    }
+}
+
+impl fmt::Debug for Permit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Permit")
+            .field("in_flight", &self.gauge.in_flight())
+            .field("limit", &self.gauge.limit)
+            .finish()
+    }
+}
+
+/// A refusal from [`ConcurrencyLimiter::try_acquire`]: the key already has its limit of
+/// permits in flight. Nothing was changed.
+///
+/// It carries no retry time: places come back when holders finish, not at a known instant.
+/// Callers typically answer 429 or 503, queue the work, or retry after a short backoff.
+///
+/// # Examples
+///
+/// ```
+/// use tollgate::{AtCapacity, ConcurrencyLimiter};
+///
+/// let limiter: ConcurrencyLimiter<String> = ConcurrencyLimiter::new(1);
+/// let _held = limiter.try_acquire("k")?;
+/// let refused: AtCapacity = limiter.try_acquire("k").unwrap_err();
+/// assert_eq!(refused.limit(), 1);
+/// assert_eq!(refused.to_string(), "1 request(s) already in flight for this key, the limit");
+/// # Ok::<(), AtCapacity>(())
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct AtCapacity {
+    limit: u64,
+}
+
+impl AtCapacity {
+    /// The key's limit, all of it in flight.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let limiter: tollgate::ConcurrencyLimiter<String> = tollgate::ConcurrencyLimiter::new(0);
+    /// assert_eq!(limiter.try_acquire("closed").unwrap_err().limit(), 0);
+    /// ```
+    #[must_use]
+    pub const fn limit(&self) -> u64 {
+        self.limit
+    }
+}
+
+impl fmt::Display for AtCapacity {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} request(s) already in flight for this key, the limit",
+            self.limit
+        )
+    }
+}
+
+impl std::error::Error for AtCapacity {}
+
+impl<K: Hash + Eq> ConcurrencyLimiter<K, KeyHasher> {
+    /// A limiter allowing `limit` requests in flight per key.
+    ///
+    /// A limit of 0 refuses every request (and tracks no key). Limits above
+    /// [`MAX_LIMIT`](ConcurrencyLimiter::MAX_LIMIT) are treated as `MAX_LIMIT`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::ConcurrencyLimiter;
+    ///
+    /// let per_client: ConcurrencyLimiter<std::net::IpAddr> = ConcurrencyLimiter::new(10);
+    /// let ip = "192.0.2.7".parse().unwrap();
+    /// let _connection = per_client.try_acquire(&ip)?;
+    /// assert_eq!(per_client.in_flight(&ip), 1);
+    /// # Ok::<(), tollgate::AtCapacity>(())
+    /// ```
+    #[must_use]
+    pub fn new(limit: u64) -> Self {
+        Self::with_hasher(limit, KeyHasher::default())
+    }
+
+    /// A limiter whose limit is chosen per key, by `resolver`, when the key is first seen
+    /// (and again after its entry is evicted): tiers, or per-tenant caps from a config.
+    ///
+    /// The resolver runs under the key's bucket lock, out of the fast path: keep it cheap.
+    /// A key it gives 0 is refused and not tracked (the resolver then runs on each of its
+    /// requests). To change a key's limit, change what the resolver returns; keys pick it up
+    /// when they are next created, after eviction.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::ConcurrencyLimiter;
+    ///
+    /// let jobs: ConcurrencyLimiter<String> =
+    ///     ConcurrencyLimiter::with_resolver(|tenant: &String| if tenant.starts_with("big-") { 8 } else { 2 });
+    /// assert_eq!(jobs.try_acquire("big-corp")?.limit(), 8);
+    /// assert_eq!(jobs.try_acquire("small-shop")?.limit(), 2);
+    /// # Ok::<(), tollgate::AtCapacity>(())
+    /// ```
+    #[must_use]
+    pub fn with_resolver(resolver: impl Fn(&K) -> u64 + Send + Sync + 'static) -> Self {
+        Self::build(Limits::PerKey(Box::new(resolver)), KeyHasher::default())
+    }
+}
+
+impl<K: Hash + Eq, S: BuildHasher> ConcurrencyLimiter<K, S> {
+    /// The largest limit a key can have, `2^64 - 2` (the count's top value marks a retired
+    /// gauge).
+    pub const MAX_LIMIT: u64 = RETIRED - 1;
+
+    /// A limiter with a hasher of your choice for its keys (see [`KeyHasher`] for the
+    /// default and why).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::collections::hash_map::RandomState;
+    /// use tollgate::ConcurrencyLimiter;
+    ///
+    /// let limiter = ConcurrencyLimiter::<String, _>::with_hasher(4, RandomState::new());
+    /// assert!(limiter.try_acquire("k").is_ok());
+    /// ```
+    #[must_use]
+    pub fn with_hasher(limit: u64, hasher: S) -> Self {
+        Self::build(Limits::Uniform(limit.min(Self::MAX_LIMIT)), hasher)
+    }
+
+    fn build(limits: Limits<K>, hasher: S) -> Self {
+        ConcurrencyLimiter {
+            map: scc::HashMap::with_hasher(hasher),
+            limits,
+            tracked: CachePadded::new(std::sync::atomic::AtomicUsize::new(0)),
+        }
+    }
+
+    /// A permit for one more request of `key` in flight, or [`AtCapacity`] when `key`
+    /// already has its limit out.
+    ///
+    /// An existing key costs a map lookup (shared lock on one bucket), a compare-and-swap
+    /// on its count and an increment of its gauge's `Arc`; nothing is allocated. A new key
+    /// allocates its entry and its gauge (and clones the key) once.
+    ///
+    /// # Errors
+    ///
+    /// [`AtCapacity`] when the key has its limit of permits out; nothing is changed.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::ConcurrencyLimiter;
+    ///
+    /// let limiter: ConcurrencyLimiter<String> = ConcurrencyLimiter::new(1);
+    /// {
+    ///     let _permit = limiter.try_acquire("alice")?;
+    ///     assert!(limiter.try_acquire("alice").is_err());
+    /// } // released here
+    /// assert!(limiter.try_acquire("alice").is_ok());
+    /// # Ok::<(), tollgate::AtCapacity>(())
+    /// ```
+    #[inline]
+    pub fn try_acquire<Q>(&self, key: &Q) -> Result<Permit, AtCapacity>
+    where
+        K: Borrow<Q> + From<Q::Owned>,
+        Q: Hash + Eq + ToOwned + ?Sized,
+    {
+        let hit = self.map.read_sync(key, |_, gauge| Self::acquire_on(gauge));
+        match hit {
+            Some(Some(result)) => result,
+            // Not tracked, or (never with this map, see the type's docs) retired: the slow path.
+            _ => self.acquire_slow(key),
+        }
+    }
+
+    /// Decides on a gauge; `None` when it is retired.
+    #[inline]
+    fn acquire_on(gauge: &Arc<Gauge>) -> Option<Result<Permit, AtCapacity>> {
+        match gauge.try_acquire() {
+            Acquire::Acquired => Some(Ok(Permit {
+                gauge: Arc::clone(gauge),
+            })),
+            Acquire::Full => Some(Err(AtCapacity { limit: gauge.limit })),
+            Acquire::Retired => None,
+        }
+    }
+
+    /// A key not in the map (or whose gauge was retired): create its gauge under the
+    /// bucket's exclusive lock, then decide. Two racing first requests meet here and the
+    /// entry API gives both the same gauge.
+    #[cold]
+    #[inline(never)]
+    fn acquire_slow<Q>(&self, key: &Q) -> Result<Permit, AtCapacity>
+    where
+        K: Borrow<Q> + From<Q::Owned>,
+        Q: Hash + Eq + ToOwned + ?Sized,
+    {
+        let decided = match self.map.entry_sync(K::from(key.to_owned())) {
+            Entry::Occupied(mut entry) => {
+                if entry.get().is_retired() {
+                    // Replace, never revive: a retired gauge stays retired for anyone who
+                    // still holds it. We hold the bucket exclusively.
+                    let limit = self.limits.for_key(entry.key());
+                    *entry.get_mut() = Arc::new(Gauge::new(limit));
+                }
+                Self::acquire_on(entry.get())
+            }
+            Entry::Vacant(entry) => {
+                let limit = self.limits.for_key(entry.key());
+                if limit == 0 {
+                    // Nothing could ever be admitted: track nothing.
+                    return Err(AtCapacity { limit });
+                }
+                // Relaxed: a statistic; the bucket lock orders it against removal.
+                self.tracked
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let entry = entry.insert_entry(Arc::new(Gauge::new(limit)));
+                Self::acquire_on(entry.get())
+            }
+        };
+        match decided {
+            Some(result) => result,
+            // Only eviction retires, and it needs the exclusive lock we hold.
+            None => unreachable!("a gauge in the map under its exclusive lock is live"),
+        }
+    }
+
+    /// How many permits of `key` are held now (0 for a key not tracked). A snapshot.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let limiter: tollgate::ConcurrencyLimiter<String> = tollgate::ConcurrencyLimiter::new(4);
+    /// assert_eq!(limiter.in_flight("alice"), 0);
+    /// let _p = limiter.try_acquire("alice")?;
+    /// assert_eq!(limiter.in_flight("alice"), 1);
+    /// # Ok::<(), tollgate::AtCapacity>(())
+    /// ```
+    #[must_use]
+    pub fn in_flight<Q>(&self, key: &Q) -> u64
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        self.map
+            .read_sync(key, |_, gauge| gauge.in_flight())
+            .unwrap_or(0)
+    }
+
+    /// Removes every key with nothing in flight and returns how many it removed.
+    ///
+    /// Exact while requests run, from any thread: a key with a permit out is never removed
+    /// (its count is at least 1, so the retiring CAS from 0 fails), and a request racing the
+    /// removal either takes its permit first (and the key stays) or finds the key gone and
+    /// creates it afresh, never a second count for one key. It visits the whole map, locking
+    /// one bucket at a time: call it from a timer, not per request.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let limiter: tollgate::ConcurrencyLimiter<String> = tollgate::ConcurrencyLimiter::new(4);
+    /// let busy = limiter.try_acquire("busy")?;
+    /// drop(limiter.try_acquire("done")?);
+    /// assert_eq!(limiter.evict_idle(), 1); // "done"; "busy" still has a permit out
+    /// drop(busy);
+    /// assert_eq!(limiter.evict_idle(), 1);
+    /// assert!(limiter.is_empty());
+    /// # Ok::<(), tollgate::AtCapacity>(())
+    /// ```
+    pub fn evict_idle(&self) -> usize {
+        let mut removed = 0;
+        // `retain_sync` holds each bucket exclusively while the predicate runs: no acquirer
+        // is inside a gauge of the bucket while it is retired and unlinked. Releases need no
+        // lock, but a gauge with a permit out has a count of at least 1 and is not retired.
+        self.map.retain_sync(|_, gauge| {
+            let retire = gauge.try_retire();
+            removed += usize::from(retire);
+            !retire
+        });
+        // Relaxed: a statistic.
+        self.tracked
+            .fetch_sub(removed, std::sync::atomic::Ordering::Relaxed);
+        removed
+    }
+
+    /// How many keys are tracked now.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let limiter: tollgate::ConcurrencyLimiter<String> = tollgate::ConcurrencyLimiter::new(4);
+    /// let _a = limiter.try_acquire("a")?;
+    /// let _b = limiter.try_acquire("b")?;
+    /// assert_eq!(limiter.len(), 2);
+    /// # Ok::<(), tollgate::AtCapacity>(())
+    /// ```
+    #[must_use]
+    pub fn len(&self) -> usize {
+        // Relaxed: a snapshot of a statistic.
+        self.tracked.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// `true` when no key is tracked.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let limiter: tollgate::ConcurrencyLimiter<String> = tollgate::ConcurrencyLimiter::new(4);
+    /// assert!(limiter.is_empty());
+    /// ```
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The limit every key is held to, or `None` when each key's limit comes from a
+    /// resolver.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let limiter: tollgate::ConcurrencyLimiter<String> = tollgate::ConcurrencyLimiter::new(4);
+    /// assert_eq!(limiter.limit(), Some(4));
+    /// ```
+    #[must_use]
+    pub fn limit(&self) -> Option<u64> {
+        match self.limits {
+            Limits::Uniform(limit) => Some(limit),
+            Limits::PerKey(_) => None,
+        }
+    }
+}
+
+impl<K, S: BuildHasher> fmt::Debug for ConcurrencyLimiter<K, S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let limit = match self.limits {
+            Limits::Uniform(limit) => Some(limit),
+            Limits::PerKey(_) => None,
+        };
+        f.debug_struct("ConcurrencyLimiter")
+            .field(
+                "keys",
+                &self.tracked.load(std::sync::atomic::Ordering::Relaxed),
+            )
+            .field("limit", &limit)
+            .finish_non_exhaustive()
+    }
+}
+
+/// One gauge with its raw retire step, for the loom models in `tests/loom_concurrency.rs`;
+/// compiled only under `--cfg tollgate_loom` (re-exported from `tollgate::model`).
+#[cfg(tollgate_loom)]
+#[doc(hidden)]
+#[derive(Debug)]
+pub struct ModelGauge(Arc<Gauge>);
+
+#[cfg(tollgate_loom)]
+impl ModelGauge {
+    /// A live gauge with nothing in flight.
+    pub fn new(limit: u64) -> Self {
+        ModelGauge(Arc::new(Gauge::new(limit)))
+    }
+
+    /// What the limiter's hit path does on this gauge; `None` when it is retired.
+    pub fn try_acquire(&self) -> Option<Result<Permit, AtCapacity>> {
+        ConcurrencyLimiter::<String>::acquire_on(&self.0)
+    }
+
+    /// The evictor's step: retire if nothing is in flight.
+    pub fn try_retire(&self) -> bool {
+        self.0.try_retire()
+    }
+
+    /// Permits held now (0 when retired).
+    pub fn in_flight(&self) -> u64 {
+        self.0.in_flight()
+    }
+
+    /// Whether the gauge was retired.
+    pub fn is_retired(&self) -> bool {
+        self.0.is_retired()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn acquire_up_to_the_limit_then_refuse_without_writing() {
+        let gauge = Gauge::new(2);
+        assert_eq!(gauge.try_acquire(), Acquire::Acquired);
+        assert_eq!(gauge.try_acquire(), Acquire::Acquired);
+        assert_eq!(gauge.try_acquire(), Acquire::Full);
+        assert_eq!(gauge.in_flight(), 2);
+        gauge.release();
+        assert_eq!(gauge.in_flight(), 1);
+        assert_eq!(gauge.try_acquire(), Acquire::Acquired);
+    }
+
+    #[test]
+    fn retire_only_from_zero_and_never_revived() {
+        let gauge = Gauge::new(1);
+        assert_eq!(gauge.try_acquire(), Acquire::Acquired);
+        assert!(!gauge.try_retire(), "a held place must block retirement");
+        gauge.release();
+        assert!(gauge.try_retire());
+        assert!(gauge.is_retired());
+        assert_eq!(gauge.in_flight(), 0);
+        assert_eq!(gauge.try_acquire(), Acquire::Retired);
+        assert!(!gauge.try_retire(), "retired once");
+    }
+
+    #[test]
+    fn zero_limit_always_full() {
+        assert_eq!(Gauge::new(0).try_acquire(), Acquire::Full);
+    }
+
+    #[test]
+    fn the_largest_limit_never_reaches_the_retired_value() {
+        let gauge = Gauge::new(RETIRED - 1);
+        gauge.count.store(RETIRED - 2, Ordering::Relaxed);
+        assert_eq!(gauge.try_acquire(), Acquire::Acquired);
+        assert_eq!(gauge.in_flight(), RETIRED - 1);
+        assert_eq!(gauge.try_acquire(), Acquire::Full);
+        assert!(!gauge.is_retired());
+    }
+
+    #[test]
+    fn a_retired_entry_is_replaced_not_revived() {
+        let limiter: ConcurrencyLimiter<String> = ConcurrencyLimiter::new(1);
+        drop(limiter.try_acquire("k").unwrap());
+        let old = limiter.map.read_sync("k", |_, g| Arc::clone(g)).unwrap();
+        // Retire in place without unlinking, as a lock-free map's evictor could leave it.
+        assert!(old.try_retire());
+        let permit = limiter.try_acquire("k").unwrap();
+        assert!(old.is_retired(), "the old gauge stays retired");
+        assert!(
+            !Arc::ptr_eq(&old, &permit.gauge),
+            "a new gauge took its place"
+        );
+        assert_eq!(limiter.in_flight("k"), 1);
+        assert_eq!(limiter.len(), 1);
+    }
+}

@@ -1,0 +1,222 @@
+//! Waiting instead of refusing: [`Wait`], and the loops behind `acquire_blocking` (threads)
+//! and, with the `tokio` feature, `acquire` (async).
+//!
+//! A waiter tries, and when refused sleeps the decision's `retry_after` (plus optional
+//! jitter, so that waiters refused together do not all retry at the same instant) on the
+//! limiter's own clock, then tries again. A refusal spends nothing, so waiting is exactly as
+//! exact as deciding: N waiters on one key are admitted at the policy's rate, never faster.
+//! With a timeout, a waiter gives up as soon as the next possible admission would come after
+//! its deadline, and returns the last refusal.
+
+use std::cell::Cell;
+use std::collections::hash_map::RandomState;
+use std::hash::BuildHasher;
+use std::time::Duration;
+
+use crate::clock::duration_to_nanos;
+use crate::{Clock, Decision};
+
+/// How a waiting acquire waits: an optional timeout and optional jitter.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate::{DirectLimiter, FakeClock, Wait};
+///
+/// let clock = FakeClock::new();
+/// let limiter = DirectLimiter::with_clock("1/s".parse()?, clock.clone());
+/// let _ = limiter.try_acquire();
+/// // The next permit comes in 1 s: a 100 ms timeout gives up at once with the refusal.
+/// let gave_up = limiter.acquire_blocking_with(Wait::new().timeout(Duration::from_millis(100)));
+/// assert_eq!(gave_up.unwrap_err().retry_after(), Duration::from_secs(1));
+/// // Without one it waits (on the fake clock: instantly) and is admitted at 1 s.
+/// assert!(limiter.acquire_blocking().is_allowed());
+/// assert_eq!(tollgate::Clock::now(&clock), 1_000_000_000);
+/// # Ok::<(), tollgate::PolicyError>(())
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Wait {
+    timeout: Option<Duration>,
+    jitter: Duration,
+}
+
+impl Wait {
+    /// Wait as long as it takes, with no jitter.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// assert_eq!(tollgate::Wait::new(), tollgate::Wait::default());
+    /// ```
+    #[must_use]
+    pub const fn new() -> Self {
+        Wait {
+            timeout: None,
+            jitter: Duration::ZERO,
+        }
+    }
+
+    /// Give up when admission cannot come within `timeout` of the call, returning the last
+    /// refusal.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let wait = tollgate::Wait::new().timeout(std::time::Duration::from_secs(2));
+    /// # let _ = wait;
+    /// ```
+    #[must_use]
+    pub const fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = Some(timeout);
+        self
+    }
+
+    /// Add a random delay in `[0, jitter)` to every sleep, so that waiters refused together
+    /// spread out instead of retrying in lockstep.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let wait = tollgate::Wait::new().jitter(std::time::Duration::from_millis(5));
+    /// # let _ = wait;
+    /// ```
+    #[must_use]
+    pub const fn jitter(mut self, jitter: Duration) -> Self {
+        self.jitter = jitter;
+        self
+    }
+}
+
+/// What a waiter does after one attempt.
+pub(crate) enum Next {
+    Admitted(Decision),
+    GiveUp(Decision),
+    Sleep(Duration),
+}
+
+/// A waiter's schedule: when it started and what it may wait for.
+pub(crate) struct Schedule {
+    deadline: Option<u64>,
+    jitter: u64,
+}
+
+impl Schedule {
+    pub(crate) fn start<C: Clock>(clock: &C, wait: &Wait) -> Self {
+        Schedule {
+            deadline: wait
+                .timeout
+                .map(|t| clock.now().saturating_add(duration_to_nanos(t))),
+            jitter: duration_to_nanos(wait.jitter),
+        }
+    }
+
+    /// The step after an attempt that got `decision` at the clock's `now`.
+    pub(crate) fn next(&self, decision: Decision, now: u64) -> Next {
+        if decision.is_allowed() {
+            return Next::Admitted(decision);
+        }
+        // A refusal always names a wait of at least 1 ns.
+        let wait = decision.retry_after_nanos().max(1);
+        let ready = now.saturating_add(wait);
+        let mut pause = wait.saturating_add(random_below(self.jitter));
+        if let Some(deadline) = self.deadline {
+            if ready > deadline {
+                return Next::GiveUp(decision);
+            }
+            // Jitter never carries a waiter past its deadline.
+            pause = pause.min(deadline - now);
+        }
+        Next::Sleep(Duration::from_nanos(pause))
+    }
+}
+
+/// Tries with `attempt` until admitted or out of time, sleeping on `clock`.
+pub(crate) fn block<C: Clock>(
+    clock: &C,
+    wait: &Wait,
+    mut attempt: impl FnMut() -> Decision,
+) -> Result<Decision, Decision> {
+    let schedule = Schedule::start(clock, wait);
+    loop {
+        match schedule.next(attempt(), clock.now()) {
+            Next::Admitted(decision) => return Ok(decision),
+            Next::GiveUp(decision) => return Err(decision),
+            Next::Sleep(pause) => clock.sleep(pause),
+        }
+    }
+}
+
+/// The async twin of [`block`]: sleeps with tokio's timer.
+#[cfg(feature = "tokio")]
+pub(crate) async fn wait_async<C: Clock>(
+    clock: &C,
+    wait: &Wait,
+    mut attempt: impl FnMut() -> Decision,
+) -> Result<Decision, Decision> {
+    let schedule = Schedule::start(clock, wait);
+    loop {
+        match schedule.next(attempt(), clock.now()) {
+            Next::Admitted(decision) => return Ok(decision),
+            Next::GiveUp(decision) => return Err(decision),
+            Next::Sleep(pause) => tokio::time::sleep(pause).await,
+        }
+    }
+}
+
+/// A pseudo-random number in `[0, bound)` (0 when `bound` is 0): xorshift on a per-thread
+/// seed drawn from the standard library's random hasher keys. Jitter needs spread, not
+/// unpredictability.
+fn random_below(bound: u64) -> u64 {
+    if bound == 0 {
+        return 0;
+    }
+    thread_local! {
+        static STATE: Cell<u64> = Cell::new(RandomState::new().hash_one(0u64) | 1);
+    }
+    STATE.with(|state| {
+        let mut x = state.get();
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        state.set(x);
+        x % bound
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn jitter_stays_below_its_bound_and_spreads() {
+        let draws: Vec<u64> = (0..1000).map(|_| random_below(10)).collect();
+        assert!(draws.iter().all(|&d| d < 10));
+        assert!((0..10).all(|v| draws.contains(&v)), "every value appears");
+        assert_eq!(random_below(0), 0);
+    }
+
+    #[test]
+    fn a_waiter_gives_up_only_when_admission_comes_after_its_deadline() {
+        let schedule = Schedule {
+            deadline: Some(1_000),
+            jitter: 0,
+        };
+        let refused = |retry| Decision::deny(0, 1, retry, retry);
+        assert!(
+            matches!(schedule.next(refused(500), 400), Next::Sleep(d) if d == Duration::from_nanos(500))
+        );
+        assert!(matches!(schedule.next(refused(600), 400), Next::Sleep(_)));
+        assert!(matches!(schedule.next(refused(601), 400), Next::GiveUp(_)));
+        let jittery = Schedule {
+            deadline: Some(1_000),
+            jitter: 10_000,
+        };
+        for _ in 0..100 {
+            match jittery.next(refused(100), 400) {
+                Next::Sleep(d) => assert!(d <= Duration::from_nanos(600), "{d:?}"),
+                _ => panic!("expected a sleep"),
+            }
+        }
+    }
+}

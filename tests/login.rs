@@ -1,0 +1,475 @@
+//! `LoginGuard` traces on a `FakeClock`: failures, successes, lockout escalation and its
+//! cap, and the two rotation attacks (many accounts from one IP, many IPs against one
+//! account).
+
+use std::sync::{Arc, Barrier};
+use std::thread;
+use std::time::Duration;
+
+use tollgate::{
+    ConcurrencyLimiter, FakeClock, LoginConfig, LoginConfigError, LoginDecision, LoginGuard,
+};
+
+const MIN: Duration = Duration::from_secs(60);
+
+fn min(n: u64) -> Duration {
+    Duration::from_secs(60 * n)
+}
+
+fn guard() -> (LoginGuard<FakeClock>, FakeClock) {
+    let clock = FakeClock::new();
+    (LoginGuard::with_clock(clock.clone()), clock)
+}
+
+fn allowed(account_left: u64, ip_left: u64) -> LoginDecision {
+    LoginDecision::Allowed {
+        account_left,
+        ip_left,
+    }
+}
+
+/// `n` failures for `account`, each from the IP `ips(i)`; returns the last decision.
+fn fail_n(
+    guard: &LoginGuard<FakeClock>,
+    account: &str,
+    n: usize,
+    ips: impl Fn(usize) -> String,
+) -> LoginDecision {
+    let mut last = None;
+    for i in 0..n {
+        last = Some(guard.record_failure(account, &ips(i)));
+    }
+    last.expect("n > 0")
+}
+
+#[test]
+fn failures_count_per_account_in_a_sliding_window() {
+    let (guard, clock) = guard();
+    let ip = "192.0.2.1";
+    // One failure a minute: 4, 3, 2, 1 left, then the fifth exhausts the account.
+    for (m, left) in [(0, 4), (1, 3), (2, 2), (3, 1)] {
+        clock.set(min(m));
+        assert_eq!(guard.record_failure("alice", ip), allowed(left, 19 - m));
+    }
+    clock.set(min(4));
+    // The oldest failure (at 0) leaves at 15 min: retry after 11 min.
+    assert_eq!(
+        guard.record_failure("alice", ip),
+        LoginDecision::Account {
+            retry_after: min(11)
+        }
+    );
+    clock.set(min(14));
+    assert_eq!(
+        guard.check("alice", ip),
+        LoginDecision::Account {
+            retry_after: MIN
+        }
+    );
+    // A sliding log: no boundary burst. At 15 min exactly one failure has left, not all.
+    clock.set(min(15));
+    assert_eq!(guard.check("alice", ip), allowed(1, 15));
+    clock.set(min(19));
+    assert_eq!(guard.check("alice", ip), allowed(5, 15));
+    // Other accounts are independent.
+    assert_eq!(guard.check("bob", ip), allowed(5, 15));
+}
+
+#[test]
+fn check_spends_nothing_and_creates_nothing() {
+    let (guard, _clock) = guard();
+    for _ in 0..100 {
+        assert_eq!(guard.check("alice", "192.0.2.1"), allowed(5, 20));
+    }
+    for i in 0..100 {
+        let _ = guard.check(&format!("probe-{i}"), &format!("198.51.100.{i}"));
+    }
+    assert_eq!(guard.evict_idle(), 0, "check tracked something");
+    assert_eq!(guard.record_failure("alice", "192.0.2.1"), allowed(4, 19));
+}
+
+#[test]
+fn successes_spend_nothing_and_clear_the_account() {
+    let (guard, clock) = guard();
+    let ip = "192.0.2.1";
+    for _ in 0..10 {
+        guard.record_success("alice"); // spends nothing
+    }
+    assert_eq!(guard.check("alice", ip), allowed(5, 20));
+    for _ in 0..4 {
+        let _ = guard.record_failure("alice", ip);
+    }
+    assert_eq!(guard.check("alice", ip), allowed(1, 16));
+    guard.record_success("alice");
+    // The account's failures are forgotten; the IP's stay.
+    assert_eq!(guard.check("alice", ip), allowed(5, 16));
+
+    // A success also ends a streak: two strikes, a success, then a third window's strike
+    // starts over at 1 instead of locking the account out.
+    let other = |i: usize| format!("10.0.0.{i}");
+    assert!(!fail_n(&guard, "bob", 5, other).is_allowed());
+    clock.set(min(15));
+    assert!(!fail_n(&guard, "bob", 5, other).is_allowed());
+    assert_eq!(guard.strikes("bob"), 2);
+    guard.record_success("bob");
+    assert_eq!(guard.strikes("bob"), 0);
+    clock.set(min(30));
+    assert_eq!(
+        fail_n(&guard, "bob", 5, other),
+        LoginDecision::Account {
+            retry_after: min(15)
+        }
+    );
+    assert_eq!(guard.strikes("bob"), 1);
+}
+
+#[test]
+fn a_success_ends_a_lockout() {
+    let (guard, clock) = guard();
+    let ip = |i: usize| format!("10.0.{}.{}", i / 256, i % 256);
+    for window in 0..3 {
+        clock.set(min(15 * window));
+        let _ = fail_n(&guard, "alice", 5, ip);
+    }
+    assert!(matches!(
+        guard.check("alice", "192.0.2.1"),
+        LoginDecision::LockedOut { .. }
+    ));
+    guard.record_success("alice"); // an administrator's unlock
+    assert_eq!(guard.check("alice", "192.0.2.1"), allowed(5, 20));
+}
+
+/// An attacker bursts 5 failures at each account-window start, from fresh IPs, waiting out
+/// every refusal: strikes in three consecutive windows lock the account for 15 min, then
+/// each further strike doubles the lockout up to 24 h.
+#[test]
+fn lockout_escalates_by_doubling_up_to_the_cap() {
+    let (guard, clock) = guard();
+    let mut next_ip = 0;
+    let mut burst = |guard: &LoginGuard<FakeClock>| {
+        let d = fail_n(guard, "alice", 5, |i| format!("10.{}.{}.1", next_ip, i));
+        next_ip += 1;
+        d
+    };
+    // Windows 1 and 2: the account limit refuses for 15 min each time.
+    for window in 0..2 {
+        clock.set(min(15 * window));
+        assert_eq!(guard.check("alice", "192.0.2.1"), allowed(5, 20));
+        assert_eq!(
+            burst(&guard),
+            LoginDecision::Account {
+                retry_after: min(15)
+            }
+        );
+        assert_eq!(guard.strikes("alice"), window as u32 + 1);
+    }
+    // Strike 3 locks out for 15 min, then 30 min, 1 h, 2 h, 4 h, 8 h, 16 h, 24 h, 24 h.
+    let expected_minutes = [15, 30, 60, 120, 240, 480, 960, 1440, 1440];
+    let mut t = min(30);
+    for (i, &lockout) in expected_minutes.iter().enumerate() {
+        clock.set(t);
+        assert_eq!(guard.check("alice", "192.0.2.1"), allowed(5, 20), "at {t:?}");
+        let strikes = i as u32 + 3;
+        assert_eq!(
+            burst(&guard),
+            LoginDecision::LockedOut {
+                retry_after: min(lockout),
+                strikes
+            },
+            "strike {strikes}"
+        );
+        // Locked out until the end, to the nanosecond; the lockout outlasts the account
+        // limit, so it is what the decision names.
+        clock.set(t + min(lockout) - Duration::from_nanos(1));
+        assert_eq!(
+            guard.check("alice", "192.0.2.1"),
+            LoginDecision::LockedOut {
+                retry_after: Duration::from_nanos(1),
+                strikes
+            }
+        );
+        t += min(lockout);
+    }
+    // A failure during a lockout (an application that skipped check) adds no strike.
+    clock.set(t - MIN);
+    let _ = guard.record_failure("alice", "192.0.2.1");
+    assert_eq!(guard.strikes("alice"), 11);
+}
+
+#[test]
+fn a_quiet_window_ends_the_streak() {
+    let (guard, clock) = guard();
+    let ip = |i: usize| format!("10.0.0.{i}");
+    let _ = fail_n(&guard, "alice", 5, ip); // strike 1, window [0, 15)
+    clock.set(min(15));
+    let _ = fail_n(&guard, "alice", 5, ip); // strike 2, window [15, 30)
+    assert_eq!(guard.strikes("alice"), 2);
+    // Window [30, 45) passes without a strike: the streak is over.
+    clock.set(min(45));
+    assert_eq!(guard.strikes("alice"), 0);
+    assert_eq!(
+        fail_n(&guard, "alice", 5, ip),
+        LoginDecision::Account {
+            retry_after: min(15)
+        },
+        "a strike after a quiet window starts a new streak: no lockout"
+    );
+    assert_eq!(guard.strikes("alice"), 1);
+}
+
+/// Strikes count once per window, and windows follow each other from the first strike, so
+/// an attacker who keeps the limit exhausted all the time is locked out after three
+/// windows, not after three failures.
+#[test]
+fn one_strike_per_window_for_a_steady_attacker() {
+    let (guard, clock) = guard();
+    let ip = |_: usize| "10.9.9.9".to_owned();
+    // Failures at 0..4 min: the strike at 4 min opens window 1, [4, 19).
+    for m in 0..5 {
+        clock.set(min(m));
+        let _ = guard.record_failure("alice", &ip(0));
+    }
+    assert_eq!(guard.strikes("alice"), 1);
+    // 15 min: the failure from 0 min has left; one more failure exhausts the limit again,
+    // still in window 1: no new strike.
+    clock.set(min(15));
+    let _ = guard.record_failure("alice", &ip(0));
+    assert_eq!(guard.strikes("alice"), 1);
+    // 19 min: window 2 [19, 34). Failures from 1..4 min have left: four more exhaust it.
+    clock.set(min(19));
+    assert!(!fail_n(&guard, "alice", 4, ip).is_allowed());
+    assert_eq!(guard.strikes("alice"), 2);
+    // 34 min: window 3 [34, 49): the third strike locks out for 15 min.
+    clock.set(min(34));
+    assert_eq!(
+        fail_n(&guard, "alice", 5, ip),
+        LoginDecision::LockedOut {
+            retry_after: min(15),
+            strikes: 3
+        }
+    );
+}
+
+#[test]
+fn rotating_accounts_from_one_ip_is_stopped_by_the_ip_limit() {
+    let (guard, clock) = guard();
+    let attacker = "203.0.113.66";
+    for i in 0..20 {
+        clock.set(Duration::from_secs(i * 10));
+        let account = format!("user-{i}");
+        assert!(guard.check(&account, attacker).is_allowed(), "attempt {i}");
+        let _ = guard.record_failure(&account, attacker);
+    }
+    // 20 failures in the last hour from this IP: every account is refused from it, even
+    // ones it never tried, until its first failure (at 0 s) is an hour old.
+    clock.set(Duration::from_secs(200));
+    for account in ["user-0", "user-19", "user-999"] {
+        assert_eq!(
+            guard.check(account, attacker),
+            LoginDecision::Ip {
+                retry_after: Duration::from_secs(3600 - 200)
+            }
+        );
+    }
+    // The accounts themselves are fine from anywhere else.
+    assert_eq!(guard.check("user-0", "192.0.2.1"), allowed(4, 20));
+    clock.set(Duration::from_secs(3600));
+    assert_eq!(guard.check("user-999", attacker), allowed(5, 1));
+}
+
+#[test]
+fn rotating_ips_against_one_account_is_stopped_by_the_account_limit() {
+    let (guard, clock) = guard();
+    for i in 0..5 {
+        clock.set(Duration::from_secs(i));
+        let ip = format!("198.51.100.{i}");
+        assert!(guard.check("alice", &ip).is_allowed());
+        let _ = guard.record_failure("alice", &ip);
+    }
+    // A fresh IP gets nowhere: the account limit refuses whoever asks.
+    assert_eq!(
+        guard.check("alice", "198.51.100.200"),
+        LoginDecision::Account {
+            retry_after: Duration::from_secs(15 * 60 - 4)
+        }
+    );
+    // And the botnet's IPs are fine for other accounts.
+    assert_eq!(guard.check("bob", "198.51.100.0"), allowed(5, 19));
+}
+
+#[test]
+fn the_longest_refusal_is_named() {
+    let clock = FakeClock::new();
+    let config = LoginConfig::default()
+        .with_account_limit("sliding-log 2/10m".parse().unwrap())
+        .with_ip_limit("sliding-log 2/1h".parse().unwrap());
+    let guard = LoginGuard::with_config(config, clock.clone()).unwrap();
+    let _ = guard.record_failure("alice", "192.0.2.1");
+    let d = guard.record_failure("alice", "192.0.2.1");
+    // Both limits are exhausted; the IP's refusal lasts longer.
+    assert_eq!(
+        d,
+        LoginDecision::Ip {
+            retry_after: min(60)
+        }
+    );
+    assert_eq!(d.retry_after_secs(), 3600);
+    // Another IP: only the account refuses.
+    assert_eq!(
+        guard.check("alice", "192.0.2.2"),
+        LoginDecision::Account {
+            retry_after: min(10)
+        }
+    );
+}
+
+#[test]
+fn custom_schedule_and_config_errors() {
+    let clock = FakeClock::new();
+    let config = LoginConfig::default()
+        .with_account_limit("sliding-log 2/5s".parse().unwrap())
+        .with_strikes_to_lock(1)
+        .with_lockout(Duration::from_secs(10), Duration::from_secs(25));
+    let guard = LoginGuard::with_config(config, clock.clone()).unwrap();
+    let ip = |i: usize| format!("10.0.0.{i}");
+    let expected = [10, 20, 25, 25];
+    for (i, secs) in expected.into_iter().enumerate() {
+        assert_eq!(
+            fail_n(&guard, "alice", 2, ip),
+            LoginDecision::LockedOut {
+                retry_after: Duration::from_secs(secs),
+                strikes: i as u32 + 1
+            }
+        );
+        // Each lockout outlasts the account limit's window (5 s); the next strike comes
+        // in the window right after it, so the streak continues.
+        clock.advance(Duration::from_secs(secs));
+    }
+
+    let bad = LoginConfig::default().with_lockout(Duration::from_secs(10), Duration::from_secs(1));
+    assert_eq!(
+        LoginGuard::with_config(bad, FakeClock::new()).unwrap_err(),
+        LoginConfigError::MaxBelowFirst {
+            first: Duration::from_secs(10),
+            max: Duration::from_secs(1)
+        }
+    );
+}
+
+#[test]
+fn eviction_keeps_what_still_matters() {
+    let (guard, clock) = guard();
+    let ip = |i: usize| format!("10.0.0.{i}");
+    for window in 0..3 {
+        clock.set(min(15 * window));
+        let _ = fail_n(&guard, "alice", 5, ip); // locked 30..45 min
+    }
+    // At 44 min: the IPs' logs (1 h) and the account's log (entries at 30 min) are live,
+    // and so is the lockout: nothing goes.
+    clock.set(min(44));
+    assert_eq!(guard.evict_idle(), 0);
+    assert_eq!(guard.strikes("alice"), 3);
+    // At 45 min the account log is at rest; the strike record still matters (a strike
+    // in [45, 60) would continue the streak).
+    clock.set(min(45));
+    assert_eq!(guard.evict_idle(), 1);
+    assert_eq!(guard.strikes("alice"), 3);
+    // At 60 min the streak is over: the record goes. The five IPs' logs (last failures at
+    // 30 min) stay until 90 min.
+    clock.set(min(60));
+    assert_eq!(guard.evict_idle(), 1);
+    assert_eq!(guard.strikes("alice"), 0);
+    clock.set(min(90));
+    assert_eq!(guard.evict_idle(), 5);
+    assert_eq!(guard.check("alice", "10.0.0.0"), allowed(5, 20));
+}
+
+/// Sixteen threads record failures for one account at one instant: exactly five are
+/// counted (the limit is exact), and they make exactly one strike.
+#[test]
+fn racing_failures_stay_exact() {
+    for _ in 0..20 {
+        let clock = FakeClock::new();
+        let guard = Arc::new(LoginGuard::with_clock(clock.clone()));
+        let start = Arc::new(Barrier::new(16));
+        let handles: Vec<_> = (0..16)
+            .map(|i| {
+                let (guard, start) = (guard.clone(), start.clone());
+                thread::spawn(move || {
+                    start.wait();
+                    let _ = guard.record_failure("alice", &format!("10.0.0.{i}"));
+                })
+            })
+            .collect();
+        for h in handles {
+            h.join().unwrap();
+        }
+        assert_eq!(
+            guard.check("alice", "192.0.2.1"),
+            LoginDecision::Account {
+                retry_after: min(15)
+            }
+        );
+        assert_eq!(guard.strikes("alice"), 1);
+        guard.record_success("alice");
+        assert_eq!(guard.check("alice", "192.0.2.1"), allowed(5, 20));
+    }
+}
+
+/// The section for `examples/tour.rs`, kept here so that it is compiled and run.
+fn login_and_concurrency() -> Result<(), Box<dyn std::error::Error>> {
+    println!("\n== 7. Login protection and concurrency limits ==");
+    let clock = FakeClock::new();
+    let guard = LoginGuard::with_clock(clock.clone()); // 5/15m per account, 20/1h per IP
+    println!("  an attacker bursts 5 wrong passwords for alice whenever allowed, from fresh IPs:");
+    for round in 0..6 {
+        let ip = format!("10.0.0.{round}");
+        let decision = (0..5)
+            .map(|_| guard.record_failure("alice", &ip))
+            .last()
+            .ok_or("no attempt")?;
+        let minutes = clock_minutes(&clock);
+        println!(
+            "    t={minutes:>4} min  strikes {}  -> {decision:?}",
+            guard.strikes("alice")
+        );
+        clock.advance(decision.retry_after());
+    }
+    guard.record_success("alice");
+    println!("  after a success: {:?}", guard.check("alice", "192.0.2.1"));
+
+    let jobs: ConcurrencyLimiter<String> = ConcurrencyLimiter::new(2);
+    let first = jobs.try_acquire("tenant-a")?;
+    let second = jobs.try_acquire("tenant-a")?;
+    println!(
+        "  concurrency 2 per tenant: third job for tenant-a -> {:?}; tenant-b -> {}",
+        jobs.try_acquire("tenant-a").map(|_| "permit"),
+        if jobs.try_acquire("tenant-b").is_ok() { "permit" } else { "refused" },
+    );
+    drop(first);
+    let quiet = std::panic::take_hook();
+    std::panic::set_hook(Box::new(|_| {})); // the panic below is on purpose
+    let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let _permit = jobs.try_acquire("tenant-a").expect("a place is free");
+        panic!("job failed");
+    }));
+    std::panic::set_hook(quiet);
+    println!(
+        "  a job that panicked (caught: {}) still gave its permit back: {} in flight",
+        panicked.is_err(),
+        jobs.in_flight("tenant-a")
+    );
+    drop(second);
+    println!("  all done: evict_idle removes {}, {} left", jobs.evict_idle(), jobs.len());
+    Ok(())
+}
+
+fn clock_minutes(clock: &FakeClock) -> u64 {
+    use tollgate::Clock;
+    clock.now() / 60_000_000_000
+}
+
+#[test]
+fn tour_section_runs() {
+    login_and_concurrency().unwrap();
+}

@@ -1,0 +1,153 @@
+//! Loom models of the concurrency limiter's per-key count (`ModelGauge` wraps the very gauge
+//! and `Permit` the limiter hands out) and of the login guard's strike record: every
+//! interleaving of two threads.
+//!
+//! Run with:
+//!
+//! ```text
+//! LOOM_MAX_PREEMPTIONS=3 RUSTFLAGS="--cfg tollgate_loom" CARGO_TARGET_DIR=target/loom \
+//!     cargo test --release --test loom_concurrency
+//! ```
+//!
+//! The gauge's count is a loom atomic (through the crate's `sync` shim); the permit's `Arc`
+//! is the standard one, whose correctness is taken as given.
+#![cfg(tollgate_loom)]
+
+use loom::sync::atomic::{AtomicU64, Ordering};
+use loom::sync::Arc;
+use loom::thread;
+use tollgate::model::{ModelGauge, ModelStrikes};
+use tollgate::{LoginConfig, Permit};
+
+fn gauge(limit: u64) -> Arc<ModelGauge> {
+    Arc::new(ModelGauge::new(limit))
+}
+
+/// A permit, if the live gauge handed one out.
+fn acquire(gauge: &ModelGauge) -> Option<Permit> {
+    gauge.try_acquire().expect("not retired").ok()
+}
+
+/// Two threads race for the last place (limit 2, one already held): exactly one gets it,
+/// and the refused one changed nothing.
+#[test]
+fn two_acquirers_race_for_the_last_place() {
+    loom::model(|| {
+        let gauge = gauge(2);
+        let held = acquire(&gauge).expect("first place");
+        let other = {
+            let gauge = gauge.clone();
+            thread::spawn(move || acquire(&gauge))
+        };
+        let mine = acquire(&gauge);
+        let theirs = other.join().unwrap();
+        assert_eq!(usize::from(mine.is_some()) + usize::from(theirs.is_some()), 1);
+        assert_eq!(gauge.in_flight(), 2);
+        drop((held, mine, theirs));
+        assert_eq!(gauge.in_flight(), 0);
+    });
+}
+
+/// An acquire races the evictor on an idle gauge: either the acquire wins (and the retire
+/// fails, the permit is live) or the retire wins (and the acquire sees a retired gauge and
+/// must look the key up again). Never both.
+#[test]
+fn acquire_races_retire() {
+    loom::model(|| {
+        let gauge = gauge(1);
+        let evictor = {
+            let gauge = gauge.clone();
+            thread::spawn(move || gauge.try_retire())
+        };
+        let outcome = gauge.try_acquire();
+        let retired = evictor.join().unwrap();
+        match outcome {
+            Some(Ok(permit)) => {
+                assert!(!retired, "a gauge with a permit out was retired");
+                assert_eq!(gauge.in_flight(), 1);
+                drop(permit);
+                assert_eq!(gauge.in_flight(), 0);
+                assert!(gauge.try_retire(), "idle again after the release");
+            }
+            Some(Err(refused)) => panic!("an idle gauge refused: {refused:?}"),
+            None => {
+                assert!(retired);
+                assert!(gauge.is_retired());
+                assert!(gauge.try_acquire().is_none(), "a retired gauge stays retired");
+            }
+        }
+    });
+}
+
+/// A holder releases while the evictor tries to retire: the retire succeeds only from the
+/// count the release left (0), and the release always lands in a live gauge. (A release
+/// into a retired gauge would wrap its count to `u64::MAX - 1`: no longer retired.)
+#[test]
+fn release_races_retire() {
+    loom::model(|| {
+        let gauge = gauge(1);
+        let permit = acquire(&gauge).expect("place");
+        let holder = thread::spawn(move || drop(permit));
+        let retired = gauge.try_retire();
+        holder.join().unwrap();
+        if retired {
+            assert!(gauge.is_retired(), "a release landed in a retired gauge");
+            assert_eq!(gauge.in_flight(), 0);
+        } else {
+            assert!(!gauge.is_retired());
+            assert_eq!(gauge.in_flight(), 0, "the permit was not returned");
+            assert!(gauge.try_retire());
+        }
+    });
+}
+
+/// A permit of limit 1 orders the guarded work like a lock: each holder reads and then
+/// writes a plain `Relaxed` counter, and no increment is lost. (With a `Relaxed` acquire or
+/// release on the count, loom finds a holder that reads the counter stale.)
+#[test]
+fn a_permit_orders_the_guarded_work() {
+    loom::model(|| {
+        let gauge = gauge(1);
+        let data = Arc::new(AtomicU64::new(0));
+        let work = |gauge: &ModelGauge, data: &AtomicU64| -> u64 {
+            match acquire(gauge) {
+                Some(_permit) => {
+                    let seen = data.load(Ordering::Relaxed);
+                    data.store(seen + 1, Ordering::Relaxed);
+                    1
+                }
+                None => 0,
+            }
+        };
+        let other = {
+            let (gauge, data) = (gauge.clone(), data.clone());
+            thread::spawn(move || work(&gauge, &data))
+        };
+        let mine = work(&gauge, &data);
+        let entered = mine + other.join().unwrap();
+        assert!(entered >= 1);
+        assert_eq!(data.load(Ordering::Relaxed), entered, "an increment was lost");
+    });
+}
+
+/// Two failures that exhaust an account in the same window race to record the strike: it
+/// counts once. A third strike in the next window then continues the streak.
+#[test]
+fn racing_strikes_in_one_window_count_once() {
+    const MIN: u64 = 60_000_000_000;
+    loom::model(|| {
+        let config = LoginConfig::default().with_strikes_to_lock(2);
+        let record = Arc::new(ModelStrikes::new(&config));
+        let other = {
+            let record = record.clone();
+            thread::spawn(move || record.strike(MIN))
+        };
+        let mine = record.strike(MIN);
+        let theirs = other.join().unwrap();
+        assert_eq!((mine, theirs), (1, 1));
+        assert_eq!(record.locked_for(MIN), None);
+        // Window 2 is [16, 31) min: the second strike locks out for 15 min.
+        assert_eq!(record.strike(20 * MIN), 2);
+        assert_eq!(record.locked_for(20 * MIN), Some(15 * MIN));
+    });
+}
