@@ -196,9 +196,7 @@ impl Gauge {
     fn try_retire(&self) -> bool {
         // Relaxed: the CAS from exactly 0 is the whole protocol; it fails if any permit is
         // out (count >= 1) or an acquire got in first. Nothing is published through it.
-        self.count
-            .compare_exchange(0, RETIRED, Ordering::Relaxed, Ordering::Relaxed)
-            .is_ok()
+        self.count.swap(RETIRED, Ordering::Relaxed) != RETIRED
     }
 
     /// Permits held now (0 for a retired gauge).
@@ -310,7 +308,7 @@ impl fmt::Debug for Permit {
 /// let _held = limiter.try_acquire("k")?;
 /// let refused: AtCapacity = limiter.try_acquire("k").unwrap_err();
 /// assert_eq!(refused.limit(), 1);
-/// assert_eq!(refused.to_string(), "1 request(s) already in flight for this key, the limit");
+/// assert_eq!(refused.to_string(), "at its concurrency limit: 1 in flight");
 /// # Ok::<(), AtCapacity>(())
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -335,11 +333,7 @@ impl AtCapacity {
 
 impl fmt::Display for AtCapacity {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "{} request(s) already in flight for this key, the limit",
-            self.limit
-        )
+        write!(f, "at its concurrency limit: {} in flight", self.limit)
     }
 }
 

@@ -98,6 +98,10 @@ struct Generation<K, S: BuildHasher> {
     /// Where the incremental sweep stopped: the next step starts at this key (or at the
     /// beginning). `try_lock`ed, so one thread sweeps a generation at a time.
     sweep_cursor: Mutex<Option<K>>,
+    /// How long a state must have been at rest before routine sweeping removes it: the
+    /// policy's longest window, so a key used now and then is not removed and re-created
+    /// over and over. (`evict_idle` and a full limiter remove any state at rest.)
+    sweep_grace: u64,
 }
 
 /// How far one attempt at a decision got.
@@ -110,6 +114,19 @@ enum Step {
     Stale,
     /// A new key found the limiter at `max_keys` and has not swept yet.
     Full,
+}
+
+/// The routine sweep's grace period for `rules`: the longest band window of a uniform
+/// policy; a minute for per-key policies, whose windows vary.
+fn sweep_grace<K>(rules: &Rules<K>) -> u64 {
+    match rules {
+        Rules::Uniform(policy) => policy
+            .bands()
+            .map(|band| band.window().as_nanos() as u64)
+            .max()
+            .unwrap_or(0),
+        Rules::PerKey(_) => 60_000_000_000,
+    }
 }
 
 /// Entries each new key's insertion sweeps by default.
@@ -408,9 +425,16 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> Generation<K, S> {
             None => keyed.map.begin_sync(),
         };
         let mut removed = 0;
+        let mut wrapped = false;
         for _ in 0..slice {
-            let Some(here) = entry else {
-                // The end of the map: the next step starts from the beginning.
+            let Some(here) = entry.take().or_else(|| {
+                // The end of the map: go on from the beginning, once per step.
+                if wrapped {
+                    return None;
+                }
+                wrapped = true;
+                keyed.map.begin_sync()
+            }) else {
                 return removed;
             };
             if here.get().try_retire(&keyed.params, now) {
@@ -553,11 +577,13 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
 
     fn build(rules: Rules<K>, clock: C, hasher: S) -> Self {
         let registry = Registry::new(&rules, hasher.clone());
+        let grace = sweep_grace(&rules);
         let generation = Generation {
             rules,
             registry,
             older: AtomicShared::null(),
             sweep_cursor: Mutex::new(None),
+            sweep_grace: grace,
         };
         RateLimiter {
             current: AtomicShared::new(generation),
@@ -613,7 +639,10 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
     /// [`evict_idle`](RateLimiter::evict_idle): every new key pays for a few steps of an
     /// incremental sweep that walks the whole map in turn, so the map is swept about
     /// `entries` times as fast as it grows, at a small constant cost per insertion and none
-    /// on the hit path. A limiter that stops gaining keys stops sweeping, but then it does
+    /// on the hit path. Routine sweeping removes a state only once it has been at rest for
+    /// a grace period (the policy's longest window; a minute with a resolver), so a key
+    /// that is used now and then is not removed and re-created each time; a limiter that
+    /// is full ([`max_keys`](RateLimiter::max_keys)) removes any state at rest. A limiter that stops gaining keys stops sweeping, but then it does
     /// not grow either; call `evict_idle` from a timer to reclaim memory after a burst.
     ///
     /// # Examples
@@ -628,7 +657,7 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
     /// for key in 0..100 {
     ///     let _ = limiter.try_acquire(&key);
     /// }
-    /// clock.advance(Duration::from_secs(1)); // all 100 are at rest now
+    /// clock.advance(Duration::from_secs(3)); // all 100 at rest for over a window
     /// for key in 100..200 {
     ///     let _ = limiter.try_acquire(&key);
     /// }
@@ -820,7 +849,7 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
                 Step::Created(result) => {
                     // Pay for a few steps of the incremental sweep, now that no lock is held.
                     if self.sweep_slice > 0 {
-                        self.sweep(generation, self.sweep_slice, &guard);
+                        self.sweep(generation, self.sweep_slice, true, &guard);
                     }
                     return result;
                 }
@@ -828,7 +857,7 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
                 Step::Stale => {}
                 // Full: sweep a larger slice for states at rest, then try once more.
                 Step::Full => {
-                    self.sweep(generation, FULL_SWEEP_SLICE, &guard);
+                    self.sweep(generation, FULL_SWEEP_SLICE, false, &guard);
                     swept = true;
                 }
             }
@@ -961,12 +990,21 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
     /// One step of the incremental sweep: up to `slice` entries of each generation, starting
     /// where the last step stopped, retiring and removing states at rest. Never blocks on
     /// another sweeper (it skips a generation someone else is sweeping).
-    fn sweep(&self, generation: &Generation<K, S>, slice: usize, guard: &Guard) {
+    /// With `grace`, only states at rest for at least their generation's grace period are
+    /// removed; without, any state at rest.
+    fn sweep(&self, generation: &Generation<K, S>, slice: usize, grace: bool, guard: &Guard) {
         let now = self.clock.now();
         let mut removed = 0;
         let mut current = Some(generation);
         while let Some(g) = current {
-            removed += with_keyed!(&g.registry, keyed => g.sweep_step(keyed, slice, now));
+            // A state at rest at an earlier instant is at rest now (time only brings states
+            // closer to rest), so retiring it as of that instant is exact.
+            let as_of = if grace {
+                now.saturating_sub(g.sweep_grace)
+            } else {
+                now
+            };
+            removed += with_keyed!(&g.registry, keyed => g.sweep_step(keyed, slice, as_of));
             current = g.older.load(Ordering::Acquire, guard).as_ref();
         }
         // Relaxed: a statistic, decremented after the removals.
@@ -1358,11 +1396,13 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
         let guard = Guard::new();
         let older = self.current.get_shared(Ordering::Acquire, &guard);
         let registry = Registry::new(&rules, self.hasher.clone());
+        let grace = sweep_grace(&rules);
         let generation = Generation {
             rules,
             registry,
             older: older.map_or_else(AtomicShared::null, AtomicShared::from),
             sweep_cursor: Mutex::new(None),
+            sweep_grace: grace,
         };
         // Release: publishes the new generation's contents to requests that load it with
         // Acquire. The old one stays reachable through `older` until it drains.

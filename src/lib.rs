@@ -62,6 +62,8 @@ mod error;
 mod hasher;
 mod keyed;
 mod login;
+#[cfg(feature = "tower")]
+pub mod middleware;
 mod policy;
 mod sliding_counter;
 mod sliding_log;

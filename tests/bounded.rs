@@ -143,14 +143,25 @@ fn idle_keys_vanish_without_explicit_calls() {
         let _ = limiter.try_acquire(&key);
     }
     assert_eq!(limiter.len(), 1_000);
-    clock.advance(Duration::from_secs(1)); // every state is at rest again
-    for key in 1_000..2_000 {
+    // Every state is at rest after 500 ms; routine sweeping waits a further window (1 s).
+    clock.advance(Duration::from_millis(1400));
+    for key in 1_000..1_010 {
+        let _ = limiter.try_acquire(&key);
+    }
+    assert_eq!(
+        limiter.len(),
+        1_010,
+        "at rest, but not yet for a whole window: kept"
+    );
+    clock.advance(Duration::from_millis(100));
+    for key in 1_010..2_000 {
         let _ = limiter.try_acquire(&key);
     }
     // 1,000 insertions sweeping 8 entries each walked the whole map several times over.
     assert_eq!(limiter.len(), 1_000, "only the new keys are left");
     // Sweeping removed only states at rest: the new keys kept their spent permits.
     assert_eq!(limiter.try_acquire(&1_500).remaining(), 0);
+    assert_eq!(limiter.try_acquire(&1_005).remaining(), 0);
 }
 
 #[test]

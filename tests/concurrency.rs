@@ -79,25 +79,37 @@ fn sixteen_threads_never_exceed_four_in_flight() {
 fn eviction_racing_acquires_stays_exact() {
     for _ in 0..3 {
         let limiter: Arc<ConcurrencyLimiter<String>> = Arc::new(ConcurrencyLimiter::new(2));
+        // Two hot keys (most of the threads on them at once, rarely idle) and 14 cold ones
+        // (idle often, evicted and recreated all the time).
         let keys: Vec<String> = (0..16).map(|k| format!("key-{k}")).collect();
         let keys = Arc::new(keys);
         let inside: Arc<Vec<Inside>> = Arc::new(keys.iter().map(|_| Inside::default()).collect());
         let stop = Arc::new(AtomicBool::new(false));
+        let passes = Arc::new(AtomicU64::new(0));
         let evictor = {
-            let (limiter, stop) = (limiter.clone(), stop.clone());
+            let (limiter, stop, passes) = (limiter.clone(), stop.clone(), passes.clone());
             thread::spawn(move || {
                 let mut evicted = 0;
                 while !stop.load(Ordering::Relaxed) {
                     evicted += limiter.evict_idle();
+                    passes.fetch_add(1, Ordering::Relaxed);
                     thread::yield_now();
                 }
                 evicted
             })
         };
+        // The evictor is looping before the workers start, so the two really overlap.
+        while passes.load(Ordering::Relaxed) == 0 {
+            thread::yield_now();
+        }
         let (l, i, ks) = (limiter.clone(), inside.clone(), keys.clone());
         race(8, move |t| {
             for n in 0..2_000 {
-                let k = (t * 7 + n) % ks.len();
+                let k = if n % 2 == 0 {
+                    t % 2
+                } else {
+                    2 + (t * 7 + n) % 14
+                };
                 if let Ok(_permit) = l.try_acquire(ks[k].as_str()) {
                     i[k].work(2);
                 }
@@ -106,7 +118,10 @@ fn eviction_racing_acquires_stays_exact() {
         });
         stop.store(true, Ordering::Relaxed);
         let evicted = evictor.join().unwrap();
-        assert!(evicted > 0, "the evictor never removed a key: the race was not exercised");
+        assert!(
+            evicted > 0,
+            "the evictor never removed a key: the race was not exercised"
+        );
         for (k, key) in keys.iter().enumerate() {
             assert!(inside[k].max.load(Ordering::SeqCst) <= 2);
             assert_eq!(limiter.in_flight(key.as_str()), 0);
@@ -140,7 +155,9 @@ fn a_panicking_holder_releases() {
     assert_eq!(limiter.in_flight("jobs"), 0);
 
     // And on this thread, with the permit held at the limit.
-    let held: Vec<Permit> = (0..3).map(|_| limiter.try_acquire("jobs").unwrap()).collect();
+    let held: Vec<Permit> = (0..3)
+        .map(|_| limiter.try_acquire("jobs").unwrap())
+        .collect();
     let caught = panic::catch_unwind(AssertUnwindSafe(|| {
         let _last = limiter.try_acquire("jobs").unwrap();
         assert!(limiter.try_acquire("jobs").is_err());
@@ -168,7 +185,10 @@ fn a_refusal_changes_nothing() {
 
     // A limit of 0 refuses and tracks nothing.
     let closed: ConcurrencyLimiter<String> = ConcurrencyLimiter::new(0);
-    assert_eq!(closed.try_acquire("k").unwrap_err(), closed.try_acquire("x").unwrap_err());
+    assert_eq!(
+        closed.try_acquire("k").unwrap_err(),
+        closed.try_acquire("x").unwrap_err()
+    );
     assert!(closed.is_empty());
 }
 
@@ -194,7 +214,9 @@ fn evict_idle_keeps_keys_with_permits_out() {
 #[test]
 fn permits_move_to_other_threads() {
     let limiter: ConcurrencyLimiter<String> = ConcurrencyLimiter::new(2);
-    let permits: Vec<Permit> = (0..2).map(|_| limiter.try_acquire("job").unwrap()).collect();
+    let permits: Vec<Permit> = (0..2)
+        .map(|_| limiter.try_acquire("job").unwrap())
+        .collect();
     let workers: Vec<_> = permits
         .into_iter()
         .map(|permit| thread::spawn(move || drop(permit)))
@@ -213,7 +235,9 @@ fn per_key_limits_from_a_resolver() {
             "banned" => 0,
             _ => 1,
         });
-    let big: Vec<Permit> = (0..3).map(|_| limiter.try_acquire("big").unwrap()).collect();
+    let big: Vec<Permit> = (0..3)
+        .map(|_| limiter.try_acquire("big").unwrap())
+        .collect();
     assert_eq!(limiter.try_acquire("big").unwrap_err(), refused(3));
     let _small = limiter.try_acquire("small").unwrap();
     assert_eq!(limiter.try_acquire("small").unwrap_err(), refused(1));
@@ -225,7 +249,9 @@ fn per_key_limits_from_a_resolver() {
 
 fn refused(limit: u64) -> AtCapacity {
     let limiter: ConcurrencyLimiter<String> = ConcurrencyLimiter::new(limit);
-    let _held: Vec<Permit> = (0..limit).map(|_| limiter.try_acquire("x").unwrap()).collect();
+    let _held: Vec<Permit> = (0..limit)
+        .map(|_| limiter.try_acquire("x").unwrap())
+        .collect();
     limiter.try_acquire("x").unwrap_err()
 }
 

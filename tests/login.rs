@@ -6,9 +6,7 @@ use std::sync::{Arc, Barrier};
 use std::thread;
 use std::time::Duration;
 
-use tollgate::{
-    ConcurrencyLimiter, FakeClock, LoginConfig, LoginConfigError, LoginDecision, LoginGuard,
-};
+use tollgate::{FakeClock, LoginConfig, LoginConfigError, LoginDecision, LoginGuard};
 
 const MIN: Duration = Duration::from_secs(60);
 
@@ -62,9 +60,7 @@ fn failures_count_per_account_in_a_sliding_window() {
     clock.set(min(14));
     assert_eq!(
         guard.check("alice", ip),
-        LoginDecision::Account {
-            retry_after: MIN
-        }
+        LoginDecision::Account { retry_after: MIN }
     );
     // A sliding log: no boundary burst. At 15 min exactly one failure has left, not all.
     clock.set(min(15));
@@ -168,7 +164,11 @@ fn lockout_escalates_by_doubling_up_to_the_cap() {
     let mut t = min(30);
     for (i, &lockout) in expected_minutes.iter().enumerate() {
         clock.set(t);
-        assert_eq!(guard.check("alice", "192.0.2.1"), allowed(5, 20), "at {t:?}");
+        assert_eq!(
+            guard.check("alice", "192.0.2.1"),
+            allowed(5, 20),
+            "at {t:?}"
+        );
         let strikes = i as u32 + 3;
         assert_eq!(
             burst(&guard),
@@ -243,6 +243,27 @@ fn one_strike_per_window_for_a_steady_attacker() {
     clock.set(min(34));
     assert_eq!(
         fail_n(&guard, "alice", 5, ip),
+        LoginDecision::LockedOut {
+            retry_after: min(15),
+            strikes: 3
+        }
+    );
+}
+
+/// Windows are anchored at the streak's first strike: a late strike in window 2 does not
+/// push window 3 later.
+#[test]
+fn windows_follow_each_other_from_the_first_strike() {
+    let (guard, clock) = guard();
+    let ip = |i: usize| format!("10.0.0.{i}");
+    let _ = fail_n(&guard, "alice", 5, ip); // strike 1: window 1 is [0, 15)
+    clock.set(min(25));
+    let _ = fail_n(&guard, "alice", 5, ip); // strike 2, late in window 2 [15, 30)
+    assert_eq!(guard.strikes("alice"), 2);
+    clock.set(min(31)); // window 3 is [30, 45), not [40, 55)
+    let _ = guard.record_failure("alice", &ip(9)); // the log still holds 25-min failures
+    assert_eq!(
+        guard.check("alice", "192.0.2.1"),
         LoginDecision::LockedOut {
             retry_after: min(15),
             strikes: 3
@@ -416,57 +437,82 @@ fn racing_failures_stay_exact() {
     }
 }
 
-/// The section for `examples/tour.rs`, kept here so that it is compiled and run.
+/// As in `examples/tour.rs`.
+fn heading(title: &str) {
+    println!("\n== {title} ==");
+}
+
+/// The section for `examples/tour.rs`, kept here so that it is compiled and run. (Copied
+/// verbatim there; only `heading` comes from the tour.)
 fn login_and_concurrency() -> Result<(), Box<dyn std::error::Error>> {
-    println!("\n== 7. Login protection and concurrency limits ==");
+    use tollgate::{Clock, ConcurrencyLimiter, LoginDecision, LoginGuard};
+    heading("7. Login protection and per-key concurrency limits");
     let clock = FakeClock::new();
-    let guard = LoginGuard::with_clock(clock.clone()); // 5/15m per account, 20/1h per IP
-    println!("  an attacker bursts 5 wrong passwords for alice whenever allowed, from fresh IPs:");
-    for round in 0..6 {
+    let guard = LoginGuard::with_clock(clock.clone()); // failures: 5/15m per account, 20/1h per IP
+    println!("  a botnet bursts 5 wrong passwords for alice whenever allowed, from fresh IPs:");
+    for round in 0..7 {
         let ip = format!("10.0.0.{round}");
-        let decision = (0..5)
-            .map(|_| guard.record_failure("alice", &ip))
-            .last()
-            .ok_or("no attempt")?;
-        let minutes = clock_minutes(&clock);
-        println!(
-            "    t={minutes:>4} min  strikes {}  -> {decision:?}",
-            guard.strikes("alice")
-        );
-        clock.advance(decision.retry_after());
+        let mut last = guard.check("alice", &ip);
+        for _ in 0..5 {
+            last = guard.record_failure("alice", &ip);
+        }
+        let outcome = match last {
+            LoginDecision::Account { retry_after } => {
+                format!(
+                    "account limit reached, retry in {} min",
+                    retry_after.as_secs() / 60
+                )
+            }
+            LoginDecision::LockedOut {
+                retry_after,
+                strikes,
+            } => {
+                format!(
+                    "strike {strikes}: locked out for {} min",
+                    retry_after.as_secs() / 60
+                )
+            }
+            other => format!("{other:?}"),
+        };
+        println!("    t={:>4} min  {outcome}", clock.now() / 60_000_000_000);
+        clock.advance(last.retry_after());
     }
-    guard.record_success("alice");
+    let cap = guard.config().lockout_after(10).unwrap_or_default();
+    println!(
+        "    ... doubling with each strike, up to {} h",
+        cap.as_secs() / 3600
+    );
+    guard.record_success("alice"); // the real alice logs in: failures and strikes cleared
     println!("  after a success: {:?}", guard.check("alice", "192.0.2.1"));
 
-    let jobs: ConcurrencyLimiter<String> = ConcurrencyLimiter::new(2);
-    let first = jobs.try_acquire("tenant-a")?;
-    let second = jobs.try_acquire("tenant-a")?;
-    println!(
-        "  concurrency 2 per tenant: third job for tenant-a -> {:?}; tenant-b -> {}",
-        jobs.try_acquire("tenant-a").map(|_| "permit"),
-        if jobs.try_acquire("tenant-b").is_ok() { "permit" } else { "refused" },
-    );
+    let jobs: ConcurrencyLimiter<String> = ConcurrencyLimiter::new(2); // 2 running per tenant
+    let (first, second) = (jobs.try_acquire("tenant-a")?, jobs.try_acquire("tenant-a")?);
+    let third = match jobs.try_acquire("tenant-a") {
+        Ok(_) => "permit".to_owned(),
+        Err(refused) => format!("refused ({refused})"),
+    };
+    let other = jobs.try_acquire("tenant-b").map_or("refused", |_| "permit");
+    println!("  concurrency: a third job for tenant-a -> {third}; tenant-b -> {other}");
     drop(first);
     let quiet = std::panic::take_hook();
     std::panic::set_hook(Box::new(|_| {})); // the panic below is on purpose
     let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        let _permit = jobs.try_acquire("tenant-a").expect("a place is free");
+        let _permit = jobs.try_acquire("tenant-a");
         panic!("job failed");
     }));
     std::panic::set_hook(quiet);
     println!(
-        "  a job that panicked (caught: {}) still gave its permit back: {} in flight",
-        panicked.is_err(),
+        "  a job that panicked ({}) gave its permit back: tenant-a has {} in flight",
+        if panicked.is_err() { "caught" } else { "?" },
         jobs.in_flight("tenant-a")
     );
     drop(second);
-    println!("  all done: evict_idle removes {}, {} left", jobs.evict_idle(), jobs.len());
+    println!(
+        "  all finished: evict_idle removes {} tenants, {} left",
+        jobs.evict_idle(),
+        jobs.len()
+    );
     Ok(())
-}
-
-fn clock_minutes(clock: &FakeClock) -> u64 {
-    use tollgate::Clock;
-    clock.now() / 60_000_000_000
 }
 
 #[test]

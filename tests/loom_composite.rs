@@ -189,17 +189,25 @@ fn acquire_racing_eviction_never_admits_extra() {
 /// the admission, never a torn state.
 #[test]
 fn at_rest_check_racing_an_admission() {
-    loom::model(|| {
+    // The reader is the spawned thread and the writer the main one: the other way round,
+    // loom 0.7 explores a single interleaving (a spawned thread that starts with an atomic
+    // load against a main thread that only loads, tokio-rs/loom#392). Both sides must be
+    // seen, so a model that stops exploring fails here.
+    let sides = std::sync::Arc::new(std::sync::Mutex::new([false; 2]));
+    let seen_sides = sides.clone();
+    loom::model(move || {
         let state = Arc::new(cell("sliding-log 2/1s & sliding-counter 3/2s"));
         let clock = frozen_clock();
-        let writer = {
-            let (state, clock) = (state.clone(), clock.clone());
-            thread::spawn(move || admitted(state.try_acquire(&clock, 2)))
+        let reader = {
+            let state = state.clone();
+            thread::spawn(move || state.is_at_rest(NOW))
         };
-        let _ = state.is_at_rest(NOW);
-        assert_eq!(writer.join().unwrap(), 1);
+        assert_eq!(admitted(state.try_acquire(&clock, 2)), 1);
+        let at_rest = reader.join().unwrap();
+        seen_sides.lock().unwrap()[usize::from(at_rest)] = true;
         assert!(!state.is_at_rest(NOW));
         assert!(!state.try_retire(NOW));
         assert_eq!(admitted(state.try_acquire(&clock, 1)), 0);
     });
+    assert_eq!(*sides.lock().unwrap(), [true; 2], "both sides explored");
 }

@@ -41,7 +41,10 @@ fn two_acquirers_race_for_the_last_place() {
         };
         let mine = acquire(&gauge);
         let theirs = other.join().unwrap();
-        assert_eq!(usize::from(mine.is_some()) + usize::from(theirs.is_some()), 1);
+        assert_eq!(
+            usize::from(mine.is_some()) + usize::from(theirs.is_some()),
+            1
+        );
         assert_eq!(gauge.in_flight(), 2);
         drop((held, mine, theirs));
         assert_eq!(gauge.in_flight(), 0);
@@ -73,7 +76,10 @@ fn acquire_races_retire() {
             None => {
                 assert!(retired);
                 assert!(gauge.is_retired());
-                assert!(gauge.try_acquire().is_none(), "a retired gauge stays retired");
+                assert!(
+                    gauge.try_acquire().is_none(),
+                    "a retired gauge stays retired"
+                );
             }
         }
     });
@@ -126,7 +132,11 @@ fn a_permit_orders_the_guarded_work() {
         let mine = work(&gauge, &data);
         let entered = mine + other.join().unwrap();
         assert!(entered >= 1);
-        assert_eq!(data.load(Ordering::Relaxed), entered, "an increment was lost");
+        assert_eq!(
+            data.load(Ordering::Relaxed),
+            entered,
+            "an increment was lost"
+        );
     });
 }
 

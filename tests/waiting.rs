@@ -135,10 +135,7 @@ fn many_waiters_on_one_key_are_admitted_at_the_policy_rate() {
                     );
                 }
                 // An estimate: at most 5 per fixed window plus the carried-over previous one.
-                _ => assert!(
-                    i < 5 * (t / (1_000 * MS) + 2),
-                    "{algorithm}: #{i} at {t}"
-                ),
+                _ => assert!(i < 5 * (t / (1_000 * MS) + 2), "{algorithm}: #{i} at {t}"),
             }
         }
         // And the waiters keep up with the policy: 40 admissions need at least 7 s at

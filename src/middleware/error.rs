@@ -1,0 +1,148 @@
+//! The middleware's errors: [`KeyError`] when a request yields no key, [`ConfigError`] when a
+//! layer or extractor cannot be configured as asked.
+
+use std::fmt;
+
+use http::HeaderName;
+
+/// Why no rate-limit key could be taken from a request.
+///
+/// The layer answers such a request as configured with
+/// [`RateLimitLayer::on_missing_key`](super::RateLimitLayer::on_missing_key) (by default
+/// `400 Bad Request`); it never panics. The message is safe to show to the client: it names
+/// the header that was missing or malformed, never its value.
+///
+/// # Examples
+///
+/// ```
+/// use http::Request;
+/// use tollgate::middleware::{HeaderKey, KeyError, KeyExtractor, RequestHead};
+///
+/// let request = Request::new(());
+/// let err = HeaderKey::bearer().extract(&RequestHead::new(&request)).unwrap_err();
+/// assert!(matches!(err, KeyError::MissingHeader(_)));
+/// assert_eq!(err.to_string(), "no rate-limit key: header `authorization` is missing");
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum KeyError {
+    /// The request carries no peer address: the server did not put a `SocketAddr` (or the
+    /// type registered with `connect_info`) in the request's extensions.
+    NoPeerAddress,
+    /// The header the key comes from is absent or empty.
+    MissingHeader(HeaderName),
+    /// The header is present but cannot be used: not the expected syntax, repeated when it
+    /// must appear once, or (for forwarding headers) an entry that is not an IP address where
+    /// a trusted proxy's entry was expected.
+    Malformed(HeaderName),
+    /// The key material is longer than the extractor accepts.
+    TooLong {
+        /// The header it came from.
+        header: HeaderName,
+        /// Its length in bytes.
+        len: usize,
+        /// The most the extractor accepts.
+        max: usize,
+    },
+    /// Fewer forwarding entries than trusted proxies: the request did not pass through every
+    /// proxy the extractor was told to trust, so no entry can be trusted.
+    ShortChain {
+        /// The forwarding header read.
+        header: HeaderName,
+        /// The entries needed (the number of trusted hops).
+        needed: usize,
+        /// The entries found.
+        found: usize,
+    },
+    /// A custom extractor (such as a closure) found no key.
+    NotFound,
+}
+
+impl fmt::Display for KeyError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("no rate-limit key: ")?;
+        match self {
+            KeyError::NoPeerAddress => f.write_str("the peer address is unknown"),
+            KeyError::MissingHeader(name) => write!(f, "header `{name}` is missing"),
+            KeyError::Malformed(name) => write!(f, "header `{name}` is malformed"),
+            KeyError::TooLong { header, len, max } => {
+                write!(f, "header `{header}` is {len} bytes long, more than {max}")
+            }
+            KeyError::ShortChain {
+                header,
+                needed,
+                found,
+            } => write!(
+                f,
+                "header `{header}` has {found} entries, fewer than the {needed} trusted hops"
+            ),
+            KeyError::NotFound => f.write_str("the request carries none"),
+        }
+    }
+}
+
+impl std::error::Error for KeyError {}
+
+/// Why a layer, route or key extractor could not be configured as asked.
+///
+/// # Examples
+///
+/// ```
+/// use tollgate::middleware::{ClientIp, ConfigError};
+///
+/// let err = ClientIp::trusted_proxies(["10.0.0.0/33"]).unwrap_err();
+/// assert_eq!(err, ConfigError::InvalidCidr { cidr: "10.0.0.0/33".into() });
+/// assert_eq!(err.to_string(), "trusted proxy `10.0.0.0/33` is not an IP address or CIDR block");
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// A trusted proxy entry is neither an IP address nor a CIDR block (`10.0.0.0/8`,
+    /// `2001:db8::/32`).
+    InvalidCidr {
+        /// The entry as given.
+        cidr: String,
+    },
+    /// A prefix length beyond the address size (32 for IPv4, 128 for IPv6).
+    InvalidPrefix {
+        /// The prefix asked for.
+        prefix: u8,
+        /// The address size in bits.
+        max: u8,
+    },
+    /// Not a valid HTTP header name.
+    InvalidHeaderName {
+        /// The name as given.
+        name: String,
+    },
+    /// A policy name for the `RateLimit-Policy` field outside printable ASCII, or empty.
+    InvalidPolicyName {
+        /// The name as given.
+        name: String,
+    },
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ConfigError::InvalidCidr { cidr } => {
+                write!(
+                    f,
+                    "trusted proxy `{cidr}` is not an IP address or CIDR block"
+                )
+            }
+            ConfigError::InvalidPrefix { prefix, max } => {
+                write!(f, "prefix length must be at most {max}, got {prefix}")
+            }
+            ConfigError::InvalidHeaderName { name } => {
+                write!(f, "header name `{name}` is not a valid HTTP header name")
+            }
+            ConfigError::InvalidPolicyName { name } => write!(
+                f,
+                "policy name {name:?} must be non-empty printable ASCII (0x20 to 0x7e)"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for ConfigError {}

@@ -1,0 +1,546 @@
+//! [`ClientIp`]: the client's address behind trusted reverse proxies, read from
+//! `X-Forwarded-For` or `Forwarded` **from the right**.
+//!
+//! Each proxy appends the address it received the request from, so the chain reads
+//! `client, proxy1, proxy2` and the server's peer is the last proxy. Everything left of the
+//! entry written by the outermost trusted proxy was written by the client and can say
+//! anything; the leftmost entry in particular is whatever the client chose.
+
+use std::any::Any;
+use std::net::{IpAddr, SocketAddr};
+
+use http::header::FORWARDED;
+use http::{HeaderMap, HeaderName};
+
+use super::error::{ConfigError, KeyError};
+use super::key::{mask128, mask32, trim, KeyExtractor, LimitKey, Peer, RequestHead};
+
+/// `X-Forwarded-For`, which `http` has no constant for.
+const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+
+/// An IP network: the address with the bits past the prefix cleared, and the prefix.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Cidr {
+    network: IpAddr,
+    prefix: u8,
+}
+
+impl Cidr {
+    fn parse(text: &str) -> Option<Cidr> {
+        let text = text.trim();
+        let (address, prefix) = match text.split_once('/') {
+            Some((address, prefix)) => (address, Some(prefix.parse::<u8>().ok()?)),
+            None => (text, None),
+        };
+        let address: IpAddr = address.parse().ok()?;
+        // A mapped IPv4 address written in IPv6 form is IPv4: its prefix counts from the
+        // IPv4 part (::ffff:10.0.0.0/104 is 10.0.0.0/8).
+        let (address, prefix) = match (address, address.to_canonical()) {
+            (IpAddr::V6(_), IpAddr::V4(v4)) => (IpAddr::V4(v4), prefix.map(|p| p.checked_sub(96))),
+            _ => (address, prefix.map(Some)),
+        };
+        let max = if address.is_ipv4() { 32 } else { 128 };
+        let prefix = match prefix {
+            None => max,
+            Some(Some(prefix)) if prefix <= max => prefix,
+            Some(_) => return None,
+        };
+        Some(Cidr {
+            network: super::key::mask(address, prefix, prefix),
+            prefix,
+        })
+    }
+
+    fn contains(&self, ip: IpAddr) -> bool {
+        match (self.network, ip.to_canonical()) {
+            (IpAddr::V4(net), IpAddr::V4(ip)) => {
+                u32::from(ip) & mask32(self.prefix) == u32::from(net)
+            }
+            (IpAddr::V6(net), IpAddr::V6(ip)) => {
+                u128::from(ip) & mask128(self.prefix) == u128::from(net)
+            }
+            _ => false,
+        }
+    }
+}
+
+/// Which proxies are trusted.
+#[derive(Clone, Debug)]
+enum Trust {
+    /// This many proxies stand in front of the server, each appending one entry.
+    Hops(usize),
+    /// Proxies whose addresses lie in these networks.
+    Networks(Vec<Cidr>),
+}
+
+/// The key is the client's address as reported by trusted reverse proxies, masked like
+/// [`PeerIp`](super::PeerIp)'s (IPv6 to /64 by default).
+///
+/// Two ways to say which proxies to trust, both reading the chain from the right:
+///
+/// * [`trusted_hops(n)`](ClientIp::trusted_hops): exactly `n` proxies stand in front of the
+///   server (a load balancer, then a CDN...). The client is the `n`-th entry from the right
+///   of `X-Forwarded-For`. A request with fewer entries did not pass through them all:
+///   [`KeyError::ShortChain`]. `trusted_hops(0)` is the peer address itself.
+/// * [`trusted_proxies(cidrs)`](ClientIp::trusted_proxies): any peer or entry inside these
+///   networks is a trusted proxy. If the peer is not trusted, the header is ignored (the
+///   client wrote it) and the peer is the key. Otherwise entries are skipped from the right
+///   while they are trusted; the first untrusted one is the client. This needs the peer
+///   address, found as [`PeerIp`](super::PeerIp) finds it.
+///
+/// The leftmost entry is never taken on trust: a client can put anything there, and
+/// proxies append to what it sent. An entry the walk has to use that is not an IP address
+/// (`unknown`, a hostname, garbage) is [`KeyError::Malformed`].
+///
+/// Reads `X-Forwarded-For` by default, or RFC 7239 `Forwarded` (its `for=` parameters) with
+/// [`forwarded`](ClientIp::forwarded). Read only the one your proxies write: the other is
+/// entirely under the client's control. Entries may carry ports (`192.0.2.1:4711`,
+/// `[2001:db8::1]:4711`); repeated header lines are read as one list, in order.
+///
+/// # Examples
+///
+/// One proxy in front; the client tried to spoof the leftmost entry:
+///
+/// ```
+/// use http::Request;
+/// use tollgate::middleware::{ClientIp, KeyExtractor, LimitKey, RequestHead};
+///
+/// let behind_one = ClientIp::trusted_hops(1);
+/// let request = Request::get("/")
+///     .header("x-forwarded-for", "6.6.6.6, 203.0.113.9")
+///     .body(())?;
+/// let key = behind_one.extract(&RequestHead::new(&request))?;
+/// assert_eq!(key, LimitKey::Ip("203.0.113.9".parse()?));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+///
+/// Proxies identified by network:
+///
+/// ```
+/// use std::net::SocketAddr;
+/// use http::Request;
+/// use tollgate::middleware::{ClientIp, KeyExtractor, LimitKey, RequestHead};
+///
+/// let extractor = ClientIp::trusted_proxies(["10.0.0.0/8", "fd00::/8"])?;
+/// let mut request = Request::get("/")
+///     .header("forwarded", "for=6.6.6.6, for=198.51.100.4;proto=https, for=10.1.1.1")
+///     .body(())?;
+/// request.extensions_mut().insert("10.0.0.2:443".parse::<SocketAddr>()?);
+/// let key = extractor.forwarded().extract(&RequestHead::new(&request))?;
+/// assert_eq!(key, LimitKey::Ip("198.51.100.4".parse()?));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone, Debug)]
+pub struct ClientIp {
+    trust: Trust,
+    header: HeaderName,
+    peer: Peer,
+}
+
+impl ClientIp {
+    /// Trusts exactly `hops` reverse proxies in front of the server: the client is the
+    /// `hops`-th entry from the right (0: the peer address itself).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let behind_load_balancer = tollgate::middleware::ClientIp::trusted_hops(1);
+    /// ```
+    #[must_use]
+    pub fn trusted_hops(hops: usize) -> Self {
+        ClientIp {
+            trust: Trust::Hops(hops),
+            header: X_FORWARDED_FOR,
+            peer: Peer::new(),
+        }
+    }
+
+    /// Trusts proxies whose addresses lie in `cidrs` (`"10.0.0.0/8"`, `"2001:db8::/32"`, or a
+    /// single address).
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::InvalidCidr`] for an entry that is not an address or CIDR block.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::middleware::ClientIp;
+    ///
+    /// let extractor = ClientIp::trusted_proxies(["10.0.0.0/8", "192.0.2.10"])?;
+    /// assert!(ClientIp::trusted_proxies(["10.0.0.0/8", "ten"]).is_err());
+    /// # Ok::<(), tollgate::middleware::ConfigError>(())
+    /// ```
+    pub fn trusted_proxies<I>(cidrs: I) -> Result<Self, ConfigError>
+    where
+        I: IntoIterator,
+        I::Item: AsRef<str>,
+    {
+        let networks = cidrs
+            .into_iter()
+            .map(|cidr| {
+                Cidr::parse(cidr.as_ref()).ok_or_else(|| ConfigError::InvalidCidr {
+                    cidr: cidr.as_ref().to_owned(),
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(ClientIp {
+            trust: Trust::Networks(networks),
+            header: X_FORWARDED_FOR,
+            peer: Peer::new(),
+        })
+    }
+
+    /// Reads the RFC 7239 `Forwarded` header (its `for=` parameters) instead of
+    /// `X-Forwarded-For`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let extractor = tollgate::middleware::ClientIp::trusted_hops(1).forwarded();
+    /// ```
+    #[must_use]
+    pub fn forwarded(mut self) -> Self {
+        self.header = FORWARDED;
+        self
+    }
+
+    /// Masks IPv6 client addresses to their first `prefix` bits (default 64).
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::InvalidPrefix`] for a prefix above 128.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let extractor = tollgate::middleware::ClientIp::trusted_hops(1).ipv6_prefix(56)?;
+    /// # Ok::<(), tollgate::middleware::ConfigError>(())
+    /// ```
+    pub fn ipv6_prefix(mut self, prefix: u8) -> Result<Self, ConfigError> {
+        self.peer.set_v6_prefix(prefix)?;
+        Ok(self)
+    }
+
+    /// Masks IPv4 client addresses to their first `prefix` bits (default 32).
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::InvalidPrefix`] for a prefix above 32.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let extractor = tollgate::middleware::ClientIp::trusted_hops(1).ipv4_prefix(24)?;
+    /// # Ok::<(), tollgate::middleware::ConfigError>(())
+    /// ```
+    pub fn ipv4_prefix(mut self, prefix: u8) -> Result<Self, ConfigError> {
+        self.peer.set_v4_prefix(prefix)?;
+        Ok(self)
+    }
+
+    /// Also looks for the peer address in an extension of type `T` (see
+    /// [`PeerIp::connect_info`](super::PeerIp::connect_info)).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::net::SocketAddr;
+    /// use axum::extract::ConnectInfo;
+    /// use tollgate::middleware::ClientIp;
+    ///
+    /// let extractor = ClientIp::trusted_proxies(["10.0.0.0/8"])?
+    ///     .connect_info(|info: &ConnectInfo<SocketAddr>| info.0.ip());
+    /// # Ok::<(), tollgate::middleware::ConfigError>(())
+    /// ```
+    #[must_use]
+    pub fn connect_info<T: Any + Send + Sync>(
+        mut self,
+        address: impl Fn(&T) -> IpAddr + Send + Sync + 'static,
+    ) -> Self {
+        self.peer.add_lookup(address);
+        self
+    }
+
+    /// The client's address, unmasked.
+    fn client(&self, head: &RequestHead<'_>) -> Result<IpAddr, KeyError> {
+        let headers = head.headers();
+        match &self.trust {
+            Trust::Hops(0) => self
+                .peer
+                .address(head.extensions())
+                .ok_or(KeyError::NoPeerAddress),
+            &Trust::Hops(hops) => {
+                let mut found = 0;
+                let mut nth = None;
+                self.for_each_from_right(headers, |entry| {
+                    found += 1;
+                    if found == hops {
+                        nth = Some(entry.and_then(parse_node));
+                        false
+                    } else {
+                        true
+                    }
+                })?;
+                match nth {
+                    Some(ip) => ip.ok_or_else(|| KeyError::Malformed(self.header.clone())),
+                    None => Err(KeyError::ShortChain {
+                        header: self.header.clone(),
+                        needed: hops,
+                        found,
+                    }),
+                }
+            }
+            Trust::Networks(networks) => {
+                let trusted = |ip: IpAddr| networks.iter().any(|net| net.contains(ip));
+                let mut client = self
+                    .peer
+                    .address(head.extensions())
+                    .ok_or(KeyError::NoPeerAddress)?;
+                if !trusted(client) {
+                    return Ok(client);
+                }
+                let mut malformed = false;
+                self.for_each_from_right(headers, |entry| {
+                    // This entry was written by a trusted proxy (the one at `client`).
+                    match entry.and_then(parse_node) {
+                        Some(ip) => {
+                            client = ip;
+                            trusted(ip)
+                        }
+                        None => {
+                            malformed = true;
+                            false
+                        }
+                    }
+                })?;
+                if malformed {
+                    return Err(KeyError::Malformed(self.header.clone()));
+                }
+                // Either the first untrusted entry, or every hop is trusted and the
+                // leftmost one (itself a trusted address) is the client.
+                Ok(client)
+            }
+        }
+    }
+
+    /// Calls `visit` with each entry of the forwarding header from the right (`None` for a
+    /// `Forwarded` element without `for=`) until it returns `false`.
+    fn for_each_from_right(
+        &self,
+        headers: &HeaderMap,
+        mut visit: impl FnMut(Option<&[u8]>) -> bool,
+    ) -> Result<(), KeyError> {
+        let lines = headers.get_all(&self.header).iter().rev();
+        if self.header == FORWARDED {
+            let mut nodes = Vec::new();
+            for line in lines {
+                nodes.clear();
+                forwarded_for(line.as_bytes(), &mut nodes)
+                    .ok_or_else(|| KeyError::Malformed(self.header.clone()))?;
+                for node in nodes.iter().rev() {
+                    if !visit(*node) {
+                        return Ok(());
+                    }
+                }
+            }
+        } else {
+            for line in lines {
+                for entry in line.as_bytes().rsplit(|&b| b == b',') {
+                    let entry = trim(entry);
+                    if entry.is_empty() {
+                        continue; // an empty list member, as in "a,,b"
+                    }
+                    if !visit(Some(entry)) {
+                        return Ok(());
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+impl KeyExtractor for ClientIp {
+    fn extract(&self, head: &RequestHead<'_>) -> Result<LimitKey, KeyError> {
+        let ip = self.client(head)?;
+        Ok(LimitKey::Ip(self.peer.mask(ip)))
+    }
+}
+
+/// An address from a forwarding entry: `192.0.2.1`, `192.0.2.1:80`, `2001:db8::1`,
+/// `[2001:db8::1]`, `[2001:db8::1]:80`. `None` for anything else (`unknown`, `_hidden`,
+/// hostnames).
+fn parse_node(entry: &[u8]) -> Option<IpAddr> {
+    let text = std::str::from_utf8(entry).ok()?;
+    if let Ok(ip) = text.parse::<IpAddr>() {
+        return Some(ip);
+    }
+    if let Ok(socket) = text.parse::<SocketAddr>() {
+        return Some(socket.ip());
+    }
+    let inner = text.strip_prefix('[')?.strip_suffix(']')?;
+    inner.parse::<std::net::Ipv6Addr>().ok().map(IpAddr::V6)
+}
+
+/// Appends the `for=` value of each element of one `Forwarded` line (RFC 7239 section 4) to
+/// `out`, left to right; `None` for an element without one. `None` overall when the line is
+/// not valid syntax: an unterminated quoted string, a pair without `=`, a repeated `for`.
+/// Quoted strings are honoured, so a comma a client hid inside quotes cannot shift the
+/// elements that proxies appended after it.
+fn forwarded_for<'a>(line: &'a [u8], out: &mut Vec<Option<&'a [u8]>>) -> Option<()> {
+    let is_ws = |b: u8| b == b' ' || b == b'\t';
+    let is_tchar = |b: u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b);
+    let mut i = 0;
+    let n = line.len();
+    loop {
+        // One element: pairs separated by ';', ended by ',' or the end of the line.
+        let mut value_for: Option<&[u8]> = None;
+        let mut empty = true;
+        loop {
+            while i < n && is_ws(line[i]) {
+                i += 1;
+            }
+            if i == n || line[i] == b',' || line[i] == b';' {
+                // An empty pair or element: allowed by the list syntax, ignored.
+            } else {
+                let start = i;
+                while i < n && is_tchar(line[i]) {
+                    i += 1;
+                }
+                let name = &line[start..i];
+                if name.is_empty() || i == n || line[i] != b'=' {
+                    return None;
+                }
+                i += 1;
+                let value = if i < n && line[i] == b'"' {
+                    i += 1;
+                    let start = i;
+                    loop {
+                        match line.get(i)? {
+                            b'"' => break,
+                            b'\\' => i += 2,
+                            _ => i += 1,
+                        }
+                    }
+                    let value = line.get(start..i)?;
+                    i += 1;
+                    value
+                } else {
+                    let start = i;
+                    while i < n && is_tchar(line[i]) {
+                        i += 1;
+                    }
+                    &line[start..i]
+                };
+                if name.eq_ignore_ascii_case(b"for") {
+                    if value_for.is_some() {
+                        return None;
+                    }
+                    value_for = Some(value);
+                }
+                empty = false;
+                while i < n && is_ws(line[i]) {
+                    i += 1;
+                }
+            }
+            match line.get(i) {
+                Some(b';') => i += 1,
+                Some(b',') | None => break,
+                Some(_) => return None,
+            }
+        }
+        if !empty {
+            out.push(value_for);
+        }
+        match line.get(i) {
+            Some(b',') => i += 1,
+            None => return Some(()),
+            Some(_) => return None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fors(line: &str) -> Option<Vec<Option<String>>> {
+        let mut out = Vec::new();
+        forwarded_for(line.as_bytes(), &mut out)?;
+        Some(
+            out.into_iter()
+                .map(|v| v.map(|v| String::from_utf8(v.to_vec()).unwrap()))
+                .collect(),
+        )
+    }
+
+    #[test]
+    fn forwarded_syntax() {
+        assert_eq!(
+            fors(r#"for=192.0.2.60;proto=http;by=203.0.113.43, For="[2001:db8:cafe::17]:4711""#),
+            Some(vec![
+                Some("192.0.2.60".into()),
+                Some("[2001:db8:cafe::17]:4711".into())
+            ])
+        );
+        assert_eq!(
+            fors("proto=https, for=1.2.3.4"),
+            Some(vec![None, Some("1.2.3.4".into())])
+        );
+        assert_eq!(fors(" , for=1.2.3.4 ,"), Some(vec![Some("1.2.3.4".into())]));
+        // A comma hidden in quotes does not split the element.
+        assert_eq!(
+            fors(r#"for="1.2.3.4, for=5.6.7.8", for=9.9.9.9"#),
+            Some(vec![
+                Some("1.2.3.4, for=5.6.7.8".into()),
+                Some("9.9.9.9".into())
+            ])
+        );
+        assert_eq!(fors(r#"for="1.2.3.4, for=9.9.9.9"#), None); // unterminated
+        assert_eq!(fors("for=1.2.3.4;for=5.6.7.8"), None); // repeated for
+        assert_eq!(fors("for"), None);
+        assert_eq!(fors("for=1.2.3.4 x"), None);
+        assert_eq!(fors(r#"for="a\"b""#), Some(vec![Some(r#"a\"b"#.into())]));
+        assert_eq!(fors(r#"for="a\"#), None);
+    }
+
+    #[test]
+    fn nodes() {
+        let ip = |s: &str| Some(s.parse::<IpAddr>().unwrap());
+        assert_eq!(parse_node(b"192.0.2.1"), ip("192.0.2.1"));
+        assert_eq!(parse_node(b"192.0.2.1:80"), ip("192.0.2.1"));
+        assert_eq!(parse_node(b"2001:db8::1"), ip("2001:db8::1"));
+        assert_eq!(parse_node(b"[2001:db8::1]"), ip("2001:db8::1"));
+        assert_eq!(parse_node(b"[2001:db8::1]:80"), ip("2001:db8::1"));
+        assert_eq!(parse_node(b"unknown"), None);
+        assert_eq!(parse_node(b"_hidden"), None);
+        assert_eq!(parse_node(b"\xff"), None);
+    }
+
+    #[test]
+    fn cidrs() {
+        let c = |s: &str| Cidr::parse(s).unwrap();
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        assert!(c("10.0.0.0/8").contains(ip("10.200.1.1")));
+        assert!(!c("10.0.0.0/8").contains(ip("11.0.0.1")));
+        assert!(c("10.1.2.3/8").contains(ip("10.0.0.1"))); // host bits ignored
+        assert!(c("10.0.0.0/8").contains(ip("::ffff:10.9.9.9")));
+        assert!(c("::ffff:10.0.0.0/104").contains(ip("10.9.9.9")));
+        assert!(c("2001:db8::/32").contains(ip("2001:db8:ffff::1")));
+        assert!(!c("2001:db8::/32").contains(ip("10.0.0.1")));
+        assert!(c("0.0.0.0/0").contains(ip("8.8.8.8")));
+        assert!(c("192.0.2.1").contains(ip("192.0.2.1")));
+        assert!(!c("192.0.2.1").contains(ip("192.0.2.2")));
+        for bad in [
+            "10.0.0.0/33",
+            "::/129",
+            "ten",
+            "10.0.0.0/",
+            "10.0.0.0/-1",
+            "::ffff:1.2.3.4/95",
+        ] {
+            assert_eq!(Cidr::parse(bad), None, "{bad}");
+        }
+    }
+}

@@ -1,0 +1,126 @@
+//! [`ResponseFuture`]: the inner service's response with the rate-limit fields added, or a
+//! refusal ready at once.
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{ready, Context, Poll};
+
+use bytes::Bytes;
+use http::Response;
+use pin_project_lite::pin_project;
+
+use super::body::RateLimitBody;
+use super::headers::Fields;
+
+pin_project! {
+    /// The future of a [`RateLimit`](super::RateLimit) service's response.
+    ///
+    /// # Panics
+    ///
+    /// Like most futures, when polled again after it completed.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::convert::Infallible;
+    /// use http::{Request, Response};
+    /// use tollgate::middleware::{GlobalKey, RateLimitLayer, ResponseFuture};
+    /// use tollgate::RateLimiter;
+    /// use tower_layer::Layer;
+    /// use tower_service::Service;
+    ///
+    /// #[derive(Clone)]
+    /// struct Ok200;
+    /// impl Service<Request<()>> for Ok200 {
+    ///     type Response = Response<String>;
+    ///     type Error = Infallible;
+    ///     type Future = std::future::Ready<Result<Response<String>, Infallible>>;
+    ///     fn poll_ready(&mut self, _: &mut std::task::Context<'_>) -> std::task::Poll<Result<(), Infallible>> {
+    ///         std::task::Poll::Ready(Ok(()))
+    ///     }
+    ///     fn call(&mut self, _: Request<()>) -> Self::Future {
+    ///         std::future::ready(Ok(Response::new("ok".into())))
+    ///     }
+    /// }
+    ///
+    /// let mut service = RateLimitLayer::new(RateLimiter::new("1/min".parse()?)).key(GlobalKey).layer(Ok200);
+    /// let future: ResponseFuture<_> = service.call(Request::new(()));
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    pub struct ResponseFuture<F> {
+        #[pin]
+        state: State<F>,
+    }
+}
+
+pin_project! {
+    #[project = StateProj]
+    enum State<F> {
+        Inner {
+            #[pin]
+            future: F,
+            fields: Option<Fields>,
+        },
+        Ready {
+            response: Option<Response<Bytes>>,
+        },
+    }
+}
+
+impl<F> ResponseFuture<F> {
+    pub(crate) fn inner(future: F, fields: Fields) -> Self {
+        ResponseFuture {
+            state: State::Inner {
+                future,
+                fields: Some(fields),
+            },
+        }
+    }
+
+    pub(crate) fn ready(response: Response<Bytes>) -> Self {
+        ResponseFuture {
+            state: State::Ready {
+                response: Some(response),
+            },
+        }
+    }
+}
+
+impl<F, B, E> Future for ResponseFuture<F>
+where
+    F: Future<Output = Result<Response<B>, E>>,
+{
+    type Output = Result<Response<RateLimitBody<B>>, E>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match self.project().state.project() {
+            StateProj::Inner { future, fields } => {
+                let response = ready!(future.poll(cx))?;
+                let (mut parts, body) = response.into_parts();
+                if let Some(fields) = fields.take() {
+                    fields.apply(&mut parts.headers);
+                }
+                Poll::Ready(Ok(Response::from_parts(parts, RateLimitBody::inner(body))))
+            }
+            StateProj::Ready { response } => {
+                let response = response
+                    .take()
+                    .expect("ResponseFuture polled after completion");
+                Poll::Ready(Ok(response.map(RateLimitBody::full)))
+            }
+        }
+    }
+}
+
+impl<F> fmt::Debug for ResponseFuture<F> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let state = match &self.state {
+            State::Inner { .. } => "inner",
+            State::Ready { .. } => "ready",
+        };
+        f.debug_struct("ResponseFuture")
+            .field("state", &state)
+            .finish()
+    }
+}

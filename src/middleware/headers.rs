@@ -1,0 +1,390 @@
+//! Turning a [`Decision`] into header fields and refusal responses: [`HeaderStyle`], the
+//! IETF `RateLimit-Policy` / `RateLimit` structured fields, the older triples,
+//! `Retry-After`, `application/problem+json` bodies and gRPC trailers-only refusals.
+
+use std::fmt::Write as _;
+
+use bytes::Bytes;
+use http::header::{CONTENT_TYPE, RETRY_AFTER};
+use http::{HeaderMap, HeaderName, HeaderValue, Response, StatusCode};
+
+use super::error::ConfigError;
+use crate::{Decision, Policy};
+
+/// Which rate-limit header fields go on responses (allowed and refused alike).
+///
+/// A refusal always carries `Retry-After` (whole seconds, rounded up, at least 1), whatever
+/// the style: it is HTTP's own field for a 429.
+///
+/// | style | fields, for policy `100/min` with 42 left and 17 s to reset |
+/// |---|---|
+/// | [`Draft`](HeaderStyle::Draft) (default) | `RateLimit-Policy: "default";q=100;w=60` and `RateLimit: "default";r=42;t=17` |
+/// | [`Legacy`](HeaderStyle::Legacy) | `RateLimit-Limit: 100`, `RateLimit-Remaining: 42`, `RateLimit-Reset: 17` |
+/// | [`XRateLimit`](HeaderStyle::XRateLimit) | `X-RateLimit-Limit: 100`, `X-RateLimit-Remaining: 42`, `X-RateLimit-Reset: 17` |
+/// | [`None`](HeaderStyle::None) | nothing but `Retry-After` on refusals |
+///
+/// Draft fields are *lists* (IETF httpapi `draft-ietf-httpapi-ratelimit-headers`, structured
+/// fields): they are appended to what a response already has, so two stacked layers both
+/// show. The older styles hold one value: a field already set (by an inner layer or the
+/// handler) is left alone. `Reset` values are delta seconds, not timestamps.
+///
+/// # Examples
+///
+/// ```
+/// use tollgate::middleware::{HeaderStyle, RateLimitLayer};
+/// use tollgate::RateLimiter;
+///
+/// let layer = RateLimitLayer::new(RateLimiter::new("100/min".parse()?))
+///     .headers(HeaderStyle::XRateLimit);
+/// assert_eq!(HeaderStyle::default(), HeaderStyle::Draft);
+/// # Ok::<(), tollgate::PolicyError>(())
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum HeaderStyle {
+    /// `RateLimit-Policy` and `RateLimit`, structured fields of the current IETF draft.
+    #[default]
+    Draft,
+    /// `RateLimit-Limit`, `RateLimit-Remaining`, `RateLimit-Reset`: earlier drafts.
+    Legacy,
+    /// `X-RateLimit-Limit`, `X-RateLimit-Remaining`, `X-RateLimit-Reset`: the de facto style
+    /// (reset in delta seconds).
+    XRateLimit,
+    /// No rate-limit fields (a refusal still carries `Retry-After`).
+    None,
+}
+
+const RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
+const RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
+const RATELIMIT_LIMIT: HeaderName = HeaderName::from_static("ratelimit-limit");
+const RATELIMIT_REMAINING: HeaderName = HeaderName::from_static("ratelimit-remaining");
+const RATELIMIT_RESET: HeaderName = HeaderName::from_static("ratelimit-reset");
+const X_RATELIMIT_LIMIT: HeaderName = HeaderName::from_static("x-ratelimit-limit");
+const X_RATELIMIT_REMAINING: HeaderName = HeaderName::from_static("x-ratelimit-remaining");
+const X_RATELIMIT_RESET: HeaderName = HeaderName::from_static("x-ratelimit-reset");
+const GRPC_STATUS: HeaderName = HeaderName::from_static("grpc-status");
+const GRPC_MESSAGE: HeaderName = HeaderName::from_static("grpc-message");
+
+/// The rate-limit fields of one response, computed when the request is decided.
+#[derive(Debug, Default)]
+pub(crate) struct Fields {
+    items: [Option<(HeaderName, HeaderValue)>; 3],
+    /// List fields (draft style) are appended; single-valued ones only fill a gap.
+    append: bool,
+}
+
+impl Fields {
+    /// Adds the fields to `headers`.
+    pub(crate) fn apply(self, headers: &mut HeaderMap) {
+        for (name, value) in self.items.into_iter().flatten() {
+            if self.append {
+                headers.append(name, value);
+            } else if !headers.contains_key(&name) {
+                headers.insert(name, value);
+            }
+        }
+    }
+}
+
+/// A validated policy name, rendered as a structured-field string (quotes included).
+pub(crate) fn sf_string(name: &str) -> Result<String, ConfigError> {
+    if name.is_empty() || !name.bytes().all(|b| (0x20..=0x7e).contains(&b)) {
+        return Err(ConfigError::InvalidPolicyName {
+            name: name.to_owned(),
+        });
+    }
+    let mut out = String::with_capacity(name.len() + 2);
+    out.push('"');
+    for c in name.chars() {
+        if c == '"' || c == '\\' {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out.push('"');
+    Ok(out)
+}
+
+/// The `RateLimit-Policy` value of a policy and the item name of each band, cached per rule.
+#[derive(Clone, Debug)]
+pub(crate) struct Rendered {
+    /// The policy this was rendered for; `None` for a limiter with per-key policies.
+    policy: Option<Policy>,
+    /// Each band's item name, as a structured-field string.
+    names: Vec<String>,
+    /// `None` when the policy is per key (the value then depends on the decision).
+    value: Option<HeaderValue>,
+}
+
+impl Rendered {
+    /// Renders `policy` under the (already quoted) base name `name`: one item per band,
+    /// named `name` for a single band and `name-<window>` for each band of a composite.
+    pub(crate) fn new(name: &str, policy: Option<Policy>) -> Self {
+        let Some(policy) = policy else {
+            return Rendered {
+                policy,
+                names: vec![name.to_owned()],
+                value: None,
+            };
+        };
+        let bare = &name[1..name.len() - 1];
+        let mut names: Vec<String> = Vec::with_capacity(policy.bands().len());
+        let mut value = String::new();
+        for (i, band) in policy.bands().enumerate() {
+            let mut item = if policy.is_composite() {
+                format!("\"{bare}-{}\"", window_label(band.window().as_nanos()))
+            } else {
+                name.to_owned()
+            };
+            if names.contains(&item) {
+                // Two bands with the same window (different algorithms or permits).
+                item = format!(
+                    "\"{bare}-{}-{}\"",
+                    window_label(band.window().as_nanos()),
+                    i + 1
+                );
+            }
+            if i > 0 {
+                value.push_str(", ");
+            }
+            let _ = write!(
+                value,
+                "{item};q={};w={}",
+                band.permits(),
+                whole_seconds(band.window().as_nanos())
+            );
+            names.push(item);
+        }
+        Rendered {
+            policy: Some(policy),
+            names,
+            // Validated printable ASCII and digits: always a valid header value.
+            value: HeaderValue::from_str(&value).ok(),
+        }
+    }
+
+    /// The policy this was rendered for.
+    pub(crate) fn policy(&self) -> Option<Policy> {
+        self.policy
+    }
+
+    /// The draft fields for `decision`.
+    fn draft(&self, decision: &Decision) -> [Option<(HeaderName, HeaderValue)>; 3] {
+        let (index, policy_value) = match (&self.policy, &self.value) {
+            (Some(policy), Some(value)) => {
+                let index = policy
+                    .bands()
+                    .position(|band| band.permits() == decision.limit())
+                    .unwrap_or(0);
+                (index, value.clone())
+            }
+            // Per-key policies: only the quota of the key's (tightest) band is known.
+            _ => {
+                let value = format!("{};q={}", self.names[0], decision.limit());
+                (0, header_value(value))
+            }
+        };
+        let name = self.names.get(index).unwrap_or(&self.names[0]);
+        let state = format!(
+            "{name};r={};t={}",
+            decision.remaining(),
+            decision.reset_after_secs()
+        );
+        [
+            Some((RATELIMIT_POLICY, policy_value)),
+            Some((RATELIMIT, header_value(state))),
+            None,
+        ]
+    }
+}
+
+/// A header value from a string built of validated ASCII.
+fn header_value(value: String) -> HeaderValue {
+    HeaderValue::from_maybe_shared(Bytes::from(value))
+        .unwrap_or_else(|_| HeaderValue::from_static(""))
+}
+
+/// A window in seconds for the `w` parameter, which is an integer: rounded up, at least 1.
+fn whole_seconds(nanos: u128) -> u128 {
+    nanos.div_ceil(1_000_000_000).max(1)
+}
+
+/// A short label for a window: `1s`, `15m`, `1d`, `100ms`.
+fn window_label(nanos: u128) -> String {
+    const UNITS: [(u128, &str); 7] = [
+        (86_400_000_000_000, "d"),
+        (3_600_000_000_000, "h"),
+        (60_000_000_000, "m"),
+        (1_000_000_000, "s"),
+        (1_000_000, "ms"),
+        (1_000, "us"),
+        (1, "ns"),
+    ];
+    let (size, unit) = UNITS
+        .iter()
+        .copied()
+        .find(|(size, _)| nanos % size == 0)
+        .unwrap_or((1, "ns"));
+    format!("{}{unit}", nanos / size)
+}
+
+/// The fields of `decision` in `style`; `rendered` is the rule's cached policy rendering.
+pub(crate) fn fields(style: HeaderStyle, rendered: &Rendered, decision: &Decision) -> Fields {
+    let triple = |names: [HeaderName; 3]| {
+        let [limit, remaining, reset] = names;
+        [
+            Some((limit, HeaderValue::from(decision.limit()))),
+            Some((remaining, HeaderValue::from(decision.remaining()))),
+            Some((reset, HeaderValue::from(decision.reset_after_secs()))),
+        ]
+    };
+    match style {
+        HeaderStyle::Draft => Fields {
+            items: rendered.draft(decision),
+            append: true,
+        },
+        HeaderStyle::Legacy => Fields {
+            items: triple([RATELIMIT_LIMIT, RATELIMIT_REMAINING, RATELIMIT_RESET]),
+            append: false,
+        },
+        HeaderStyle::XRateLimit => Fields {
+            items: triple([X_RATELIMIT_LIMIT, X_RATELIMIT_REMAINING, X_RATELIMIT_RESET]),
+            append: false,
+        },
+        HeaderStyle::None => Fields::default(),
+    }
+}
+
+/// `text` as the inside of a JSON string.
+fn json_escape(text: &str, out: &mut String) {
+    for c in text.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if u32::from(c) < 0x20 => {
+                let _ = write!(out, "\\u{:04x}", u32::from(c));
+            }
+            c => out.push(c),
+        }
+    }
+}
+
+/// An RFC 9457 problem document (`type` `about:blank`, so `title` is the status's phrase).
+fn problem(status: StatusCode, detail: &str, retry_after: Option<u64>) -> Bytes {
+    let mut body = String::with_capacity(160);
+    body.push_str("{\"type\":\"about:blank\",\"title\":\"");
+    json_escape(status.canonical_reason().unwrap_or("Error"), &mut body);
+    let _ = write!(body, "\",\"status\":{},\"detail\":\"", status.as_u16());
+    json_escape(detail, &mut body);
+    body.push('"');
+    if let Some(secs) = retry_after {
+        let _ = write!(body, ",\"retry_after\":{secs}");
+    }
+    body.push('}');
+    Bytes::from(body)
+}
+
+/// The gRPC status code closest to an HTTP refusal status.
+fn grpc_code(status: StatusCode) -> u16 {
+    match status.as_u16() {
+        429 => 8,  // RESOURCE_EXHAUSTED
+        400 => 3,  // INVALID_ARGUMENT
+        401 => 16, // UNAUTHENTICATED
+        403 => 7,  // PERMISSION_DENIED
+        503 => 14, // UNAVAILABLE
+        _ => 2,    // UNKNOWN
+    }
+}
+
+/// A refusal or rejection: `status` with a problem+json body, or, for a gRPC request, a
+/// trailers-only response (HTTP 200, `grpc-status`, `grpc-message`, no body).
+pub(crate) fn error_response(
+    status: StatusCode,
+    detail: &str,
+    retry_after: Option<u64>,
+    grpc: bool,
+) -> Response<Bytes> {
+    let mut response = if grpc {
+        let mut response = Response::new(Bytes::new());
+        let headers = response.headers_mut();
+        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
+        headers.insert(GRPC_STATUS, HeaderValue::from(grpc_code(status)));
+        // `detail` is printable ASCII (built here or from a KeyError naming a header).
+        if let Ok(message) = HeaderValue::from_str(detail) {
+            headers.insert(GRPC_MESSAGE, message);
+        }
+        response
+    } else {
+        let mut response = Response::new(problem(status, detail, retry_after));
+        *response.status_mut() = status;
+        response.headers_mut().insert(
+            CONTENT_TYPE,
+            HeaderValue::from_static("application/problem+json"),
+        );
+        response
+    };
+    if let Some(secs) = retry_after {
+        response
+            .headers_mut()
+            .insert(RETRY_AFTER, HeaderValue::from(secs));
+    }
+    response
+}
+
+/// The response to a request the policy refused: 429 (or gRPC `RESOURCE_EXHAUSTED`), with
+/// `Retry-After` and the rate-limit fields.
+pub(crate) fn refusal(decision: &Decision, fields: Fields, grpc: bool) -> Response<Bytes> {
+    let secs = decision.retry_after_secs();
+    let detail = format!(
+        "Rate limit exceeded: retry after {secs} second{}",
+        if secs == 1 { "" } else { "s" }
+    );
+    let mut response = error_response(StatusCode::TOO_MANY_REQUESTS, &detail, Some(secs), grpc);
+    fields.apply(response.headers_mut());
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn policy(s: &str) -> Option<Policy> {
+        Some(s.parse().unwrap())
+    }
+
+    #[test]
+    fn policy_values() {
+        let name = sf_string("default").unwrap();
+        let r = Rendered::new(&name, policy("100/min"));
+        assert_eq!(r.value.unwrap(), "\"default\";q=100;w=60");
+        let r = Rendered::new(&name, policy("10/s & 1000/day"));
+        assert_eq!(
+            r.value.unwrap(),
+            "\"default-1s\";q=10;w=1, \"default-1d\";q=1000;w=86400"
+        );
+        let r = Rendered::new(&name, policy("5/100ms & sliding-log 3/100ms"));
+        assert_eq!(
+            r.value.unwrap(),
+            "\"default-100ms\";q=3;w=1, \"default-100ms-2\";q=5;w=1"
+        );
+        let r = Rendered::new(&sf_string("a\"b\\c").unwrap(), policy("2/3s"));
+        assert_eq!(r.value.unwrap(), r#""a\"b\\c";q=2;w=3"#);
+    }
+
+    #[test]
+    fn names_are_validated() {
+        assert!(sf_string("").is_err());
+        assert!(sf_string("caf\u{e9}").is_err());
+        assert!(sf_string("a\nb").is_err());
+        assert_eq!(sf_string("api v2").unwrap(), "\"api v2\"");
+    }
+
+    #[test]
+    fn problems_are_json() {
+        let body = problem(StatusCode::TOO_MANY_REQUESTS, "a \"b\"\n", Some(3));
+        assert_eq!(
+            body,
+            "{\"type\":\"about:blank\",\"title\":\"Too Many Requests\",\"status\":429,\
+             \"detail\":\"a \\\"b\\\"\\u000a\",\"retry_after\":3}"
+        );
+    }
+}

@@ -1,0 +1,730 @@
+//! What a request is counted against: [`LimitKey`], the [`KeyExtractor`] trait, and the
+//! extractors that need no proxy configuration: [`PeerIp`], [`HeaderKey`], [`GlobalKey`].
+
+use std::any::Any;
+use std::collections::hash_map::RandomState;
+use std::fmt;
+use std::hash::{BuildHasher, Hasher};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::sync::{Arc, OnceLock};
+
+use http::header::AUTHORIZATION;
+use http::{Extensions, HeaderMap, HeaderName, Method, Request, Uri};
+
+use super::error::{ConfigError, KeyError};
+
+/// The key a request is counted against: small, fixed-size and `Copy`, so a lookup allocates
+/// nothing and memory per tracked key is bounded whatever clients send.
+///
+/// The layer keys a `RateLimiter<LimitKey>`. Built-in extractors produce
+/// [`Ip`](LimitKey::Ip) (masked to a prefix), [`Digest`](LimitKey::Digest) (a keyed hash of a
+/// header or token) and [`Global`](LimitKey::Global); your own extractors may also produce
+/// [`Id`](LimitKey::Id) for numeric ids.
+///
+/// # Examples
+///
+/// ```
+/// use std::net::{IpAddr, Ipv4Addr};
+/// use tollgate::middleware::LimitKey;
+///
+/// let ip = LimitKey::from(IpAddr::V4(Ipv4Addr::LOCALHOST));
+/// assert_eq!(ip, LimitKey::Ip(IpAddr::V4(Ipv4Addr::LOCALHOST)));
+/// assert_eq!(LimitKey::digest(b"token"), LimitKey::digest(b"token"));
+/// assert_ne!(LimitKey::digest(b"token"), LimitKey::digest(b"tokem"));
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum LimitKey {
+    /// One key for every request: a global limit.
+    Global,
+    /// A client address, or the network it belongs to (see [`PeerIp::ipv6_prefix`]).
+    Ip(IpAddr),
+    /// A numeric id (user, tenant) from your own extractor.
+    Id(u64),
+    /// A 128-bit keyed hash of variable-length key material (a header value, a token),
+    /// made by [`LimitKey::digest`].
+    Digest([u8; 16]),
+}
+
+impl LimitKey {
+    /// A fixed-size key for variable-length material such as an API key or a bearer token:
+    /// 128 bits of a keyed hash.
+    ///
+    /// The hash is the standard library's keyed hasher (`RandomState`, SipHash-1-3 today)
+    /// under one random key drawn per process, run twice with a domain byte (0, then 1) to
+    /// give two independent 64-bit halves. Clients cannot predict it, so they cannot choose
+    /// two tokens that collide to spend another client's budget, and the limiter never stores
+    /// the token itself. The key changes with every process: digests are not meant to be
+    /// stored or shared between servers.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::middleware::LimitKey;
+    ///
+    /// let key = LimitKey::digest(b"api-key-123");
+    /// assert!(matches!(key, LimitKey::Digest(_)));
+    /// assert_eq!(key, LimitKey::digest(b"api-key-123"));
+    /// ```
+    #[must_use]
+    pub fn digest(material: &[u8]) -> LimitKey {
+        static SECRET: OnceLock<RandomState> = OnceLock::new();
+        let secret = SECRET.get_or_init(RandomState::new);
+        let half = |domain: u8| {
+            let mut hasher = secret.build_hasher();
+            hasher.write_u8(domain);
+            hasher.write(material);
+            hasher.finish().to_le_bytes()
+        };
+        let mut out = [0; 16];
+        out[..8].copy_from_slice(&half(0));
+        out[8..].copy_from_slice(&half(1));
+        LimitKey::Digest(out)
+    }
+}
+
+impl From<IpAddr> for LimitKey {
+    fn from(ip: IpAddr) -> Self {
+        LimitKey::Ip(ip)
+    }
+}
+
+impl From<u64> for LimitKey {
+    fn from(id: u64) -> Self {
+        LimitKey::Id(id)
+    }
+}
+
+/// A borrowed view of a request's head (method, URI, headers, extensions), which is all a
+/// [`KeyExtractor`] sees. It is the same for every body type, so one extractor serves axum,
+/// hyper and tonic alike.
+///
+/// # Examples
+///
+/// ```
+/// use http::{Method, Request};
+/// use tollgate::middleware::RequestHead;
+///
+/// let request = Request::post("/login").header("x-user", "7").body(())?;
+/// let head = RequestHead::new(&request);
+/// assert_eq!(head.method(), Method::POST);
+/// assert_eq!(head.uri().path(), "/login");
+/// assert_eq!(head.headers()["x-user"], "7");
+/// # Ok::<(), http::Error>(())
+/// ```
+#[derive(Clone, Copy, Debug)]
+pub struct RequestHead<'a> {
+    method: &'a Method,
+    uri: &'a Uri,
+    headers: &'a HeaderMap,
+    extensions: &'a Extensions,
+}
+
+impl<'a> RequestHead<'a> {
+    /// The head of `request`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let request = http::Request::new(());
+    /// let head = tollgate::middleware::RequestHead::new(&request);
+    /// assert_eq!(head.uri().path(), "/");
+    /// ```
+    #[must_use]
+    pub fn new<B>(request: &'a Request<B>) -> Self {
+        RequestHead {
+            method: request.method(),
+            uri: request.uri(),
+            headers: request.headers(),
+            extensions: request.extensions(),
+        }
+    }
+
+    /// The head of a request already split into parts.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let (parts, ()) = http::Request::get("/a").body(())?.into_parts();
+    /// let head = tollgate::middleware::RequestHead::from_parts(&parts);
+    /// assert_eq!(head.uri().path(), "/a");
+    /// # Ok::<(), http::Error>(())
+    /// ```
+    #[must_use]
+    pub fn from_parts(parts: &'a http::request::Parts) -> Self {
+        RequestHead {
+            method: &parts.method,
+            uri: &parts.uri,
+            headers: &parts.headers,
+            extensions: &parts.extensions,
+        }
+    }
+
+    /// The request method.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let request = http::Request::new(());
+    /// assert_eq!(tollgate::middleware::RequestHead::new(&request).method(), http::Method::GET);
+    /// ```
+    #[must_use]
+    pub fn method(&self) -> &'a Method {
+        self.method
+    }
+
+    /// The request URI (for a server, usually just the path and query).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let request = http::Request::get("/x?y=1").body(())?;
+    /// assert_eq!(tollgate::middleware::RequestHead::new(&request).uri().query(), Some("y=1"));
+    /// # Ok::<(), http::Error>(())
+    /// ```
+    #[must_use]
+    pub fn uri(&self) -> &'a Uri {
+        self.uri
+    }
+
+    /// The request headers.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let request = http::Request::get("/").header("x-a", "1").body(())?;
+    /// assert!(tollgate::middleware::RequestHead::new(&request).headers().contains_key("x-a"));
+    /// # Ok::<(), http::Error>(())
+    /// ```
+    #[must_use]
+    pub fn headers(&self) -> &'a HeaderMap {
+        self.headers
+    }
+
+    /// The request extensions, where servers put the peer address and earlier middleware
+    /// (authentication) puts what it learned.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let mut request = http::Request::new(());
+    /// request.extensions_mut().insert(42u64);
+    /// let head = tollgate::middleware::RequestHead::new(&request);
+    /// assert_eq!(head.extensions().get::<u64>(), Some(&42));
+    /// ```
+    #[must_use]
+    pub fn extensions(&self) -> &'a Extensions {
+        self.extensions
+    }
+}
+
+/// Takes the rate-limit key from a request.
+///
+/// Built in: [`PeerIp`] (the connection's address), [`ClientIp`](super::ClientIp) (the client
+/// behind trusted proxies), [`HeaderKey`] (a header or bearer token, hashed) and
+/// [`GlobalKey`]. Any closure `Fn(&RequestHead<'_>) -> Option<LimitKey>` is an extractor too;
+/// its `None` is [`KeyError::NotFound`].
+///
+/// # Errors
+///
+/// A [`KeyError`] when the request carries no usable key; the layer then answers as
+/// configured with [`on_missing_key`](super::RateLimitLayer::on_missing_key).
+///
+/// # Examples
+///
+/// A key from what an authentication middleware left in the extensions:
+///
+/// ```
+/// use http::Request;
+/// use tollgate::middleware::{KeyExtractor, LimitKey, RequestHead};
+///
+/// #[derive(Clone)]
+/// struct UserId(u64);
+///
+/// let by_user = |head: &RequestHead<'_>| head.extensions().get::<UserId>().map(|u| LimitKey::Id(u.0));
+///
+/// let mut request = Request::new(());
+/// assert!(by_user.extract(&RequestHead::new(&request)).is_err());
+/// request.extensions_mut().insert(UserId(7));
+/// assert_eq!(by_user.extract(&RequestHead::new(&request)), Ok(LimitKey::Id(7)));
+/// ```
+pub trait KeyExtractor: Send + Sync + 'static {
+    /// The key of the request whose head is `head`.
+    ///
+    /// # Errors
+    ///
+    /// A [`KeyError`] saying why the request has no usable key.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::middleware::{GlobalKey, KeyExtractor, LimitKey, RequestHead};
+    ///
+    /// let request = http::Request::new(());
+    /// assert_eq!(GlobalKey.extract(&RequestHead::new(&request)), Ok(LimitKey::Global));
+    /// ```
+    fn extract(&self, head: &RequestHead<'_>) -> Result<LimitKey, KeyError>;
+}
+
+impl<F> KeyExtractor for F
+where
+    F: Fn(&RequestHead<'_>) -> Option<LimitKey> + Send + Sync + 'static,
+{
+    fn extract(&self, head: &RequestHead<'_>) -> Result<LimitKey, KeyError> {
+        self(head).ok_or(KeyError::NotFound)
+    }
+}
+
+/// One key for all requests: a global limit (say, what a fragile backend can take).
+///
+/// # Examples
+///
+/// ```
+/// use tollgate::middleware::{GlobalKey, KeyExtractor, LimitKey, RequestHead};
+///
+/// let request = http::Request::new(());
+/// assert_eq!(GlobalKey.extract(&RequestHead::new(&request)), Ok(LimitKey::Global));
+/// ```
+#[derive(Clone, Copy, Debug, Default)]
+pub struct GlobalKey;
+
+impl KeyExtractor for GlobalKey {
+    fn extract(&self, _: &RequestHead<'_>) -> Result<LimitKey, KeyError> {
+        Ok(LimitKey::Global)
+    }
+}
+
+/// Reads a peer address from a request's extensions.
+type PeerLookup = dyn Fn(&Extensions) -> Option<IpAddr> + Send + Sync;
+
+/// How to find the connection's address and how far to mask it; shared by [`PeerIp`] and
+/// [`ClientIp`](super::ClientIp).
+#[derive(Clone)]
+pub(crate) struct Peer {
+    /// Custom lookups, tried first, in order.
+    lookups: Vec<Arc<PeerLookup>>,
+    v4_prefix: u8,
+    v6_prefix: u8,
+}
+
+impl Peer {
+    pub(crate) fn new() -> Self {
+        Peer {
+            lookups: Vec::new(),
+            v4_prefix: 32,
+            v6_prefix: 64,
+        }
+    }
+
+    /// The connection's address, unmasked.
+    pub(crate) fn address(&self, extensions: &Extensions) -> Option<IpAddr> {
+        self.lookups
+            .iter()
+            .find_map(|lookup| lookup(extensions))
+            .or_else(|| extensions.get::<SocketAddr>().map(SocketAddr::ip))
+            .or_else(|| extensions.get::<IpAddr>().copied())
+    }
+
+    pub(crate) fn mask(&self, ip: IpAddr) -> IpAddr {
+        mask(ip, self.v4_prefix, self.v6_prefix)
+    }
+
+    pub(crate) fn set_v4_prefix(&mut self, prefix: u8) -> Result<(), ConfigError> {
+        if prefix > 32 {
+            return Err(ConfigError::InvalidPrefix { prefix, max: 32 });
+        }
+        self.v4_prefix = prefix;
+        Ok(())
+    }
+
+    pub(crate) fn set_v6_prefix(&mut self, prefix: u8) -> Result<(), ConfigError> {
+        if prefix > 128 {
+            return Err(ConfigError::InvalidPrefix { prefix, max: 128 });
+        }
+        self.v6_prefix = prefix;
+        Ok(())
+    }
+
+    pub(crate) fn add_lookup<T: Any + Send + Sync>(
+        &mut self,
+        address: impl Fn(&T) -> IpAddr + Send + Sync + 'static,
+    ) {
+        self.lookups.push(Arc::new(move |extensions: &Extensions| {
+            extensions.get::<T>().map(&address)
+        }));
+    }
+}
+
+impl fmt::Debug for Peer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Peer")
+            .field("lookups", &self.lookups.len())
+            .field("v4_prefix", &self.v4_prefix)
+            .field("v6_prefix", &self.v6_prefix)
+            .finish()
+    }
+}
+
+/// `ip` with every bit past the prefix cleared. IPv4-mapped IPv6 addresses
+/// (`::ffff:192.0.2.1`, what a dual-stack socket reports for IPv4 clients) are first turned
+/// back into IPv4, so that a /64 mask does not lump every IPv4 client into one key.
+pub(crate) fn mask(ip: IpAddr, v4_prefix: u8, v6_prefix: u8) -> IpAddr {
+    match ip.to_canonical() {
+        IpAddr::V4(v4) => {
+            let bits = u32::from(v4) & mask32(v4_prefix);
+            IpAddr::V4(Ipv4Addr::from(bits))
+        }
+        IpAddr::V6(v6) => {
+            let bits = u128::from(v6) & mask128(v6_prefix);
+            IpAddr::V6(Ipv6Addr::from(bits))
+        }
+    }
+}
+
+/// The netmask of a prefix length at most 32.
+pub(crate) fn mask32(prefix: u8) -> u32 {
+    u32::MAX.checked_shl(32 - u32::from(prefix)).unwrap_or(0)
+}
+
+/// The netmask of a prefix length at most 128.
+pub(crate) fn mask128(prefix: u8) -> u128 {
+    u128::MAX.checked_shl(128 - u32::from(prefix)).unwrap_or(0)
+}
+
+/// The key is the address of the connection's peer, with IPv6 addresses masked to their /64
+/// by default.
+///
+/// Why /64: an IPv6 subscriber is routinely given a whole /64 (often a /56 or /48), and
+/// picks addresses in it freely, so keying by the full address would hand one client
+/// 2^64 budgets. IPv4 addresses are kept whole (`/32`) by default. IPv4-mapped IPv6 addresses
+/// (what a dual-stack socket reports) count as IPv4.
+///
+/// The address comes from the request's extensions: a registered
+/// [`connect_info`](PeerIp::connect_info) type first (such as axum's
+/// `ConnectInfo<SocketAddr>`), then a plain `SocketAddr` or `IpAddr`. Without one, the request
+/// has no key ([`KeyError::NoPeerAddress`]).
+///
+/// Behind a reverse proxy every request comes from the proxy's address: use
+/// [`ClientIp`](super::ClientIp) there.
+///
+/// # Examples
+///
+/// ```
+/// use std::net::SocketAddr;
+/// use http::Request;
+/// use tollgate::middleware::{KeyExtractor, LimitKey, PeerIp, RequestHead};
+///
+/// let mut request = Request::new(());
+/// let peer: SocketAddr = "[2001:db8:1:2:3:4:5:6]:4711".parse()?;
+/// request.extensions_mut().insert(peer);
+/// let key = PeerIp::new().extract(&RequestHead::new(&request))?;
+/// assert_eq!(key, LimitKey::Ip("2001:db8:1:2::".parse()?));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+///
+/// With axum, serve with `into_make_service_with_connect_info::<SocketAddr>()` and register
+/// its `ConnectInfo`:
+///
+/// ```
+/// use std::net::SocketAddr;
+/// use axum::extract::ConnectInfo;
+/// use tollgate::middleware::PeerIp;
+///
+/// let peer_ip = PeerIp::new().connect_info(|info: &ConnectInfo<SocketAddr>| info.0.ip());
+/// ```
+#[derive(Clone, Debug)]
+pub struct PeerIp {
+    peer: Peer,
+}
+
+impl PeerIp {
+    /// Keys by the peer address: IPv4 whole, IPv6 masked to /64.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let extractor = tollgate::middleware::PeerIp::new();
+    /// ```
+    #[must_use]
+    pub fn new() -> Self {
+        PeerIp { peer: Peer::new() }
+    }
+
+    /// Masks IPv6 addresses to their first `prefix` bits (default 64; 128 keeps them whole).
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::InvalidPrefix`] for a prefix above 128.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::middleware::PeerIp;
+    ///
+    /// let per_site = PeerIp::new().ipv6_prefix(48)?;
+    /// assert!(PeerIp::new().ipv6_prefix(129).is_err());
+    /// # Ok::<(), tollgate::middleware::ConfigError>(())
+    /// ```
+    pub fn ipv6_prefix(mut self, prefix: u8) -> Result<Self, ConfigError> {
+        self.peer.set_v6_prefix(prefix)?;
+        Ok(self)
+    }
+
+    /// Masks IPv4 addresses to their first `prefix` bits (default 32: the whole address).
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::InvalidPrefix`] for a prefix above 32.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::middleware::PeerIp;
+    ///
+    /// let per_network = PeerIp::new().ipv4_prefix(24)?;
+    /// # Ok::<(), tollgate::middleware::ConfigError>(())
+    /// ```
+    pub fn ipv4_prefix(mut self, prefix: u8) -> Result<Self, ConfigError> {
+        self.peer.set_v4_prefix(prefix)?;
+        Ok(self)
+    }
+
+    /// Also looks for the peer address in an extension of type `T`, with `address` reading
+    /// it: how a server's own connection-info type is supported without this crate
+    /// depending on the server. Registered types are tried before `SocketAddr` and `IpAddr`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::net::{IpAddr, SocketAddr};
+    /// use http::Request;
+    /// use tollgate::middleware::{KeyExtractor, LimitKey, PeerIp, RequestHead};
+    ///
+    /// #[derive(Clone)]
+    /// struct Conn { remote: SocketAddr }
+    ///
+    /// let extractor = PeerIp::new().connect_info(|conn: &Conn| conn.remote.ip());
+    /// let mut request = Request::new(());
+    /// request.extensions_mut().insert(Conn { remote: "192.0.2.7:9000".parse()? });
+    /// assert_eq!(
+    ///     extractor.extract(&RequestHead::new(&request))?,
+    ///     LimitKey::Ip("192.0.2.7".parse()?)
+    /// );
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[must_use]
+    pub fn connect_info<T: Any + Send + Sync>(
+        mut self,
+        address: impl Fn(&T) -> IpAddr + Send + Sync + 'static,
+    ) -> Self {
+        self.peer.add_lookup(address);
+        self
+    }
+}
+
+impl Default for PeerIp {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl KeyExtractor for PeerIp {
+    fn extract(&self, head: &RequestHead<'_>) -> Result<LimitKey, KeyError> {
+        let ip = self
+            .peer
+            .address(head.extensions())
+            .ok_or(KeyError::NoPeerAddress)?;
+        Ok(LimitKey::Ip(self.peer.mask(ip)))
+    }
+}
+
+/// The key is the value of one header, or the token of an `Authorization: Bearer` header,
+/// hashed into a fixed-size [`LimitKey::Digest`].
+///
+/// The value is **length-bounded** (4096 bytes by default; longer values are
+/// [`KeyError::TooLong`]) and **hashed with a secret key** ([`LimitKey::digest`]), so the
+/// limiter's memory per key is fixed and clients cannot aim tokens at each other's budget.
+/// A header that appears more than once is [`KeyError::Malformed`] (which one would count?).
+///
+/// **Only key by a token that has been checked.** Anyone can invent a new token per
+/// request; keyed by unchecked tokens, each gets a fresh budget. Place this layer after your
+/// authentication, or cap the keys with `RateLimiter::max_keys` and add a per-IP layer.
+///
+/// # Examples
+///
+/// ```
+/// use http::Request;
+/// use tollgate::middleware::{HeaderKey, KeyExtractor, LimitKey, RequestHead};
+///
+/// let bearer = HeaderKey::bearer();
+/// let request = Request::get("/").header("authorization", "Bearer abc.def").body(())?;
+/// assert_eq!(bearer.extract(&RequestHead::new(&request))?, LimitKey::digest(b"abc.def"));
+///
+/// let api_key = HeaderKey::new("x-api-key")?.max_len(64);
+/// let request = Request::get("/").header("x-api-key", "k-123").body(())?;
+/// assert_eq!(api_key.extract(&RequestHead::new(&request))?, LimitKey::digest(b"k-123"));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone, Debug)]
+pub struct HeaderKey {
+    name: HeaderName,
+    bearer: bool,
+    max_len: usize,
+}
+
+impl HeaderKey {
+    /// The default bound on the key's length, in bytes.
+    pub const DEFAULT_MAX_LEN: usize = 4096;
+
+    /// Keys by the whole value of the header `name` (case-insensitive).
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::InvalidHeaderName`] when `name` is not a valid header name.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::middleware::HeaderKey;
+    ///
+    /// let api_key = HeaderKey::new("X-Api-Key")?;
+    /// assert!(HeaderKey::new("bad name").is_err());
+    /// # Ok::<(), tollgate::middleware::ConfigError>(())
+    /// ```
+    pub fn new(name: &str) -> Result<Self, ConfigError> {
+        let name = HeaderName::from_bytes(name.as_bytes()).map_err(|_| {
+            ConfigError::InvalidHeaderName {
+                name: name.to_owned(),
+            }
+        })?;
+        Ok(HeaderKey {
+            name,
+            bearer: false,
+            max_len: Self::DEFAULT_MAX_LEN,
+        })
+    }
+
+    /// Keys by the token of `Authorization: Bearer <token>` (the scheme is matched without
+    /// regard to case). Another scheme is [`KeyError::Malformed`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let bearer = tollgate::middleware::HeaderKey::bearer();
+    /// ```
+    #[must_use]
+    pub fn bearer() -> Self {
+        HeaderKey {
+            name: AUTHORIZATION,
+            bearer: true,
+            max_len: Self::DEFAULT_MAX_LEN,
+        }
+    }
+
+    /// Refuses key material longer than `max_len` bytes (default
+    /// [`DEFAULT_MAX_LEN`](HeaderKey::DEFAULT_MAX_LEN)).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use http::Request;
+    /// use tollgate::middleware::{HeaderKey, KeyError, KeyExtractor, RequestHead};
+    ///
+    /// let short = HeaderKey::new("x-api-key")?.max_len(4);
+    /// let request = Request::get("/").header("x-api-key", "12345").body(())?;
+    /// assert!(matches!(
+    ///     short.extract(&RequestHead::new(&request)),
+    ///     Err(KeyError::TooLong { len: 5, max: 4, .. })
+    /// ));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[must_use]
+    pub fn max_len(mut self, max_len: usize) -> Self {
+        self.max_len = max_len;
+        self
+    }
+}
+
+impl KeyExtractor for HeaderKey {
+    fn extract(&self, head: &RequestHead<'_>) -> Result<LimitKey, KeyError> {
+        let mut values = head.headers().get_all(&self.name).iter();
+        let value = values
+            .next()
+            .ok_or_else(|| KeyError::MissingHeader(self.name.clone()))?;
+        if values.next().is_some() {
+            return Err(KeyError::Malformed(self.name.clone()));
+        }
+        let mut material = trim(value.as_bytes());
+        if self.bearer {
+            material =
+                bearer_token(material).ok_or_else(|| KeyError::Malformed(self.name.clone()))?;
+        }
+        if material.is_empty() {
+            return Err(KeyError::MissingHeader(self.name.clone()));
+        }
+        if material.len() > self.max_len {
+            return Err(KeyError::TooLong {
+                header: self.name.clone(),
+                len: material.len(),
+                max: self.max_len,
+            });
+        }
+        Ok(LimitKey::digest(material))
+    }
+}
+
+/// The token of a `Bearer` credential, or `None` for another scheme.
+fn bearer_token(value: &[u8]) -> Option<&[u8]> {
+    const SCHEME: &[u8] = b"bearer";
+    let (scheme, rest) = value.split_at_checked(SCHEME.len())?;
+    if !scheme.eq_ignore_ascii_case(SCHEME) || !rest.first().is_some_and(|&b| b == b' ') {
+        return None;
+    }
+    Some(trim(rest))
+}
+
+/// `bytes` without leading and trailing spaces and tabs.
+pub(crate) fn trim(bytes: &[u8]) -> &[u8] {
+    let is_ws = |b: &u8| *b == b' ' || *b == b'\t';
+    let start = bytes.iter().position(|b| !is_ws(b)).unwrap_or(bytes.len());
+    let end = bytes
+        .iter()
+        .rposition(|b| !is_ws(b))
+        .map_or(start, |i| i + 1);
+    &bytes[start..end]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn masks() {
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        assert_eq!(mask(ip("2001:db8::1"), 32, 64), ip("2001:db8::"));
+        assert_eq!(
+            mask(ip("2001:db8:a:b:c:d:e:f"), 32, 128),
+            ip("2001:db8:a:b:c:d:e:f")
+        );
+        assert_eq!(mask(ip("2001:db8:a:b:c:d:e:f"), 32, 0), ip("::"));
+        assert_eq!(mask(ip("192.0.2.77"), 24, 64), ip("192.0.2.0"));
+        assert_eq!(mask(ip("192.0.2.77"), 0, 64), ip("0.0.0.0"));
+        // A dual-stack socket's IPv4-mapped address is IPv4, kept whole.
+        assert_eq!(mask(ip("::ffff:192.0.2.77"), 32, 64), ip("192.0.2.77"));
+    }
+
+    #[test]
+    fn bearer_tokens() {
+        assert_eq!(bearer_token(b"Bearer abc"), Some(&b"abc"[..]));
+        assert_eq!(bearer_token(b"bEaReR   abc "), Some(&b"abc"[..]));
+        assert_eq!(bearer_token(b"Basic abc"), None);
+        assert_eq!(bearer_token(b"Bearerabc"), None);
+        assert_eq!(bearer_token(b"Bear"), None);
+        assert_eq!(bearer_token(b"Bearer "), Some(&b""[..]));
+    }
+
+    #[test]
+    fn digests_are_fixed_size_and_distinct() {
+        assert_ne!(LimitKey::digest(b""), LimitKey::digest(b"\0"));
+        assert_eq!(std::mem::size_of::<LimitKey>(), 18);
+    }
+}

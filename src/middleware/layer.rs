@@ -1,0 +1,683 @@
+//! [`RateLimitLayer`]: the configuration, shared through an `Arc` by every service it builds,
+//! and the per-request decision.
+
+use std::fmt;
+use std::hash::BuildHasher;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::header::CONTENT_TYPE;
+use http::{Method, Request, Response, StatusCode};
+use tower_layer::Layer;
+
+use super::error::{ConfigError, KeyError};
+use super::headers::{self, Fields, HeaderStyle, Rendered};
+use super::key::{KeyExtractor, LimitKey, PeerIp, RequestHead};
+use super::service::RateLimit;
+use crate::{Clock, Decision, Policy, RateLimiter};
+
+/// A limiter as the layer sees it: any clock, any hasher.
+trait Backend: Send + Sync {
+    fn try_acquire(&self, key: &LimitKey) -> Decision;
+    fn policy(&self) -> Option<Policy>;
+}
+
+impl<C, S> Backend for RateLimiter<LimitKey, C, S>
+where
+    C: Clock + 'static,
+    S: BuildHasher + Clone + Send + Sync + 'static,
+{
+    #[inline]
+    fn try_acquire(&self, key: &LimitKey) -> Decision {
+        RateLimiter::try_acquire(self, key)
+    }
+
+    fn policy(&self) -> Option<Policy> {
+        RateLimiter::policy(self)
+    }
+}
+
+/// What to do with a request whose key cannot be extracted ([`KeyError`]).
+///
+/// The default is `Reject(400 Bad Request)`: the request lacks what the service requires of
+/// it (a token, a forwarding entry from the trusted proxy, a peer address), so it is the
+/// client's request that cannot be served, and answering 500 would page someone for every
+/// malformed request an attacker cares to send. Letting such requests through unlimited
+/// ([`Allow`](MissingKey::Allow)) would make "strip the header" a way around the limit.
+///
+/// # Examples
+///
+/// ```
+/// use http::StatusCode;
+/// use tollgate::middleware::{MissingKey, RateLimitLayer};
+/// use tollgate::RateLimiter;
+///
+/// assert_eq!(MissingKey::default(), MissingKey::Reject(StatusCode::BAD_REQUEST));
+/// let layer = RateLimitLayer::new(RateLimiter::new("100/min".parse()?))
+///     .on_missing_key(MissingKey::Reject(StatusCode::UNAUTHORIZED));
+/// # Ok::<(), tollgate::PolicyError>(())
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MissingKey {
+    /// Answer with this status and an `application/problem+json` body naming what was
+    /// missing (for gRPC requests, the nearest `grpc-status`).
+    Reject(StatusCode),
+    /// Count every such request against one shared key: together they get one key's budget.
+    Shared,
+    /// Let the request through unlimited, with no rate-limit fields and no `Decision`.
+    Allow,
+}
+
+impl Default for MissingKey {
+    fn default() -> Self {
+        MissingKey::Reject(StatusCode::BAD_REQUEST)
+    }
+}
+
+/// Which requests a per-route rule applies to: an optional method and a path prefix.
+///
+/// The prefix matches whole path segments: `/api` matches `/api`, `/api/` and `/api/users`,
+/// not `/apix`; a prefix ending in `/` matches any path that starts with it. Matching is on
+/// the path exactly as received (case-sensitive, percent-escapes not decoded), so if your
+/// router normalises paths, attach the layer to the route itself (axum's `route_layer`)
+/// rather than relying on prefixes.
+///
+/// # Examples
+///
+/// ```
+/// use http::Method;
+/// use tollgate::middleware::{ClientIp, Route};
+///
+/// let login = Route::new(Method::POST, "/login").key(ClientIp::trusted_hops(1));
+/// let api = Route::any("/api").name("api")?;
+/// # Ok::<(), tollgate::middleware::ConfigError>(())
+/// ```
+#[derive(Clone)]
+pub struct Route {
+    method: Option<Method>,
+    prefix: String,
+    name: Option<String>,
+    extractor: Option<Arc<dyn KeyExtractor>>,
+}
+
+impl Route {
+    /// Requests with this method under `prefix`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let login = tollgate::middleware::Route::new(http::Method::POST, "/login");
+    /// ```
+    #[must_use]
+    pub fn new(method: Method, prefix: &str) -> Self {
+        Route {
+            method: Some(method),
+            ..Route::any(prefix)
+        }
+    }
+
+    /// Requests of any method under `prefix`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let api = tollgate::middleware::Route::any("/api");
+    /// ```
+    #[must_use]
+    pub fn any(prefix: &str) -> Self {
+        let prefix = if prefix.starts_with('/') {
+            prefix.to_owned()
+        } else {
+            format!("/{prefix}")
+        };
+        Route {
+            method: None,
+            prefix,
+            name: None,
+            extractor: None,
+        }
+    }
+
+    /// Names this rule's policy in the `RateLimit-Policy` field (default: the layer's
+    /// [`policy_name`](RateLimitLayer::policy_name)).
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::InvalidPolicyName`] unless `name` is non-empty printable ASCII.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let uploads = tollgate::middleware::Route::any("/upload").name("uploads")?;
+    /// # Ok::<(), tollgate::middleware::ConfigError>(())
+    /// ```
+    pub fn name(mut self, name: &str) -> Result<Self, ConfigError> {
+        self.name = Some(headers::sf_string(name)?);
+        Ok(self)
+    }
+
+    /// Takes this rule's keys with `extractor` instead of the layer's.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::middleware::{HeaderKey, Route};
+    ///
+    /// let api = Route::any("/api").key(HeaderKey::bearer());
+    /// ```
+    #[must_use]
+    pub fn key(mut self, extractor: impl KeyExtractor) -> Self {
+        self.extractor = Some(Arc::new(extractor));
+        self
+    }
+
+    fn matches(&self, method: &Method, path: &str) -> bool {
+        if self.method.as_ref().is_some_and(|m| m != method) {
+            return false;
+        }
+        match path.strip_prefix(self.prefix.as_str()) {
+            Some(rest) => self.prefix.ends_with('/') || rest.is_empty() || rest.starts_with('/'),
+            None => false,
+        }
+    }
+}
+
+impl fmt::Debug for Route {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Route")
+            .field("method", &self.method)
+            .field("prefix", &self.prefix)
+            .field("name", &self.name)
+            .field("custom_key", &self.extractor.is_some())
+            .finish()
+    }
+}
+
+/// One limiter and how its requests are keyed and named.
+#[derive(Clone)]
+struct Rule {
+    limiter: Arc<dyn Backend>,
+    extractor: Option<Arc<dyn KeyExtractor>>,
+    /// The rule's own name (quoted); `None`: the layer's.
+    name: Option<String>,
+    /// The `RateLimit-Policy` rendering for the limiter's policy when configured.
+    rendered: Rendered,
+}
+
+impl Rule {
+    fn new(limiter: Arc<dyn Backend>, name: Option<String>, base: &str) -> Self {
+        let rendered = Rendered::new(name.as_deref().unwrap_or(base), limiter.policy());
+        Rule {
+            limiter,
+            extractor: None,
+            name,
+            rendered,
+        }
+    }
+
+    fn rename(&mut self, base: &str) {
+        if self.name.is_none() {
+            self.rendered = Rendered::new(base, self.limiter.policy());
+        }
+    }
+}
+
+#[derive(Clone)]
+enum Target {
+    Exempt,
+    Limit(Rule),
+}
+
+/// Everything a [`RateLimit`] service needs, shared by all its clones.
+#[derive(Clone)]
+pub(crate) struct Config {
+    default: Rule,
+    routes: Vec<(Route, Target)>,
+    extractor: Arc<dyn KeyExtractor>,
+    /// The layer's policy name, quoted.
+    name: String,
+    style: HeaderStyle,
+    missing: MissingKey,
+    exempt_options: bool,
+    shadow: bool,
+    grpc: bool,
+}
+
+/// What the service does with one request.
+pub(crate) enum Outcome {
+    /// Call the inner service; put the decision (if any) in the request's extensions and the
+    /// fields on its response.
+    Pass(Option<Decision>, Fields),
+    /// Answer at once.
+    Respond(Response<Bytes>),
+}
+
+impl Config {
+    /// Decides `request`: matches its rule, extracts its key, asks the limiter.
+    pub(crate) fn decide<B>(&self, request: &Request<B>) -> Outcome {
+        let method = request.method();
+        if self.exempt_options && method == Method::OPTIONS {
+            return Outcome::Pass(None, Fields::default());
+        }
+        let path = request.uri().path();
+        let rule = match self
+            .routes
+            .iter()
+            .find(|(route, _)| route.matches(method, path))
+        {
+            Some((_, Target::Exempt)) => return Outcome::Pass(None, Fields::default()),
+            Some((_, Target::Limit(rule))) => rule,
+            None => &self.default,
+        };
+        let extractor = rule.extractor.as_deref().unwrap_or(&*self.extractor);
+        let key = match extractor.extract(&RequestHead::new(request)) {
+            Ok(key) => key,
+            Err(error) => match self.missing {
+                MissingKey::Reject(status) => return self.reject(request, status, &error),
+                MissingKey::Shared => LimitKey::Global,
+                MissingKey::Allow => return Outcome::Pass(None, Fields::default()),
+            },
+        };
+        let decision = rule.limiter.try_acquire(&key);
+        if self.shadow {
+            return Outcome::Pass(Some(decision), Fields::default());
+        }
+        let fields = self.fields(rule, &decision);
+        if decision.is_allowed() {
+            Outcome::Pass(Some(decision), fields)
+        } else {
+            Outcome::Respond(headers::refusal(&decision, fields, self.is_grpc(request)))
+        }
+    }
+
+    fn fields(&self, rule: &Rule, decision: &Decision) -> Fields {
+        if self.style != HeaderStyle::Draft {
+            return headers::fields(self.style, &rule.rendered, decision);
+        }
+        let policy = rule.limiter.policy();
+        if policy == rule.rendered.policy() {
+            headers::fields(self.style, &rule.rendered, decision)
+        } else {
+            // The policy was changed live (`set_policy`): render the new one.
+            let name = rule.name.as_deref().unwrap_or(&self.name);
+            headers::fields(self.style, &Rendered::new(name, policy), decision)
+        }
+    }
+
+    fn reject<B>(&self, request: &Request<B>, status: StatusCode, error: &KeyError) -> Outcome {
+        let detail = error.to_string();
+        Outcome::Respond(headers::error_response(
+            status,
+            &detail,
+            None,
+            self.is_grpc(request),
+        ))
+    }
+
+    fn is_grpc<B>(&self, request: &Request<B>) -> bool {
+        self.grpc
+            && request
+                .headers()
+                .get(CONTENT_TYPE)
+                .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"))
+    }
+}
+
+impl fmt::Debug for Config {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Config")
+            .field(
+                "routes",
+                &self.routes.iter().map(|(r, _)| r).collect::<Vec<_>>(),
+            )
+            .field("name", &self.name)
+            .field("style", &self.style)
+            .field("missing", &self.missing)
+            .field("exempt_options", &self.exempt_options)
+            .field("shadow", &self.shadow)
+            .field("grpc", &self.grpc)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A tower [`Layer`] that rate-limits requests before they reach the service it wraps, for
+/// axum, hyper, tonic or any tower stack.
+///
+/// Each request is matched to a rule (the first matching [`route`](RateLimitLayer::route),
+/// else the default limiter given to [`new`](RateLimitLayer::new)), keyed by the rule's
+/// [`KeyExtractor`] ([`PeerIp`] unless set), and decided at once by the rule's
+/// `RateLimiter<LimitKey>`: there is no waiting and no backpressure through `poll_ready`.
+///
+/// * **Allowed**: the request goes on with its [`Decision`] in its extensions, and the
+///   response gets the rate-limit fields ([`HeaderStyle`]).
+/// * **Refused**: `429 Too Many Requests` at once, with `Retry-After` (whole seconds,
+///   rounded up, at least 1), the same fields, and an `application/problem+json` body. A gRPC
+///   request (`content-type: application/grpc...`) gets a trailers-only response with
+///   `grpc-status: 8` (`RESOURCE_EXHAUSTED`) instead.
+/// * **No key**: answered as [`on_missing_key`](RateLimitLayer::on_missing_key) says
+///   (default `400 Bad Request`), never a panic.
+/// * `OPTIONS` requests (CORS preflights) pass unlimited unless
+///   [`exempt_options(false)`](RateLimitLayer::exempt_options).
+///
+/// The layer is cheap to clone; every service it builds shares one configuration and the
+/// limiters through `Arc`s. Keep your own `Arc` of each limiter to call `evict_idle`, read
+/// `stats` or change its policy live (the fields follow a `set_policy`); give it
+/// `max_keys` so that clients inventing keys cannot grow memory without bound.
+///
+/// The service's response body is [`RateLimitBody<B>`](super::RateLimitBody): the inner
+/// body, or the refusal's bytes.
+///
+/// # Examples
+///
+/// ```
+/// use std::net::SocketAddr;
+/// use std::sync::Arc;
+/// use axum::{extract::ConnectInfo, routing::get, Router};
+/// use http::Method;
+/// use tollgate::middleware::{ClientIp, LimitKey, PeerIp, RateLimitLayer, Route};
+/// use tollgate::RateLimiter;
+///
+/// let per_ip: RateLimiter<LimitKey> = RateLimiter::new("100/min".parse()?).max_keys(1_000_000);
+/// let logins: RateLimiter<LimitKey> = RateLimiter::new("sliding-log 5 per 15m".parse()?);
+/// let layer = RateLimitLayer::new(per_ip)
+///     .key(PeerIp::new().connect_info(|c: &ConnectInfo<SocketAddr>| c.0.ip()))
+///     .route(Route::new(Method::POST, "/login").name("login")?, logins)
+///     .exempt(Route::any("/health"));
+///
+/// let app: Router = Router::new()
+///     .route("/", get(|| async { "ok" }))
+///     .layer(layer);
+/// // axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>())
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone)]
+pub struct RateLimitLayer {
+    config: Arc<Config>,
+}
+
+impl RateLimitLayer {
+    /// A layer limiting every request with `limiter` (a `RateLimiter<LimitKey, C, S>` or an
+    /// `Arc` of one), keyed by [`PeerIp`], with draft header fields.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use tollgate::middleware::{LimitKey, RateLimitLayer};
+    /// use tollgate::RateLimiter;
+    ///
+    /// let limiter: Arc<RateLimiter<LimitKey>> = Arc::new(RateLimiter::new("5/1s".parse()?));
+    /// let layer = RateLimitLayer::new(Arc::clone(&limiter));
+    /// // `limiter` is still yours: evict_idle, stats, set_policy...
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    #[must_use]
+    pub fn new<C, S>(limiter: impl Into<Arc<RateLimiter<LimitKey, C, S>>>) -> Self
+    where
+        C: Clock + 'static,
+        S: BuildHasher + Clone + Send + Sync + 'static,
+    {
+        let limiter: Arc<RateLimiter<LimitKey, C, S>> = limiter.into();
+        let name = "\"default\"".to_owned();
+        RateLimitLayer {
+            config: Arc::new(Config {
+                default: Rule::new(limiter, None, &name),
+                routes: Vec::new(),
+                extractor: Arc::new(PeerIp::new()),
+                name,
+                style: HeaderStyle::default(),
+                missing: MissingKey::default(),
+                exempt_options: true,
+                shadow: false,
+                grpc: true,
+            }),
+        }
+    }
+
+    fn config(&mut self) -> &mut Config {
+        Arc::make_mut(&mut self.config)
+    }
+
+    /// Takes keys with `extractor` (default [`PeerIp::new()`]) for every rule without its own
+    /// ([`Route::key`]).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::middleware::{ClientIp, RateLimitLayer};
+    /// use tollgate::RateLimiter;
+    ///
+    /// let layer = RateLimitLayer::new(RateLimiter::new("100/min".parse()?))
+    ///     .key(ClientIp::trusted_hops(1));
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    #[must_use]
+    pub fn key(mut self, extractor: impl KeyExtractor) -> Self {
+        self.config().extractor = Arc::new(extractor);
+        self
+    }
+
+    /// Limits requests matching `route` with `limiter` instead of the default one. Routes are
+    /// tried in the order they were added, [`exempt`](RateLimitLayer::exempt) ones included;
+    /// the first match decides.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use http::Method;
+    /// use tollgate::middleware::{RateLimitLayer, Route};
+    /// use tollgate::RateLimiter;
+    ///
+    /// let layer = RateLimitLayer::new(RateLimiter::new("100/min".parse()?))
+    ///     .route(Route::new(Method::POST, "/login"), RateLimiter::new("5/15m".parse()?))
+    ///     .route(Route::any("/search"), RateLimiter::new("10/s & 1000/day".parse()?));
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    #[must_use]
+    pub fn route<C, S>(
+        mut self,
+        route: Route,
+        limiter: impl Into<Arc<RateLimiter<LimitKey, C, S>>>,
+    ) -> Self
+    where
+        C: Clock + 'static,
+        S: BuildHasher + Clone + Send + Sync + 'static,
+    {
+        let limiter: Arc<RateLimiter<LimitKey, C, S>> = limiter.into();
+        let config = self.config();
+        let mut rule = Rule::new(limiter, route.name.clone(), &config.name);
+        rule.extractor = route.extractor.clone();
+        config.routes.push((route, Target::Limit(rule)));
+        self
+    }
+
+    /// Lets requests matching `route` through unlimited, without fields or a `Decision`
+    /// (health checks, metrics scrapes).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::middleware::{RateLimitLayer, Route};
+    /// use tollgate::RateLimiter;
+    ///
+    /// let layer = RateLimitLayer::new(RateLimiter::new("100/min".parse()?))
+    ///     .exempt(Route::any("/health"));
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    #[must_use]
+    pub fn exempt(mut self, route: Route) -> Self {
+        self.config().routes.push((route, Target::Exempt));
+        self
+    }
+
+    /// Which rate-limit fields responses carry (default [`HeaderStyle::Draft`]).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::middleware::{HeaderStyle, RateLimitLayer};
+    /// use tollgate::RateLimiter;
+    ///
+    /// let layer = RateLimitLayer::new(RateLimiter::new("100/min".parse()?))
+    ///     .headers(HeaderStyle::Legacy);
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    #[must_use]
+    pub fn headers(mut self, style: HeaderStyle) -> Self {
+        self.config().style = style;
+        self
+    }
+
+    /// The policy name in draft fields (default `"default"`), for rules without their own
+    /// ([`Route::name`]). A composite policy's bands are named `name-<window>`
+    /// (`"default-1s"`, `"default-1d"`).
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::InvalidPolicyName`] unless `name` is non-empty printable ASCII.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::middleware::RateLimitLayer;
+    /// use tollgate::RateLimiter;
+    ///
+    /// let layer = RateLimitLayer::new(RateLimiter::new("100/min".parse()?)).policy_name("api")?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn policy_name(mut self, name: &str) -> Result<Self, ConfigError> {
+        let name = headers::sf_string(name)?;
+        let config = self.config();
+        config.default.rename(&name);
+        for (_, target) in &mut config.routes {
+            if let Target::Limit(rule) = target {
+                rule.rename(&name);
+            }
+        }
+        config.name = name;
+        Ok(self)
+    }
+
+    /// How to answer a request whose key cannot be extracted (default
+    /// [`MissingKey::Reject`]`(400)`).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::middleware::{HeaderKey, MissingKey, RateLimitLayer};
+    /// use tollgate::RateLimiter;
+    ///
+    /// // Anonymous requests share one budget; each token gets its own.
+    /// let layer = RateLimitLayer::new(RateLimiter::new("100/min".parse()?))
+    ///     .key(HeaderKey::bearer())
+    ///     .on_missing_key(MissingKey::Shared);
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    #[must_use]
+    pub fn on_missing_key(mut self, answer: MissingKey) -> Self {
+        self.config().missing = answer;
+        self
+    }
+
+    /// Whether `OPTIONS` requests (CORS preflights, which browsers send on their own) pass
+    /// unlimited (default `true`).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::middleware::RateLimitLayer;
+    /// use tollgate::RateLimiter;
+    ///
+    /// let layer = RateLimitLayer::new(RateLimiter::new("100/min".parse()?)).exempt_options(false);
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    #[must_use]
+    pub fn exempt_options(mut self, exempt: bool) -> Self {
+        self.config().exempt_options = exempt;
+        self
+    }
+
+    /// Shadow mode, to roll a limit out safely: every request is decided (spending permits
+    /// exactly as enforcement would) and its [`Decision`] put in the extensions, but nothing
+    /// is refused and no fields are added, so clients see no change. A handler or logging
+    /// middleware finds the would-be refusals with `!decision.is_allowed()`.
+    ///
+    /// (A limiter built with `RateLimiter::shadow()` is different: its refusals arrive as
+    /// allowed decisions marked [`would_refuse`](Decision::would_refuse), pass through, and
+    /// carry the fields.)
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::middleware::RateLimitLayer;
+    /// use tollgate::RateLimiter;
+    ///
+    /// let layer = RateLimitLayer::new(RateLimiter::new("100/min".parse()?)).shadow();
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    #[must_use]
+    pub fn shadow(mut self) -> Self {
+        self.config().shadow = true;
+        self
+    }
+
+    /// Whether requests with `content-type: application/grpc...` are refused the gRPC way
+    /// (default `true`): HTTP 200 with `grpc-status: 8` (`RESOURCE_EXHAUSTED`),
+    /// `grpc-message`, `Retry-After` and the fields, and no body, which gRPC clients read as
+    /// a status. With `false` they get the plain 429, which gRPC clients map to `UNAVAILABLE`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::middleware::RateLimitLayer;
+    /// use tollgate::RateLimiter;
+    ///
+    /// let layer = RateLimitLayer::new(RateLimiter::new("100/min".parse()?)).grpc(false);
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    #[must_use]
+    pub fn grpc(mut self, detect: bool) -> Self {
+        self.config().grpc = detect;
+        self
+    }
+}
+
+impl<S> Layer<S> for RateLimitLayer {
+    type Service = RateLimit<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        RateLimit::from_parts(inner, Arc::clone(&self.config))
+    }
+}
+
+impl fmt::Debug for RateLimitLayer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RateLimitLayer")
+            .field("config", &self.config)
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn routes_match_whole_segments() {
+        let api = Route::any("/api");
+        for path in ["/api", "/api/", "/api/users"] {
+            assert!(api.matches(&Method::GET, path), "{path}");
+        }
+        for path in ["/apix", "/ap", "/", "/v1/api"] {
+            assert!(!api.matches(&Method::GET, path), "{path}");
+        }
+        let slash = Route::any("/static/");
+        assert!(slash.matches(&Method::GET, "/static/app.js"));
+        assert!(!slash.matches(&Method::GET, "/static"));
+        assert!(Route::any("/").matches(&Method::GET, "/anything"));
+        assert!(Route::any("login").matches(&Method::GET, "/login"));
+        let post = Route::new(Method::POST, "/login");
+        assert!(post.matches(&Method::POST, "/login"));
+        assert!(!post.matches(&Method::GET, "/login"));
+    }
+}

@@ -1,0 +1,144 @@
+//! [`RateLimit`]: the service a [`RateLimitLayer`](super::RateLimitLayer) wraps around another.
+
+use std::fmt;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use http::{Request, Response};
+use tower_service::Service;
+
+use super::body::RateLimitBody;
+use super::future::ResponseFuture;
+use super::layer::{Config, Outcome};
+
+/// Rate-limits requests before they reach `S`; built by
+/// [`RateLimitLayer`](super::RateLimitLayer).
+///
+/// `poll_ready` is the inner service's: the limit itself never makes a caller wait. A refused
+/// request is answered at once without calling the inner service (its readiness is simply
+/// not used). Cloning is cheap: the configuration and limiters are shared through `Arc`s.
+///
+/// # Examples
+///
+/// Wrapping a service directly and calling it, as hyper or any tower stack would:
+///
+/// ```
+/// use axum::{body::Body, routing::get, Router};
+/// use http::{Request, StatusCode};
+/// use tollgate::middleware::{GlobalKey, RateLimit, RateLimitLayer};
+/// use tollgate::RateLimiter;
+/// use tower_layer::Layer;
+/// use tower_service::Service;
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let layer = RateLimitLayer::new(RateLimiter::new("1/min".parse()?)).key(GlobalKey);
+/// let mut service: RateLimit<Router> = layer.layer(Router::new().route("/", get(|| async { "ok" })));
+///
+/// std::future::poll_fn(|cx| service.poll_ready(cx)).await?;
+/// let first = service.call(Request::new(Body::empty())).await?;
+/// assert_eq!(first.status(), StatusCode::OK);
+/// assert_eq!(first.headers()["ratelimit"], "\"default\";r=0;t=60");
+///
+/// std::future::poll_fn(|cx| service.poll_ready(cx)).await?;
+/// let second = service.call(Request::new(Body::empty())).await?;
+/// assert_eq!(second.status(), StatusCode::TOO_MANY_REQUESTS);
+/// assert_eq!(second.headers()["retry-after"], "60");
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct RateLimit<S> {
+    inner: S,
+    config: Arc<Config>,
+}
+
+impl<S> RateLimit<S> {
+    pub(crate) fn from_parts(inner: S, config: Arc<Config>) -> Self {
+        RateLimit { inner, config }
+    }
+
+    /// The wrapped service.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::middleware::RateLimitLayer;
+    /// use tower_layer::Layer;
+    ///
+    /// let service = RateLimitLayer::new(tollgate::RateLimiter::new("1/s".parse()?)).layer(7u8);
+    /// assert_eq!(*service.get_ref(), 7);
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// The wrapped service, mutably.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::middleware::RateLimitLayer;
+    /// use tower_layer::Layer;
+    ///
+    /// let mut service = RateLimitLayer::new(tollgate::RateLimiter::new("1/s".parse()?)).layer(7u8);
+    /// *service.get_mut() += 1;
+    /// assert_eq!(*service.get_ref(), 8);
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// The wrapped service, unwrapped.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::middleware::RateLimitLayer;
+    /// use tower_layer::Layer;
+    ///
+    /// let service = RateLimitLayer::new(tollgate::RateLimiter::new("1/s".parse()?)).layer(7u8);
+    /// assert_eq!(service.into_inner(), 7);
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+}
+
+impl<S, ReqBody, ResBody> Service<Request<ReqBody>> for RateLimit<S>
+where
+    S: Service<Request<ReqBody>, Response = Response<ResBody>>,
+{
+    type Response = Response<RateLimitBody<ResBody>>;
+    type Error = S::Error;
+    type Future = ResponseFuture<S::Future>;
+
+    #[inline]
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut request: Request<ReqBody>) -> Self::Future {
+        match self.config.decide(&request) {
+            Outcome::Pass(decision, fields) => {
+                if let Some(decision) = decision {
+                    request.extensions_mut().insert(decision);
+                }
+                ResponseFuture::inner(self.inner.call(request), fields)
+            }
+            Outcome::Respond(response) => ResponseFuture::ready(response),
+        }
+    }
+}
+
+impl<S: fmt::Debug> fmt::Debug for RateLimit<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RateLimit")
+            .field("inner", &self.inner)
+            .field("config", &self.config)
+            .finish()
+    }
+}

@@ -1,0 +1,101 @@
+//! [`BackendError`]: why a Redis-backed decision could not be made.
+
+use std::fmt;
+use std::time::Duration;
+
+use crate::{CostError, Policy};
+
+/// Why a [`RedisLimiter`](super::RedisLimiter) could not be built or could not decide.
+///
+/// A request decides with a [`Decision`](crate::Decision) whenever it can: when Redis is
+/// slow or down, the limiter's [`FailurePolicy`](super::FailurePolicy) decides instead, and
+/// only [`FailurePolicy::Error`](super::FailurePolicy::Error) turns that into
+/// [`BackendError::Timeout`] or [`BackendError::Redis`].
+///
+/// # Examples
+///
+/// ```
+/// use tollgate::redis::BackendError;
+/// use tollgate::CostError;
+///
+/// let err = BackendError::from(CostError::Zero);
+/// assert_eq!(err.to_string(), "cost must be at least 1, got 0");
+/// ```
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum BackendError {
+    /// The cost of a request can never be admitted (0, or above the smallest band's
+    /// permits). Nothing was sent to Redis.
+    Cost(CostError),
+    /// A band of the policy cannot be decided by the Redis scripts, which count in whole
+    /// microseconds with exact integers below 2^53 (see `docs/REDIS.md`).
+    UnsupportedPolicy {
+        /// The band.
+        band: Policy,
+        /// Why.
+        reason: &'static str,
+    },
+    /// The key prefix contains `{` or `}`, which would change the keys' hash tag.
+    InvalidPrefix {
+        /// The prefix given.
+        prefix: String,
+    },
+    /// The test clock read beyond what the script supports (2^52 us, about 142 years).
+    ClockOutOfRange {
+        /// The reading.
+        now: Duration,
+    },
+    /// Redis answered with an error, or could not be reached.
+    Redis(::redis::RedisError),
+    /// Redis did not answer within the limiter's timeout.
+    Timeout(Duration),
+    /// Redis answered with something the script never returns (another program wrote the
+    /// script's keys, or a different script answered to its SHA).
+    Reply(String),
+}
+
+impl fmt::Display for BackendError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            BackendError::Cost(err) => err.fmt(f),
+            BackendError::UnsupportedPolicy { band, reason } => {
+                write!(f, "policy band `{band}` is not supported by the Redis backend: {reason}")
+            }
+            BackendError::InvalidPrefix { prefix } => write!(
+                f,
+                "prefix `{prefix}` contains `{{` or `}}`, which would change the keys' hash tag"
+            ),
+            BackendError::ClockOutOfRange { now } => write!(
+                f,
+                "test clock reading {now:?} is beyond the Redis backend's range of 2^52 us"
+            ),
+            BackendError::Redis(err) => write!(f, "redis: {err}"),
+            BackendError::Timeout(timeout) => {
+                write!(f, "redis did not answer within the timeout of {timeout:?}")
+            }
+            BackendError::Reply(reply) => write!(f, "unexpected reply from redis: {reply}"),
+        }
+    }
+}
+
+impl std::error::Error for BackendError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            BackendError::Cost(err) => Some(err),
+            BackendError::Redis(err) => Some(err),
+            _ => None,
+        }
+    }
+}
+
+impl From<CostError> for BackendError {
+    fn from(err: CostError) -> Self {
+        BackendError::Cost(err)
+    }
+}
+
+impl From<::redis::RedisError> for BackendError {
+    fn from(err: ::redis::RedisError) -> Self {
+        BackendError::Redis(err)
+    }
+}

@@ -1,0 +1,112 @@
+-- tollgate: the sliding window counter (src/sliding_counter.rs, `Counter::decide`), in
+-- microseconds.
+--
+-- State: one hash with fields i (the window index the counts belong to), c (the count of
+-- window i) and p (the count of window i - 1); a missing key is the fresh state (0, 0, 0).
+-- Windows are aligned to multiples of W from the clock's zero (the Unix epoch under Redis
+-- TIME). The key expires when both counts have rolled out.
+
+-- floor(previous * left / W): the previous window's weight in whole permits.
+local function counter_carried(W, previous, left)
+  local q = muldiv(previous, left, W)
+  return q
+end
+
+-- The longest `left` at which floor(previous * left / W) <= spare:
+-- ceil((spare + 1) * W / previous) - 1, or INF when previous is 0.
+local function counter_longest_left(W, previous, spare)
+  if previous == 0 then
+    return INF
+  end
+  local q, r = muldiv(spare + 1, W, previous)
+  if q == INF then
+    return INF
+  end
+  if r > 0 then
+    q = q + 1
+  end
+  return q - 1
+end
+
+-- Nanoseconds (here microseconds) until both counts have rolled out, `left` before the end
+-- of the window.
+local function counter_settles_in(W, current, previous, left)
+  if current > 0 then
+    return left + W
+  elseif previous > 0 then
+    return left
+  end
+  return 0
+end
+
+-- For a refused request: the wait until used + cost <= N, if nothing else is admitted.
+local function counter_retry_after(N, W, current, previous, left, cost)
+  local spare = N - (current + cost)
+  if spare >= 0 then
+    local longest = counter_longest_left(W, previous, spare)
+    if longest >= 1 then
+      return left - longest
+    end
+  end
+  -- In the next window the current count is the previous one and nothing is current.
+  local next_spare = N - cost
+  if next_spare < 0 then
+    next_spare = 0
+  end
+  local longest = counter_longest_left(W, current, next_spare)
+  if longest >= W then
+    return left
+  elseif longest >= 1 then
+    return left + W - longest
+  end
+  return left + W
+end
+
+local function counter_band(key, N, W, now, cost)
+  local raw = redis.call('HMGET', key, 'i', 'c', 'p')
+  local si, sc, sp = tonumber(raw[1]) or 0, tonumber(raw[2]) or 0, tonumber(raw[3]) or 0
+  -- Roll the stored counts to now's window. A stored window later than now's (the clock went
+  -- backwards) is decided at its start: zero elapsed.
+  local index = idiv(now, W)
+  local elapsed = now - index * W
+  local current, previous
+  if si > index then
+    index, elapsed, current, previous = si, 0, sc, sp
+  elseif si == index then
+    current, previous = sc, sp
+  elseif si + 1 == index then
+    current, previous = 0, sc
+  else
+    current, previous = 0, 0
+  end
+  local left = W - elapsed
+  local used = current + counter_carried(W, previous, left)
+  local available = N - used
+  if available < 0 then
+    available = 0
+  end
+  local settles = counter_settles_in(W, current, previous, left)
+  if cost <= available then
+    return {
+      ok = true,
+      limit = N,
+      remaining = available - cost,
+      -- Both counts are zero from the start of window index + 2.
+      reset = left + W,
+      reset_now = settles,
+      write = function(expire)
+        redis.call('HSET', key, 'i', fmt(index), 'c', fmt(current + cost), 'p', fmt(previous))
+        if expire then
+          redis.call('PEXPIRE', key, fmt(idiv(left + W + 999, 1000)))
+        end
+      end,
+    }
+  end
+  return {
+    ok = false,
+    limit = N,
+    remaining = available,
+    retry = counter_retry_after(N, W, current, previous, left, cost),
+    reset = settles,
+  }
+end

@@ -1,0 +1,100 @@
+-- tollgate: the sliding window log (src/sliding_log.rs, `Log::decide`), in microseconds.
+--
+-- State: one sorted set of the last N admitted permits, scored by their timestamps; members
+-- are a per-key sequence number, zero-padded so that members of equal score sort in
+-- admission order. Scores never decrease in that order (a clock that went backwards stamps
+-- new entries with the newest entry's time), so the live entries, those with score > now - W
+-- (an entry exactly W old has left; an entry in the future counts as stamped now), are
+-- always the newest ones and are counted by one ZCOUNT. For small N: the set holds N
+-- entries per key and an admission of cost n adds n members.
+
+local function log_member(seq)
+  return string.format('%016.0f', seq)
+end
+
+-- The age of an entry stamped `stamp`, seen at `now`: an entry in the future counts as
+-- stamped now.
+local function log_age(stamp, now)
+  if stamp > now then
+    return 0
+  end
+  return now - stamp
+end
+
+-- W minus the age of `stamp`, or 0 once it has left.
+local function log_left(W, stamp, now)
+  local left = W - log_age(stamp, now)
+  if left < 0 then
+    return 0
+  end
+  return left
+end
+
+local function log_band(key, N, W, now, cost)
+  local live = redis.call('ZCOUNT', key, '(' .. fmt(now - W), '+inf')
+  if live > N then
+    live = N
+  end
+  -- The newest entry: its score and member (the highest sequence number).
+  local newest = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+  local newest_stamp, newest_seq
+  if newest[1] then
+    newest_seq = tonumber(newest[1])
+    newest_stamp = tonumber(newest[2])
+  end
+  local reset_now = 0
+  if newest_stamp then
+    reset_now = log_left(W, newest_stamp, now)
+  end
+  if live + cost <= N then
+    local stamp = now
+    if newest_stamp and newest_stamp > now then
+      stamp = newest_stamp
+    end
+    local first = 0
+    if newest_seq then
+      first = newest_seq + 1
+    end
+    return {
+      ok = true,
+      limit = N,
+      remaining = N - live - cost,
+      -- The new entries are the newest.
+      reset = W,
+      reset_now = reset_now,
+      write = function(expire)
+        local score = fmt(stamp)
+        local args = {}
+        local j = 0
+        while j < cost do
+          args[#args + 1] = score
+          args[#args + 1] = log_member(first + j)
+          j = j + 1
+          -- ZADD in chunks: unpack is bounded by Lua's C stack.
+          if #args >= 1000 or j == cost then
+            redis.call('ZADD', key, unpack(args))
+            args = {}
+          end
+        end
+        -- Keep the last N entries only: no more can ever be live at once.
+        redis.call('ZREMRANGEBYRANK', key, 0, -(N + 1))
+        if expire then
+          -- Every entry has left W after the newest one was stamped.
+          redis.call('PEXPIRE', key, fmt(idiv(W + 999, 1000)))
+        end
+      end,
+    }
+  end
+  -- The entry that must leave for the request to fit: the (live + cost - N)-th oldest live
+  -- one, counted from the newest end of the set.
+  local leave = live + cost - N
+  local rank = leave - live - 1
+  local entry = redis.call('ZRANGE', key, rank, rank, 'WITHSCORES')
+  return {
+    ok = false,
+    limit = N,
+    remaining = N - live,
+    retry = log_left(W, tonumber(entry[2]), now),
+    reset = reset_now,
+  }
+end

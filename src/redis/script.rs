@@ -1,0 +1,235 @@
+//! The Lua script, the arguments it takes for a policy, the key names, and its reply.
+//!
+//! One script decides every policy: `lua/decide.lua` loops over the bands, each decided by
+//! its algorithm's file (`lua/gcra.lua`, `lua/counter.lua`, `lua/log.lua`) with the helpers of
+//! `lua/arith.lua`. They are concatenated at compile time into one source, so one `EVALSHA`
+//! decides a whole composite policy, all or nothing.
+
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use crate::{Algorithm, Decision, Policy};
+
+use super::BackendError;
+
+/// The script Redis runs: the four files in order (each defines what the next ones use).
+pub(crate) const SOURCE: &str = concat!(
+    include_str!("lua/arith.lua"),
+    "\n",
+    include_str!("lua/gcra.lua"),
+    "\n",
+    include_str!("lua/counter.lua"),
+    "\n",
+    include_str!("lua/log.lua"),
+    "\n",
+    include_str!("lua/decide.lua"),
+);
+
+/// The longest window the script supports, in microseconds: 2^50 us, about 35.7 years.
+/// Keeping windows (and clock readings, below 2^52 us) this small keeps every intermediate
+/// value of the script below 2^53, where Lua's doubles are exact integers.
+pub(crate) const MAX_WINDOW_MICROS: u64 = 1 << 50;
+
+/// The largest injected clock reading, in microseconds (2^52 us, about 142 years): see
+/// [`MAX_WINDOW_MICROS`].
+pub(crate) const MAX_NOW_MICROS: u64 = 1 << 52;
+
+/// One band of a policy as the script takes it.
+#[derive(Clone, Debug)]
+pub(crate) struct Band {
+    /// The end of the band's key names: algorithm, permits and window, e.g. `tb:5/1s`.
+    suffix: String,
+    /// The four script arguments: algorithm code, permits, window (us), interval (us).
+    args: [String; 4],
+}
+
+/// A policy's bands as the script takes them, shortest window first.
+#[derive(Clone, Debug)]
+pub(crate) struct Bands {
+    bands: Vec<Band>,
+}
+
+impl Bands {
+    /// The script's view of `policy`: each band's window rounded up to whole microseconds.
+    ///
+    /// # Errors
+    ///
+    /// [`BackendError::UnsupportedPolicy`] for a band whose window is above
+    /// [`MAX_WINDOW_MICROS`] or that asks for more than one permit per microsecond.
+    pub(crate) fn new(policy: &Policy) -> Result<Self, BackendError> {
+        let mut bands = Vec::with_capacity(policy.bands().len());
+        for band in policy.bands() {
+            let window = band.window_nanos().div_ceil(1_000);
+            let permits = band.permits();
+            if window > MAX_WINDOW_MICROS {
+                return Err(BackendError::UnsupportedPolicy {
+                    band,
+                    reason: "its window is longer than the Redis backend's maximum of 2^50 us (about 35.7 years)",
+                });
+            }
+            if permits > window {
+                return Err(BackendError::UnsupportedPolicy {
+                    band,
+                    reason: "it asks for more than one permit per microsecond, the Redis backend's resolution",
+                });
+            }
+            let (code, interval) = match band.algorithm() {
+                Algorithm::TokenBucket => ("tb", window.div_ceil(permits)),
+                Algorithm::SlidingLog => ("sl", 0),
+                Algorithm::SlidingCounter => ("sc", 0),
+            };
+            // "token-bucket 5/1s" -> "tb:5/1s": readable, and distinct for distinct bands.
+            let shown = band.to_string();
+            let rate = shown.split_once(' ').map_or(shown.as_str(), |(_, rate)| rate);
+            bands.push(Band {
+                suffix: format!("{code}:{rate}"),
+                args: [
+                    code.to_owned(),
+                    permits.to_string(),
+                    window.to_string(),
+                    interval.to_string(),
+                ],
+            });
+        }
+        Ok(Bands { bands })
+    }
+
+    /// How many bands (and keys per call).
+    pub(crate) fn len(&self) -> usize {
+        self.bands.len()
+    }
+
+    /// The Redis key of each band for the limiter key `key`: `<prefix>:{<key>}:<band>`.
+    ///
+    /// The `{...}` hash tag puts every band of one key in one Redis Cluster slot. The key is
+    /// escaped inside it (`%` as `%25`, `}` as `%7D`, the empty key as `%`) so that the tag is
+    /// always the whole, non-empty, escaped key: Redis hashes a name by its first `{...}`
+    /// with something inside, and hashes the whole name when there is none, which would
+    /// scatter a composite's keys. The names are injective: different keys or bands never
+    /// share a name.
+    pub(crate) fn keys(&self, prefix: &str, key: &str) -> Vec<String> {
+        let mut tag = String::with_capacity(key.len() + 2);
+        tag.push('{');
+        if key.is_empty() {
+            tag.push('%');
+        }
+        for c in key.chars() {
+            match c {
+                '%' => tag.push_str("%25"),
+                '}' => tag.push_str("%7D"),
+                c => tag.push(c),
+            }
+        }
+        tag.push('}');
+        self.bands
+            .iter()
+            .map(|band| {
+                let mut name =
+                    String::with_capacity(prefix.len() + tag.len() + band.suffix.len() + 2);
+                if !prefix.is_empty() {
+                    name.push_str(prefix);
+                    name.push(':');
+                }
+                name.push_str(&tag);
+                name.push(':');
+                name.push_str(&band.suffix);
+                name
+            })
+            .collect()
+    }
+
+    /// The script's arguments: `now` (in us, `None` for Redis TIME), the cost (0 for a peek),
+    /// then each band's four.
+    pub(crate) fn args(&self, now_micros: Option<u64>, cost: u64) -> Vec<String> {
+        let mut args = Vec::with_capacity(2 + 4 * self.bands.len());
+        let mut now = String::new();
+        if let Some(micros) = now_micros {
+            // Writing to a String cannot fail.
+            let _ = write!(now, "{micros}");
+        }
+        args.push(now);
+        args.push(cost.to_string());
+        for band in &self.bands {
+            args.extend(band.args.iter().cloned());
+        }
+        args
+    }
+}
+
+/// The decision in the script's reply: `[allowed, remaining, limit, retry_after_us,
+/// reset_after_us]`, all integers.
+///
+/// # Errors
+///
+/// [`BackendError::Reply`] when the reply has another shape.
+pub(crate) fn decision(reply: &::redis::Value) -> Result<Decision, BackendError> {
+    let bad = || BackendError::Reply(format!("{reply:?}"));
+    let ::redis::Value::Array(items) = reply else {
+        return Err(bad());
+    };
+    let mut numbers = [0u64; 5];
+    if items.len() != numbers.len() {
+        return Err(bad());
+    }
+    for (number, item) in numbers.iter_mut().zip(items) {
+        match item {
+            ::redis::Value::Int(n) => *number = u64::try_from(*n).map_err(|_| bad())?,
+            _ => return Err(bad()),
+        }
+    }
+    let [allowed, remaining, limit, retry, reset] = numbers;
+    let nanos = |micros: u64| micros.saturating_mul(1_000);
+    Ok(match allowed {
+        1 => Decision::allow(remaining, limit, nanos(reset)),
+        0 => Decision::deny(remaining, limit, nanos(retry), nanos(reset)),
+        _ => return Err(bad()),
+    })
+}
+
+/// A clock reading in nanoseconds as the script's microseconds (rounded down).
+///
+/// # Errors
+///
+/// [`BackendError::ClockOutOfRange`] beyond [`MAX_NOW_MICROS`].
+pub(crate) fn micros(nanos: u64) -> Result<u64, BackendError> {
+    let micros = nanos / 1_000;
+    if micros > MAX_NOW_MICROS {
+        return Err(BackendError::ClockOutOfRange {
+            now: Duration::from_nanos(nanos),
+        });
+    }
+    Ok(micros)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn key_names_share_one_non_empty_tag() {
+        let bands = Bands::new(&"10/s & sliding-counter 1000/day".parse().unwrap()).unwrap();
+        assert_eq!(
+            bands.keys("rl", "alice"),
+            ["rl:{alice}:tb:10/1s", "rl:{alice}:sc:1000/1d"]
+        );
+        assert_eq!(bands.keys("", "")[0], "{%}:tb:10/1s");
+        assert_eq!(bands.keys("p", "}x%")[0], "p:{%7Dx%25}:tb:10/1s");
+        assert_eq!(bands.keys("p", "a{b")[0], "p:{a{b}:tb:10/1s");
+    }
+
+    #[test]
+    fn windows_round_up_to_microseconds() {
+        let bands = Bands::new(&"3/1s".parse().unwrap()).unwrap();
+        assert_eq!(bands.args(None, 1), ["", "1", "tb", "3", "1000000", "333334"]);
+        let bands = Bands::new(&"sliding-log 2/1500ns".parse().unwrap()).unwrap();
+        assert_eq!(bands.args(Some(7), 0), ["7", "0", "sl", "2", "2", "0"]);
+        assert!(matches!(
+            Bands::new(&"5/4us".parse().unwrap()),
+            Err(BackendError::UnsupportedPolicy { .. })
+        ));
+        assert!(matches!(
+            Bands::new(&"1/40000d".parse().unwrap()),
+            Err(BackendError::UnsupportedPolicy { .. })
+        ));
+    }
+}
