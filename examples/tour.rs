@@ -10,6 +10,7 @@
 //! 4. `&str` lookups into `String` keys, and eviction of idle keys.
 //! 5. Policies as data: several limits at once, peek, tiers per key, a live policy change.
 //! 6. One second of decisions on the real clock.
+//! 7. Login protection with escalating lockouts; per-key concurrency limits.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Barrier};
@@ -25,6 +26,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     lookups_and_eviction()?;
     policies_as_data()?;
     throughput()?;
+    login_and_concurrency()?;
     Ok(())
 }
 
@@ -293,4 +295,80 @@ fn for_one_second(mut f: impl FnMut() -> bool) -> (u64, u64) {
         n += 1_000;
     }
     (n, yes)
+}
+
+/// Login protection with escalating lockouts, and per-key concurrency limits.
+fn login_and_concurrency() -> Result<(), Box<dyn std::error::Error>> {
+    use tollgate::{Clock, ConcurrencyLimiter, LoginDecision, LoginGuard};
+    heading("7. Login protection and per-key concurrency limits");
+    let clock = FakeClock::new();
+    let guard = LoginGuard::with_clock(clock.clone()); // failures: 5/15m per account, 20/1h per IP
+    println!("  a botnet bursts 5 wrong passwords for alice whenever allowed, from fresh IPs:");
+    for round in 0..7 {
+        let ip = format!("10.0.0.{round}");
+        let mut last = guard.check("alice", &ip);
+        for _ in 0..5 {
+            last = guard.record_failure("alice", &ip);
+        }
+        let outcome = match last {
+            LoginDecision::Account { retry_after } => {
+                format!(
+                    "account limit reached, retry in {} min",
+                    retry_after.as_secs() / 60
+                )
+            }
+            LoginDecision::LockedOut {
+                retry_after,
+                strikes,
+            } => {
+                format!(
+                    "strike {strikes}: locked out for {} min",
+                    retry_after.as_secs() / 60
+                )
+            }
+            other => format!("{other:?}"),
+        };
+        println!("    t={:>4} min  {outcome}", clock.now() / 60_000_000_000);
+        clock.advance(last.retry_after());
+    }
+    let cap = guard.config().lockout_after(10).unwrap_or_default();
+    println!(
+        "    ... doubling with each strike, up to {} h",
+        cap.as_secs() / 3600
+    );
+    guard.record_success("alice"); // the real alice logs in: failures and strikes cleared
+    println!("  after a success: {:?}", guard.check("alice", "192.0.2.1"));
+
+    let jobs: ConcurrencyLimiter<String> = ConcurrencyLimiter::new(2); // 2 running per tenant
+    let (first, second) = (jobs.try_acquire("tenant-a")?, jobs.try_acquire("tenant-a")?);
+    let third = match jobs.try_acquire("tenant-a") {
+        Ok(_) => "permit".to_owned(),
+        Err(refused) => format!("refused ({refused})"),
+    };
+    let other = jobs.try_acquire("tenant-b").map_or("refused", |_| "permit");
+    println!("  concurrency: a third job for tenant-a -> {third}; tenant-b -> {other}");
+    drop(first);
+    let quiet = std::panic::take_hook();
+    std::panic::set_hook(Box::new(|_| {})); // the panic below is on purpose
+    let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let _permit = jobs.try_acquire("tenant-a");
+        panic!("job failed");
+    }));
+    std::panic::set_hook(quiet);
+    println!(
+        "  a job that panicked ({}) gave its permit back: tenant-a has {} in flight",
+        if panicked.is_err() {
+            "caught"
+        } else {
+            "not caught"
+        },
+        jobs.in_flight("tenant-a")
+    );
+    drop(second);
+    println!(
+        "  all finished: evict_idle removes {} tenants, {} left",
+        jobs.evict_idle(),
+        jobs.len()
+    );
+    Ok(())
 }

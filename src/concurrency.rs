@@ -196,7 +196,9 @@ impl Gauge {
     fn try_retire(&self) -> bool {
         // Relaxed: the CAS from exactly 0 is the whole protocol; it fails if any permit is
         // out (count >= 1) or an acquire got in first. Nothing is published through it.
-        self.count.swap(RETIRED, Ordering::Relaxed) != RETIRED
+        self.count
+            .compare_exchange(0, RETIRED, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
     }
 
     /// Permits held now (0 for a retired gauge).

@@ -12,6 +12,9 @@
 //! | [`Decision`] | allowed, remaining, retry_after, reset_after, limit |
 //! | [`Clock`], [`SystemClock`], [`FakeClock`] | where time comes from; the fake one for tests |
 //! | [`PolicyError`], [`CostError`] | typed errors naming the field and value |
+//! | [`Stats`], [`Wait`] | decision counters; how a waiting acquire waits |
+//! | [`LoginGuard`], [`LoginConfig`], [`LoginDecision`] | failed-login limits per account and per IP, with escalating lockouts |
+//! | [`ConcurrencyLimiter`], [`Permit`], [`AtCapacity`] | how many requests of a key may be in flight at once |
 //!
 //! ```
 //! use std::time::Duration;
@@ -65,6 +68,8 @@ mod login;
 #[cfg(feature = "tower")]
 pub mod middleware;
 mod policy;
+#[cfg(feature = "redis")]
+pub mod redis;
 mod sliding_counter;
 mod sliding_log;
 mod state;
@@ -81,6 +86,11 @@ pub mod model;
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
+
+/// The recipes' examples, compiled and run as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../docs/RECIPES.md")]
+struct RecipesDoctests;
 
 #[cfg(feature = "tokio")]
 pub use clock::TokioClock;
