@@ -29,7 +29,7 @@ use tollgate::{FakeClock, RateLimiter};
 #[global_allocator]
 static ALLOC: CountingAlloc = CountingAlloc::new();
 
-const SIZES: [usize; 5] = [10_000, 100_000, 250_000, 500_000, 1_000_000];
+const SIZES: [usize; 5] = [10_000, 100_000, 300_000, 700_000, 1_000_000];
 const EVICT_KEYS: u64 = 1_000_000;
 
 /// The limiters compared: a name and, for tollgate, the policy.

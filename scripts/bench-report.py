@@ -39,6 +39,8 @@ GROUPS = [
     ("algorithms_direct", "algorithms, direct limiter"),
     ("algorithms_keyed_hot", "algorithms, keyed, one hot u64 key"),
     ("evict_1m", "one evict_idle / retain_recent over 1M at-rest keys"),
+    ("primitives", "the parts of a decision, timed alone"),
+    ("maps_hot_u64", "one hot-key lookup in each map, value read with one load"),
 ]
 CONTESTANTS = [
     "tollgate",
@@ -90,7 +92,7 @@ def fmt_time(ns):
 
 
 def order_key(name):
-    return CONTESTANTS.index(name) if name in CONTESTANTS else len(CONTESTANTS)
+    return (CONTESTANTS.index(name), "") if name in CONTESTANTS else (len(CONTESTANTS), name)
 
 
 def value_order(value):

@@ -16,6 +16,7 @@
 //! | `threads` | `threads_one_key`, `threads_many_keys` (1, 2, 8 threads) |
 //! | `algorithms` | `algorithms_direct`, `algorithms_keyed_hot` |
 //! | `evict` | `evict_1m` |
+//! | `primitives` | `primitives`, `maps_hot_u64`: the parts, timed alone |
 //!
 //! Contestant names are the same everywhere: `tollgate`, `tollgate_foldhash`, `governor`,
 //! `std_mutex`, `parking_lot` (the same GCRA behind a lock, in `baseline`), `floor` (one
@@ -28,6 +29,7 @@ mod direct;
 mod evict;
 mod keyed_hot;
 mod keyed_many;
+mod primitives;
 mod threads;
 
 criterion::criterion_group!(
@@ -37,6 +39,7 @@ criterion::criterion_group!(
     keyed_many::bench,
     threads::bench,
     algorithms::bench,
-    evict::bench
+    evict::bench,
+    primitives::bench
 );
 criterion::criterion_main!(limiters);

@@ -24,9 +24,16 @@
 //!   admissions that the evicted one forgot. Both sides are still checked against their
 //!   own models.
 //!
-//! The clock goes back only for single-band policies: the combined model finds a band's
-//! reset_after by bisection, which assumes time runs forwards (as in
-//! `tests/proptest_composite.rs`); `Back` is skipped for two bands.
+//! The keyed limiter runs with automatic eviction off (`sweep_per_insert(0)`), so every
+//! removal is one the harness asked for, or on (the library's default of 8), when a key at
+//! rest may vanish at any insertion: the harness then knows such a key only as "perhaps
+//! tracked" (it decides as a fresh one either way), and checks `len`, `evict_idle` and
+//! `reset` between what is surely tracked and what perhaps is.
+//!
+//! The clock goes back only for single-band policies without automatic eviction: the
+//! combined model finds a band's reset_after by bisection, which assumes time runs forwards
+//! (as in `tests/proptest_composite.rs`), and a perhaps-swept key decides as a fresh one
+//! only while time runs forwards. `Back` is skipped otherwise.
 //!
 //! Inputs are decoded with `arbitrary`; [`Input::to_bytes`] is the inverse, used to write
 //! the seed corpus ([`seeds`]).
@@ -52,13 +59,17 @@ pub struct Input {
     pub ops: Vec<Op>,
 }
 
-/// The policy: one band, and optionally a second one combined with [`Policy::and`].
+/// The policy (one band, and optionally a second one combined with [`Policy::and`]), and
+/// whether the keyed limiter sweeps idle keys on each insertion.
 #[derive(Arbitrary, Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Setup {
     /// The first band.
     pub band: Band,
     /// A second band, if any.
     pub and: Option<Band>,
+    /// The library's default automatic eviction (`sweep_per_insert(8)`), or none
+    /// (`sweep_per_insert(0)`, so that every removal is one the harness asked for).
+    pub sweep: bool,
 }
 
 /// One band's parameters, as fuzz bytes.
@@ -232,29 +243,43 @@ pub fn run(input: &Input) {
     let Some(policy) = input.setup.policy() else {
         return;
     };
+    let (setup, ops) = (input.setup, &input.ops);
     if policy.is_composite() {
-        return drive::<CompositeModel>(policy, &input.ops);
+        return drive::<CompositeModel>(setup, policy, ops);
     }
     match policy.algorithm() {
-        Algorithm::TokenBucket => drive::<GcraModel>(policy, &input.ops),
-        Algorithm::SlidingLog => drive::<LogModel>(policy, &input.ops),
-        Algorithm::SlidingCounter => drive::<CounterModel>(policy, &input.ops),
+        Algorithm::TokenBucket => drive::<GcraModel>(setup, policy, ops),
+        Algorithm::SlidingLog => drive::<LogModel>(setup, policy, ops),
+        Algorithm::SlidingCounter => drive::<CounterModel>(setup, policy, ops),
     }
 }
 
-fn drive<M: KeyModel>(policy: Policy, ops: &[Op]) {
+/// What the harness knows about one key of the keyed limiter.
+#[derive(Debug)]
+enum Held<M> {
+    /// Not tracked: never seen, evicted or reset.
+    No,
+    /// Tracked, in this model's state.
+    Yes(M),
+    /// At rest, and perhaps removed by the sweep a new key's insertion runs (with sweeping
+    /// on): tracked or not, it decides as a fresh key (time only runs forwards then).
+    Maybe,
+}
+
+fn drive<M: KeyModel>(setup: Setup, policy: Policy, ops: &[Op]) {
     let windows: Vec<u64> = policy.bands().map(|b| window_nanos(&b)).collect();
     // Bands come shortest window first.
     let (short, long) = (windows[0], windows[windows.len() - 1]);
     let max_cost = policy.bands().map(|b| b.permits()).min().unwrap();
-    let composite = policy.is_composite();
     let span = 2 * long + 1;
+    // The combined model and the sweep's uncertainty both need time to run forwards only.
+    let forwards_only = policy.is_composite() || setup.sweep;
 
     let clock = FakeClock::new();
-    let keyed: RateLimiter<u8, FakeClock> = RateLimiter::with_clock(policy, clock.clone());
+    let keyed: RateLimiter<u8, FakeClock> = RateLimiter::with_clock(policy, clock.clone())
+        .sweep_per_insert(if setup.sweep { 8 } else { 0 });
     let direct = DirectLimiter::with_clock(policy, clock.clone());
-    // `None`: the key is not tracked (never seen, evicted or reset).
-    let mut models: [Option<M>; KEYS as usize] = std::array::from_fn(|_| None);
+    let mut held: [Held<M>; KEYS as usize] = std::array::from_fn(|_| Held::No);
     let mut direct_model = M::fresh(&policy);
     // The latest clock reading at which key 0 was evicted; the direct limiter is compared
     // with the keyed one for key 0 only while the clock has never read earlier than that.
@@ -271,7 +296,7 @@ fn drive<M: KeyModel>(policy: Policy, ops: &[Op]) {
                 Tick::LongWindowLessOne => long - 1,
                 Tick::LongWindow => long,
             })),
-            Op::Back(_) if composite => {}
+            Op::Back(_) if forwards_only => {}
             Op::Back(n) => {
                 let to = clock.now().saturating_sub(u64::from(n) % span);
                 clock.set(Duration::from_nanos(to));
@@ -297,13 +322,27 @@ fn drive<M: KeyModel>(policy: Policy, ops: &[Op]) {
                     }
                 } else {
                     let got = Outcome::from(got.unwrap());
-                    let model = models[usize::from(key)].get_or_insert_with(|| M::fresh(&policy));
+                    let slot = &mut held[usize::from(key)];
+                    // A key not surely tracked may have been inserted, which may have swept.
+                    let inserted = !matches!(slot, Held::Yes(_));
+                    let mut model = match std::mem::replace(slot, Held::No) {
+                        Held::Yes(model) => model,
+                        Held::No | Held::Maybe => M::fresh(&policy),
+                    };
                     let before = format!("{model:?}");
                     let expected = model.acquire(now, cost);
                     assert_eq!(
                         got, expected,
                         "keyed, step {step} at {now} ns: {op:?} (key {key}, cost {cost}); model before: {before}"
                     );
+                    held[usize::from(key)] = Held::Yes(model);
+                    if inserted && setup.sweep {
+                        for other in &mut held {
+                            if matches!(other, Held::Yes(m) if m.is_at_rest(now)) {
+                                *other = Held::Maybe;
+                            }
+                        }
+                    }
                     if let Some(got_direct) = got_direct {
                         let got_direct = Outcome::from(got_direct.unwrap());
                         if cross_check {
@@ -324,9 +363,9 @@ fn drive<M: KeyModel>(policy: Policy, ops: &[Op]) {
                 let key = key % KEYS;
                 let now = clock.now();
                 let got = Outcome::from(keyed.peek(&key));
-                let expected = match &models[usize::from(key)] {
-                    Some(model) => model.peek(now, 1),
-                    None => M::fresh(&policy).acquire(now, 1),
+                let expected = match &held[usize::from(key)] {
+                    Held::Yes(model) => model.peek(now, 1),
+                    Held::No | Held::Maybe => M::fresh(&policy).acquire(now, 1),
                 };
                 assert_eq!(got, expected, "keyed, step {step} at {now} ns: {op:?}");
                 if key == 0 {
@@ -337,8 +376,12 @@ fn drive<M: KeyModel>(policy: Policy, ops: &[Op]) {
             }
             Op::Reset { key } => {
                 let key = key % KEYS;
-                let tracked = models[usize::from(key)].take().is_some();
-                assert_eq!(keyed.reset(&key), tracked, "step {step}: {op:?}");
+                let removed = keyed.reset(&key);
+                match std::mem::replace(&mut held[usize::from(key)], Held::No) {
+                    Held::Yes(_) => assert!(removed, "step {step}: {op:?} removed nothing"),
+                    Held::No => assert!(!removed, "step {step}: {op:?} removed an untracked key"),
+                    Held::Maybe => {}
+                }
                 if key == 0 {
                     // The keyed state is forgotten, the direct one is not.
                     cross_check = false;
@@ -346,25 +389,41 @@ fn drive<M: KeyModel>(policy: Policy, ops: &[Op]) {
             }
             Op::Evict => {
                 let now = clock.now();
-                let mut expected = 0;
-                for (key, model) in models.iter_mut().enumerate() {
-                    if model.as_ref().is_some_and(|m| m.is_at_rest(now)) {
-                        *model = None;
-                        expected += 1;
+                // Keys surely tracked and at rest must go; keys perhaps swept already may.
+                let (mut sure, mut maybe) = (0, 0);
+                for (key, slot) in held.iter_mut().enumerate() {
+                    let goes = match slot {
+                        Held::Yes(m) if m.is_at_rest(now) => {
+                            sure += 1;
+                            true
+                        }
+                        Held::Maybe => {
+                            maybe += 1;
+                            true
+                        }
+                        Held::Yes(_) | Held::No => false,
+                    };
+                    if goes {
+                        *slot = Held::No;
                         if key == 0 {
                             key0_evicted_at = key0_evicted_at.max(Some(now));
                         }
                     }
                 }
-                assert_eq!(
-                    keyed.evict_idle(),
-                    expected,
-                    "step {step} at {now} ns: evicted"
+                let evicted = keyed.evict_idle();
+                assert!(
+                    (sure..=sure + maybe).contains(&evicted),
+                    "step {step} at {now} ns: evicted {evicted}, expected {sure} (+ up to {maybe} perhaps swept)"
                 );
             }
         }
-        let tracked = models.iter().filter(|m| m.is_some()).count();
-        assert_eq!(keyed.len(), tracked, "step {step}: keys tracked");
+        let sure = held.iter().filter(|h| matches!(h, Held::Yes(_))).count();
+        let maybe = held.iter().filter(|h| matches!(h, Held::Maybe)).count();
+        let len = keyed.len();
+        assert!(
+            (sure..=sure + maybe).contains(&len),
+            "step {step}: {len} keys tracked, expected {sure} (+ up to {maybe} perhaps swept)"
+        );
         let now = clock.now();
         if key0_evicted_at.is_some_and(|at| now < at) {
             cross_check = false;
@@ -406,6 +465,7 @@ impl Input {
                 band(&mut out, b);
             }
         }
+        out.push(u8::from(self.setup.sweep));
         for op in &self.ops {
             out.push(1);
             match *op {
@@ -466,10 +526,12 @@ pub fn seeds() -> Vec<(&'static str, Input)> {
     let long = |algorithm, permits, window_ms| Setup {
         band: long_band(algorithm, permits, window_ms),
         and: None,
+        sweep: false,
     };
     let tiny = |algorithm, permits, window| Setup {
         band: tiny_band(algorithm, permits, window),
         and: None,
+        sweep: false,
     };
     let acquire = |key, cost| Op::Acquire { key, cost };
     let peek = |key| Op::Peek { key };
@@ -583,6 +645,33 @@ pub fn seeds() -> Vec<(&'static str, Input)> {
         ));
     }
 
+    // The library's automatic eviction on: keys at rest may vanish whenever a new key is
+    // inserted; every key comes and goes.
+    for (name, algorithm) in algorithms {
+        let mut ops = Vec::new();
+        for round in 0..3 {
+            for key in 0..KEYS {
+                ops.extend([acquire(key, 1 + round), peek(key), Op::Tick(Tick::One)]);
+            }
+            ops.extend([Op::Tick(Tick::LongWindow), Op::Tick(Tick::LongWindow)]);
+            ops.extend([acquire(round, 1), reset(3), Op::Evict, acquire(3, 2)]);
+        }
+        seeds.push((
+            match name {
+                "token-bucket" => "seed-sweep-token-bucket",
+                "sliding-log" => "seed-sweep-sliding-log",
+                _ => "seed-sweep-sliding-counter",
+            },
+            Input {
+                setup: Setup {
+                    sweep: true,
+                    ..tiny(algorithm, 4, 12)
+                },
+                ops,
+            },
+        ));
+    }
+
     // A clock that jumps back by most of a window after a burst, then forward again.
     for (name, algorithm) in algorithms {
         let mut ops = vec![
@@ -656,6 +745,7 @@ pub fn seeds() -> Vec<(&'static str, Input)> {
                         scale: Scale::Short,
                         window: 40 - 17,
                     }),
+                    sweep: false,
                 },
                 ops,
             },
@@ -669,6 +759,7 @@ pub fn seeds() -> Vec<(&'static str, Input)> {
             setup: Setup {
                 band: tiny_band(Algo::SlidingCounter, 3, 9),
                 and: Some(tiny_band(Algo::SlidingCounter, 3, 9)),
+                sweep: false,
             },
             ops: vec![
                 acquire(0, 3),
@@ -703,6 +794,7 @@ pub fn seeds() -> Vec<(&'static str, Input)> {
                     window: 50_370_969,
                 },
                 and: None,
+                sweep: false,
             },
             ops: vec![
                 acquire(0, 4),

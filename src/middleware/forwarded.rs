@@ -254,10 +254,11 @@ impl ClientIp {
     /// # Ok::<(), tollgate::middleware::ConfigError>(())
     /// ```
     #[must_use]
-    pub fn connect_info<T: Any + Send + Sync>(
-        mut self,
-        address: impl Fn(&T) -> IpAddr + Send + Sync + 'static,
-    ) -> Self {
+    pub fn connect_info<T, A>(mut self, address: impl Fn(&T) -> A + Send + Sync + 'static) -> Self
+    where
+        T: Any + Send + Sync,
+        A: Into<Option<IpAddr>>,
+    {
         self.peer.add_lookup(address);
         self
     }

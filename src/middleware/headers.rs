@@ -75,6 +75,7 @@ pub(crate) struct Fields {
 impl Fields {
     /// Adds the fields to `headers`.
     pub(crate) fn apply(self, headers: &mut HeaderMap) {
+        headers.reserve(self.items.iter().flatten().count());
         for (name, value) in self.items.into_iter().flatten() {
             if self.append {
                 headers.append(name, value);
@@ -184,11 +185,14 @@ impl Rendered {
             }
         };
         let name = self.names.get(index).unwrap_or(&self.names[0]);
-        let state = format!(
-            "{name};r={};t={}",
-            decision.remaining(),
-            decision.reset_after_secs()
-        );
+        let (r, t) = (decision.remaining(), decision.reset_after_secs());
+        // Exactly sized, so the header value takes the buffer over without copying it.
+        let mut state = Vec::with_capacity(name.len() + 6 + digits(r) + digits(t));
+        state.extend_from_slice(name.as_bytes());
+        state.extend_from_slice(b";r=");
+        push_digits(&mut state, r);
+        state.extend_from_slice(b";t=");
+        push_digits(&mut state, t);
         [
             Some((RATELIMIT_POLICY, policy_value)),
             Some((RATELIMIT, header_value(state))),
@@ -197,10 +201,38 @@ impl Rendered {
     }
 }
 
-/// A header value from a string built of validated ASCII.
-fn header_value(value: String) -> HeaderValue {
-    HeaderValue::from_maybe_shared(Bytes::from(value))
+/// A header value from bytes built of validated ASCII.
+fn header_value(value: impl Into<Vec<u8>>) -> HeaderValue {
+    HeaderValue::from_maybe_shared(Bytes::from(value.into()))
         .unwrap_or_else(|_| HeaderValue::from_static(""))
+}
+
+/// `n` as a header value, in one exactly sized allocation.
+fn number(n: u64) -> HeaderValue {
+    let mut out = Vec::with_capacity(digits(n));
+    push_digits(&mut out, n);
+    header_value(out)
+}
+
+/// The number of decimal digits of `n`.
+fn digits(n: u64) -> usize {
+    n.checked_ilog10().map_or(1, |d| d as usize + 1)
+}
+
+/// Appends `n` in decimal.
+fn push_digits(out: &mut Vec<u8>, n: u64) {
+    let mut buf = [0u8; 20];
+    let mut i = buf.len();
+    let mut n = n;
+    loop {
+        i -= 1;
+        buf[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&buf[i..]);
 }
 
 /// A window in seconds for the `w` parameter, which is an integer: rounded up, at least 1.
@@ -222,7 +254,7 @@ fn window_label(nanos: u128) -> String {
     let (size, unit) = UNITS
         .iter()
         .copied()
-        .find(|(size, _)| nanos % size == 0)
+        .find(|(size, _)| nanos.is_multiple_of(*size))
         .unwrap_or((1, "ns"));
     format!("{}{unit}", nanos / size)
 }
@@ -232,9 +264,9 @@ pub(crate) fn fields(style: HeaderStyle, rendered: &Rendered, decision: &Decisio
     let triple = |names: [HeaderName; 3]| {
         let [limit, remaining, reset] = names;
         [
-            Some((limit, HeaderValue::from(decision.limit()))),
-            Some((remaining, HeaderValue::from(decision.remaining()))),
-            Some((reset, HeaderValue::from(decision.reset_after_secs()))),
+            Some((limit, number(decision.limit()))),
+            Some((remaining, number(decision.remaining()))),
+            Some((reset, number(decision.reset_after_secs()))),
         ]
     };
     match style {
@@ -368,6 +400,16 @@ mod tests {
         );
         let r = Rendered::new(&sf_string("a\"b\\c").unwrap(), policy("2/3s"));
         assert_eq!(r.value.unwrap(), r#""a\"b\\c";q=2;w=3"#);
+    }
+
+    #[test]
+    fn decimal_digits() {
+        for n in [0, 1, 9, 10, 99, 100, 12_345, u64::MAX] {
+            let mut out = Vec::new();
+            push_digits(&mut out, n);
+            assert_eq!(out, n.to_string().as_bytes());
+            assert_eq!(digits(n), out.len());
+        }
     }
 
     #[test]

@@ -225,7 +225,7 @@ impl Rule {
 #[derive(Clone)]
 enum Target {
     Exempt,
-    Limit(Rule),
+    Limit(Box<Rule>),
 }
 
 /// Everything a [`RateLimit`] service needs, shared by all its clones.
@@ -487,7 +487,7 @@ impl RateLimitLayer {
         let config = self.config();
         let mut rule = Rule::new(limiter, route.name.clone(), &config.name);
         rule.extractor = route.extractor.clone();
-        config.routes.push((route, Target::Limit(rule)));
+        config.routes.push((route, Target::Limit(Box::new(rule))));
         self
     }
 

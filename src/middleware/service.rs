@@ -35,12 +35,12 @@ use super::layer::{Config, Outcome};
 /// let layer = RateLimitLayer::new(RateLimiter::new("1/min".parse()?)).key(GlobalKey);
 /// let mut service: RateLimit<Router> = layer.layer(Router::new().route("/", get(|| async { "ok" })));
 ///
-/// std::future::poll_fn(|cx| service.poll_ready(cx)).await?;
+/// std::future::poll_fn(|cx| Service::<Request<Body>>::poll_ready(&mut service, cx)).await?;
 /// let first = service.call(Request::new(Body::empty())).await?;
 /// assert_eq!(first.status(), StatusCode::OK);
 /// assert_eq!(first.headers()["ratelimit"], "\"default\";r=0;t=60");
 ///
-/// std::future::poll_fn(|cx| service.poll_ready(cx)).await?;
+/// std::future::poll_fn(|cx| Service::<Request<Body>>::poll_ready(&mut service, cx)).await?;
 /// let second = service.call(Request::new(Body::empty())).await?;
 /// assert_eq!(second.status(), StatusCode::TOO_MANY_REQUESTS);
 /// assert_eq!(second.headers()["retry-after"], "60");

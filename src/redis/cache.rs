@@ -4,23 +4,30 @@
 //!
 //! The cache only ever answers with a refusal; every admission still comes from the Redis
 //! script, so the cache cannot let anything through that Redis would refuse. It also refuses
-//! only what Redis would refuse at that moment:
+//! only what Redis would refuse at that moment, and says so with Redis's own retry_after:
 //!
-//! * Redis refused a request of cost `c` at its instant `t0` with `retry_after` `r`: `r` is
-//!   the first instant at which that request fits *if nothing else is admitted meanwhile*.
-//!   With nothing admitted, a key's availability never shrinks as time passes (debts drain,
-//!   entries leave, counts roll out), and admissions by any server only shrink it. So until
-//!   `t0 + r` Redis refuses cost `c`, and every larger cost, which needs more.
-//! * The cache answers only requests of cost `>= c`, and only before `sent + r`, where
-//!   `sent` is read before the request was sent, so `sent <= t0` in real time.
+//! * Redis refused a request of cost `c` at its instant `t0` with `retry_after` `r`: `t0 + r`
+//!   is the first instant at which that request fits *if nothing else is admitted
+//!   meanwhile*. With nothing admitted, a key's availability never shrinks as time passes
+//!   (debts drain, entries leave, counts roll out), so the request is refused at every
+//!   instant before `t0 + r`, and at each of them Redis would report the same retry instant
+//!   `t0 + r` and the same reset instant. Admissions by any server only shrink
+//!   availability: they can make Redis refuse for longer, never shorter.
+//! * The cache answers only requests of the same cost `c` (a peek counts as cost 1), and only
+//!   before `sent + r`, where `sent` was read before the request was sent, so `sent <= t0`
+//!   in real time.
 //! * Redis counts in whole microseconds (TIME truncated), so the deadline is pulled in by
 //!   one microsecond, and by one part in a thousand of `r` for any difference between the
 //!   rates of the local monotonic clock and Redis's clock. With an injected test clock (one
 //!   clock for both) the deadline is exact: `sent + r`.
 //!
-//! A cached refusal reports `retry_after` counted down to the deadline, `reset_after` counted
-//! down from the refusal's, and the refusal's `remaining` (what was available at `t0`, a
-//! lower bound of what is available now).
+//! A cached refusal reports `retry_after` and `reset_after` counted down to the instants Redis
+//! gave, and the refusal's `remaining` and `limit` (what was available at `t0`: a lower bound
+//! of what is available now; for a composite policy, the band that had least then). An admission of the key through this limiter (of another cost) drops its
+//! cached refusal, since it may have lengthened it; admissions through other servers are
+//! not seen, so their refusals may then report a shorter wait than Redis would now (Redis's
+//! own retry_after carries the same caveat: "if nothing else is admitted meanwhile"). `tests/redis.rs` checks each cached refusal against Redis's own answer at
+//! the same instant.
 
 use scc::HashMap;
 
@@ -33,7 +40,7 @@ struct Refusal {
     until: u64,
     /// The clock reading (ns) at which the key's state is at rest.
     reset_at: u64,
-    /// The smallest cost this refusal covers: the refused cost.
+    /// The refused cost: the refusal answers requests of this cost only.
     cost: u64,
     /// What the refusal reported as available.
     remaining: u64,
@@ -67,7 +74,7 @@ impl DenyCache {
             self.map.remove_if_sync(key, |r| now >= r.until);
             return None;
         }
-        (cost >= refusal.cost).then(|| {
+        (cost == refusal.cost).then(|| {
             Decision::deny(
                 refusal.remaining,
                 refusal.limit,

@@ -1,11 +1,14 @@
 //! The connection (one node or a cluster) and the script call: `EVALSHA`, sent again as
 //! `EVAL` on `NOSCRIPT`, retried only on replies that prove the script did not run.
 
+use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
 use ::redis::aio::ConnectionManager;
 use ::redis::cluster_async::ClusterConnection;
 use ::redis::{Cmd, ErrorKind, RedisError, ServerErrorKind, Value};
+
+use super::failure::bump;
 
 /// A connection that reconnects by itself: the connection manager for one node (a
 /// multiplexed connection, replaced in the background when it drops), or the cluster client
@@ -29,16 +32,9 @@ impl Conn {
 /// redirect, a node still loading); the limiter's timeout bounds the whole call anyway.
 const RETRIES: u32 = 6;
 
-/// What the script call came to.
-pub(crate) struct Outcome {
-    pub(crate) reply: Result<Value, RedisError>,
-    /// How many times the script had to be sent in full (`NOSCRIPT`).
-    pub(crate) reloads: u64,
-}
-
 /// Runs the script with `keys` and `args`: `EVALSHA sha`; after `NOSCRIPT` (Redis restarted,
 /// failed over, or ran `SCRIPT FLUSH`) the same call as `EVAL source`, which also caches the
-/// script again.
+/// script again (each such reload bumps `reloads`).
 ///
 /// Never double-counts: a call is sent again only after a reply that Redis gives *instead of*
 /// running the script (`NOSCRIPT`, `MOVED`, `ASK`, `TRYAGAIN`, `CLUSTERDOWN`, `LOADING`,
@@ -52,8 +48,8 @@ pub(crate) async fn eval(
     source: &str,
     keys: &[String],
     args: &[String],
-) -> Outcome {
-    let mut reloads = 0;
+    reloads: &AtomicU64,
+) -> Result<Value, RedisError> {
     let mut full = false;
     let mut attempt = 0;
     loop {
@@ -69,14 +65,14 @@ pub(crate) async fn eval(
         cmd.arg(keys.len()).arg(keys).arg(args);
         match conn.query(&cmd).await {
             Err(err) if err.kind() == ErrorKind::Server(ServerErrorKind::NoScript) && !full => {
-                reloads += 1;
+                bump(reloads);
                 full = true;
             }
             Err(err) if did_not_run(&err) && attempt < RETRIES => {
                 attempt += 1;
                 tokio::time::sleep(Duration::from_millis(1 << attempt)).await;
             }
-            reply => return Outcome { reply, reloads },
+            reply => return reply,
         }
     }
 }

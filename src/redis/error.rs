@@ -49,6 +49,9 @@ pub enum BackendError {
     Redis(::redis::RedisError),
     /// Redis did not answer within the limiter's timeout.
     Timeout(Duration),
+    /// A recent call to Redis failed, and calls skip Redis until the next probe (see
+    /// [`FailurePolicy`](super::FailurePolicy)).
+    Unavailable,
     /// Redis answered with something the script never returns (another program wrote the
     /// script's keys, or a different script answered to its SHA).
     Reply(String),
@@ -73,6 +76,9 @@ impl fmt::Display for BackendError {
             BackendError::Timeout(timeout) => {
                 write!(f, "redis did not answer within the timeout of {timeout:?}")
             }
+            BackendError::Unavailable => f.write_str(
+                "redis is unavailable: a recent call failed, and calls skip redis until the next probe",
+            ),
             BackendError::Reply(reply) => write!(f, "unexpected reply from redis: {reply}"),
         }
     }

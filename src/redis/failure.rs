@@ -38,6 +38,10 @@ use crate::RateLimiter;
 /// ```
 #[derive(Default)]
 #[non_exhaustive]
+#[allow(
+    clippy::large_enum_variant,
+    reason = "built once per limiter and kept behind its Arc; boxing would only cost callers a Box::new"
+)]
 pub enum FailurePolicy {
     /// Return the failure as an error: [`BackendError::Timeout`](super::BackendError) or
     /// [`BackendError::Redis`](super::BackendError). The caller decides. The default.
@@ -203,8 +207,10 @@ impl Breaker {
     /// Redis failed: `true` when this switches to the failure policy.
     pub(crate) fn failed(&self) -> bool {
         // Relaxed: see `should_try`.
-        self.next_probe
-            .store(self.now().saturating_add(self.interval()), Ordering::Relaxed);
+        self.next_probe.store(
+            self.now().saturating_add(self.interval()),
+            Ordering::Relaxed,
+        );
         !self.failing.swap(true, Ordering::Relaxed)
     }
 

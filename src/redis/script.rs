@@ -80,7 +80,9 @@ impl Bands {
             };
             // "token-bucket 5/1s" -> "tb:5/1s": readable, and distinct for distinct bands.
             let shown = band.to_string();
-            let rate = shown.split_once(' ').map_or(shown.as_str(), |(_, rate)| rate);
+            let rate = shown
+                .split_once(' ')
+                .map_or(shown.as_str(), |(_, rate)| rate);
             bands.push(Band {
                 suffix: format!("{code}:{rate}"),
                 args: [
@@ -92,11 +94,6 @@ impl Bands {
             });
         }
         Ok(Bands { bands })
-    }
-
-    /// How many bands (and keys per call).
-    pub(crate) fn len(&self) -> usize {
-        self.bands.len()
     }
 
     /// The Redis key of each band for the limiter key `key`: `<prefix>:{<key>}:<band>`.
@@ -220,7 +217,10 @@ mod tests {
     #[test]
     fn windows_round_up_to_microseconds() {
         let bands = Bands::new(&"3/1s".parse().unwrap()).unwrap();
-        assert_eq!(bands.args(None, 1), ["", "1", "tb", "3", "1000000", "333334"]);
+        assert_eq!(
+            bands.args(None, 1),
+            ["", "1", "tb", "3", "1000000", "333334"]
+        );
         let bands = Bands::new(&"sliding-log 2/1500ns".parse().unwrap()).unwrap();
         assert_eq!(bands.args(Some(7), 0), ["7", "0", "sl", "2", "2", "0"]);
         assert!(matches!(

@@ -1,0 +1,240 @@
+//! The hot paths, timed as the minimum of many repetitions: a steadier reading than
+//! criterion's medians on a machine that other work shares (see docs/BENCHMARKS.md).
+//!
+//! ```text
+//! cargo run --release --example hot_path            # 15 repetitions of 1,000,000 calls
+//! cargo run --release --example hot_path -- 31 2000000
+//! ```
+//!
+//! Every contestant is called through a function that is never inlined, so all pay the same
+//! call; each row is the fastest repetition, in ns per decision. Interference from other
+//! processes only ever adds time, so the minimum is the closest to what the code costs. The
+//! thread rows start 2 threads together and report wall time / (2 x calls): ns per decision
+//! of aggregate throughput.
+
+use std::hint::black_box;
+use std::num::NonZeroU32;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Barrier;
+use std::time::Instant;
+
+use tollgate::{Clock, Decision, DirectLimiter, Policy, RateLimiter, SystemClock};
+
+type GovDirect = governor::DefaultDirectRateLimiter;
+type GovKeyed<K> = governor::DefaultKeyedRateLimiter<K>;
+
+/// One clock read, one load, one compare-and-swap: the floor of any exact decision.
+struct Floor {
+    word: crossbeam_utils::CachePadded<AtomicU64>,
+    clock: SystemClock,
+}
+
+#[inline(never)]
+fn floor(f: &Floor) -> bool {
+    let now = f.clock.now();
+    let cur = f.word.load(Ordering::Relaxed);
+    f.word
+        .compare_exchange(cur, cur.max(now) + 1, Ordering::Relaxed, Ordering::Relaxed)
+        .is_ok()
+}
+
+#[inline(never)]
+fn direct(l: &DirectLimiter) -> Decision {
+    l.try_acquire()
+}
+
+#[inline(never)]
+fn gov_direct(l: &GovDirect) -> bool {
+    l.check().is_ok()
+}
+
+#[inline(never)]
+fn keyed_u64(l: &RateLimiter<u64>, k: &u64) -> Decision {
+    l.try_acquire(k)
+}
+
+#[inline(never)]
+fn gov_u64(l: &GovKeyed<u64>, k: &u64) -> bool {
+    l.check_key(k).is_ok()
+}
+
+#[inline(never)]
+fn keyed_str(l: &RateLimiter<String>, k: &str) -> Decision {
+    l.try_acquire(k)
+}
+
+#[inline(never)]
+fn gov_string(l: &GovKeyed<String>, k: &String) -> bool {
+    l.check_key(k).is_ok()
+}
+
+struct Bench {
+    reps: usize,
+    calls: u64,
+}
+
+impl Bench {
+    /// The fastest of `reps` runs of `calls` calls, in ns per call.
+    fn single(&self, mut f: impl FnMut()) -> f64 {
+        (0..self.reps)
+            .map(|_| {
+                let start = Instant::now();
+                for _ in 0..self.calls {
+                    f();
+                }
+                start.elapsed().as_nanos() as f64 / self.calls as f64
+            })
+            .fold(f64::MAX, f64::min)
+    }
+
+    /// The fastest of `reps` runs of 2 threads x `calls` calls, in ns per decision of
+    /// aggregate throughput.
+    fn two_threads(&self, f: impl Fn() + Sync) -> f64 {
+        (0..self.reps)
+            .map(|_| {
+                let barrier = Barrier::new(2);
+                let spans: Vec<(Instant, Instant)> = std::thread::scope(|s| {
+                    let run = || {
+                        barrier.wait();
+                        let start = Instant::now();
+                        for _ in 0..self.calls {
+                            f();
+                        }
+                        (start, Instant::now())
+                    };
+                    let a = s.spawn(run);
+                    let b = s.spawn(run);
+                    vec![a.join().expect("thread"), b.join().expect("thread")]
+                });
+                let start = spans.iter().map(|s| s.0).min().expect("two spans");
+                let end = spans.iter().map(|s| s.1).max().expect("two spans");
+                (end - start).as_nanos() as f64 / (2 * self.calls) as f64
+            })
+            .fold(f64::MAX, f64::min)
+    }
+}
+
+/// A fixed shuffle of `0..n` (splitmix64-driven Fisher-Yates).
+fn shuffled(n: usize) -> Vec<usize> {
+    let mut state = 0x5eed_u64;
+    let mut order: Vec<usize> = (0..n).collect();
+    for i in (1..n).rev() {
+        state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^= z >> 31;
+        order.swap(i, (z % (i as u64 + 1)) as usize);
+    }
+    order
+}
+
+fn row(case: &str, tollgate: f64, governor: f64, floor: Option<f64>) {
+    let floor = floor.map_or(String::from("-"), |f| format!("{:.2}x", tollgate / f));
+    println!(
+        "{case:<30} {tollgate:>9.2} {governor:>9.2} {:>13.2}x {floor:>10}",
+        governor / tollgate
+    );
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let mut args = std::env::args().skip(1);
+    let bench = Bench {
+        reps: args.next().map_or(Ok(15), |s| s.parse())?,
+        calls: args.next().map_or(Ok(1_000_000), |s| s.parse())?,
+    };
+    let policy: Policy = "token-bucket 1000000000/1s".parse()?;
+    let quota = governor::Quota::per_second(NonZeroU32::new(1_000_000_000).ok_or("zero")?);
+
+    println!(
+        "min of {} x {} calls, ns per decision\n",
+        bench.reps, bench.calls
+    );
+    println!(
+        "{:<30} {:>9} {:>9} {:>14} {:>10}",
+        "case", "tollgate", "governor", "tg speed-up", "tg/floor"
+    );
+
+    let fl = Floor {
+        word: crossbeam_utils::CachePadded::new(AtomicU64::new(0)),
+        clock: SystemClock::new(),
+    };
+    let f = bench.single(|| {
+        black_box(floor(black_box(&fl)));
+    });
+    println!("{:<30} {f:>9.2}", "floor");
+
+    let d = DirectLimiter::new(policy);
+    let gd = governor::RateLimiter::direct(quota);
+    let t = bench.single(|| {
+        let _ = black_box(direct(black_box(&d)));
+    });
+    let g = bench.single(|| {
+        black_box(gov_direct(black_box(&gd)));
+    });
+    row("direct", t, g, Some(f));
+
+    let k: RateLimiter<u64> = RateLimiter::new(policy);
+    let gk: GovKeyed<u64> = governor::RateLimiter::keyed(quota);
+    let key = 42_u64;
+    let t = bench.single(|| {
+        let _ = black_box(keyed_u64(black_box(&k), black_box(&key)));
+    });
+    let g = bench.single(|| {
+        black_box(gov_u64(black_box(&gk), black_box(&key)));
+    });
+    row("keyed hot u64", t, g, Some(f));
+
+    let s: RateLimiter<String> = RateLimiter::new(policy);
+    let gs: GovKeyed<String> = governor::RateLimiter::keyed(quota);
+    let owned = String::from("user-000042");
+    let t = bench.single(|| {
+        let _ = black_box(keyed_str(black_box(&s), black_box(owned.as_str())));
+    });
+    let g = bench.single(|| {
+        black_box(gov_string(black_box(&gs), black_box(&owned)));
+    });
+    row("keyed hot String by &str", t, g, Some(f));
+
+    let n = 100_000;
+    let order = shuffled(n);
+    let u64_keys: Vec<u64> = order.iter().map(|&i| i as u64).collect();
+    for key in &u64_keys {
+        assert!(keyed_u64(&k, key).is_allowed());
+        assert!(gov_u64(&gk, key));
+    }
+    let mut i = 0;
+    let mut next = || {
+        i = if i + 1 == n { 0 } else { i + 1 };
+        i
+    };
+    let t = bench.single(|| {
+        let _ = black_box(keyed_u64(&k, &u64_keys[next()]));
+    });
+    let g = bench.single(|| {
+        black_box(gov_u64(&gk, &u64_keys[next()]));
+    });
+    row("100k u64 keys, random", t, g, None);
+
+    let strings: Vec<String> = order.iter().map(|i| format!("user-{i:06}")).collect();
+    for key in &strings {
+        assert!(keyed_str(&s, key).is_allowed());
+        assert!(gov_string(&gs, key));
+    }
+    let t = bench.single(|| {
+        let _ = black_box(keyed_str(&s, &strings[next()]));
+    });
+    let g = bench.single(|| {
+        black_box(gov_string(&gs, &strings[next()]));
+    });
+    row("100k String keys, random", t, g, None);
+
+    let t = bench.two_threads(|| {
+        let _ = black_box(keyed_u64(&k, black_box(&key)));
+    });
+    let g = bench.two_threads(|| {
+        black_box(gov_u64(&gk, black_box(&key)));
+    });
+    row("2 threads, one u64 key", t, g, None);
+    Ok(())
+}

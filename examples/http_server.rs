@@ -1,0 +1,102 @@
+//! An axum server behind tollgate's HTTP middleware: `GET /` answers 200 "ok", keyed by the
+//! peer's IP address (IPv6 masked to /64), under the policy in `TOLLGATE_POLICY`.
+//!
+//! ```text
+//! cargo run --release --features tower --example http_server
+//! TOLLGATE_POLICY="10/s & 1000/day" PORT=8080 cargo run --release --features tower --example http_server
+//! curl -i http://127.0.0.1:3000/
+//! ```
+//!
+//! | variable | default | meaning |
+//! |---|---|---|
+//! | `PORT` | `3000` | port on 127.0.0.1 |
+//! | `TOLLGATE_POLICY` | `5/1s` | any policy string (`"100/min"`, `"sliding-log 5 per 15m"`, `"10/s & 1000/day"`), or `off` for the same router without the layer (the baseline of the load test in docs/BENCHMARKS.md) |
+//! | `TOLLGATE_MAX_KEYS` | `100000` | most client addresses tracked at once |
+
+#[cfg(feature = "tower")]
+mod server {
+    use std::net::SocketAddr;
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use axum::extract::ConnectInfo;
+    use axum::routing::get;
+    use axum::Router;
+    use tollgate::middleware::{LimitKey, PeerIp, RateLimitLayer};
+    use tollgate::{Policy, RateLimiter};
+
+    pub(crate) fn main() -> Result<(), Box<dyn std::error::Error>> {
+        let policy_text = env_or("TOLLGATE_POLICY", "5/1s");
+        let policy: Option<Policy> = match policy_text.as_str() {
+            "off" => None,
+            text => Some(text.parse().map_err(|e| format!("TOLLGATE_POLICY: {e}"))?),
+        };
+        let port: u16 = env_or("PORT", "3000")
+            .parse()
+            .map_err(|e| format!("PORT: {e}"))?;
+        let max_keys: usize = env_or("TOLLGATE_MAX_KEYS", "100000")
+            .parse()
+            .map_err(|e| format!("TOLLGATE_MAX_KEYS: {e}"))?;
+
+        let app = Router::new().route("/", get(|| async { "ok" }));
+        let limiter: Option<Arc<RateLimiter<LimitKey>>> =
+            policy.map(|policy| Arc::new(RateLimiter::new(policy).max_keys(max_keys)));
+        let app = match &limiter {
+            Some(limiter) => app.layer(
+                RateLimitLayer::new(Arc::clone(limiter))
+                    .key(PeerIp::new().connect_info(|c: &ConnectInfo<SocketAddr>| c.0.ip())),
+            ),
+            None => app,
+        };
+
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()?;
+        runtime.block_on(async move {
+            // Reclaim idle clients' memory now and then (new keys also sweep as they arrive).
+            if let Some(evictor) = limiter.clone() {
+                tokio::spawn(async move {
+                    loop {
+                        tokio::time::sleep(Duration::from_secs(30)).await;
+                        evictor.evict_idle();
+                    }
+                });
+            }
+            let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await?;
+            match policy {
+                Some(policy) => eprintln!(
+                    "listening on http://{} with policy {policy}",
+                    listener.local_addr()?
+                ),
+                None => eprintln!(
+                    "listening on http://{} without rate limiting",
+                    listener.local_addr()?
+                ),
+            }
+            axum::serve(
+                listener,
+                app.into_make_service_with_connect_info::<SocketAddr>(),
+            )
+            .await?;
+            Ok(())
+        })
+    }
+
+    fn env_or(name: &str, default: &str) -> String {
+        std::env::var(name).unwrap_or_else(|_| default.to_owned())
+    }
+}
+
+#[cfg(feature = "tower")]
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    server::main()
+}
+
+#[cfg(not(feature = "tower"))]
+fn main() {
+    eprintln!(
+        "this example needs the `tower` feature: \
+         cargo run --release --features tower --example http_server"
+    );
+    std::process::exit(2);
+}

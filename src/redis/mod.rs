@@ -1,0 +1,823 @@
+//! Per-key state in Redis or a Redis Cluster, so that one limit holds across every server
+//! (feature `redis`): [`RedisLimiter`].
+//!
+//! The same [`Policy`] and [`Decision`] as the in-process limiters, decided by one Lua script
+//! per request that runs the same integer arithmetic (GCRA, the sliding window counter, the
+//! sliding window log, and composite policies all or nothing) on state kept in Redis, with
+//! time from Redis `TIME`: no clock skew between application servers.
+//!
+//! | type | role |
+//! |---|---|
+//! | [`RedisLimiter`] | `try_acquire`, `try_acquire_n`, `peek` against Redis; cheap to clone |
+//! | [`RedisLimiterBuilder`] | prefix, timeout, failure policy, deny cache, probe interval |
+//! | [`FailurePolicy`] | what decides while Redis is slow or down: error, open, closed, local limiter |
+//! | [`BackendStats`] | decisions by source, switches, timeouts, script reloads |
+//! | [`BackendError`] | why a decision could not be made |
+//!
+//! ```no_run
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! use std::time::Duration;
+//! use tollgate::redis::{FailurePolicy, RedisLimiter};
+//! use tollgate::RateLimiter;
+//!
+//! let limiter = RedisLimiter::builder("100/min & 1000/day".parse()?)
+//!     .prefix("api")
+//!     .timeout(Duration::from_millis(20))
+//!     .failure_policy(FailurePolicy::Local(RateLimiter::new("25/min".parse()?)))
+//!     .connect("redis://127.0.0.1:6379")
+//!     .await?;
+//! let decision = limiter.try_acquire("alice").await?;
+//! if !decision.is_allowed() {
+//!     println!("429, Retry-After: {}", decision.retry_after_secs());
+//! }
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # Time and exactness
+//!
+//! Lua numbers in Redis are doubles, exact for integers below 2^53; nanoseconds since the Unix
+//! epoch are beyond that, so the scripts count in **microseconds** (what `TIME` gives). Each
+//! band's window is rounded up to whole microseconds, and the scripts then run exactly the
+//! in-process arithmetic with one tick = 1 µs: a policy decides in Redis as the same policy
+//! with its window in µs decides in process with a clock in µs. Windows must be at most 2^50
+//! µs (about 35.7 years) and ask for at most one permit per microsecond
+//! ([`BackendError::UnsupportedPolicy`] otherwise). See `docs/REDIS.md`.
+//!
+//! # Keys
+//!
+//! A limiter key `alice` under a policy `"10/s & sliding-counter 1000/day"` and the default
+//! prefix keeps its state in `tollgate:{alice}:tb:10/1s` and `tollgate:{alice}:sc:1000/1d`: one
+//! Redis key per band, sharing the `{alice}` hash tag, so a Redis Cluster keeps them in one
+//! slot and decides them in one script call. Every key expires when its state is at rest
+//! again (its `reset_after`), so idle keys vanish by themselves.
+
+mod cache;
+mod conn;
+mod error;
+mod failure;
+mod script;
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use ::redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use ::redis::cluster::ClusterClientBuilder;
+
+use crate::{Clock, CostError, Decision, Policy, SystemClock};
+
+use self::cache::DenyCache;
+use self::conn::Conn;
+pub use self::error::BackendError;
+use self::failure::{bump, Breaker, Counters};
+pub use self::failure::{BackendStats, FailurePolicy};
+use self::script::Bands;
+
+/// A rate limiter whose per-key state lives in Redis or a Redis Cluster: every server that
+/// shares the Redis and the key prefix shares one limit per key.
+///
+/// Cheap to clone (the clones share the connection, the deny cache and the counters) and
+/// `Send + Sync`. Calls are async, on tokio; every call is bounded by the limiter's timeout.
+///
+/// | call | Redis round trips |
+/// |---|---|
+/// | [`try_acquire`](RedisLimiter::try_acquire), [`try_acquire_n`](RedisLimiter::try_acquire_n), [`peek`](RedisLimiter::peek) | one `EVALSHA` (none when the deny cache answers; one more `EVAL` after a `NOSCRIPT`) |
+/// | [`reset`](RedisLimiter::reset) | one `DEL` |
+///
+/// # Examples
+///
+/// ```no_run
+/// # async fn run() -> Result<(), tollgate::redis::BackendError> {
+/// use tollgate::redis::RedisLimiter;
+///
+/// let limiter = RedisLimiter::connect("redis://127.0.0.1:6379", "5/s".parse().unwrap()).await?;
+/// let decision = limiter.try_acquire("alice").await?;
+/// assert!(decision.is_allowed());
+/// assert_eq!(decision.limit(), 5);
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct RedisLimiter {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    conn: Conn,
+    policy: Policy,
+    bands: Bands,
+    /// The SHA-1 of [`script::SOURCE`], for `EVALSHA`.
+    sha: String,
+    prefix: String,
+    timeout: Duration,
+    failure: FailurePolicy,
+    breaker: Breaker,
+    cache: Option<DenyCache>,
+    /// The injected clock whose readings replace Redis `TIME` (tests only).
+    test_clock: Option<Arc<dyn Clock>>,
+    /// The deny cache's clock: the test clock, or a monotonic one.
+    clock: Arc<dyn Clock>,
+    counters: Counters,
+}
+
+/// Builds a [`RedisLimiter`]: start with [`RedisLimiter::builder`], finish with
+/// [`connect`](RedisLimiterBuilder::connect) or
+/// [`connect_cluster`](RedisLimiterBuilder::connect_cluster).
+///
+/// | setting | default |
+/// |---|---|
+/// | [`prefix`](RedisLimiterBuilder::prefix) | `"tollgate"` |
+/// | [`timeout`](RedisLimiterBuilder::timeout) | 100 ms per call |
+/// | [`connect_timeout`](RedisLimiterBuilder::connect_timeout) | 2 s |
+/// | [`failure_policy`](RedisLimiterBuilder::failure_policy) | [`FailurePolicy::Error`] |
+/// | [`probe_interval`](RedisLimiterBuilder::probe_interval) | 1 s |
+/// | [`deny_cache`](RedisLimiterBuilder::deny_cache) | on, up to 100,000 keys |
+///
+/// # Examples
+///
+/// ```no_run
+/// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+/// use std::time::Duration;
+/// use tollgate::redis::{FailurePolicy, RedisLimiter};
+///
+/// let limiter = RedisLimiter::builder("10/s".parse()?)
+///     .prefix("login")
+///     .timeout(Duration::from_millis(25))
+///     .failure_policy(FailurePolicy::Closed)
+///     .connect("redis://127.0.0.1:6379")
+///     .await?;
+/// # Ok(())
+/// # }
+/// ```
+#[must_use = "a builder does nothing until it connects"]
+pub struct RedisLimiterBuilder {
+    policy: Policy,
+    prefix: String,
+    timeout: Duration,
+    connect_timeout: Duration,
+    probe_interval: Duration,
+    failure: FailurePolicy,
+    deny_cache: usize,
+    test_clock: Option<Arc<dyn Clock>>,
+}
+
+impl RedisLimiterBuilder {
+    /// The prefix of every Redis key this limiter writes (default `"tollgate"`); an empty
+    /// prefix writes keys that start with the `{key}` hash tag. Limiters share state exactly
+    /// when they share the Redis, the prefix and the policy's bands.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let builder = tollgate::redis::RedisLimiter::builder("5/s".parse()?).prefix("api:v2");
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    pub fn prefix(mut self, prefix: &str) -> Self {
+        prefix.clone_into(&mut self.prefix);
+        self
+    }
+
+    /// The longest a call waits for Redis before the failure policy decides (default 100 ms).
+    /// A call that timed out may still have been decided by Redis (its permits spent); it is
+    /// never sent again.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let builder = tollgate::redis::RedisLimiter::builder("5/s".parse()?)
+    ///     .timeout(Duration::from_millis(20));
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// The longest [`connect`](RedisLimiterBuilder::connect) waits for the first connection
+    /// (default 2 s); later reconnections happen in the background.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let builder = tollgate::redis::RedisLimiter::builder("5/s".parse()?)
+    ///     .connect_timeout(Duration::from_millis(500));
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// What decides while Redis is slow or down (default [`FailurePolicy::Error`]).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::redis::{FailurePolicy, RedisLimiter};
+    /// let builder = RedisLimiter::builder("5/s".parse()?).failure_policy(FailurePolicy::Open);
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    pub fn failure_policy(mut self, failure: FailurePolicy) -> Self {
+        self.failure = failure;
+        self
+    }
+
+    /// While the failure policy decides, how often one call tries Redis again (default 1 s).
+    /// Also the `retry_after` of [`FailurePolicy::Closed`]'s refusals.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let builder = tollgate::redis::RedisLimiter::builder("5/s".parse()?)
+    ///     .probe_interval(Duration::from_millis(250));
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    pub fn probe_interval(mut self, interval: Duration) -> Self {
+        self.probe_interval = interval;
+        self
+    }
+
+    /// The local deny cache: remember up to `max_keys` keys that Redis refused, and refuse
+    /// them locally, without a round trip, until their retry_after (0 turns the cache off;
+    /// default 100,000).
+    ///
+    /// The cache only ever refuses, and refuses only requests Redis would refuse too: of the
+    /// refused cost (a peek counts as cost 1), before the refused request's retry instant
+    /// (with a margin of 1 µs plus 0.1 % for the difference between the local and Redis
+    /// clocks). Its refusals report the `retry_after` and `reset_after` counted down since
+    /// Redis's refusal, and that refusal's `remaining` (a lower bound) and `limit`. Other servers'
+    /// admissions can only lengthen a refusal, so the cache stays sound across servers. See
+    /// `docs/REDIS.md`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let builder = tollgate::redis::RedisLimiter::builder("5/s".parse()?).deny_cache(0);
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    pub fn deny_cache(mut self, max_keys: usize) -> Self {
+        self.deny_cache = max_keys;
+        self
+    }
+
+    /// **For tests only.** Decide at this clock's readings (rounded down to microseconds)
+    /// instead of Redis `TIME`, so that a test can drive time, as with a
+    /// [`FakeClock`](crate::FakeClock) in process. Every limiter that shares keys must then
+    /// share this clock, and keys get no expiry (Redis expires keys on its own clock, which
+    /// an injected time does not follow). Readings must stay below 2^52 µs.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::FakeClock;
+    /// let builder = tollgate::redis::RedisLimiter::builder("5/s".parse()?)
+    ///     .test_clock(FakeClock::new());
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    pub fn test_clock(mut self, clock: impl Clock + 'static) -> Self {
+        self.test_clock = Some(Arc::new(clock));
+        self
+    }
+
+    /// Connects to one Redis server at `url` (`redis://host:port/db`, `rediss://` for TLS
+    /// when the `redis` crate is built with it, `redis+unix:///path`), loads the script, and
+    /// builds the limiter. The connection reconnects by itself whenever it drops.
+    ///
+    /// # Errors
+    ///
+    /// [`BackendError::UnsupportedPolicy`] for a policy the scripts cannot decide,
+    /// [`BackendError::InvalidPrefix`] for a prefix with `{` or `}`,
+    /// [`BackendError::Redis`] for a bad URL or a failed connection or script load, and
+    /// [`BackendError::Timeout`] when that takes longer than the connect timeout.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+    /// let limiter = tollgate::redis::RedisLimiter::builder("5/s".parse()?)
+    ///     .connect("redis://127.0.0.1:6379")
+    ///     .await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn connect(self, url: &str) -> Result<RedisLimiter, BackendError> {
+        let bands = self.validate()?;
+        let client = ::redis::Client::open(url)?;
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(self.connect_timeout))
+            // Each call is bounded by the limiter's own timeout instead.
+            .set_response_timeout(None)
+            // Reconnect in the background with short waits: 50, 100, 200 ms, then again on
+            // the next call.
+            .set_min_delay(Duration::from_millis(50))
+            .set_max_delay(Duration::from_millis(500))
+            .set_number_of_retries(3);
+        let connecting = ConnectionManager::new_with_config(client, config);
+        let manager = tokio::time::timeout(self.connect_timeout, connecting)
+            .await
+            .map_err(|_| BackendError::Timeout(self.connect_timeout))??;
+        self.finish(Conn::Single(manager), bands).await
+    }
+
+    /// Connects to a Redis Cluster through any of its `nodes` (URLs as for
+    /// [`connect`](RedisLimiterBuilder::connect)), loads the script on every primary, and
+    /// builds the limiter. The cluster client follows slot moves and reconnects by itself;
+    /// it is built without request retries of its own, so that a call whose fate is unknown
+    /// is never sent twice (calls are resent only after replies proving they did not run).
+    ///
+    /// # Errors
+    ///
+    /// As for [`connect`](RedisLimiterBuilder::connect).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+    /// let limiter = tollgate::redis::RedisLimiter::builder("10/s & 1000/day".parse()?)
+    ///     .connect_cluster(&["redis://10.0.0.1:7000", "redis://10.0.0.2:7000"])
+    ///     .await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn connect_cluster(self, nodes: &[&str]) -> Result<RedisLimiter, BackendError> {
+        let bands = self.validate()?;
+        let client = ClusterClientBuilder::new(nodes.iter().copied())
+            .retries(0)
+            .connection_timeout(self.connect_timeout)
+            .response_timeout(self.timeout.max(Duration::from_secs(1)))
+            .build()?;
+        let connecting = client.get_async_connection();
+        let conn = tokio::time::timeout(self.connect_timeout, connecting)
+            .await
+            .map_err(|_| BackendError::Timeout(self.connect_timeout))??;
+        self.finish(Conn::Cluster(conn), bands).await
+    }
+
+    fn validate(&self) -> Result<Bands, BackendError> {
+        if self.prefix.contains(['{', '}']) {
+            return Err(BackendError::InvalidPrefix {
+                prefix: self.prefix.clone(),
+            });
+        }
+        Bands::new(&self.policy)
+    }
+
+    async fn finish(self, conn: Conn, bands: Bands) -> Result<RedisLimiter, BackendError> {
+        let sha = ::redis::Script::new(script::SOURCE).get_hash().to_owned();
+        // Load the script now (on every primary of a cluster): the first calls then find it,
+        // and a server that cannot run it fails here rather than on a request.
+        let mut load = ::redis::cmd("SCRIPT");
+        load.arg("LOAD").arg(script::SOURCE);
+        let loaded = tokio::time::timeout(self.connect_timeout, conn.query(&load))
+            .await
+            .map_err(|_| BackendError::Timeout(self.connect_timeout))??;
+        match &loaded {
+            ::redis::Value::BulkString(bytes) if bytes.as_slice() == sha.as_bytes() => {}
+            other => return Err(BackendError::Reply(format!("SCRIPT LOAD: {other:?}"))),
+        }
+        let clock: Arc<dyn Clock> = match &self.test_clock {
+            Some(clock) => Arc::clone(clock),
+            None => Arc::new(SystemClock::new()),
+        };
+        let exact = self.test_clock.is_some();
+        Ok(RedisLimiter {
+            inner: Arc::new(Inner {
+                conn,
+                policy: self.policy,
+                bands,
+                sha,
+                prefix: self.prefix,
+                timeout: self.timeout,
+                failure: self.failure,
+                breaker: Breaker::new(self.probe_interval),
+                cache: (self.deny_cache > 0).then(|| DenyCache::new(self.deny_cache, exact)),
+                test_clock: self.test_clock,
+                clock,
+                counters: Counters::default(),
+            }),
+        })
+    }
+}
+
+impl fmt::Debug for RedisLimiterBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisLimiterBuilder")
+            .field("policy", &self.policy)
+            .field("prefix", &self.prefix)
+            .field("timeout", &self.timeout)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("probe_interval", &self.probe_interval)
+            .field("failure_policy", &self.failure)
+            .field("deny_cache", &self.deny_cache)
+            .field("test_clock", &self.test_clock.is_some())
+            .finish()
+    }
+}
+
+impl RedisLimiter {
+    /// Connects to one Redis server at `url` with every other setting at its default (see
+    /// [`RedisLimiterBuilder`]).
+    ///
+    /// # Errors
+    ///
+    /// As for [`RedisLimiterBuilder::connect`].
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+    /// use tollgate::redis::RedisLimiter;
+    ///
+    /// let limiter = RedisLimiter::connect("redis://127.0.0.1:6379", "100/min".parse()?).await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn connect(url: &str, policy: Policy) -> Result<RedisLimiter, BackendError> {
+        Self::builder(policy).connect(url).await
+    }
+
+    /// Connects to a Redis Cluster through any of its `nodes`, with every other setting at
+    /// its default (see [`RedisLimiterBuilder::connect_cluster`]).
+    ///
+    /// # Errors
+    ///
+    /// As for [`RedisLimiterBuilder::connect`].
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+    /// use tollgate::redis::RedisLimiter;
+    ///
+    /// let nodes = ["redis://127.0.0.1:7000", "redis://127.0.0.1:7001"];
+    /// let limiter = RedisLimiter::connect_cluster(&nodes, "10/s & 500/h".parse()?).await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn connect_cluster(
+        nodes: &[&str],
+        policy: Policy,
+    ) -> Result<RedisLimiter, BackendError> {
+        Self::builder(policy).connect_cluster(nodes).await
+    }
+
+    /// A builder for a limiter enforcing `policy`, with every setting at its default.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+    /// use tollgate::redis::RedisLimiter;
+    ///
+    /// let limiter = RedisLimiter::builder("5/s".parse()?)
+    ///     .prefix("uploads")
+    ///     .connect("redis://127.0.0.1:6379")
+    ///     .await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn builder(policy: Policy) -> RedisLimiterBuilder {
+        RedisLimiterBuilder {
+            policy,
+            prefix: "tollgate".to_owned(),
+            timeout: Duration::from_millis(100),
+            connect_timeout: Duration::from_secs(2),
+            probe_interval: Duration::from_secs(1),
+            failure: FailurePolicy::Error,
+            deny_cache: 100_000,
+            test_clock: None,
+        }
+    }
+
+    /// Decides a request of cost 1 for `key`: one script call in Redis (or a local refusal
+    /// from the deny cache, or the failure policy's decision while Redis is slow or down).
+    ///
+    /// # Errors
+    ///
+    /// With [`FailurePolicy::Error`]: [`BackendError::Timeout`] when Redis does not answer
+    /// within the timeout, [`BackendError::Redis`] when it cannot be reached, and
+    /// [`BackendError::Unavailable`] while a recent failure makes calls skip Redis. With
+    /// any policy: [`BackendError::Redis`] when Redis answers with an error about this call
+    /// (a key of the wrong type), [`BackendError::Reply`] for an unexpected reply, and
+    /// [`BackendError::ClockOutOfRange`] for a test clock beyond range.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), tollgate::redis::BackendError> {
+    /// let limiter = tollgate::redis::RedisLimiter::connect(
+    ///     "redis://127.0.0.1:6379",
+    ///     "2/s".parse().unwrap(),
+    /// )
+    /// .await?;
+    /// assert_eq!(limiter.try_acquire("bob").await?.remaining(), 1);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn try_acquire(&self, key: &str) -> Result<Decision, BackendError> {
+        self.decide(key, 1).await
+    }
+
+    /// Decides a request of cost `n` for `key`: allowed only if `n` permits are available in
+    /// every band, and then all `n` are spent in every band.
+    ///
+    /// # Errors
+    ///
+    /// [`BackendError::Cost`] for `n == 0` or `n` above the smallest band's permits (nothing
+    /// is sent to Redis); otherwise as for [`try_acquire`](RedisLimiter::try_acquire).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), tollgate::redis::BackendError> {
+    /// let limiter = tollgate::redis::RedisLimiter::connect(
+    ///     "redis://127.0.0.1:6379",
+    ///     "5/s".parse().unwrap(),
+    /// )
+    /// .await?;
+    /// assert_eq!(limiter.try_acquire_n("export", 3).await?.remaining(), 2);
+    /// assert!(limiter.try_acquire_n("export", 0).await.is_err());
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn try_acquire_n(&self, key: &str, n: u64) -> Result<Decision, BackendError> {
+        if n == 0 {
+            return Err(CostError::Zero.into());
+        }
+        let limit = self.inner.policy.max_cost();
+        if n > limit {
+            return Err(CostError::ExceedsLimit { cost: n, limit }.into());
+        }
+        self.decide(key, n).await
+    }
+
+    /// What a request of cost 1 for `key` would get now, changing nothing in Redis (the script
+    /// decides and writes nothing).
+    ///
+    /// # Errors
+    ///
+    /// As for [`try_acquire`](RedisLimiter::try_acquire).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), tollgate::redis::BackendError> {
+    /// let limiter = tollgate::redis::RedisLimiter::connect(
+    ///     "redis://127.0.0.1:6379",
+    ///     "2/s".parse().unwrap(),
+    /// )
+    /// .await?;
+    /// let peeked = limiter.peek("carol").await?;
+    /// assert_eq!(peeked, limiter.try_acquire("carol").await?);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn peek(&self, key: &str) -> Result<Decision, BackendError> {
+        self.decide(key, 0).await
+    }
+
+    /// Deletes `key`'s state in Redis (all bands) and its refusal in this limiter's deny
+    /// cache: the key starts fresh. Returns `true` when there was state to delete. Other
+    /// limiters' deny caches may still refuse the key until their cached retry_after.
+    ///
+    /// # Errors
+    ///
+    /// [`BackendError::Timeout`] or [`BackendError::Redis`] when Redis does not answer or
+    /// cannot be reached (the failure policy does not apply).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), tollgate::redis::BackendError> {
+    /// let limiter = tollgate::redis::RedisLimiter::connect(
+    ///     "redis://127.0.0.1:6379",
+    ///     "1/h".parse().unwrap(),
+    /// )
+    /// .await?;
+    /// limiter.try_acquire("dave").await?;
+    /// assert!(limiter.reset("dave").await?);
+    /// assert!(limiter.try_acquire("dave").await?.is_allowed());
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn reset(&self, key: &str) -> Result<bool, BackendError> {
+        let inner = &*self.inner;
+        if let Some(cache) = &inner.cache {
+            cache.remove(key);
+        }
+        let mut del = ::redis::cmd("DEL");
+        del.arg(inner.bands.keys(&inner.prefix, key));
+        let reply = tokio::time::timeout(inner.timeout, inner.conn.query(&del))
+            .await
+            .map_err(|_| BackendError::Timeout(inner.timeout))??;
+        match reply {
+            ::redis::Value::Int(deleted) => Ok(deleted > 0),
+            other => Err(BackendError::Reply(format!("DEL: {other:?}"))),
+        }
+    }
+
+    /// The Redis keys holding `key`'s state, one per band of the policy, in the policy's
+    /// band order (see the module docs, "Keys").
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+    /// use tollgate::redis::RedisLimiter;
+    ///
+    /// let limiter = RedisLimiter::connect("redis://127.0.0.1:6379", "10/s & 1000/day".parse()?).await?;
+    /// assert_eq!(
+    ///     limiter.redis_keys("alice"),
+    ///     ["tollgate:{alice}:tb:10/1s", "tollgate:{alice}:tb:1000/1d"]
+    /// );
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn redis_keys(&self, key: &str) -> Vec<String> {
+        self.inner.bands.keys(&self.inner.prefix, key)
+    }
+
+    /// The policy this limiter enforces.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+    /// let policy = "5/s".parse()?;
+    /// let limiter = tollgate::redis::RedisLimiter::connect("redis://127.0.0.1:6379", policy).await?;
+    /// assert_eq!(limiter.policy(), policy);
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn policy(&self) -> Policy {
+        self.inner.policy
+    }
+
+    /// The counters since the limiter connected: decisions by source, switches to and from
+    /// the failure policy, timeouts, script reloads.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+    /// let limiter = tollgate::redis::RedisLimiter::connect("redis://127.0.0.1:6379", "5/s".parse()?).await?;
+    /// limiter.try_acquire("alice").await?;
+    /// assert_eq!(limiter.stats().redis_decisions, 1);
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn stats(&self) -> BackendStats {
+        self.inner.counters.snapshot()
+    }
+
+    /// `true` while the failure policy decides (a recent call to Redis failed and no probe
+    /// has succeeded since).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+    /// let limiter = tollgate::redis::RedisLimiter::connect("redis://127.0.0.1:6379", "5/s".parse()?).await?;
+    /// assert!(!limiter.is_failing());
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn is_failing(&self) -> bool {
+        self.inner.breaker.is_failing()
+    }
+
+    /// Decides a request of `cost` (0: a peek) for `key`.
+    async fn decide(&self, key: &str, cost: u64) -> Result<Decision, BackendError> {
+        let inner = &*self.inner;
+        // A peek is a request of cost 1 that writes nothing: the deny cache treats it so.
+        let cover = cost.max(1);
+        // Read before anything is sent: the deny cache measures Redis's retry_after from here.
+        let (now_micros, now) = match &inner.test_clock {
+            Some(clock) => {
+                let micros = script::micros(clock.now())?;
+                (Some(micros), micros * 1_000)
+            }
+            None => (None, inner.clock.now()),
+        };
+        if let Some(cache) = &inner.cache {
+            if let Some(refusal) = cache.check(key, cover, now) {
+                bump(&inner.counters.cached_refusals);
+                return Ok(refusal);
+            }
+        }
+        if !inner.breaker.should_try() {
+            return self.fallback(key, cost, BackendError::Unavailable);
+        }
+        let keys = inner.bands.keys(&inner.prefix, key);
+        let args = inner.bands.args(now_micros, cost);
+        let call = conn::eval(
+            &inner.conn,
+            &inner.sha,
+            script::SOURCE,
+            &keys,
+            &args,
+            &inner.counters.script_reloads,
+        );
+        match tokio::time::timeout(inner.timeout, call).await {
+            Ok(Ok(reply)) => {
+                let decision = script::decision(&reply)?;
+                self.recovered();
+                bump(&inner.counters.redis_decisions);
+                if let Some(cache) = &inner.cache {
+                    if decision.is_allowed() {
+                        if cost > 0 {
+                            // An admission may lengthen a cached refusal of another cost.
+                            cache.remove(key);
+                        }
+                    } else {
+                        cache.insert(key, cover, now, &decision);
+                    }
+                }
+                Ok(decision)
+            }
+            Ok(Err(err)) if conn::is_unavailable(&err) => {
+                bump(&inner.counters.unavailable);
+                self.failed(key, cost, BackendError::Redis(err))
+            }
+            Ok(Err(err)) => {
+                // Redis answered: it is up, and the error is about this call.
+                self.recovered();
+                Err(BackendError::Redis(err))
+            }
+            Err(_) => {
+                bump(&inner.counters.timeouts);
+                self.failed(key, cost, BackendError::Timeout(inner.timeout))
+            }
+        }
+    }
+
+    /// Redis answered: switch back from the failure policy if it was deciding.
+    fn recovered(&self) {
+        let inner = &*self.inner;
+        if inner.breaker.succeeded() {
+            bump(&inner.counters.switches_to_redis);
+            log::info!(
+                "tollgate: redis answers again; deciding by redis (prefix `{}`)",
+                inner.prefix
+            );
+        }
+    }
+
+    /// A call to Redis failed with `err`: switch to the failure policy and let it decide.
+    fn failed(&self, key: &str, cost: u64, err: BackendError) -> Result<Decision, BackendError> {
+        let inner = &*self.inner;
+        if inner.breaker.failed() {
+            bump(&inner.counters.switches_to_failure);
+            log::warn!(
+                "tollgate: {err}; deciding by the failure policy {:?} (prefix `{}`), probing redis every {:?}",
+                inner.failure,
+                inner.prefix,
+                inner.breaker.probe_interval()
+            );
+        }
+        self.fallback(key, cost, err)
+    }
+
+    /// The failure policy's decision of a request of `cost` (0: a peek) for `key`.
+    fn fallback(&self, key: &str, cost: u64, err: BackendError) -> Result<Decision, BackendError> {
+        let inner = &*self.inner;
+        bump(&inner.counters.failure_decisions);
+        let limit = inner.policy.permits();
+        let wait = u64::try_from(inner.breaker.probe_interval().as_nanos()).unwrap_or(u64::MAX);
+        match &inner.failure {
+            FailurePolicy::Error => Err(err),
+            FailurePolicy::Open => Ok(Decision::allow(0, limit, 0)),
+            FailurePolicy::Closed => Ok(Decision::deny(0, limit, wait, 0)),
+            FailurePolicy::Local(local) => Ok(if cost == 0 {
+                local.peek(key)
+            } else {
+                local
+                    .try_acquire_n(key, cost)
+                    .unwrap_or(Decision::deny(0, limit, wait, 0))
+            }),
+        }
+    }
+}
+
+impl fmt::Debug for RedisLimiter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let inner = &*self.inner;
+        f.debug_struct("RedisLimiter")
+            .field("policy", &inner.policy)
+            .field("prefix", &inner.prefix)
+            .field("timeout", &inner.timeout)
+            .field("failure_policy", &inner.failure)
+            .field("deny_cache", &inner.cache.is_some())
+            .field("failing", &inner.breaker.is_failing())
+            .field("stats", &inner.counters.snapshot())
+            .finish_non_exhaustive()
+    }
+}

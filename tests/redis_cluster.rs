@@ -1,0 +1,125 @@
+//! The Redis backend on a 3-node Redis Cluster started by the test: composite policies
+//! decided in one script call per key without CROSSSLOT errors, keys spread over every
+//! node, exact limits per key, one global limit across instances, and script reloads after
+//! `SCRIPT FLUSH` on every node.
+//!
+//! Needs `redis-server` and `redis-cli` on PATH (`scripts/install-redis.sh`); without them
+//! the test fails saying so.
+#![cfg(feature = "redis")]
+
+#[path = "support/redis_server.rs"]
+mod redis_server;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis_server::RedisCluster;
+use tollgate::redis::RedisLimiter;
+use tollgate::FakeClock;
+
+const POLICY: &str = "10/s & sliding-log 5/1s & sliding-counter 100/1h";
+
+async fn connect(
+    cluster: &RedisCluster,
+    policy: &str,
+    prefix: &str,
+    clock: Option<&FakeClock>,
+) -> RedisLimiter {
+    let urls = cluster.urls();
+    let nodes: Vec<&str> = urls.iter().map(String::as_str).collect();
+    let mut builder = RedisLimiter::builder(policy.parse().unwrap())
+        .prefix(prefix)
+        .timeout(Duration::from_secs(10));
+    if let Some(clock) = clock {
+        builder = builder.test_clock(clock.clone()).deny_cache(0);
+    }
+    builder.connect_cluster(&nodes).await.unwrap()
+}
+
+/// One cluster for the whole file (starting one takes a few seconds); each part uses its
+/// own prefix.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn composite_policies_on_a_three_node_cluster() {
+    let cluster = RedisCluster::start();
+
+    // 1. Many keys, spread over every node's slots: each decided in one call, no CROSSSLOT.
+    let clock = FakeClock::new();
+    let limiter = connect(&cluster, POLICY, "spread", Some(&clock)).await;
+    for i in 0..300 {
+        let key = format!("user-{i}");
+        let d = limiter
+            .try_acquire(&key)
+            .await
+            .unwrap_or_else(|e| panic!("{key}: {e}"));
+        assert!(d.is_allowed() && d.remaining() == 4, "{key}: {d:?}");
+    }
+    for node in cluster.nodes() {
+        let keys = node.command(&["DBSIZE"]).int();
+        // 300 keys x 3 bands over 3 nodes: every node holds a share.
+        assert!(keys > 100, "node {} holds only {keys} keys", node.port());
+    }
+
+    // 2. Exact per key: with time frozen, each key admits exactly what its smallest band
+    //    (5) allows: five of cost 1, or two of cost 2 (one permit left over).
+    for i in 0..20 {
+        let key = format!("exact-{i}");
+        let cost = 1 + i % 2;
+        let mut admitted = 0;
+        for _ in 0..8 {
+            if limiter
+                .try_acquire_n(&key, cost)
+                .await
+                .unwrap()
+                .is_allowed()
+            {
+                admitted += cost;
+            }
+        }
+        assert_eq!(admitted, 5 - (cost - 1), "{key}");
+        // A peek is a request of cost 1: it fits only where one permit was left over.
+        let peeked = limiter.peek(&key).await.unwrap();
+        assert_eq!(peeked.is_allowed(), admitted == 4, "{key}: {peeked:?}");
+        assert_eq!(peeked.remaining(), 0, "{key}: {peeked:?}");
+    }
+
+    // 3. One global limit: three instances with their own cluster connections and eight
+    //    tasks each hammer one key whose composite policy admits 600 and refills nothing.
+    let policy = "600/3650d & sliding-counter 800/3650d & sliding-log 700/3650d";
+    let mut limiters = Vec::new();
+    for _ in 0..3 {
+        limiters.push(connect(&cluster, policy, "global", None).await);
+    }
+    let admitted = Arc::new(AtomicU64::new(0));
+    let mut tasks = Vec::new();
+    for limiter in &limiters {
+        for _ in 0..8 {
+            let limiter = limiter.clone();
+            let admitted = Arc::clone(&admitted);
+            tasks.push(tokio::spawn(async move {
+                for _ in 0..40 {
+                    if limiter.try_acquire("hot").await.unwrap().is_allowed() {
+                        admitted.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }));
+        }
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    assert_eq!(admitted.load(Ordering::Relaxed), 600);
+
+    // 4. SCRIPT FLUSH on every node: the next calls reload the script where they land.
+    for node in cluster.nodes() {
+        assert_eq!(node.command(&["SCRIPT", "FLUSH"]).text(), "OK");
+    }
+    let before = limiter.stats().script_reloads;
+    for i in 0..30 {
+        let key = format!("after-flush-{i}");
+        assert!(limiter.try_acquire(&key).await.unwrap().is_allowed());
+    }
+    let reloads = limiter.stats().script_reloads - before;
+    assert!((1..=3).contains(&reloads), "{reloads} reloads for 3 nodes");
+    assert_eq!(limiter.stats().failure_decisions, 0);
+}

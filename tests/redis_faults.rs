@@ -1,0 +1,302 @@
+//! The Redis backend when Redis fails: killed mid-run (each failure policy, then recovery
+//! after a restart), paused (timeouts), and `SCRIPT FLUSH` mid-run (nothing lost or counted
+//! twice). Each test starts its own `redis-server`.
+//!
+//! Needs `redis-server` on PATH (`scripts/install-redis.sh`); without it every test fails
+//! saying so.
+#![cfg(feature = "redis")]
+
+#[path = "support/redis_server.rs"]
+mod redis_server;
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use redis_server::RedisServer;
+use tollgate::redis::{BackendError, FailurePolicy, RedisLimiter};
+use tollgate::{Decision, RateLimiter};
+
+const TIMEOUT: Duration = Duration::from_millis(300);
+/// Long enough that the six calls after a kill all fall inside one probe interval.
+const PROBE: Duration = Duration::from_secs(1);
+/// Slack for scheduling on a busy machine, on top of the timeout.
+const SLACK: Duration = Duration::from_millis(250);
+
+/// Every message logged through the `log` facade by this test binary.
+fn logged() -> &'static Mutex<Vec<String>> {
+    struct Capture;
+    impl log::Log for Capture {
+        fn enabled(&self, _: &log::Metadata<'_>) -> bool {
+            true
+        }
+        fn log(&self, record: &log::Record<'_>) {
+            if record.target().starts_with("tollgate") {
+                logged()
+                    .lock()
+                    .unwrap()
+                    .push(format!("{} {}", record.level(), record.args()));
+            }
+        }
+        fn flush(&self) {}
+    }
+    static LOGGED: OnceLock<Mutex<Vec<String>>> = OnceLock::new();
+    static INIT: OnceLock<()> = OnceLock::new();
+    INIT.get_or_init(|| {
+        static CAPTURE: Capture = Capture;
+        let _ = log::set_logger(&CAPTURE);
+        log::set_max_level(log::LevelFilter::Info);
+    });
+    LOGGED.get_or_init(|| Mutex::new(Vec::new()))
+}
+
+fn was_logged(prefix: &str, level: &str, text: &str) -> bool {
+    logged()
+        .lock()
+        .unwrap()
+        .iter()
+        .any(|m| m.starts_with(level) && m.contains(text) && m.contains(prefix))
+}
+
+async fn limiter(
+    server: &RedisServer,
+    policy: &str,
+    prefix: &str,
+    failure: FailurePolicy,
+    probe: Duration,
+) -> RedisLimiter {
+    let _ = logged();
+    RedisLimiter::builder(policy.parse().unwrap())
+        .prefix(prefix)
+        .timeout(TIMEOUT)
+        .probe_interval(probe)
+        .failure_policy(failure)
+        .deny_cache(0)
+        .connect(&server.url())
+        .await
+        .unwrap()
+}
+
+/// Kills Redis after one decision, checks that the next decisions come from the failure
+/// policy (`check`) within the timeout, restarts Redis, and checks that decisions come from
+/// Redis again. Returns the failure decisions.
+async fn kill_and_restart(
+    prefix: &str,
+    failure: FailurePolicy,
+) -> Vec<Result<Decision, BackendError>> {
+    let mut server = RedisServer::start();
+    let limiter = limiter(&server, "2/1h", prefix, failure, PROBE).await;
+    let first = limiter.try_acquire("k").await.unwrap();
+    assert!(first.is_allowed() && first.remaining() == 1);
+
+    server.kill();
+    let mut outcomes = Vec::new();
+    for i in 0..6 {
+        let start = Instant::now();
+        outcomes.push(limiter.try_acquire("k").await);
+        let took = start.elapsed();
+        assert!(took <= TIMEOUT + SLACK, "call {i} took {took:?}");
+        if i > 0 {
+            // Switched: the failure policy decides at once, without waiting on Redis.
+            assert!(
+                took < TIMEOUT,
+                "call {i} waited {took:?} on a known-down Redis"
+            );
+        }
+    }
+    let stats = limiter.stats();
+    assert_eq!(stats.switches_to_failure, 1, "{stats:?}");
+    assert_eq!(stats.failure_decisions, 6, "{stats:?}");
+    assert_eq!(stats.redis_decisions, 1, "{stats:?}");
+    assert!(limiter.is_failing());
+    assert!(was_logged(prefix, "WARN", "deciding by the failure policy"));
+
+    server.restart();
+    let start = Instant::now();
+    loop {
+        let before = limiter.stats().redis_decisions;
+        let outcome = limiter.try_acquire("k").await;
+        if limiter.stats().redis_decisions > before {
+            // Redis restarted empty (persistence off): a fresh key.
+            let d = outcome.unwrap();
+            assert!(d.is_allowed() && d.remaining() == 1, "{d:?}");
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "decisions did not recover after the restart: {:?}",
+            limiter.stats()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let stats = limiter.stats();
+    assert_eq!(stats.switches_to_redis, 1, "{stats:?}");
+    assert!(
+        stats.script_reloads >= 1,
+        "the restarted Redis had to get the script again"
+    );
+    assert!(!limiter.is_failing());
+    assert!(was_logged(prefix, "INFO", "redis answers again"));
+    outcomes
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_fail_open() {
+    for outcome in kill_and_restart("open", FailurePolicy::Open).await {
+        let d = outcome.unwrap();
+        assert!(d.is_allowed(), "{d:?}");
+        assert_eq!(d.limit(), 2);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_fail_closed() {
+    for outcome in kill_and_restart("closed", FailurePolicy::Closed).await {
+        let d = outcome.unwrap();
+        assert!(!d.is_allowed(), "{d:?}");
+        assert_eq!(d.retry_after(), PROBE);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_fall_back_to_a_local_limiter() {
+    let local = RateLimiter::new("3/1h".parse().unwrap());
+    let outcomes = kill_and_restart("local", FailurePolicy::Local(local)).await;
+    let allowed: Vec<bool> = outcomes
+        .iter()
+        .map(|o| o.as_ref().unwrap().is_allowed())
+        .collect();
+    assert_eq!(allowed, [true, true, true, false, false, false]);
+    assert_eq!(outcomes[2].as_ref().unwrap().remaining(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_fail_with_an_error() {
+    let outcomes = kill_and_restart("error", FailurePolicy::Error).await;
+    assert!(
+        matches!(
+            outcomes[0],
+            Err(BackendError::Redis(_) | BackendError::Timeout(_))
+        ),
+        "{:?}",
+        outcomes[0]
+    );
+    for outcome in &outcomes[1..] {
+        assert!(
+            matches!(outcome, Err(BackendError::Unavailable)),
+            "{outcome:?}"
+        );
+    }
+}
+
+/// A Redis that accepts connections but answers nothing (SIGSTOP): the call gives up at
+/// the timeout, the failure policy decides, and Redis decides again once it resumes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn paused_redis_times_out_then_recovers() {
+    let server = RedisServer::start();
+    let probe = Duration::from_millis(100);
+    let limiter = limiter(&server, "3/1h", "paused", FailurePolicy::Closed, probe).await;
+    assert_eq!(limiter.try_acquire("k").await.unwrap().remaining(), 2);
+    server.pause();
+    let start = Instant::now();
+    let d = limiter.try_acquire("k").await.unwrap();
+    let took = start.elapsed();
+    assert!(!d.is_allowed());
+    assert_eq!(d.retry_after(), probe);
+    assert!(took >= TIMEOUT && took <= TIMEOUT + SLACK, "took {took:?}");
+    let stats = limiter.stats();
+    assert_eq!(
+        (stats.timeouts, stats.switches_to_failure),
+        (1, 1),
+        "{stats:?}"
+    );
+    // Calls within the probe interval do not wait at all.
+    let start = Instant::now();
+    assert!(!limiter.try_acquire("k").await.unwrap().is_allowed());
+    assert!(start.elapsed() < TIMEOUT);
+    server.resume();
+    let start = Instant::now();
+    while limiter.is_failing() {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "{:?}",
+            limiter.stats()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let _ = limiter.try_acquire("other").await.unwrap();
+    }
+    // The timed-out call was already on the wire and ran once Redis resumed: a timed-out
+    // call may have spent its permits, but it is never sent twice. "k" had 3: one spent
+    // before, one by the timed-out call, one left.
+    let d = limiter.peek("k").await.unwrap();
+    assert!(d.is_allowed() && d.remaining() == 0, "{d:?}");
+    assert_eq!(limiter.stats().switches_to_redis, 1);
+}
+
+/// `SCRIPT FLUSH` in a loop while four limiters hammer one key of capacity 1,000: every
+/// call succeeds, the script is reloaded, and exactly 1,000 are admitted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn script_flush_mid_run_loses_and_double_counts_nothing() {
+    let server = RedisServer::start();
+    for policy in [
+        "1000/3650d",
+        "1000/3650d & sliding-log 1000/3650d & sliding-counter 1000/3650d",
+    ] {
+        let mut limiters = Vec::new();
+        for _ in 0..4 {
+            limiters.push(
+                RedisLimiter::builder(policy.parse().unwrap())
+                    .prefix("flush")
+                    .timeout(Duration::from_secs(10))
+                    .deny_cache(0)
+                    .connect(&server.url())
+                    .await
+                    .unwrap(),
+            );
+        }
+        let stop = Arc::new(AtomicBool::new(false));
+        let flushes = Arc::new(AtomicU64::new(0));
+        let port = server.port();
+        let flusher = {
+            let (stop, flushes) = (Arc::clone(&stop), Arc::clone(&flushes));
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    let reply = redis_server::command_at(port, &["SCRIPT", "FLUSH"]).unwrap();
+                    assert_eq!(reply, redis_server::Reply::Status("OK".into()));
+                    flushes.fetch_add(1, Ordering::Relaxed);
+                    std::thread::sleep(Duration::from_millis(2));
+                }
+            })
+        };
+        let admitted = Arc::new(AtomicU64::new(0));
+        let mut tasks = Vec::new();
+        for limiter in &limiters {
+            for _ in 0..8 {
+                let limiter = limiter.clone();
+                let admitted = Arc::clone(&admitted);
+                tasks.push(tokio::spawn(async move {
+                    for _ in 0..60 {
+                        let d = limiter.try_acquire("hot").await.unwrap();
+                        if d.is_allowed() {
+                            admitted.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                }));
+            }
+        }
+        for task in tasks {
+            task.await.unwrap();
+        }
+        stop.store(true, Ordering::Relaxed);
+        flusher.join().unwrap();
+        let reloads: u64 = limiters.iter().map(|l| l.stats().script_reloads).sum();
+        let decided: u64 = limiters.iter().map(|l| l.stats().redis_decisions).sum();
+        assert_eq!(admitted.load(Ordering::Relaxed), 1000, "{policy}");
+        assert_eq!(decided, 4 * 8 * 60, "{policy}");
+        assert!(
+            reloads >= 1 && flushes.load(Ordering::Relaxed) >= 1,
+            "{policy}: {reloads} reloads, {flushes:?} flushes"
+        );
+        server.command(&["FLUSHALL"]);
+    }
+}

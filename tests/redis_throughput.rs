@@ -1,0 +1,161 @@
+//! Throughput of the Redis backend against a local `redis-server`, side by side in one run:
+//! decisions per second with and without the deny cache under one hammering key, and for
+//! comparison admissions over many keys, a composite policy, and the in-process limiter.
+//! The figures in `docs/BENCHMARKS.md` ("Redis backend") come from this run:
+//!
+//! ```text
+//! cargo test --release --features redis --test redis_throughput -- --ignored --nocapture
+//! ```
+//!
+//! A measurement, not a check: it is `#[ignore]`d so that the test suite never times
+//! anything (it still needs `redis-server`, like every Redis test).
+#![cfg(feature = "redis")]
+
+#[path = "support/redis_server.rs"]
+mod redis_server;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use redis_server::RedisServer;
+use tollgate::redis::RedisLimiter;
+use tollgate::RateLimiter;
+
+/// How long each case runs.
+const RUN: Duration = Duration::from_secs(3);
+
+/// Runs `tasks` tasks calling `call(task, i)` in a loop for [`RUN`]; returns decisions per
+/// second and the share of them that were allowed.
+async fn measure<F, Fut>(tasks: usize, call: F) -> (f64, f64)
+where
+    F: Fn(usize, u64) -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = bool> + Send,
+{
+    let call = Arc::new(call);
+    let done = Arc::new(AtomicU64::new(0));
+    let allowed = Arc::new(AtomicU64::new(0));
+    let start = Instant::now();
+    let mut handles = Vec::new();
+    for task in 0..tasks {
+        let (call, done, allowed) = (Arc::clone(&call), Arc::clone(&done), Arc::clone(&allowed));
+        handles.push(tokio::spawn(async move {
+            let mut i = 0;
+            while start.elapsed() < RUN {
+                if call(task, i).await {
+                    allowed.fetch_add(1, Ordering::Relaxed);
+                }
+                done.fetch_add(1, Ordering::Relaxed);
+                i += 1;
+            }
+        }));
+    }
+    for handle in handles {
+        handle.await.unwrap();
+    }
+    let secs = start.elapsed().as_secs_f64();
+    let done = done.load(Ordering::Relaxed) as f64;
+    (
+        done / secs,
+        allowed.load(Ordering::Relaxed) as f64 / done.max(1.0),
+    )
+}
+
+async fn limiter(server: &RedisServer, policy: &str, prefix: &str, cache: bool) -> RedisLimiter {
+    RedisLimiter::builder(policy.parse().unwrap())
+        .prefix(prefix)
+        .timeout(Duration::from_secs(5))
+        .deny_cache(if cache { 100_000 } else { 0 })
+        .connect(&server.url())
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a benchmark: run with --release -- --ignored --nocapture"]
+async fn redis_throughput() {
+    let server = RedisServer::start();
+    let version = server.command(&["INFO", "server"]).text();
+    let version = version
+        .lines()
+        .find(|l| l.starts_with("redis_version:"))
+        .unwrap_or("redis_version:?")
+        .trim()
+        .to_owned();
+    println!("\nredis-server {version}, loopback, one multiplexed connection per limiter");
+    println!(
+        "{} s per case, tokio multi-thread runtime with 2 workers\n",
+        RUN.as_secs()
+    );
+    println!("| case | tasks | decisions/s | allowed |");
+    println!("|---|---|---|---|");
+    let row = |case: &str, tasks: usize, (rate, share): (f64, f64)| {
+        println!("| {case} | {tasks} | {rate:.0} | {:.1} % |", share * 100.0);
+    };
+
+    // One key hammered after its burst is spent: nearly every decision is a refusal.
+    let hot = "100/1h";
+    for tasks in [1, 64] {
+        let plain = limiter(&server, hot, &format!("plain{tasks}"), false).await;
+        row(
+            "one hot key, token bucket, no deny cache",
+            tasks,
+            measure(tasks, move |_, _| {
+                let plain = plain.clone();
+                async move { plain.try_acquire("hot").await.unwrap().is_allowed() }
+            })
+            .await,
+        );
+        let cached = limiter(&server, hot, &format!("cached{tasks}"), true).await;
+        row(
+            "one hot key, token bucket, deny cache",
+            tasks,
+            measure(tasks, move |_, _| {
+                let cached = cached.clone();
+                async move { cached.try_acquire("hot").await.unwrap().is_allowed() }
+            })
+            .await,
+        );
+    }
+
+    // Admissions: every decision writes, over many keys.
+    for (case, policy) in [
+        ("distinct keys, token bucket (admissions)", "1000000/1s"),
+        (
+            "distinct keys, sliding counter (admissions)",
+            "sliding-counter 1000000/1s",
+        ),
+        ("distinct keys, sliding log 10/s", "sliding-log 10/1s"),
+        (
+            "distinct keys, 3-band composite",
+            "1000000/1s & sliding-counter 1000000/1h & 1000000/1d",
+        ),
+    ] {
+        let many = limiter(&server, policy, "many", true).await;
+        row(
+            case,
+            64,
+            measure(64, move |task, i| {
+                let many = many.clone();
+                async move {
+                    let key = format!("user-{}", (task as u64 * 7919 + i) % 10_000);
+                    many.try_acquire(&key).await.unwrap().is_allowed()
+                }
+            })
+            .await,
+        );
+        server.command(&["FLUSHALL"]);
+    }
+
+    // The same hot key in process, for scale.
+    let local: Arc<RateLimiter<String>> = Arc::new(RateLimiter::new(hot.parse().unwrap()));
+    row(
+        "one hot key, in-process RateLimiter (no Redis)",
+        2,
+        measure(2, move |_, _| {
+            let local = Arc::clone(&local);
+            async move { local.try_acquire("hot").is_allowed() }
+        })
+        .await,
+    );
+}
