@@ -94,7 +94,7 @@ impl<St: RateState> Direct<St> {
     }
 
     /// `None` when the state was retired by a policy change.
-    #[inline]
+    #[inline(always)]
     fn try_acquire<C: Clock>(&self, clock: &C, cost: u64) -> Option<Result<Decision, CostError>> {
         let limit = St::max_cost(&self.params);
         if cost > limit {
@@ -116,7 +116,7 @@ impl State {
         }
     }
 
-    #[inline]
+    #[inline(always)]
     fn try_acquire<C: Clock>(&self, clock: &C, cost: u64) -> Option<Result<Decision, CostError>> {
         with_direct!(self, direct => direct.try_acquire(clock, cost))
     }
@@ -186,7 +186,7 @@ impl<C: Clock> DirectLimiter<C> {
     /// assert!(!limiter.try_acquire().is_allowed());
     /// # Ok::<(), tollgate::PolicyError>(())
     /// ```
-    #[inline]
+    #[inline(always)]
     pub fn try_acquire(&self) -> Decision {
         match self.decide(1) {
             Ok(decision) => decision,
@@ -219,7 +219,7 @@ impl<C: Clock> DirectLimiter<C> {
         self.decide(n)
     }
 
-    #[inline]
+    #[inline(always)]
     fn decide(&self, cost: u64) -> Result<Decision, CostError> {
         // Relaxed: a stale `false` only sends us to the first state, which a policy change
         // retires before it sets the flag, so we then get `None` and take the slow path.

@@ -232,12 +232,12 @@ fn decide_live<St: RateState, C: Clock + ?Sized>(
 impl<K, St: RateState> Slot<K> for St {
     type Params = St::Params;
 
-    #[inline]
+    #[inline(always)]
     fn max_cost(&self, params: &St::Params) -> u64 {
         St::max_cost(params)
     }
 
-    #[inline]
+    #[inline(always)]
     fn try_acquire<C: Clock + ?Sized>(
         &self,
         params: &St::Params,
@@ -744,7 +744,7 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
     }
 
     /// Counts a decision and applies shadow mode.
-    #[inline]
+    #[inline(always)]
     fn finish(&self, decision: Decision) -> Decision {
         if let Some(counters) = &self.counters {
             counters.record(&decision);
@@ -757,7 +757,7 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
     }
 
     /// The generation requests go to now.
-    #[inline]
+    #[inline(always)]
     fn generation<'g>(&self, guard: &'g Guard) -> &'g Generation<K, S> {
         // Acquire: pairs with the Release swap in `replace_rules`, so the new generation's
         // contents are visible before it is used.
@@ -830,7 +830,7 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
         self.decide(key, n).map(|decision| self.finish(decision))
     }
 
-    #[inline]
+    #[inline(always)]
     fn decide<Q>(&self, key: &Q, cost: u64) -> Result<Decision, CostError>
     where
         K: Borrow<Q> + From<Q::Owned>,
@@ -865,7 +865,7 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
     }
 
     /// The hit path: a shared bucket lock for the duration of the state's CAS loop.
-    #[inline]
+    #[inline(always)]
     fn acquire_in<Q, St: Slot<K>>(
         &self,
         generation: &Generation<K, S>,

@@ -63,7 +63,7 @@ impl Gcra {
     /// A TAT further ahead of now than `B` (the clock went backwards) is treated as `now + B`,
     /// the furthest a valid state can be, so a faulty clock never stretches a retry_after
     /// beyond what the policy could need.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn decide(&self, tat: u64, now: u64, cost: u64) -> Verdict {
         // debt = max(tat, now) - now, clamped to the burst allowance.
         let debt = tat.saturating_sub(now).min(self.burst);
@@ -134,7 +134,7 @@ impl RateState for GcraCell {
         }
     }
 
-    #[inline]
+    #[inline(always)]
     fn try_acquire<C: Clock + ?Sized>(
         &self,
         gcra: &Gcra,
