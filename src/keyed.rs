@@ -116,6 +116,23 @@ enum Step {
     Full,
 }
 
+/// The first answer `found` gives for the generations older than `generation`, newest first.
+fn first_in_older<K, S: BuildHasher, R>(
+    generation: &Generation<K, S>,
+    guard: &Guard,
+    mut found: impl FnMut(&Generation<K, S>) -> Option<R>,
+) -> Option<R> {
+    // Acquire: pairs with the Release swap that linked each older generation.
+    let mut older = generation.older.load(Ordering::Acquire, guard);
+    while let Some(old) = older.as_ref() {
+        if let Some(answer) = found(old) {
+            return Some(answer);
+        }
+        older = old.older.load(Ordering::Acquire, guard);
+    }
+    None
+}
+
 /// The routine sweep's grace period for `rules`: the longest band window of a uniform
 /// policy; a minute for per-key policies, whose windows vary.
 fn sweep_grace<K>(rules: &Rules<K>) -> u64 {
@@ -1029,22 +1046,16 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        // Acquire: pairs with the Release swap that linked the older generation.
-        let mut older = generation.older.load(Ordering::Acquire, guard);
-        while let Some(old) = older.as_ref() {
-            let taken = with_keyed!(&old.registry, keyed => {
+        first_in_older(generation, guard, |old| {
+            with_keyed!(&old.registry, keyed => {
                 keyed
                     .map
                     .remove_sync(key)
                     .map(|(_, state)| Slot::<K>::carry(&state, &keyed.params, now, true))
-            });
-            if let Some(carry) = taken {
-                // The key keeps its place in `tracked`: the caller inserts it here.
-                return carry;
-            }
-            older = old.older.load(Ordering::Acquire, guard);
-        }
-        None
+            })
+        })
+        // The key keeps its place in `tracked`: the caller inserts it here.
+        .flatten()
     }
 
     /// Waits until a request of cost 1 for `key` is admitted: tries, and when refused sleeps
@@ -1238,20 +1249,14 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        // Acquire: as in `take_from_older`.
-        let mut older = generation.older.load(Ordering::Acquire, guard);
-        while let Some(old) = older.as_ref() {
-            let found = with_keyed!(&old.registry, keyed => {
+        first_in_older(generation, guard, |old| {
+            with_keyed!(&old.registry, keyed => {
                 keyed
                     .map
                     .read_sync(key, |_, state| Slot::<K>::carry(state, &keyed.params, now, false))
-            });
-            if let Some(carry) = found {
-                return carry;
-            }
-            older = old.older.load(Ordering::Acquire, guard);
-        }
-        None
+            })
+        })
+        .flatten()
     }
 
     /// Removes every key whose state is at rest (it would decide exactly as a key never seen),
