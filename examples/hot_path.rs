@@ -74,24 +74,30 @@ struct Bench {
 }
 
 impl Bench {
-    /// The fastest of `reps` runs of `calls` calls, in ns per call.
-    fn single(&self, mut f: impl FnMut()) -> f64 {
-        (0..self.reps)
-            .map(|_| {
+    /// The fastest of `reps` runs of `calls` calls of each contestant, in ns per call. The
+    /// contestants take turns, one run each per round, so a change in the machine's load
+    /// during the measurement falls on all of them alike.
+    fn single<const N: usize>(&self, mut fs: [&mut dyn FnMut(); N]) -> [f64; N] {
+        let mut best = [f64::MAX; N];
+        for _ in 0..self.reps {
+            for (f, best) in fs.iter_mut().zip(best.iter_mut()) {
                 let start = Instant::now();
                 for _ in 0..self.calls {
                     f();
                 }
-                start.elapsed().as_nanos() as f64 / self.calls as f64
-            })
-            .fold(f64::MAX, f64::min)
+                let ns = start.elapsed().as_nanos() as f64 / self.calls as f64;
+                *best = best.min(ns);
+            }
+        }
+        best
     }
 
-    /// The fastest of `reps` runs of 2 threads x `calls` calls, in ns per decision of
-    /// aggregate throughput.
-    fn two_threads(&self, f: impl Fn() + Sync) -> f64 {
-        (0..self.reps)
-            .map(|_| {
+    /// The fastest of `reps` runs of 2 threads x `calls` calls of each contestant, taking
+    /// turns as in `single`, in ns per decision of aggregate throughput.
+    fn two_threads<const N: usize>(&self, fs: [&(dyn Fn() + Sync); N]) -> [f64; N] {
+        let mut best = [f64::MAX; N];
+        for _ in 0..self.reps {
+            for (f, best) in fs.iter().zip(best.iter_mut()) {
                 let barrier = Barrier::new(2);
                 let spans: Vec<(Instant, Instant)> = std::thread::scope(|s| {
                     let run = || {
@@ -108,9 +114,11 @@ impl Bench {
                 });
                 let start = spans.iter().map(|s| s.0).min().expect("two spans");
                 let end = spans.iter().map(|s| s.1).max().expect("two spans");
-                (end - start).as_nanos() as f64 / (2 * self.calls) as f64
-            })
-            .fold(f64::MAX, f64::min)
+                let ns = (end - start).as_nanos() as f64 / (2 * self.calls) as f64;
+                *best = best.min(ns);
+            }
+        }
+        best
     }
 }
 
@@ -159,41 +167,46 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         word: crossbeam_utils::CachePadded::new(AtomicU64::new(0)),
         clock: SystemClock::new(),
     };
-    let f = bench.single(|| {
-        black_box(floor(black_box(&fl)));
-    });
-    println!("{:<30} {f:>9.2}", "floor");
-
     let d = DirectLimiter::new(policy);
     let gd = governor::RateLimiter::direct(quota);
-    let t = bench.single(|| {
-        let _ = black_box(direct(black_box(&d)));
-    });
-    let g = bench.single(|| {
-        black_box(gov_direct(black_box(&gd)));
-    });
+    let [f, t, g] = bench.single([
+        &mut || {
+            black_box(floor(black_box(&fl)));
+        },
+        &mut || {
+            let _ = black_box(direct(black_box(&d)));
+        },
+        &mut || {
+            black_box(gov_direct(black_box(&gd)));
+        },
+    ]);
+    println!("{:<30} {f:>9.2}", "floor");
     row("direct", t, g, Some(f));
 
     let k: RateLimiter<u64> = RateLimiter::new(policy);
     let gk: GovKeyed<u64> = governor::RateLimiter::keyed(quota);
     let key = 42_u64;
-    let t = bench.single(|| {
-        let _ = black_box(keyed_u64(black_box(&k), black_box(&key)));
-    });
-    let g = bench.single(|| {
-        black_box(gov_u64(black_box(&gk), black_box(&key)));
-    });
+    let [t, g] = bench.single([
+        &mut || {
+            let _ = black_box(keyed_u64(black_box(&k), black_box(&key)));
+        },
+        &mut || {
+            black_box(gov_u64(black_box(&gk), black_box(&key)));
+        },
+    ]);
     row("keyed hot u64", t, g, Some(f));
 
     let s: RateLimiter<String> = RateLimiter::new(policy);
     let gs: GovKeyed<String> = governor::RateLimiter::keyed(quota);
     let owned = String::from("user-000042");
-    let t = bench.single(|| {
-        let _ = black_box(keyed_str(black_box(&s), black_box(owned.as_str())));
-    });
-    let g = bench.single(|| {
-        black_box(gov_string(black_box(&gs), black_box(&owned)));
-    });
+    let [t, g] = bench.single([
+        &mut || {
+            let _ = black_box(keyed_str(black_box(&s), black_box(owned.as_str())));
+        },
+        &mut || {
+            black_box(gov_string(black_box(&gs), black_box(&owned)));
+        },
+    ]);
     row("keyed hot String by &str", t, g, Some(f));
 
     let n = 100_000;
@@ -203,17 +216,23 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         assert!(keyed_u64(&k, key).is_allowed());
         assert!(gov_u64(&gk, key));
     }
-    let mut i = 0;
-    let mut next = || {
-        i = if i + 1 == n { 0 } else { i + 1 };
-        i
+    // Each contestant walks the keys in the same shuffled order with a cursor of its own.
+    let cursor = |n: usize| {
+        let mut i = 0;
+        move || {
+            i = if i + 1 == n { 0 } else { i + 1 };
+            i
+        }
     };
-    let t = bench.single(|| {
-        let _ = black_box(keyed_u64(&k, &u64_keys[next()]));
-    });
-    let g = bench.single(|| {
-        black_box(gov_u64(&gk, &u64_keys[next()]));
-    });
+    let (mut next_t, mut next_g) = (cursor(n), cursor(n));
+    let [t, g] = bench.single([
+        &mut || {
+            let _ = black_box(keyed_u64(&k, &u64_keys[next_t()]));
+        },
+        &mut || {
+            black_box(gov_u64(&gk, &u64_keys[next_g()]));
+        },
+    ]);
     row("100k u64 keys, random", t, g, None);
 
     let strings: Vec<String> = order.iter().map(|i| format!("user-{i:06}")).collect();
@@ -221,20 +240,35 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         assert!(keyed_str(&s, key).is_allowed());
         assert!(gov_string(&gs, key));
     }
-    let t = bench.single(|| {
-        let _ = black_box(keyed_str(&s, &strings[next()]));
-    });
-    let g = bench.single(|| {
-        black_box(gov_string(&gs, &strings[next()]));
-    });
+    let (mut next_t, mut next_g) = (cursor(n), cursor(n));
+    let [t, g] = bench.single([
+        &mut || {
+            let _ = black_box(keyed_str(&s, &strings[next_t()]));
+        },
+        &mut || {
+            black_box(gov_string(&gs, &strings[next_g()]));
+        },
+    ]);
     row("100k String keys, random", t, g, None);
 
-    let t = bench.two_threads(|| {
-        let _ = black_box(keyed_u64(&k, black_box(&key)));
-    });
-    let g = bench.two_threads(|| {
-        black_box(gov_u64(&gk, black_box(&key)));
-    });
+    let [t, g] = bench.two_threads([
+        &|| {
+            let _ = black_box(direct(black_box(&d)));
+        },
+        &|| {
+            black_box(gov_direct(black_box(&gd)));
+        },
+    ]);
+    row("2 threads, direct", t, g, None);
+
+    let [t, g] = bench.two_threads([
+        &|| {
+            let _ = black_box(keyed_u64(&k, black_box(&key)));
+        },
+        &|| {
+            black_box(gov_u64(&gk, black_box(&key)));
+        },
+    ]);
     row("2 threads, one u64 key", t, g, None);
     Ok(())
 }

@@ -188,6 +188,22 @@ impl<C: Clock> DirectLimiter<C> {
     /// ```
     #[inline(always)]
     pub fn try_acquire(&self) -> Decision {
+        // Relaxed: as in `decide`.
+        if !self.replaced.load(Ordering::Relaxed) {
+            // The token bucket's cost-1 check is the hottest path of the crate: straight to
+            // the cell, with no cost check (1 is within every policy) and no Result to unwrap.
+            if let State::TokenBucket(direct) = &self.first.state {
+                if let Some(decision) = direct.cell.try_acquire(&direct.params, &self.clock, 1) {
+                    return decision;
+                }
+            }
+        }
+        self.acquire_one()
+    }
+
+    /// [`DirectLimiter::try_acquire`] for every other algorithm and after a policy change.
+    #[inline(never)]
+    fn acquire_one(&self) -> Decision {
         match self.decide(1) {
             Ok(decision) => decision,
             // Every policy has at least one permit, so a cost of 1 is always acceptable.
