@@ -60,6 +60,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .map(|i| format!("user-{i:06}"))
         .collect();
     let str_keys: Vec<&str> = string_keys.iter().map(String::as_str).collect();
+    let boxed_keys: Vec<Box<str>> = string_keys.iter().map(|s| s.as_str().into()).collect();
 
     for (name, policy) in LIMITERS {
         for n in SIZES {
@@ -73,6 +74,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 None => governor_bytes(&string_keys[..n]),
             };
             rows.push(memory_row(name, "String (11 B)", n, per_key));
+            // The same strings held as `Box<str>` (pointer and length, no capacity word):
+            // both limiters take any key type, and both are still looked up by `&str`.
+            let per_key = match policy {
+                Some(p) => tollgate_bytes::<Box<str>, str, _>(p, &str_keys[..n]),
+                None => governor_bytes(&boxed_keys[..n]),
+            };
+            rows.push(memory_row(name, "Box<str> (11 B)", n, per_key));
         }
     }
     print_memory(&rows);
@@ -233,8 +241,8 @@ fn print_memory(rows: &[Row]) {
         .iter()
         .map(|n| format!("{:>10}", format!("{}k", n / 1000)))
         .collect();
-    println!("{:<28} {:<14}{header}", "limiter", "key");
-    for key in ["u64", "String (11 B)"] {
+    println!("{:<28} {:<16}{header}", "limiter", "key");
+    for key in ["u64", "String (11 B)", "Box<str> (11 B)"] {
         for (name, _) in LIMITERS {
             let cells: String = SIZES
                 .iter()
@@ -246,7 +254,7 @@ fn print_memory(rows: &[Row]) {
                     format!("{v:>10.1}")
                 })
                 .collect();
-            println!("{name:<28} {key:<14}{cells}");
+            println!("{name:<28} {key:<16}{cells}");
         }
     }
 }
