@@ -29,16 +29,13 @@
 //! word on the heap (1 word per token bucket band, 2 per sliding counter band, `N + 1` per
 //! sliding log band of N permits).
 
+use crate::seqlock::SeqLock;
 use crate::sliding_counter::{self, Counter, Snapshot};
 use crate::sliding_log::{self, Entries, Log};
 use crate::state::{in_use, Carry, RateState};
-use crate::sync::{fence, AtomicU64, Backoff, Ordering};
+use crate::sync::{AtomicU64, Ordering};
 use crate::token_bucket::{self, Gcra};
 use crate::{Algorithm, Clock, Decision, Policy};
-
-/// The sequence value of a state retired by eviction. It is odd, so it is never a published
-/// value; counting by two per admission would take 2^63 admissions to reach it.
-const RETIRED: u64 = u64::MAX;
 
 /// One band's parameters: its algorithm's pure arithmetic.
 #[derive(Clone, Copy, Debug)]
@@ -455,7 +452,8 @@ impl Placed {
 /// 1)` for a sliding log band of N permits.
 ///
 /// Protocol (the seqlock of H.-J. Boehm, "Can seqlocks get along with programming language
-/// memory models?", MSPC 2012, with a compare-and-swap in place of the writer's lock):
+/// memory models?", MSPC 2012, with a compare-and-swap in place of the writer's lock; the
+/// orderings are in [`SeqLock`], shared with the sliding log):
 ///
 /// * A reader loads `seq` (Acquire), waits while it is odd, reads the clock and every band's
 ///   words with `Relaxed` loads, issues an Acquire fence and re-loads `seq` (Relaxed). If it
@@ -473,92 +471,39 @@ impl Placed {
 /// inside its few stores.
 #[derive(Debug)]
 pub(crate) struct CompositeCell {
-    seq: AtomicU64,
+    seq: SeqLock,
     words: Box<[AtomicU64]>,
 }
 
-/// How a seqlock read section ended.
-enum Read<R> {
-    /// A consistent snapshot at this even sequence value, and what was read from it.
-    Consistent(u64, R),
-    /// A writer was inside when the section began.
-    Writing,
-    /// A writer came in during the section: the reads may be torn.
-    Changed,
-    /// The state was retired.
-    Retired,
-}
-
 impl CompositeCell {
-    /// Runs `f` on the words as published at the sequence's current value, and says whether
-    /// that read was consistent.
-    #[inline]
-    fn read<R>(&self, f: impl FnOnce(&[AtomicU64]) -> R) -> Read<R> {
-        // Acquire: pairs with the Release store that published this value, so every word
-        // stored before it is visible to the Relaxed loads in `f`.
-        let seq = self.seq.load(Ordering::Acquire);
-        if seq == RETIRED {
-            return Read::Retired;
-        }
-        if seq & 1 == 1 {
-            return Read::Writing;
-        }
-        let result = f(&self.words);
-        // Acquire fence: if any load in `f` read a word stored by a writer that came after
-        // `seq`, this fence synchronises with that writer's Release fence, which follows its
-        // compare-and-swap to an odd value; the re-load below then sees that value or a later
-        // one, never `seq` again (values only grow). So an unchanged sequence proves `f` saw
-        // no words but those published by `seq`.
-        fence(Ordering::Acquire);
-        // Relaxed: ordered after the loads in `f` by the fence above.
-        if self.seq.load(Ordering::Relaxed) == seq {
-            Read::Consistent(seq, result)
-        } else {
-            Read::Changed
-        }
-    }
-
-    /// The writer's side: stores every band's new state and publishes `seq + 2`. The caller
-    /// owns the words: it moved the sequence from the even `seq` to `seq + 1`, and `writes`
-    /// were decided on the snapshot published at `seq`.
+    /// The writer's side, between [`SeqLock::try_enter`] from `seq` and
+    /// [`SeqLock::publish`]: stores every band's new state, decided on the snapshot published
+    /// at `seq`, and publishes `seq + 2`.
     #[inline]
     fn publish(&self, params: &Composite, seq: u64, writes: &[Write], cost: u64) {
-        // Release fence: any reader whose Relaxed load sees one of the stores below, and then
-        // issues its Acquire fence, synchronises with this fence and so sees the odd sequence
-        // (or later) when it re-checks. This is Boehm's writer-side fence.
-        fence(Ordering::Release);
-        // Every store is Relaxed: ordered for readers by the fence above and the Release
-        // store below; ordered after the previous writer's stores because our
-        // compare-and-swap read the sequence value that writer published with Release (see
-        // `try_acquire`).
+        // Every store is Relaxed: ordered for readers by the fence in `try_enter` and the
+        // Release store in `publish`; ordered after the previous writer's stores because our
+        // entry read the sequence value that writer published with Release.
         for (placed, &write) in params.bands().iter().zip(writes) {
             placed.store(&self.words, write, cost);
         }
-        // Release: publishes the words to every reader whose Acquire load sees this value.
-        // `seq + 2` stays even, so it never meets `RETIRED` (odd), and would need 2^63
+        // `seq + 2` stays even, so it never meets the odd retired value, and would need 2^63
         // admissions to overflow.
-        self.seq.store(seq + 2, Ordering::Release);
+        self.seq.publish(seq + 2);
     }
 
     /// The even sequence value at which every band was seen at rest at `now`; `None` when
     /// some band is not at rest, the state is retired, or a writer is inside (an admission in
     /// flight: not at rest).
     fn at_rest_seq(&self, params: &Composite, now: u64) -> Option<u64> {
-        loop {
-            match self.read(|words| params.is_at_rest(words, now)) {
-                Read::Consistent(seq, at_rest) => return at_rest.then_some(seq),
-                Read::Retired | Read::Writing => return None,
-                // A writer finished meanwhile: look again (never wait for one inside).
-                Read::Changed => {}
-            }
-        }
+        self.seq.seq_where(|_| params.is_at_rest(&self.words, now))
     }
 
     /// Every word's value (tests only; not a consistent read while writers run).
     #[cfg(test)]
     fn dump(&self) -> (u64, Vec<u64>) {
         (
-            self.seq.load(Ordering::Relaxed),
+            self.seq.value(),
             self.words
                 .iter()
                 .map(|w| w.load(Ordering::Relaxed))
@@ -580,7 +525,7 @@ impl RateState for CompositeCell {
 
     fn fresh(params: &Composite) -> Self {
         CompositeCell {
-            seq: AtomicU64::new(0),
+            seq: SeqLock::new(),
             words: (0..params.words).map(|_| AtomicU64::new(0)).collect(),
         }
     }
@@ -592,30 +537,17 @@ impl RateState for CompositeCell {
         clock: &C,
         cost: u64,
     ) -> Option<Decision> {
-        let backoff = Backoff::new();
         loop {
             // The clock is read after the sequence, inside each attempt: a decision made from
             // a consistent snapshot holds at this reading.
-            match self.read(|words| params.decide(words, clock.now(), cost)) {
-                Read::Retired => return None,
-                // A writer is inside its few stores: let it finish.
-                Read::Writing => backoff.snooze(),
-                Read::Changed => {}
-                Read::Consistent(_, Verdict::Deny(decision)) => return Some(decision),
-                Read::Consistent(seq, Verdict::Allow(decision, writes)) => {
-                    // Acquire on success: pairs with the Release store that published `seq`
-                    // (as the read section's Acquire load of `seq` already did; this keeps the
-                    // writer's ordering independent of how the read began), so our word
-                    // stores come after the previous writer's in every word's modification
-                    // order. Success from exactly `seq` also proves nobody wrote
-                    // since our consistent read (the sequence only grows), so every band's
-                    // decision still holds. Relaxed on failure: we start over and re-read
-                    // with Acquire.
-                    if self
-                        .seq
-                        .compare_exchange(seq, seq + 1, Ordering::Acquire, Ordering::Relaxed)
-                        .is_ok()
-                    {
+            let (seq, verdict) = self
+                .seq
+                .read_consistent(|_| params.decide(&self.words, clock.now(), cost))?;
+            match verdict {
+                Verdict::Deny(decision) => return Some(decision),
+                // Entering from exactly `seq` proves every band's decision still holds.
+                Verdict::Allow(decision, writes) => {
+                    if self.seq.try_enter(seq) {
                         self.publish(params, seq, &writes, cost);
                         return Some(decision);
                     }
@@ -630,17 +562,12 @@ impl RateState for CompositeCell {
         clock: &C,
         cost: u64,
     ) -> Option<Decision> {
-        let backoff = Backoff::new();
-        loop {
-            // The same consistent read as `try_acquire`, and nothing written.
-            match self.read(|words| params.decide(words, clock.now(), cost)) {
-                Read::Retired => return None,
-                Read::Writing => backoff.snooze(),
-                Read::Changed => {}
-                Read::Consistent(_, Verdict::Allow(decision, _) | Verdict::Deny(decision)) => {
-                    return Some(decision)
-                }
-            }
+        // The same consistent read as `try_acquire`, and nothing written.
+        let (_, verdict) = self
+            .seq
+            .read_consistent(|_| params.decide(&self.words, clock.now(), cost))?;
+        match verdict {
+            Verdict::Allow(decision, _) | Verdict::Deny(decision) => Some(decision),
         }
     }
 
@@ -649,37 +576,17 @@ impl RateState for CompositeCell {
     }
 
     fn try_retire(&self, params: &Composite, now: u64) -> bool {
-        let Some(seq) = self.at_rest_seq(params, now) else {
-            return false;
-        };
-        // Relaxed: success from the exact even value at which every band was seen at rest
-        // proves no writer came in between (a writer first moves the sequence to `seq + 1`),
-        // and after `RETIRED` nobody reads or writes the words again, so nothing is published.
-        self.seq
-            .compare_exchange(seq, RETIRED, Ordering::Relaxed, Ordering::Relaxed)
-            .is_ok()
+        self.at_rest_seq(params, now)
+            .is_some_and(|seq| self.seq.try_retire(seq))
     }
 
     fn carry(&self, params: &Composite, now: u64, retire: bool) -> Option<Carry> {
-        let backoff = Backoff::new();
         loop {
-            match self.read(|words| params.carry(words, now)) {
-                Read::Retired => return None,
-                Read::Writing => backoff.snooze(),
-                Read::Changed => {}
-                Read::Consistent(seq, carry) => {
-                    // Relaxed: as in `try_retire`, success from the exact even value the
-                    // snapshot was read at proves no writer came in between, and nothing is
-                    // read or written through a retired state.
-                    if !retire
-                        || self
-                            .seq
-                            .compare_exchange(seq, RETIRED, Ordering::Relaxed, Ordering::Relaxed)
-                            .is_ok()
-                    {
-                        return Some(carry);
-                    }
-                }
+            let (seq, carry) = self
+                .seq
+                .read_consistent(|_| params.carry(&self.words, now))?;
+            if !retire || self.seq.try_retire(seq) {
+                return Some(carry);
             }
         }
     }
@@ -885,7 +792,8 @@ mod tests {
         assert!(cell.is_at_rest(&params, 1_800 * SEC));
         let before = cell.dump();
         assert!(cell.try_retire(&params, 1_800 * SEC));
-        assert_eq!(cell.dump(), (RETIRED, before.1));
+        // Retired: the sequence holds `u64::MAX`, the words are untouched.
+        assert_eq!(cell.dump(), (u64::MAX, before.1));
         // Retired: never decides, never at rest, never retired twice.
         assert!(!cell.is_at_rest(&params, 1_800 * SEC));
         assert!(!cell.try_retire(&params, 1_800 * SEC));

@@ -70,6 +70,7 @@ pub mod middleware;
 mod policy;
 #[cfg(feature = "redis")]
 pub mod redis;
+mod seqlock;
 mod sliding_counter;
 mod sliding_log;
 mod state;

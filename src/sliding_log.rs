@@ -19,13 +19,10 @@
 //! [`Log`] is the pure arithmetic over any time-ordered [`Entries`]; [`LogCell`] owns the
 //! ring and serialises its writers with a sequence word (a seqlock).
 
+use crate::seqlock::SeqLock;
 use crate::state::{in_use, single_from_carry, Carry, RateState};
-use crate::sync::{fence, AtomicU64, Backoff, Ordering};
+use crate::sync::{AtomicU64, Ordering};
 use crate::{Clock, Decision, Policy};
-
-/// The sequence value of a state retired by eviction. It is odd, so it is never a published
-/// value; counting by two per entry would take 2^63 admissions to reach it.
-const RETIRED: u64 = u64::MAX;
 
 /// A read-only view of a log: its entries oldest first, in non-decreasing time order.
 pub(crate) trait Entries {
@@ -204,7 +201,8 @@ impl Entries for Ring<'_> {
 /// and length) plus `8 * N` bytes on the heap.
 ///
 /// Protocol (the seqlock of H.-J. Boehm, "Can seqlocks get along with programming language
-/// memory models?", MSPC 2012, with a compare-and-swap in place of the writer's lock):
+/// memory models?", MSPC 2012, with a compare-and-swap in place of the writer's lock; the
+/// orderings are in [`SeqLock`], shared with the composite state):
 ///
 /// * A reader loads `seq` (Acquire), waits while it is odd, reads what it needs with
 ///   `Relaxed` loads, issues an Acquire fence and re-loads `seq` (Relaxed). If it changed,
@@ -221,81 +219,35 @@ impl Entries for Ring<'_> {
 /// inside its few stores.
 #[derive(Debug)]
 pub(crate) struct LogCell {
-    seq: AtomicU64,
+    seq: SeqLock,
     ring: Box<[AtomicU64]>,
 }
 
-/// How a seqlock read section ended.
-enum Read<R> {
-    /// A consistent snapshot at this even sequence value, and what was read from it.
-    Consistent(u64, R),
-    /// A writer was inside when the section began.
-    Writing,
-    /// A writer came in during the section: the reads may be torn.
-    Changed,
-    /// The state was retired.
-    Retired,
-}
-
 impl LogCell {
-    /// Runs `f` on the ring as published at the sequence's current value, and says whether
-    /// that read was consistent.
-    #[inline]
-    fn read<R>(&self, f: impl FnOnce(&Ring<'_>) -> R) -> Read<R> {
-        // Acquire: pairs with the Release store that published this value, so every entry
-        // written before it is visible to the Relaxed loads in `f`.
-        let seq = self.seq.load(Ordering::Acquire);
-        if seq == RETIRED {
-            return Read::Retired;
-        }
-        if seq & 1 == 1 {
-            return Read::Writing;
-        }
-        let result = f(&Ring::new(&self.ring, seq / 2));
-        // Acquire fence: if any load in `f` read an entry stored by a writer that came after
-        // `seq`, this fence synchronises with that writer's Release fence, which follows its
-        // compare-and-swap to an odd value; the re-load below then sees that value or a
-        // later one, never `seq` again (values only grow). So an unchanged sequence proves
-        // `f` saw no writer's entries but those published by `seq`.
-        fence(Ordering::Acquire);
-        // Relaxed: ordered after the loads in `f` by the fence above.
-        if self.seq.load(Ordering::Relaxed) == seq {
-            Read::Consistent(seq, result)
-        } else {
-            Read::Changed
-        }
+    /// The ring as published at the even sequence value `seq` (which counts entries twice).
+    fn ring(&self, seq: u64) -> Ring<'_> {
+        Ring::new(&self.ring, seq / 2)
     }
 
-    /// The writer's side: entries `written..written + cost` get `stamp`. The caller owns the
-    /// ring: it moved the sequence from `2 * written` to `2 * written + 1`.
+    /// The writer's side, between [`SeqLock::try_enter`] from `2 * written` and
+    /// [`SeqLock::publish`]: entries `written..written + cost` get `stamp`.
     #[inline]
     fn append(&self, written: u64, cost: u64, stamp: u64) {
-        // Release fence: any reader whose Relaxed load sees one of the stores below, and
-        // then issues its Acquire fence, synchronises with this fence and so sees the odd
-        // sequence (or later) when it re-checks. This is Boehm's writer-side fence.
-        fence(Ordering::Release);
         let first = written % self.ring.len() as u64;
         for i in 0..cost {
-            // Relaxed: ordered for readers by the fence above and the Release store below;
-            // ordered after the previous writer's stores because our compare-and-swap read
-            // the sequence value that writer published with Release (see `try_acquire`).
+            // Relaxed: ordered for readers by the fence in `try_enter` and the Release store
+            // in `publish`; ordered after the previous writer's stores because our entry
+            // read the sequence value that writer published with Release.
             slot(&self.ring, first, i).store(stamp, Ordering::Relaxed);
         }
-        // Release: publishes the entries to every reader whose Acquire load sees this value.
-        self.seq.store(2 * (written + cost), Ordering::Release);
+        self.seq.publish(2 * (written + cost));
     }
 
     /// The even sequence value at which the log was seen at rest at `now`; `None` when it is
     /// not at rest, retired, or a writer is inside (an admission in flight: not at rest).
     fn at_rest_seq(&self, log: &Log, now: u64) -> Option<u64> {
-        loop {
-            match self.read(|ring| log.is_at_rest(ring, now)) {
-                Read::Consistent(seq, at_rest) => return at_rest.then_some(seq),
-                Read::Retired | Read::Writing => return None,
-                // A writer finished meanwhile: look again (never wait for one inside).
-                Read::Changed => {}
-            }
-        }
+        self.seq
+            .seq_where(|seq| log.is_at_rest(&self.ring(seq), now))
     }
 }
 
@@ -312,34 +264,23 @@ impl RateState for LogCell {
 
     fn fresh(log: &Log) -> Self {
         LogCell {
-            seq: AtomicU64::new(0),
+            seq: SeqLock::new(),
             ring: (0..log.limit).map(|_| AtomicU64::new(0)).collect(),
         }
     }
 
     #[inline]
     fn try_acquire<C: Clock + ?Sized>(&self, log: &Log, clock: &C, cost: u64) -> Option<Decision> {
-        let backoff = Backoff::new();
         loop {
             // The clock is read after the sequence, inside each attempt: a decision made from
             // a consistent snapshot holds at this reading.
-            match self.read(|ring| log.decide(ring, clock.now(), cost)) {
-                Read::Retired => return None,
-                // A writer is inside its few stores: let it finish.
-                Read::Writing => backoff.snooze(),
-                Read::Changed => {}
-                Read::Consistent(_, Verdict::Deny(decision)) => return Some(decision),
-                Read::Consistent(seq, Verdict::Allow(decision, stamp)) => {
-                    // Acquire on success: pairs with the Release store that published `seq`,
-                    // so our entry stores come after the previous writer's in every slot's
-                    // modification order. Success from exactly `seq` also proves nobody wrote
-                    // since our consistent read (the sequence only grows), so the decision
-                    // still holds. Relaxed on failure: we start over and re-read with Acquire.
-                    if self
-                        .seq
-                        .compare_exchange(seq, seq + 1, Ordering::Acquire, Ordering::Relaxed)
-                        .is_ok()
-                    {
+            let (seq, verdict) = self
+                .seq
+                .read_consistent(|seq| log.decide(&self.ring(seq), clock.now(), cost))?;
+            match verdict {
+                Verdict::Deny(decision) => return Some(decision),
+                Verdict::Allow(decision, stamp) => {
+                    if self.seq.try_enter(seq) {
                         self.append(seq / 2, cost, stamp);
                         return Some(decision);
                     }
@@ -349,17 +290,12 @@ impl RateState for LogCell {
     }
 
     fn peek<C: Clock + ?Sized>(&self, log: &Log, clock: &C, cost: u64) -> Option<Decision> {
-        let backoff = Backoff::new();
-        loop {
-            // The same consistent read as `try_acquire`, and nothing written.
-            match self.read(|ring| log.decide(ring, clock.now(), cost)) {
-                Read::Retired => return None,
-                Read::Writing => backoff.snooze(),
-                Read::Changed => {}
-                Read::Consistent(_, Verdict::Allow(decision, _) | Verdict::Deny(decision)) => {
-                    return Some(decision)
-                }
-            }
+        // The same consistent read as `try_acquire`, and nothing written.
+        let (_, verdict) = self
+            .seq
+            .read_consistent(|seq| log.decide(&self.ring(seq), clock.now(), cost))?;
+        match verdict {
+            Verdict::Allow(decision, _) | Verdict::Deny(decision) => Some(decision),
         }
     }
 
@@ -368,26 +304,13 @@ impl RateState for LogCell {
     }
 
     fn carry(&self, log: &Log, now: u64, retire: bool) -> Option<Carry> {
-        let backoff = Backoff::new();
         loop {
-            match self.read(|ring| log.decide(ring, now, 1)) {
-                Read::Retired => return None,
-                Read::Writing => backoff.snooze(),
-                Read::Changed => {}
-                Read::Consistent(seq, Verdict::Allow(probe, _) | Verdict::Deny(probe)) => {
-                    let carry = Carry::single(log.window, in_use(log.limit, &probe));
-                    // Relaxed: as in `try_retire`, success from the exact even value the
-                    // snapshot was read at proves no writer came in between, and nothing is
-                    // read or written through a retired log.
-                    if !retire
-                        || self
-                            .seq
-                            .compare_exchange(seq, RETIRED, Ordering::Relaxed, Ordering::Relaxed)
-                            .is_ok()
-                    {
-                        return Some(carry);
-                    }
-                }
+            let (seq, Verdict::Allow(probe, _) | Verdict::Deny(probe)) = self
+                .seq
+                .read_consistent(|seq| log.decide(&self.ring(seq), now, 1))?;
+            let carry = Carry::single(log.window, in_use(log.limit, &probe));
+            if !retire || self.seq.try_retire(seq) {
+                return Some(carry);
             }
         }
     }
@@ -400,12 +323,7 @@ impl RateState for LogCell {
         let Some(seq) = self.at_rest_seq(log, now) else {
             return false;
         };
-        // Relaxed: success from the exact even value at which the log was seen at rest proves
-        // no writer came in between (a writer first moves the sequence to `seq + 1`), and
-        // after `RETIRED` nobody reads or writes the ring again, so nothing is published.
-        self.seq
-            .compare_exchange(seq, RETIRED, Ordering::Relaxed, Ordering::Relaxed)
-            .is_ok()
+        self.seq.try_retire(seq)
     }
 }
 
@@ -607,7 +525,7 @@ mod tests {
         clock.set(Duration::from_millis(1000));
         assert!(cell.try_acquire(&log, &clock, 1).unwrap().is_allowed());
         // Entries 1000 and later wrapped around the ring in place of 0.
-        assert_eq!(cell.seq.load(Ordering::Relaxed), 8);
+        assert_eq!(cell.seq.value(), 8);
         clock.set(Duration::from_millis(1050));
         let d = cell.try_acquire(&log, &clock, 1).unwrap();
         assert_eq!(d.retry_after(), Duration::from_millis(350));

@@ -1,0 +1,156 @@
+//! The sequence word of the states that span several atomic words (the sliding log's ring,
+//! a composite policy's bands): the seqlock of H.-J. Boehm ("Can seqlocks get along with
+//! programming language memory models?", MSPC 2012) with a compare-and-swap in place of the
+//! writer's lock, and one more value for a state that was retired.
+//!
+//! | value | meaning |
+//! |---|---|
+//! | even | the data published by the last writer is complete; readers may read it |
+//! | odd, below `u64::MAX` | a writer is between its compare-and-swap and its publishing store |
+//! | `u64::MAX` (`RETIRED`) | retired by eviction or a policy change: never read or written again |
+//!
+//! Even values only grow (each writer publishes a larger even value than the one it started
+//! from), so a sequence read twice with the same value proves no writer came in between.
+//! The cells own the data and decide what "larger" means (the log counts entries, the
+//! composite counts admissions); this module owns the orderings.
+
+use crate::sync::{fence, AtomicU64, Backoff, Ordering};
+
+/// The value of a retired state. Odd, so no writer's even publication ever reaches it.
+const RETIRED: u64 = u64::MAX;
+
+/// How one read section ended.
+enum Read<R> {
+    /// A consistent snapshot at this even sequence value, and what was read from it.
+    Consistent(u64, R),
+    /// A writer was inside when the section began.
+    Writing,
+    /// A writer came in during the section: the reads may be torn.
+    Changed,
+    /// The state was retired.
+    Retired,
+}
+
+/// A sequence word; see the module docs.
+#[derive(Debug)]
+pub(crate) struct SeqLock {
+    seq: AtomicU64,
+}
+
+impl SeqLock {
+    /// A sequence at 0: nothing written yet, readable.
+    pub(crate) fn new() -> Self {
+        SeqLock {
+            seq: AtomicU64::new(0),
+        }
+    }
+
+    /// One read section: runs `f` with the sequence value it reads under, and says whether
+    /// what `f` read was consistent. `f` must read the data with `Relaxed` loads only.
+    #[inline]
+    fn read<R>(&self, f: impl FnOnce(u64) -> R) -> Read<R> {
+        // Acquire: pairs with the Release store that published this value, so every word
+        // stored before it is visible to the Relaxed loads in `f`.
+        let seq = self.seq.load(Ordering::Acquire);
+        if seq == RETIRED {
+            return Read::Retired;
+        }
+        if seq & 1 == 1 {
+            return Read::Writing;
+        }
+        let result = f(seq);
+        // Acquire fence: if any load in `f` read a word stored by a writer that came after
+        // `seq`, this fence synchronises with that writer's Release fence, which follows its
+        // compare-and-swap to an odd value (`try_enter`); the re-load below then sees that
+        // value or a later one, never `seq` again (values only grow). So an unchanged sequence
+        // proves `f` saw no words but those published by `seq`.
+        fence(Ordering::Acquire);
+        // Relaxed: ordered after the loads in `f` by the fence above.
+        if self.seq.load(Ordering::Relaxed) == seq {
+            Read::Consistent(seq, result)
+        } else {
+            Read::Changed
+        }
+    }
+
+    /// Reads until a read is consistent: `f`'s result and the even sequence value it was read
+    /// at, or `None` once the state is retired. Waits (with backoff) while a writer is inside
+    /// its few stores; a torn read is simply repeated. Each attempt calls `f` afresh, so a
+    /// clock read inside `f` is taken after the sequence.
+    #[inline]
+    pub(crate) fn read_consistent<R>(&self, mut f: impl FnMut(u64) -> R) -> Option<(u64, R)> {
+        let backoff = Backoff::new();
+        loop {
+            match self.read(&mut f) {
+                Read::Consistent(seq, result) => return Some((seq, result)),
+                Read::Retired => return None,
+                Read::Writing => backoff.snooze(),
+                Read::Changed => {}
+            }
+        }
+    }
+
+    /// The even sequence value at which `holds` was seen true on a consistent read; `None`
+    /// when it was false, the state is retired, or a writer is inside (never waits for one:
+    /// a state being written is not at rest, which is what the callers ask).
+    pub(crate) fn seq_where(&self, mut holds: impl FnMut(u64) -> bool) -> Option<u64> {
+        loop {
+            match self.read(&mut holds) {
+                Read::Consistent(seq, holds) => return holds.then_some(seq),
+                Read::Retired | Read::Writing => return None,
+                // A writer finished meanwhile: look again.
+                Read::Changed => {}
+            }
+        }
+    }
+
+    /// A writer's entry: moves the sequence from the even `seq` its decision was read at to
+    /// `seq + 1`. `false` when any writer (or a retirement) came first: decide again.
+    /// On `true` the caller owns the data until it calls [`SeqLock::publish`].
+    #[inline]
+    pub(crate) fn try_enter(&self, seq: u64) -> bool {
+        // Acquire on success: pairs with the Release store that published `seq`, so the
+        // caller's stores come after the previous writer's in every word's modification order.
+        // Success from exactly `seq` also proves nobody wrote since the consistent read (even
+        // values only grow), so the decision made on it still holds. Relaxed on failure: the
+        // caller starts over with a fresh Acquire read.
+        if self
+            .seq
+            .compare_exchange(seq, seq + 1, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            return false;
+        }
+        // Release fence: any reader whose Relaxed load sees one of the caller's stores, and
+        // then issues its Acquire fence, synchronises with this fence and so sees the odd
+        // sequence (or later) when it re-checks. This is Boehm's writer-side fence.
+        fence(Ordering::Release);
+        true
+    }
+
+    /// A writer's exit: publishes `next`, an even value above the one it entered from. The
+    /// data stores before it may all be `Relaxed`.
+    #[inline]
+    pub(crate) fn publish(&self, next: u64) {
+        debug_assert!(next & 1 == 0 && next != RETIRED);
+        // Release: publishes the words to every reader whose Acquire load sees this value.
+        self.seq.store(next, Ordering::Release);
+    }
+
+    /// Retires the state from the exact even value `seq` a consistent read was taken at;
+    /// `false` when a writer came in between.
+    pub(crate) fn try_retire(&self, seq: u64) -> bool {
+        // Relaxed: success from the exact even value the snapshot was read at proves no
+        // writer came in between (a writer first moves the sequence to `seq + 1`), and after
+        // `RETIRED` nobody reads or writes the data again, so nothing is published.
+        self.seq
+            .compare_exchange(seq, RETIRED, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
+    }
+
+    /// The current value (tests only: a snapshot, not a read section).
+    #[cfg(test)]
+    pub(crate) fn value(&self) -> u64 {
+        self.seq.load(Ordering::Relaxed)
+    }
+}
