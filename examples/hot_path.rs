@@ -130,7 +130,10 @@ impl Bench {
         }
         runs.map(|mut runs| {
             runs.sort_by(f64::total_cmp);
-            (runs.get(runs.len() / 2).copied().unwrap_or(f64::NAN), runs.len())
+            (
+                runs.get(runs.len() / 2).copied().unwrap_or(f64::NAN),
+                runs.len(),
+            )
         })
     }
 }
