@@ -87,6 +87,14 @@ impl ModelCell {
         with_cell!(&self.0, (state, params) => state.try_retire(params, now))
     }
 
+    /// Retires the state for a policy change (`set_policy`), from one consistent snapshot
+    /// whatever it holds, and returns the most permits in use at `now` in any of its bands:
+    /// what the new policy's state will count as spent. `None` when it was already retired.
+    pub fn retire_for_change(&self, now: u64) -> Option<u64> {
+        with_cell!(&self.0, (state, params) => state.carry(params, now, true))
+            .map(|carry| carry.spent_within(u64::MAX))
+    }
+
     /// Whether the state is at rest at `now`.
     pub fn is_at_rest(&self, now: u64) -> bool {
         with_cell!(&self.0, (state, params) => state.is_at_rest(params, now))
