@@ -66,6 +66,18 @@ fn keyed_str(l: &RateLimiter<String>, k: &str) -> Decision {
 }
 
 #[inline(never)]
+fn keyed_boxed(l: &RateLimiter<Box<str>>, k: &str) -> Decision {
+    l.try_acquire(k)
+}
+
+// governor's `check_key` takes `&K`, so a `Box<str>` key is passed as `&Box<str>`.
+#[allow(clippy::borrowed_box)]
+#[inline(never)]
+fn gov_boxed(l: &GovKeyed<Box<str>>, k: &Box<str>) -> bool {
+    l.check_key(k).is_ok()
+}
+
+#[inline(never)]
 fn gov_string(l: &GovKeyed<String>, k: &String) -> bool {
     l.check_key(k).is_ok()
 }
@@ -266,6 +278,30 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         },
     ]);
     row("100k String keys, random", t, g, None);
+
+    // The same keys held as `Box<str>` (no capacity word) by both limiters; tollgate is
+    // still asked by `&str`, governor by `&Box<str>`.
+    let b: RateLimiter<Box<str>> = RateLimiter::new(policy);
+    let gb: GovKeyed<Box<str>> = governor::RateLimiter::keyed(quota);
+    let boxed: Vec<Box<str>> = strings.iter().map(|s| s.as_str().into()).collect();
+    for key in &boxed {
+        assert!(keyed_boxed(&b, key).is_allowed());
+        assert!(gov_boxed(&gb, key));
+    }
+    let (mut next_t, mut next_g, mut next_s) = (cursor(n), cursor(n), cursor(n));
+    let [t, g, gs_time] = bench.single([
+        &mut || {
+            let _ = black_box(keyed_boxed(&b, &boxed[next_t()]));
+        },
+        &mut || {
+            black_box(gov_boxed(&gb, &boxed[next_g()]));
+        },
+        &mut || {
+            black_box(gov_string(&gs, &strings[next_s()]));
+        },
+    ]);
+    row("100k Box<str> keys, random", t, g, None);
+    row("  tollgate Box<str>, gov String", t, gs_time, None);
 
     let [(t, tn), (g, gn)] = bench.two_threads([
         &|| {
