@@ -5,12 +5,14 @@
 //! Exactness under racing threads and eviction follows tests/races.rs, with composite
 //! policies of one and of mixed algorithms.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Barrier};
-use std::thread;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tollgate::{Decision, DirectLimiter, FakeClock, Policy, RateLimiter};
+
+#[path = "support/races.rs"]
+mod support;
+use support::{eviction_race, race};
 
 const MS: u64 = 1_000_000;
 const SEC: u64 = 1_000 * MS;
@@ -28,22 +30,6 @@ fn fields(d: Decision) -> (bool, u64, u64, u64, u64) {
         d.retry_after().as_nanos() as u64,
         d.reset_after().as_nanos() as u64,
     )
-}
-
-/// Runs `threads` copies of `work` started together and sums what they return.
-fn race(threads: usize, work: impl Fn(usize) -> u64 + Send + Sync + 'static) -> u64 {
-    let work = Arc::new(work);
-    let start = Arc::new(Barrier::new(threads));
-    let handles: Vec<_> = (0..threads)
-        .map(|i| {
-            let (work, start) = (work.clone(), start.clone());
-            thread::spawn(move || {
-                start.wait();
-                work(i)
-            })
-        })
-        .collect();
-    handles.into_iter().map(|h| h.join().unwrap()).sum()
 }
 
 /// The trace of "3/1s & 5/1h" (token buckets: T = 333,333,334 ns and 720 s), on any limiter.
@@ -291,79 +277,12 @@ fn costs_are_exact_under_racing_threads() {
 
 #[test]
 fn eviction_racing_requests_never_admits_extra() {
-    // As tests/races.rs: phases two seconds apart, so every band of every state is at rest
-    // when a phase starts; during a phase the clock is frozen and each key admits exactly its
-    // tightest capacity, however requests interleave with a thread evicting in a loop.
-    const KEYS: u64 = 4;
-    const CAPACITY: u64 = 50;
-    const WORKERS: usize = 6;
-    const PHASES: u64 = 150;
+    // As tests/races.rs, with composite policies whose longest window is under the 2 s
+    // between phases; each key admits exactly its tightest capacity per phase.
     for text in [
         "sliding-counter 80/500ms & sliding-log 50/1s",
         "50/1s & sliding-log 60/1500ms",
     ] {
-        let clock = FakeClock::new();
-        let limiter: Arc<RateLimiter<u64, FakeClock>> =
-            Arc::new(RateLimiter::with_clock(policy(text), clock.clone()));
-        let stop = Arc::new(AtomicBool::new(false));
-        let evicted = Arc::new(AtomicU64::new(0));
-        let evictor = {
-            let (limiter, stop, evicted) = (limiter.clone(), stop.clone(), evicted.clone());
-            thread::spawn(move || {
-                while !stop.load(Ordering::Relaxed) {
-                    evicted.fetch_add(limiter.evict_idle() as u64, Ordering::Relaxed);
-                }
-            })
-        };
-        let phase_start = Arc::new(Barrier::new(WORKERS + 1));
-        let phase_end = Arc::new(Barrier::new(WORKERS + 1));
-        let counts: Arc<Vec<AtomicU64>> = Arc::new((0..KEYS).map(|_| AtomicU64::new(0)).collect());
-        let workers: Vec<_> = (0..WORKERS)
-            .map(|w| {
-                let (limiter, counts) = (limiter.clone(), counts.clone());
-                let (phase_start, phase_end) = (phase_start.clone(), phase_end.clone());
-                thread::spawn(move || {
-                    for _ in 0..PHASES {
-                        phase_start.wait();
-                        for i in 0..(CAPACITY * 3) {
-                            let key = (i + w as u64) % KEYS;
-                            if limiter.try_acquire(&key).is_allowed() {
-                                counts[key as usize].fetch_add(1, Ordering::Relaxed);
-                            }
-                        }
-                        phase_end.wait();
-                    }
-                })
-            })
-            .collect();
-        for phase in 0..PHASES {
-            let before = evicted.load(Ordering::Relaxed);
-            clock.set(Duration::from_secs(2 * phase + 2));
-            if phase % 10 == 0 {
-                // Now and then, let the evictor find the at-rest states before the requests
-                // start, so removal and re-creation are exercised for certain.
-                while phase > 0 && evicted.load(Ordering::Relaxed) == before {
-                    thread::yield_now();
-                }
-            }
-            phase_start.wait();
-            phase_end.wait();
-            for (key, count) in counts.iter().enumerate() {
-                let admitted = count.swap(0, Ordering::Relaxed);
-                assert_eq!(
-                    admitted, CAPACITY,
-                    "{text}, phase {phase}, key {key}: admitted {admitted}"
-                );
-            }
-        }
-        stop.store(true, Ordering::Relaxed);
-        evictor.join().unwrap();
-        for w in workers {
-            w.join().unwrap();
-        }
-        assert!(
-            evicted.load(Ordering::Relaxed) > 0,
-            "{text}: the evictor must actually have removed states for the race to mean anything"
-        );
+        eviction_race(text, policy(text), 50);
     }
 }

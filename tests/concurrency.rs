@@ -3,26 +3,14 @@
 
 use std::panic::{self, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Barrier};
+use std::sync::Arc;
 use std::thread;
 
 use tollgate::{AtCapacity, ConcurrencyLimiter, Permit};
 
-/// Runs `threads` copies of `work` started together and sums what they return.
-fn race(threads: usize, work: impl Fn(usize) -> u64 + Send + Sync + 'static) -> u64 {
-    let work = Arc::new(work);
-    let start = Arc::new(Barrier::new(threads));
-    let handles: Vec<_> = (0..threads)
-        .map(|i| {
-            let (work, start) = (work.clone(), start.clone());
-            thread::spawn(move || {
-                start.wait();
-                work(i)
-            })
-        })
-        .collect();
-    handles.into_iter().map(|h| h.join().unwrap()).sum()
-}
+#[path = "support/races.rs"]
+mod support;
+use support::race;
 
 /// What the guarded work sees: how many are inside right now, and the most ever seen.
 #[derive(Default)]

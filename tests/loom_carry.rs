@@ -13,15 +13,14 @@
 //! ```
 #![cfg(tollgate_loom)]
 
-use std::time::Duration;
-
 use loom::sync::Arc;
 use loom::thread;
 use tollgate::model::ModelCell;
-use tollgate::{FakeClock, Policy};
+use tollgate::Policy;
 
-/// The frozen clock's reading, in nanoseconds.
-const NOW: u64 = 10_000_000_000;
+#[path = "support/loom_cells.rs"]
+mod support;
+use support::{frozen_clock, NOW};
 
 /// Every state machine, each admitting at least 2 per window.
 const POLICIES: [&str; 5] = [
@@ -31,12 +30,6 @@ const POLICIES: [&str; 5] = [
     "sliding-log 2/1s & token-bucket 3/2s",
     "sliding-counter 2/1s & sliding-log 3/2s",
 ];
-
-fn frozen_clock() -> FakeClock {
-    let clock = FakeClock::new();
-    clock.set(Duration::from_nanos(NOW));
-    clock
-}
 
 /// A request racing the retirement either got in first, and is carried (2 in use), or met
 /// the retired state (`None`), and is not (1 in use): never both, never neither.

@@ -19,31 +19,19 @@
 //! and taken as consistent then shows up as an extra admission or a wrong `remaining`.
 #![cfg(tollgate_loom)]
 
-use std::time::Duration;
-
 use loom::sync::Arc;
 use loom::thread;
 use tollgate::model::ModelCell;
-use tollgate::{Decision, FakeClock, Policy};
+use tollgate::{FakeClock, Policy};
 
-/// The frozen clock's reading, in nanoseconds.
-const NOW: u64 = 10_000_000_000;
-
-fn frozen_clock() -> FakeClock {
-    let clock = FakeClock::new();
-    clock.set(Duration::from_nanos(NOW));
-    clock
-}
+#[path = "support/loom_cells.rs"]
+mod support;
+use support::{admitted, frozen_clock, race_for_capacity, NOW};
 
 fn cell(policy: &str) -> ModelCell {
     let policy: Policy = policy.parse().unwrap();
     assert!(policy.is_composite());
     ModelCell::new(&policy)
-}
-
-/// 1 for an admission, 0 for a refusal; panics on a retired state.
-fn admitted(decision: Option<Decision>) -> u64 {
-    u64::from(decision.expect("the state was never retired").is_allowed())
 }
 
 /// Two-band policies (windows of at most 2 s, so everything admitted at 0 has left by 10 s)
@@ -58,35 +46,11 @@ const CAPACITY_2: [&str; 2] = [
     "token-bucket 4/1s & sliding-log 2/2s",
 ];
 
-/// Two threads race one request each on `policy`, whose tightest band admits `capacity`
-/// (1 or 2), then a last request checks nothing was lost: exactly `capacity` admissions.
-fn race_for_capacity(policy: &'static str, capacity: u64, expired: bool) {
-    loom::model(move || {
-        let state = Arc::new(cell(policy));
-        if expired {
-            assert_eq!(admitted(state.try_acquire(&FakeClock::new(), capacity)), 1);
-        }
-        let clock = frozen_clock();
-        let other = {
-            let (state, clock) = (state.clone(), clock.clone());
-            thread::spawn(move || admitted(state.try_acquire(&clock, 1)))
-        };
-        let mine = admitted(state.try_acquire(&clock, 1));
-        let theirs = other.join().unwrap();
-        let last = admitted(state.try_acquire(&clock, 1));
-        assert_eq!(
-            mine + theirs + last,
-            capacity,
-            "{policy}, expired: {expired}"
-        );
-    });
-}
-
 #[test]
 fn capacity_1_is_exact() {
     for policy in CAPACITY_1 {
         for expired in [false, true] {
-            race_for_capacity(policy, 1, expired);
+            race_for_capacity(policy.parse().unwrap(), 1, expired);
         }
     }
 }
@@ -95,7 +59,7 @@ fn capacity_1_is_exact() {
 fn capacity_2_is_exact() {
     for policy in CAPACITY_2 {
         for expired in [false, true] {
-            race_for_capacity(policy, 2, expired);
+            race_for_capacity(policy.parse().unwrap(), 2, expired);
         }
     }
 }

@@ -16,15 +16,14 @@
 //! overwrites words (log slots, the counter's window, a TAT) that the peek may be reading.
 #![cfg(tollgate_loom)]
 
-use std::time::Duration;
-
 use loom::sync::Arc;
 use loom::thread;
 use tollgate::model::ModelCell;
 use tollgate::{Decision, FakeClock, Policy};
 
-/// The frozen clock's reading, in nanoseconds.
-const NOW: u64 = 10_000_000_000;
+#[path = "support/loom_cells.rs"]
+mod support;
+use support::frozen_clock;
 
 /// Every state machine, each admitting 2 per window (windows of at most 2 s, so what was
 /// admitted at 0 has expired by `NOW`).
@@ -35,12 +34,6 @@ const POLICIES: [&str; 5] = [
     "sliding-log 2/1s & token-bucket 3/2s",
     "sliding-counter 2/1s & sliding-log 3/2s",
 ];
-
-fn frozen_clock() -> FakeClock {
-    let clock = FakeClock::new();
-    clock.set(Duration::from_nanos(NOW));
-    clock
-}
 
 /// A state of `policy` holding 2 permits admitted at time 0.
 fn expired_state(policy: &str) -> ModelCell {

@@ -21,67 +21,33 @@ use std::time::Duration;
 
 use loom::sync::Arc;
 use loom::thread;
-use tollgate::model::ModelCell;
-use tollgate::{Algorithm, Decision, FakeClock, Policy};
+use tollgate::{Algorithm, FakeClock, Policy};
+
+#[path = "support/loom_cells.rs"]
+mod support;
+use support::{admitted, cell, frozen_clock, race_for_capacity, NOW};
 
 const WINDOWED: [Algorithm; 2] = [Algorithm::SlidingLog, Algorithm::SlidingCounter];
 
-/// The frozen clock's reading, in nanoseconds.
-const NOW: u64 = 10_000_000_000;
-
-fn frozen_clock() -> FakeClock {
-    let clock = FakeClock::new();
-    clock.set(Duration::from_nanos(NOW));
-    clock
-}
-
-fn cell(algorithm: Algorithm, permits: u64) -> ModelCell {
-    ModelCell::new(&Policy::new(algorithm, permits, Duration::from_secs(1)).unwrap())
-}
-
-/// 1 for an admission, 0 for a refusal; panics on a retired state.
-fn admitted(decision: Option<Decision>) -> u64 {
-    u64::from(decision.expect("the state was never retired").is_allowed())
-}
-
-/// Two threads race one request each on a state of capacity `permits` (1 or 2), then a last
-/// request checks nothing was lost: exactly `permits` admissions in all. With `expired`, the
-/// state first holds a full window admitted at time 0, long gone at `NOW`: the log's writers
-/// then overwrite ring slots that racing readers may be reading.
-fn race_for_capacity(algorithm: Algorithm, permits: u64, expired: bool) {
-    loom::model(move || {
-        let state = Arc::new(cell(algorithm, permits));
-        if expired {
-            let start = FakeClock::new();
-            assert_eq!(admitted(state.try_acquire(&start, permits)), 1);
-        }
-        let clock = frozen_clock();
-        let other = {
-            let (state, clock) = (state.clone(), clock.clone());
-            thread::spawn(move || admitted(state.try_acquire(&clock, 1)))
-        };
-        let mine = admitted(state.try_acquire(&clock, 1));
-        let theirs = other.join().unwrap();
-        let last = admitted(state.try_acquire(&clock, 1));
-        assert_eq!(
-            mine + theirs + last,
-            permits,
-            "{algorithm}, expired: {expired}"
-        );
-    });
+fn windowed(algorithm: Algorithm, permits: u64) -> Policy {
+    Policy::new(algorithm, permits, Duration::from_secs(1)).unwrap()
 }
 
 #[test]
 fn sliding_log_capacity_is_exact() {
     for (permits, expired) in [(1, false), (2, false), (1, true), (2, true)] {
-        race_for_capacity(Algorithm::SlidingLog, permits, expired);
+        race_for_capacity(windowed(Algorithm::SlidingLog, permits), permits, expired);
     }
 }
 
 #[test]
 fn sliding_counter_capacity_is_exact() {
     for (permits, expired) in [(1, false), (2, false), (1, true), (2, true)] {
-        race_for_capacity(Algorithm::SlidingCounter, permits, expired);
+        race_for_capacity(
+            windowed(Algorithm::SlidingCounter, permits),
+            permits,
+            expired,
+        );
     }
 }
 
@@ -93,7 +59,7 @@ fn sliding_counter_capacity_is_exact() {
 fn a_refusal_is_never_decided_on_a_torn_read() {
     for algorithm in WINDOWED {
         loom::model(move || {
-            let state = Arc::new(cell(algorithm, 2));
+            let state = Arc::new(cell(&windowed(algorithm, 2)));
             assert_eq!(admitted(state.try_acquire(&FakeClock::new(), 2)), 1);
             let clock = frozen_clock();
             let other = {
@@ -118,11 +84,11 @@ fn a_refusal_is_never_decided_on_a_torn_read() {
 /// request overwrites the very ring slot (or counter window) the evictor is checking.
 fn acquire_racing_eviction(algorithm: Algorithm, expired: bool) {
     loom::model(move || {
-        let state = Arc::new(cell(algorithm, 1));
+        let state = Arc::new(cell(&windowed(algorithm, 1)));
         if expired {
             assert_eq!(admitted(state.try_acquire(&FakeClock::new(), 1)), 1);
         }
-        let replacement = Arc::new(cell(algorithm, 1));
+        let replacement = Arc::new(cell(&windowed(algorithm, 1)));
         let clock = frozen_clock();
         let requester = {
             let (state, replacement, clock) = (state.clone(), replacement.clone(), clock.clone());
@@ -175,7 +141,7 @@ fn at_rest_check_racing_an_admission() {
             let sides = std::sync::Arc::new(std::sync::Mutex::new([false; 2]));
             let seen_sides = sides.clone();
             loom::model(move || {
-                let state = Arc::new(cell(algorithm, 2));
+                let state = Arc::new(cell(&windowed(algorithm, 2)));
                 if expired {
                     assert_eq!(admitted(state.try_acquire(&FakeClock::new(), 2)), 1);
                 }
