@@ -21,8 +21,8 @@ use axum::routing::{get, post};
 use axum::{Extension, Router};
 use http::{Method, Request, StatusCode};
 use tollgate::middleware::{
-    ClientIp, GlobalKey, HeaderKey, HeaderStyle, LimitKey, MissingKey, PeerIp, RateLimitLayer,
-    Route,
+    ClientIp, ConfigError, GlobalKey, HeaderKey, HeaderStyle, LimitKey, MissingKey, PeerIp,
+    RateLimitLayer, Route,
 };
 use tollgate::{Decision, RateLimiter};
 use tower_layer::Layer;
@@ -483,6 +483,63 @@ fn per_route_and_per_method_policies() {
     assert_eq!(
         param(get_path(addr, "/").header("ratelimit").unwrap(), "r"),
         97
+    );
+}
+
+#[test]
+fn routes_spend_their_cost_from_a_shared_budget() {
+    // One budget of 10 per hour: a read costs 1, an export 4; a cost above the policy's
+    // permits is a configuration error, answered 500 and spending nothing.
+    let quota = limiter("10/hour");
+    let app = Router::new()
+        .route("/", get(|| async { "ok" }))
+        .route("/export", get(|| async { "csv" }))
+        .route("/bulk", get(|| async { "all" }))
+        .layer(
+            RateLimitLayer::new(quota.clone())
+                .key(axum_peer())
+                .route(Route::any("/export").cost(4).unwrap(), quota.clone())
+                .route(Route::any("/bulk").cost(11).unwrap(), quota),
+        );
+    let addr = serve(app);
+    let remaining = |reply: &Reply| param(reply.header("ratelimit").unwrap(), "r");
+
+    let read = get_path(addr, "/");
+    assert_eq!((read.status, remaining(&read)), (200, 9));
+    for expected in [5, 1] {
+        let export = get_path(addr, "/export");
+        assert_eq!(export.status, 200, "{export:?}");
+        assert_eq!(export.body, "csv");
+        assert_eq!(remaining(&export), expected);
+    }
+    // 1 left: an export (4) is refused and spends nothing; a read still gets the last one.
+    let refused = get_path(addr, "/export");
+    assert_eq!(refused.status, 429, "{refused:?}");
+    let retry: u64 = refused.header("retry-after").unwrap().parse().unwrap();
+    // A token bucket of 10 per hour refills one permit every 360 s; 3 more are missing.
+    assert!((1_000..=1_080).contains(&retry), "Retry-After {retry}");
+    assert_eq!(remaining(&refused), 1);
+
+    let bulk = get_path(addr, "/bulk");
+    assert_eq!(bulk.status, 500, "{bulk:?}");
+    assert_eq!(
+        bulk.header("content-type"),
+        Some("application/problem+json")
+    );
+    assert!(bulk.body.contains("cost 11"), "{}", bulk.body);
+
+    let last = get_path(addr, "/");
+    assert_eq!((last.status, remaining(&last)), (200, 0));
+    assert_eq!(get_path(addr, "/").status, 429);
+}
+
+#[test]
+fn a_cost_of_zero_is_a_config_error() {
+    let error = Route::any("/export").cost(0).unwrap_err();
+    assert_eq!(error, ConfigError::InvalidCost { cost: 0 });
+    assert_eq!(
+        error.to_string(),
+        "a route's cost must be at least 1 permit, got 0"
     );
 }
 

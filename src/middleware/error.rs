@@ -120,6 +120,11 @@ pub enum ConfigError {
         /// The name as given.
         name: String,
     },
+    /// A route's cost of 0 permits: every request must spend at least one.
+    InvalidCost {
+        /// The cost asked for.
+        cost: u64,
+    },
 }
 
 impl fmt::Display for ConfigError {
@@ -141,6 +146,9 @@ impl fmt::Display for ConfigError {
                 f,
                 "policy name {name:?} must be non-empty printable ASCII (0x20 to 0x7e)"
             ),
+            ConfigError::InvalidCost { cost } => {
+                write!(f, "a route's cost must be at least 1 permit, got {cost}")
+            }
         }
     }
 }

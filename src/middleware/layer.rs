@@ -14,11 +14,12 @@ use super::error::{ConfigError, KeyError};
 use super::headers::{self, Fields, HeaderStyle, Rendered};
 use super::key::{KeyExtractor, LimitKey, PeerIp, RequestHead};
 use super::service::RateLimit;
-use crate::{Clock, Decision, Policy, RateLimiter};
+use crate::{Clock, CostError, Decision, Policy, RateLimiter};
 
 /// A limiter as the layer sees it: any clock, any hasher.
 trait Backend: Send + Sync {
     fn try_acquire(&self, key: &LimitKey) -> Decision;
+    fn try_acquire_n(&self, key: &LimitKey, cost: u64) -> Result<Decision, CostError>;
     fn policy(&self) -> Option<Policy>;
 }
 
@@ -30,6 +31,10 @@ where
     #[inline]
     fn try_acquire(&self, key: &LimitKey) -> Decision {
         RateLimiter::try_acquire(self, key)
+    }
+
+    fn try_acquire_n(&self, key: &LimitKey, cost: u64) -> Result<Decision, CostError> {
+        RateLimiter::try_acquire_n(self, key, cost)
     }
 
     fn policy(&self) -> Option<Policy> {
@@ -98,6 +103,8 @@ pub struct Route {
     prefix: String,
     name: Option<String>,
     extractor: Option<Arc<dyn KeyExtractor>>,
+    /// Permits each request spends (1 unless [`Route::cost`] says otherwise).
+    cost: u64,
 }
 
 impl Route {
@@ -135,6 +142,7 @@ impl Route {
             prefix,
             name: None,
             extractor: None,
+            cost: 1,
         }
     }
 
@@ -171,6 +179,43 @@ impl Route {
         self
     }
 
+    /// Makes each request of this rule spend `permits` instead of 1: an export or a search
+    /// that costs the backend ten times a plain read can cost ten times the quota. Give
+    /// several routes the same limiter (one `Arc`) for one budget that requests draw on by
+    /// weight. Ignored for exempt routes.
+    ///
+    /// A request is refused (429, `Retry-After` saying when `permits` are available) unless
+    /// all of them are; a refusal spends none. A cost above the policy's permits (the
+    /// smallest band's, for a composite policy) could never be admitted: such a request is
+    /// answered `500 Internal Server Error` with a problem+json naming the cost and the
+    /// limit, since it is the configuration, not the client, that is wrong.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::InvalidCost`] for 0.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use tollgate::middleware::{LimitKey, RateLimitLayer, Route};
+    /// use tollgate::RateLimiter;
+    ///
+    /// // One budget of 600 per minute: a read costs 1, an export 20.
+    /// let quota: Arc<RateLimiter<LimitKey>> = Arc::new(RateLimiter::new("600/min".parse()?));
+    /// let layer = RateLimitLayer::new(quota.clone())
+    ///     .route(Route::any("/export").cost(20)?, quota);
+    /// assert!(Route::any("/export").cost(0).is_err());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn cost(mut self, permits: u64) -> Result<Self, ConfigError> {
+        if permits == 0 {
+            return Err(ConfigError::InvalidCost { cost: permits });
+        }
+        self.cost = permits;
+        Ok(self)
+    }
+
     fn matches(&self, method: &Method, path: &str) -> bool {
         if self.method.as_ref().is_some_and(|m| m != method) {
             return false;
@@ -189,6 +234,7 @@ impl fmt::Debug for Route {
             .field("prefix", &self.prefix)
             .field("name", &self.name)
             .field("custom_key", &self.extractor.is_some())
+            .field("cost", &self.cost)
             .finish()
     }
 }
@@ -202,6 +248,8 @@ struct Rule {
     name: Option<String>,
     /// The `RateLimit-Policy` rendering for the limiter's policy when configured.
     rendered: Rendered,
+    /// Permits each request spends.
+    cost: u64,
 }
 
 impl Rule {
@@ -212,6 +260,7 @@ impl Rule {
             extractor: None,
             name,
             rendered,
+            cost: 1,
         }
     }
 
@@ -278,7 +327,22 @@ impl Config {
                 MissingKey::Allow => return Outcome::Pass(None, Fields::default()),
             },
         };
-        let decision = rule.limiter.try_acquire(&key);
+        let decision = if rule.cost == 1 {
+            rule.limiter.try_acquire(&key)
+        } else {
+            match rule.limiter.try_acquire_n(&key, rule.cost) {
+                Ok(decision) => decision,
+                Err(error) => {
+                    let detail = format!("this route's cost cannot be admitted: {error}");
+                    return Outcome::Respond(headers::error_response(
+                        StatusCode::INTERNAL_SERVER_ERROR,
+                        &detail,
+                        None,
+                        self.is_grpc(request),
+                    ));
+                }
+            }
+        };
         if self.shadow {
             return Outcome::Pass(Some(decision), Fields::default());
         }
@@ -487,6 +551,7 @@ impl RateLimitLayer {
         let config = self.config();
         let mut rule = Rule::new(limiter, route.name.clone(), &config.name);
         rule.extractor = route.extractor.clone();
+        rule.cost = route.cost;
         config.routes.push((route, Target::Limit(Box::new(rule))));
         self
     }
