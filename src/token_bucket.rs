@@ -141,6 +141,15 @@ impl RateState for GcraCell {
         clock: &C,
         cost: u64,
     ) -> Option<Decision> {
+        // The clock is read once, before the state, as governor does. Reading it inside the
+        // loop put a clock read (about 10 ns here) between every load and its CAS, so under
+        // contention the other thread's CAS nearly always landed in that window and each
+        // retry paid the clock again. A retry now only recomputes from the TAT the failed
+        // CAS returned. Deciding with a `now` older than the TAT another thread just wrote is
+        // exact: the state only ever moves on from the value the CAS succeeds on, and an older
+        // `now` only makes `new_tat - now` larger, so it can refuse where a later reading
+        // would admit (the caller's request arrived before that reading) but never admit more.
+        let now = clock.now();
         // Relaxed: see the type's docs. A stale read only makes the CAS below fail; a refusal
         // made from a stale (older, hence smaller) TAT would also be made from the newer one,
         // since TATs only grow while a state is live.
@@ -149,7 +158,6 @@ impl RateState for GcraCell {
             if tat == RETIRED {
                 return None;
             }
-            let now = clock.now();
             match gcra.decide(tat, now, cost) {
                 Verdict::Deny(decision) => return Some(decision),
                 Verdict::Allow(decision, new_tat) => {
