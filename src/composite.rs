@@ -537,12 +537,14 @@ impl RateState for CompositeCell {
         clock: &C,
         cost: u64,
     ) -> Option<Decision> {
+        // The clock is read once, before the sequence, as for every single-band state: each
+        // band decides an older `now` than another writer's as a clock that went backwards,
+        // which can only refuse more, never admit more.
+        let now = clock.now();
         loop {
-            // The clock is read after the sequence, inside each attempt: a decision made from
-            // a consistent snapshot holds at this reading.
             let (seq, verdict) = self
                 .seq
-                .read_consistent(|_| params.decide(&self.words, clock.now(), cost))?;
+                .read_consistent(|_| params.decide(&self.words, now, cost))?;
             match verdict {
                 Verdict::Deny(decision) => return Some(decision),
                 // Entering from exactly `seq` proves every band's decision still holds.

@@ -315,6 +315,11 @@ impl RateState for CounterCell {
         clock: &C,
         cost: u64,
     ) -> Option<Decision> {
+        // The clock is read once, before the word, as in the token bucket (a retry then only
+        // recomputes from the word the failed CAS returned). A `now` in a window the word has
+        // already moved past counts as zero time elapsed in the word's window (see
+        // `Counter::decide`), which can only refuse more, never admit more.
+        let now = clock.now();
         // Relaxed: see the type's docs. A stale read only makes the CAS below fail; a refusal
         // made from it is the decision as of the moment that word was current (the load is
         // the linearisation point), and a refusal writes and admits nothing.
@@ -323,7 +328,6 @@ impl RateState for CounterCell {
             if word == RETIRED {
                 return None;
             }
-            let now = clock.now();
             match counter.decide(Snapshot::unpack(word), now, cost) {
                 Verdict::Deny(decision) => return Some(decision),
                 Verdict::Allow(decision, next) => {

@@ -271,12 +271,16 @@ impl RateState for LogCell {
 
     #[inline]
     fn try_acquire<C: Clock + ?Sized>(&self, log: &Log, clock: &C, cost: u64) -> Option<Decision> {
+        // The clock is read once, before the sequence, as in the token bucket: a clock read
+        // inside each attempt widened the window in which another writer makes our entry
+        // fail. A `now` older than entries another writer just stamped is decided as a clock
+        // that went backwards (those entries count as stamped `now`, ours is stamped with the
+        // newest), which keeps them all live: it can only refuse more, never admit more.
+        let now = clock.now();
         loop {
-            // The clock is read after the sequence, inside each attempt: a decision made from
-            // a consistent snapshot holds at this reading.
             let (seq, verdict) = self
                 .seq
-                .read_consistent(|seq| log.decide(&self.ring(seq), clock.now(), cost))?;
+                .read_consistent(|seq| log.decide(&self.ring(seq), now, cost))?;
             match verdict {
                 Verdict::Deny(decision) => return Some(decision),
                 Verdict::Allow(decision, stamp) => {
