@@ -123,3 +123,84 @@ async fn composite_policies_on_a_three_node_cluster() {
     assert!((1..=3).contains(&reloads), "{reloads} reloads for 3 nodes");
     assert_eq!(limiter.stats().failure_decisions, 0);
 }
+
+/// A slot migrating between nodes (resharding): once the key has moved to the importing
+/// node, its old owner answers `ASK`, and the limiter follows it with `ASKING`, so the key's
+/// state keeps deciding, exactly, on the node that now holds it; after the migration ends
+/// (`MOVED`), the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_migrating_slot_is_followed_with_asking() {
+    let cluster = RedisCluster::start();
+    let limiter = connect(&cluster, "10/1h", "reshard", None).await;
+    let key = "alice";
+    let redis_keys = limiter.redis_keys(key);
+    assert_eq!(redis_keys.len(), 1);
+    let redis_key = redis_keys[0].as_str();
+
+    assert_eq!(limiter.try_acquire_n(key, 4).await.unwrap().remaining(), 6);
+
+    let nodes = cluster.nodes();
+    let slot = nodes[0]
+        .command(&["CLUSTER", "KEYSLOT", redis_key])
+        .int()
+        .to_string();
+    // Whether node `i` holds the key itself (COUNTKEYSINSLOT counts local keys and, unlike
+    // EXISTS, does not redirect).
+    let holds = |i: usize| {
+        nodes[i]
+            .command(&["CLUSTER", "COUNTKEYSINSLOT", &slot])
+            .int()
+            == 1
+    };
+    let source = (0..3).find(|&i| holds(i)).expect("one node holds the key");
+    let target = (source + 1) % 3;
+    let id = |i: usize| nodes[i].command(&["CLUSTER", "MYID"]).text();
+    let (source_id, target_id) = (id(source), id(target));
+
+    // Resharding, as `redis-cli --cluster reshard` does it: mark the slot importing on the
+    // target and migrating on the source, then move the key.
+    nodes[target].command(&["CLUSTER", "SETSLOT", &slot, "IMPORTING", &source_id]);
+    nodes[source].command(&["CLUSTER", "SETSLOT", &slot, "MIGRATING", &target_id]);
+    let port = nodes[target].port().to_string();
+    let migrated = nodes[source].command(&[
+        "MIGRATE",
+        "127.0.0.1",
+        &port,
+        "",
+        "0",
+        "5000",
+        "KEYS",
+        redis_key,
+    ]);
+    assert_eq!(migrated.text(), "OK");
+    assert!(holds(target) && !holds(source));
+
+    // The slot is still the source's: it answers ASK, and the call goes to the target.
+    let decision = limiter.try_acquire(key).await.unwrap();
+    assert!(decision.is_allowed(), "{decision:?}");
+    assert_eq!(
+        decision.remaining(),
+        5,
+        "the 4 spent before the move stay spent"
+    );
+    assert!(
+        holds(target) && !holds(source),
+        "written on the importing node only"
+    );
+    for expected in (0..5).rev() {
+        assert_eq!(
+            limiter.try_acquire(key).await.unwrap().remaining(),
+            expected
+        );
+    }
+    assert!(!limiter.try_acquire(key).await.unwrap().is_allowed());
+
+    // The migration ends: every node learns the target owns the slot (MOVED from now on).
+    for node in nodes {
+        node.command(&["CLUSTER", "SETSLOT", &slot, "NODE", &target_id]);
+    }
+    let after = limiter.try_acquire(key).await.unwrap();
+    assert!(!after.is_allowed(), "{after:?}");
+    assert_eq!(limiter.peek(key).await.unwrap().remaining(), 0);
+    assert!(holds(target) && !holds(source));
+}

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use ::redis::aio::ConnectionManager;
 use ::redis::cluster_async::ClusterConnection;
+use ::redis::cluster_routing::SingleNodeRoutingInfo;
 use ::redis::{Cmd, ErrorKind, RedisError, ServerErrorKind, Value};
 
 use super::failure::bump;
@@ -26,6 +27,49 @@ impl Conn {
             Conn::Cluster(conn) => cmd.query_async(&mut conn.clone()).await,
         }
     }
+
+    /// `cmd` sent to the cluster node at `node` right after `ASKING`, in one pipeline on one
+    /// connection: how a client follows an `ASK` redirect while a slot migrates (the node
+    /// importing the slot serves the one command that follows `ASKING`).
+    async fn query_asking(&self, cmd: &Cmd, node: &Node) -> Result<Value, RedisError> {
+        let conn = match self {
+            Conn::Cluster(conn) => conn,
+            // A single node never answers ASK; nothing to follow.
+            Conn::Single(_) => return self.query(cmd).await,
+        };
+        let mut pipeline = ::redis::pipe();
+        pipeline.cmd("ASKING").add_command(cmd.clone());
+        let route = SingleNodeRoutingInfo::ByAddress {
+            host: node.host.clone(),
+            port: node.port,
+        };
+        // Offset 1, count 1: the script's reply alone, not ASKING's `OK`.
+        let mut replies = conn.clone().route_pipeline(pipeline, 1, 1, route).await?;
+        replies
+            .pop()
+            .ok_or_else(|| RedisError::from((ErrorKind::Parse, "empty reply to ASKING + script")))
+    }
+}
+
+/// A cluster node named by an `ASK` redirect (`-ASK <slot> <host>:<port>`).
+struct Node {
+    host: String,
+    port: u16,
+}
+
+impl Node {
+    /// The node an `ASK` reply names; `None` for any other error or an unreadable address.
+    fn asked_by(err: &RedisError) -> Option<Node> {
+        if err.kind() != ErrorKind::Server(ServerErrorKind::Ask) {
+            return None;
+        }
+        let (address, _slot) = err.redirect_node()?;
+        let (host, port) = address.rsplit_once(':')?;
+        Some(Node {
+            host: host.to_owned(),
+            port: port.parse().ok()?,
+        })
+    }
 }
 
 /// How often a call is sent again after a reply that proves it did not run (a cluster
@@ -41,7 +85,10 @@ const RETRIES: u32 = 6;
 /// `MASTERDOWN`, `READONLY`: the script writes only after every read, and a node that
 /// refuses writes refuses the first). A call whose fate is unknown (a dropped connection, a
 /// timeout) is never sent again: the caller reports the failure instead. The cluster client
-/// is built with no retries of its own for the same reason.
+/// is built with no retries of its own for the same reason, so redirects are followed here:
+/// `MOVED` by sending again (the client refreshes its slot map from the reply), `ASK` (a
+/// slot being migrated, the key already on the importing node) by sending `ASKING` and the
+/// call to the node the reply names.
 pub(crate) async fn eval(
     conn: &Conn,
     sha: &str,
@@ -52,6 +99,8 @@ pub(crate) async fn eval(
 ) -> Result<Value, RedisError> {
     let mut full = false;
     let mut attempt = 0;
+    // Set by an ASK reply: the next attempt goes to that node, after ASKING.
+    let mut asked: Option<Node> = None;
     loop {
         let mut cmd = if full {
             let mut cmd = ::redis::cmd("EVAL");
@@ -63,14 +112,27 @@ pub(crate) async fn eval(
             cmd
         };
         cmd.arg(keys.len()).arg(keys).arg(args);
-        match conn.query(&cmd).await {
+        let reply = match &asked {
+            Some(node) => conn.query_asking(&cmd, node).await,
+            None => conn.query(&cmd).await,
+        };
+        match reply {
             Err(err) if err.kind() == ErrorKind::Server(ServerErrorKind::NoScript) && !full => {
                 bump(reloads);
                 full = true;
             }
             Err(err) if did_not_run(&err) && attempt < RETRIES => {
                 attempt += 1;
-                tokio::time::sleep(Duration::from_millis(1 << attempt)).await;
+                match Node::asked_by(&err) {
+                    // Follow the redirect at once: the slot is on its way to that node.
+                    Some(node) => asked = Some(node),
+                    None => {
+                        // MOVED (the slot map is refreshed), or a node not ready: the owner as
+                        // the client now knows it, after a pause.
+                        asked = None;
+                        tokio::time::sleep(Duration::from_millis(1 << attempt)).await;
+                    }
+                }
             }
             reply => return reply,
         }
