@@ -825,11 +825,37 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
         K: Borrow<Q> + From<Q::Owned>,
         Q: Hash + Eq + ToOwned + ?Sized,
     {
+        if let Some(decision) = self.hit_of_cost_one(key) {
+            return self.finish(decision);
+        }
         match self.decide(key, 1) {
             Ok(decision) => self.finish(decision),
             // Every policy has at least one permit, so a cost of 1 is always acceptable.
             Err(_) => unreachable!("a cost of 1 is within every policy"),
         }
+    }
+
+    /// The most common request, straight to the state: cost 1 (within every policy, so no
+    /// cost check) for a key already tracked in the current generation. `None` for a new
+    /// key or a retired state, which [`RateLimiter::decide`] then handles in full. Skipping
+    /// the general path's step machinery here saved about 5 ns per decision on a hot key
+    /// (docs/BENCHMARKS.md).
+    #[inline(always)]
+    fn hit_of_cost_one<Q>(&self, key: &Q) -> Option<Decision>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let guard = Guard::new();
+        let generation = self.generation(&guard);
+        with_keyed!(&generation.registry, keyed => {
+            keyed
+                .map
+                .read_sync(key, |_, state| {
+                    Slot::<K>::try_acquire(state, &keyed.params, &self.clock, 1)
+                })
+                .flatten()
+        })
     }
 
     /// Decides a request of cost `n` for `key`: allowed only if `n` permits are available,
