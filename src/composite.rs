@@ -150,7 +150,7 @@ impl Entries for Ring<'_> {
     #[inline]
     fn get(&self, i: u64) -> u64 {
         // Relaxed: a load inside a seqlock read section, validated afterwards: see
-        // `CompositeCell::read`.
+        // `SeqLock::read`.
         slot(self.slots, self.oldest, i).load(Ordering::Relaxed)
     }
 }
@@ -332,7 +332,7 @@ impl Placed {
     fn view<'a>(&self, words: &'a [AtomicU64]) -> View<'a> {
         let at = self.offset as usize;
         // Relaxed loads inside a seqlock read section, validated afterwards: see
-        // `CompositeCell::read`.
+        // `SeqLock::read`.
         match self.band {
             Band::TokenBucket(_) => View::Tat(words[at].load(Ordering::Relaxed)),
             Band::SlidingCounter(_) => {
@@ -406,8 +406,8 @@ impl Placed {
     #[inline]
     fn store(&self, words: &[AtomicU64], write: Write, cost: u64) {
         let at = self.offset as usize;
-        // Relaxed: ordered for readers by the writer's Release fence before and its Release
-        // publication after; see `CompositeCell::publish`.
+        // Relaxed: ordered for readers by the writer's Release fence before (in
+        // `SeqLock::try_enter`) and its Release publication after (`SeqLock::publish`).
         match (self.band, write) {
             (Band::TokenBucket(_), Write::Tat(tat)) => {
                 words[at].store(tat, Ordering::Relaxed);
@@ -455,14 +455,15 @@ impl Placed {
 /// memory models?", MSPC 2012, with a compare-and-swap in place of the writer's lock; the
 /// orderings are in [`SeqLock`], shared with the sliding log):
 ///
-/// * A reader loads `seq` (Acquire), waits while it is odd, reads the clock and every band's
-///   words with `Relaxed` loads, issues an Acquire fence and re-loads `seq` (Relaxed). If it
-///   changed, the reads may be torn and it starts over.
-/// * A request decides every band as such a reader; a refusal returns without writing.
+/// * A reader loads `seq` (Acquire), waits while it is odd, reads every band's words with
+///   `Relaxed` loads, issues an Acquire fence and re-loads `seq` (Relaxed). If it changed,
+///   the reads may be torn and it starts over.
+/// * A request reads the clock once, then decides every band as such a reader; a refusal
+///   returns without writing.
 /// * An admission then compare-and-swaps `seq` from the exact even value `s` it read to
-///   `s + 1`; failure means another writer got there first, so it starts over, clock and
-///   all. It issues a Release fence, stores every band's new state (Relaxed), and publishes
-///   `s + 2` with a Release store.
+///   `s + 1`; failure means another writer got there first, so it reads and decides again
+///   (with the same clock reading). It issues a Release fence, stores every band's new
+///   state (Relaxed), and publishes `s + 2` with a Release store.
 /// * Eviction reads like a reader, checks every band is at rest, and compare-and-swaps the
 ///   even value it read to `RETIRED`: any admission in between moved `seq` on and makes it
 ///   fail.

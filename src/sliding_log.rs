@@ -182,7 +182,7 @@ impl Entries for Ring<'_> {
         // Relaxed: a load inside a seqlock read section. The section's initial Acquire load
         // of the sequence makes every entry published before it visible, and the validation
         // after it (Acquire fence, then re-reading the sequence) discards any result that
-        // read a writer's entry: see `LogCell::read`.
+        // read a writer's entry: see `SeqLock::read`.
         slot(self.slots, self.oldest, i).load(Ordering::Relaxed)
     }
 }
@@ -207,11 +207,12 @@ impl Entries for Ring<'_> {
 /// * A reader loads `seq` (Acquire), waits while it is odd, reads what it needs with
 ///   `Relaxed` loads, issues an Acquire fence and re-loads `seq` (Relaxed). If it changed,
 ///   the reads may be torn and it starts over.
-/// * A request decides as such a reader; a refusal returns without writing anything.
+/// * A request reads the clock once, then decides as such a reader; a refusal returns
+///   without writing anything.
 /// * An admission then compare-and-swaps `seq` from the exact even value `2k` it read to
-///   `2k + 1`; failure means another writer got there first, so it starts over, clock and
-///   all. It issues a Release fence, stores its `n` entries (Relaxed), and publishes
-///   `2(k + n)` with a Release store.
+///   `2k + 1`; failure means another writer got there first, so it reads and decides again
+///   (with the same clock reading). It issues a Release fence, stores its `n` entries
+///   (Relaxed), and publishes `2(k + n)` with a Release store.
 /// * Eviction reads like a reader, checks the log is at rest, and compare-and-swaps the even
 ///   value it read to `RETIRED`: any admission in between moved `seq` on and makes it fail.
 ///

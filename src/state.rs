@@ -24,7 +24,9 @@ pub(crate) trait RateState: Sized + Send + Sync {
     fn fresh(params: &Self::Params) -> Self;
 
     /// Decides a request of `cost` permits (already checked to be within
-    /// `1..=max_cost`), reading `clock` once per attempt.
+    /// `1..=max_cost`), reading `clock` once per call, before the state (a retry after a
+    /// lost compare-and-swap decides again with the same reading: an older reading can only
+    /// refuse more).
     ///
     /// Returns `None` when the state has been retired: the caller must look the key up
     /// again (a retired state never admits anything, and is never revived in place).
