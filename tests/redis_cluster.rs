@@ -175,8 +175,12 @@ async fn a_migrating_slot_is_followed_with_asking() {
     assert_eq!(migrated.text(), "OK");
     assert!(holds(target) && !holds(source));
 
-    // The slot is still the source's: it answers ASK, and the call goes to the target.
+    // The slot is still the source's: it answers ASK, and the call goes to the target, whose
+    // script cache is emptied first: NOSCRIPT there must lead to EVAL, as anywhere else.
+    nodes[target].command(&["SCRIPT", "FLUSH"]);
+    let reloads = limiter.stats().script_reloads;
     let decision = limiter.try_acquire(key).await.unwrap();
+    assert_eq!(limiter.stats().script_reloads, reloads + 1);
     assert!(decision.is_allowed(), "{decision:?}");
     assert_eq!(
         decision.remaining(),

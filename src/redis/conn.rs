@@ -30,7 +30,9 @@ impl Conn {
 
     /// `cmd` sent to the cluster node at `node` right after `ASKING`, in one pipeline on one
     /// connection: how a client follows an `ASK` redirect while a slot migrates (the node
-    /// importing the slot serves the one command that follows `ASKING`).
+    /// importing the slot serves the one command that follows `ASKING`). The cluster client
+    /// routes by address only to nodes it is connected to, those of its slot map; another
+    /// node yields `ClusterConnectionNotFound` (see docs/REDIS.md, "Not covered").
     async fn query_asking(&self, cmd: &Cmd, node: &Node) -> Result<Value, RedisError> {
         let conn = match self {
             Conn::Cluster(conn) => conn,
@@ -45,9 +47,12 @@ impl Conn {
         };
         // Offset 1, count 1: the script's reply alone, not ASKING's `OK`.
         let mut replies = conn.clone().route_pipeline(pipeline, 1, 1, route).await?;
+        // A pipeline leaves most error replies (NOSCRIPT, BUSY, a script error) in place as
+        // values; turn them into errors as `query` does, so `eval` treats them the same.
         replies
             .pop()
-            .ok_or_else(|| RedisError::from((ErrorKind::Parse, "empty reply to ASKING + script")))
+            .ok_or_else(|| RedisError::from((ErrorKind::Parse, "empty reply to ASKING + script")))?
+            .extract_error()
     }
 }
 
@@ -64,7 +69,20 @@ impl Node {
             return None;
         }
         let (address, _slot) = err.redirect_node()?;
+        Node::parse(address)
+    }
+
+    /// `host:port`, the host possibly an IPv6 address, bracketed (`[::1]:7000`) or not
+    /// (`::1:7000`, as Redis writes it); `None` without a host or a port.
+    fn parse(address: &str) -> Option<Node> {
         let (host, port) = address.rsplit_once(':')?;
+        let host = host
+            .strip_prefix('[')
+            .and_then(|h| h.strip_suffix(']'))
+            .unwrap_or(host);
+        if host.is_empty() {
+            return None;
+        }
         Some(Node {
             host: host.to_owned(),
             port: port.parse().ok()?,
@@ -164,4 +182,31 @@ pub(crate) fn is_unavailable(err: &RedisError) -> bool {
         || err.is_connection_refusal()
         || err.is_timeout()
         || matches!(err.code(), Some("BUSY" | "OOM" | "NOREPLICAS"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Node;
+
+    fn parsed(address: &str) -> Option<(String, u16)> {
+        Node::parse(address).map(|n| (n.host, n.port))
+    }
+
+    #[test]
+    fn redirect_addresses() {
+        assert_eq!(parsed("127.0.0.1:7001"), Some(("127.0.0.1".into(), 7001)));
+        assert_eq!(
+            parsed("redis-3.internal:6379"),
+            Some(("redis-3.internal".into(), 6379))
+        );
+        assert_eq!(parsed("::1:7000"), Some(("::1".into(), 7000)));
+        assert_eq!(
+            parsed("[2001:db8::7]:7000"),
+            Some(("2001:db8::7".into(), 7000))
+        );
+        assert_eq!(parsed(":7000"), None);
+        assert_eq!(parsed("[]:7000"), None);
+        assert_eq!(parsed("host:"), None);
+        assert_eq!(parsed("host"), None);
+    }
 }
