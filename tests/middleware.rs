@@ -599,6 +599,17 @@ fn shadow_mode_refuses_nothing_and_shows_nothing() {
     let flagged = get_path(addr, "/");
     assert_eq!((flagged.status, flagged.body.as_str()), (200, "true"));
     assert_eq!(param(flagged.header("ratelimit").unwrap(), "r"), 0);
+
+    // Shadow mode lets even a route whose cost can never be admitted through (no 500).
+    let app = Router::new().route("/bulk", get(|| async { "all" })).layer(
+        RateLimitLayer::new(limiter("1/min"))
+            .key(axum_peer())
+            .route(Route::any("/bulk").cost(5).unwrap(), limiter("1/min"))
+            .shadow(),
+    );
+    let addr = serve(app);
+    let bulk = get_path(addr, "/bulk");
+    assert_eq!((bulk.status, bulk.body.as_str()), (200, "all"), "{bulk:?}");
 }
 
 #[test]

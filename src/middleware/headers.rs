@@ -323,6 +323,7 @@ fn grpc_code(status: StatusCode) -> u16 {
         401 => 16, // UNAUTHENTICATED
         403 => 7,  // PERMISSION_DENIED
         503 => 14, // UNAVAILABLE
+        500 => 13, // INTERNAL
         _ => 2,    // UNKNOWN
     }
 }

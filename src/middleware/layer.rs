@@ -188,7 +188,8 @@ impl Route {
     /// all of them are; a refusal spends none. A cost above the policy's permits (the
     /// smallest band's, for a composite policy) could never be admitted: such a request is
     /// answered `500 Internal Server Error` with a problem+json naming the cost and the
-    /// limit, since it is the configuration, not the client, that is wrong.
+    /// limit, since it is the configuration, not the client, that is wrong (in shadow mode
+    /// it is let through, like every request).
     ///
     /// # Errors
     ///
@@ -332,6 +333,8 @@ impl Config {
         } else {
             match rule.limiter.try_acquire_n(&key, rule.cost) {
                 Ok(decision) => decision,
+                // Shadow mode refuses nothing, a misconfigured cost included.
+                Err(_) if self.shadow => return Outcome::Pass(None, Fields::default()),
                 Err(error) => {
                     let detail = format!("this route's cost cannot be admitted: {error}");
                     return Outcome::Respond(headers::error_response(
