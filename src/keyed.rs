@@ -999,32 +999,33 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
                 Step::Done(decide(entry.get()))
             }
             Entry::Vacant(entry) => {
+                // A cost that could never be admitted creates nothing and moves nothing (a
+                // key still in an older generation stays there).
+                let limit = St::max_cost_for(&keyed.params, entry.key());
+                if cost > limit {
+                    return Step::Done(Err(CostError::ExceedsLimit { cost, limit }));
+                }
                 let now = self.clock.now();
                 // A key still in an older generation moves here: its place is already
                 // counted, so it takes no new one.
                 let carry = self.take_from_older(generation, key, now, guard);
-                if carry.is_none() {
-                    let limit = St::max_cost_for(&keyed.params, entry.key());
-                    if cost > limit {
-                        // Nothing created for a cost that could never be admitted.
-                        return Step::Done(Err(CostError::ExceedsLimit { cost, limit }));
-                    }
-                    if !self.reserve() {
-                        if !swept {
-                            // Let go of the bucket: the sweep may need it.
-                            return Step::Full;
-                        }
-                        let shared = St::overflow_acquire(
-                            &keyed.overflow,
-                            &keyed.params,
-                            entry.key(),
-                            &self.clock,
-                            cost,
-                        );
-                        return Step::Done(shared.map(Decision::overflowed));
-                    }
-                }
+                // Built before a place is taken, so a resolver that panics here costs no
+                // place in `tracked`.
                 let state = St::build(&keyed.params, entry.key(), carry.as_ref(), now);
+                if carry.is_none() && !self.reserve() {
+                    if !swept {
+                        // Let go of the bucket: the sweep may need it.
+                        return Step::Full;
+                    }
+                    let shared = St::overflow_acquire(
+                        &keyed.overflow,
+                        &keyed.params,
+                        entry.key(),
+                        &self.clock,
+                        cost,
+                    );
+                    return Step::Done(shared.map(Decision::overflowed));
+                }
                 let entry = entry.insert_entry(state);
                 Step::Created(decide(entry.get()))
             }
@@ -1373,14 +1374,33 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
         Q: Hash + Eq + ?Sized,
     {
         let guard = Guard::new();
-        let mut generation = Some(self.generation(&guard));
         let mut removed = 0;
-        while let Some(current) = generation {
-            // Removal takes the bucket exclusively: no request is inside the state.
-            removed += with_keyed!(&current.registry, keyed => {
-                usize::from(keyed.map.remove_sync(key).is_some())
-            });
-            generation = current.older.load(Ordering::Acquire, &guard).as_ref();
+        loop {
+            let current = self.generation(&guard);
+            let mut chain = vec![current];
+            while let Some(older) = chain[chain.len() - 1]
+                .older
+                .load(Ordering::Acquire, &guard)
+                .as_ref()
+            {
+                chain.push(older);
+            }
+            // Oldest first: a key only ever moves from an older generation to the current one
+            // (under the current bucket's lock, see `acquire_slow`), so walking towards the
+            // current generation meets it wherever it is when it moves. Walking newest first
+            // could look in the current map just before the key arrives there and in the old
+            // one just after it left.
+            for generation in chain.iter().rev() {
+                // Removal takes the bucket exclusively: no request is inside the state.
+                removed += with_keyed!(&generation.registry, keyed => {
+                    usize::from(keyed.map.remove_sync(key).is_some())
+                });
+            }
+            // A policy change meanwhile made a newer generation the key could have moved to:
+            // walk again.
+            if std::ptr::eq(self.generation(&guard), current) {
+                break;
+            }
         }
         // Relaxed: a statistic.
         self.tracked.fetch_sub(removed, Ordering::Relaxed);

@@ -332,3 +332,106 @@ fn retry_after_secs_rounds_up_and_is_never_zero_when_refused() {
     assert_eq!(refused.retry_after_secs(), 1);
     assert_eq!(refused.reset_after_secs(), 1);
 }
+
+/// A hasher that stops the thread that armed it on its second hash, until released: it puts
+/// a `reset` between its first and second map of a two-generation walk.
+mod paused_hasher {
+    use std::cell::Cell;
+    use std::collections::hash_map::{DefaultHasher, RandomState};
+    use std::hash::BuildHasher;
+    use std::sync::mpsc::{Receiver, Sender};
+    use std::sync::{Arc, Mutex};
+
+    thread_local! {
+        static ARMED: Cell<bool> = const { Cell::new(false) };
+        static CALLS: Cell<u32> = const { Cell::new(0) };
+    }
+
+    /// Arms the hasher for the calling thread.
+    pub fn arm() {
+        ARMED.with(|a| a.set(true));
+    }
+
+    /// Tells the test "paused", then waits for "go"; taken by the one pause.
+    pub type Gate = Arc<Mutex<Option<(Sender<()>, Receiver<()>)>>>;
+
+    #[derive(Clone)]
+    pub struct Paused {
+        pub inner: RandomState,
+        pub gate: Gate,
+    }
+
+    impl BuildHasher for Paused {
+        type Hasher = DefaultHasher;
+        fn build_hasher(&self) -> DefaultHasher {
+            if ARMED.with(Cell::get) {
+                let n = CALLS.with(|c| {
+                    c.set(c.get() + 1);
+                    c.get()
+                });
+                if n == 2 {
+                    let (paused, go) = self.gate.lock().unwrap().take().unwrap();
+                    paused.send(()).unwrap();
+                    go.recv().unwrap();
+                }
+            }
+            self.inner.build_hasher()
+        }
+    }
+}
+
+/// `reset` walks every generation; a request that moves the key from the old generation to
+/// the new one in the middle of that walk must not make the key escape it.
+#[test]
+fn reset_catches_a_key_moving_between_generations() {
+    use std::sync::mpsc;
+    let (paused_tx, paused_rx) = mpsc::channel();
+    let (go_tx, go_rx) = mpsc::channel();
+    let hasher = paused_hasher::Paused {
+        inner: std::collections::hash_map::RandomState::new(),
+        gate: Arc::new(std::sync::Mutex::new(Some((paused_tx, go_rx)))),
+    };
+    let limiter: Arc<RateLimiter<String, FakeClock, paused_hasher::Paused>> = Arc::new(
+        RateLimiter::with_hasher(policy("1/min"), FakeClock::new(), hasher),
+    );
+    assert!(limiter.try_acquire("k").is_allowed());
+    // A new generation: "k" stays behind in the old one until its next request.
+    limiter.set_policy(policy("1/min"));
+    let resetting = {
+        let limiter = limiter.clone();
+        thread::spawn(move || {
+            paused_hasher::arm();
+            limiter.reset("k")
+        })
+    };
+    // The reset has looked in one map and waits before the other: the request moves "k"
+    // (or, if the reset already took it, starts it afresh) in between.
+    paused_rx.recv().unwrap();
+    let _ = limiter.try_acquire("k");
+    go_tx.send(()).unwrap();
+    assert!(resetting.join().unwrap(), "reset found the key");
+    assert_eq!(limiter.len(), 0);
+    assert!(
+        limiter.try_acquire("k").is_allowed(),
+        "after reset the key starts afresh"
+    );
+}
+
+/// A cost above the new policy's limit moves nothing: the key stays in the old generation
+/// and moves on its next admissible request, carrying what it has in use *then*.
+#[test]
+fn a_refused_cost_does_not_move_a_key_to_the_new_policy() {
+    let (limiter, clock) = keyed("10/min"); // T = 6 s
+    assert_eq!(limiter.try_acquire_n("k", 3).unwrap().remaining(), 7);
+    limiter.set_policy(policy("5/min")); // T = 12 s
+    clock.set(Duration::from_secs(3)); // 2.5 permits in use: a move now would carry 3
+    assert_eq!(
+        limiter.try_acquire_n("k", 6),
+        Err(CostError::ExceedsLimit { cost: 6, limit: 5 })
+    );
+    // At 9 s the old state has 1.5 permits in use: the move carries 2, and this request
+    // leaves 5 - 2 - 1 = 2. (Had the refused request moved the key at 3 s, carrying 3, the
+    // answer here would be 1.)
+    clock.set(Duration::from_secs(9));
+    assert_eq!(limiter.try_acquire("k").remaining(), 2);
+}
