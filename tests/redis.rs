@@ -9,8 +9,10 @@
 #[path = "support/redis_server.rs"]
 mod redis_server;
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+#[path = "support/hammer.rs"]
+mod hammer;
+use hammer::hammer;
+
 use std::time::Duration;
 
 use redis_server::RedisServer;
@@ -480,25 +482,8 @@ async fn global_limit_across_four_instances() {
                     .unwrap(),
             );
         }
-        let admitted = Arc::new(AtomicU64::new(0));
-        let mut tasks = Vec::new();
-        for limiter in &limiters {
-            for _ in 0..8 {
-                let limiter = limiter.clone();
-                let admitted = Arc::clone(&admitted);
-                tasks.push(tokio::spawn(async move {
-                    for _ in 0..60 {
-                        if limiter.try_acquire("hot").await.unwrap().is_allowed() {
-                            admitted.fetch_add(1, Ordering::Relaxed);
-                        }
-                    }
-                }));
-            }
-        }
-        for task in tasks {
-            task.await.unwrap();
-        }
-        assert_eq!(admitted.load(Ordering::Relaxed), 1000, "{policy}");
+        let admitted = hammer(&limiters, 8, 60).await;
+        assert_eq!(admitted, 1000, "{policy}");
         let stats: Vec<_> = limiters.iter().map(RedisLimiter::stats).collect();
         let decided: u64 = stats
             .iter()

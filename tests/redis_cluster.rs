@@ -10,8 +10,10 @@
 #[path = "support/redis_server.rs"]
 mod redis_server;
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+#[path = "support/hammer.rs"]
+mod hammer;
+use hammer::hammer;
+
 use std::time::Duration;
 
 use redis_server::RedisCluster;
@@ -90,25 +92,8 @@ async fn composite_policies_on_a_three_node_cluster() {
     for _ in 0..3 {
         limiters.push(connect(&cluster, policy, "global", None).await);
     }
-    let admitted = Arc::new(AtomicU64::new(0));
-    let mut tasks = Vec::new();
-    for limiter in &limiters {
-        for _ in 0..8 {
-            let limiter = limiter.clone();
-            let admitted = Arc::clone(&admitted);
-            tasks.push(tokio::spawn(async move {
-                for _ in 0..40 {
-                    if limiter.try_acquire("hot").await.unwrap().is_allowed() {
-                        admitted.fetch_add(1, Ordering::Relaxed);
-                    }
-                }
-            }));
-        }
-    }
-    for task in tasks {
-        task.await.unwrap();
-    }
-    assert_eq!(admitted.load(Ordering::Relaxed), 600);
+    let admitted = hammer(&limiters, 8, 40).await;
+    assert_eq!(admitted, 600);
 
     // 4. SCRIPT FLUSH on every node: the next calls reload the script where they land.
     for node in cluster.nodes() {

@@ -9,6 +9,10 @@
 #[path = "support/redis_server.rs"]
 mod redis_server;
 
+#[path = "support/hammer.rs"]
+mod hammer;
+use hammer::hammer;
+
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
@@ -268,30 +272,12 @@ async fn script_flush_mid_run_loses_and_double_counts_nothing() {
                 }
             })
         };
-        let admitted = Arc::new(AtomicU64::new(0));
-        let mut tasks = Vec::new();
-        for limiter in &limiters {
-            for _ in 0..8 {
-                let limiter = limiter.clone();
-                let admitted = Arc::clone(&admitted);
-                tasks.push(tokio::spawn(async move {
-                    for _ in 0..60 {
-                        let d = limiter.try_acquire("hot").await.unwrap();
-                        if d.is_allowed() {
-                            admitted.fetch_add(1, Ordering::Relaxed);
-                        }
-                    }
-                }));
-            }
-        }
-        for task in tasks {
-            task.await.unwrap();
-        }
+        let admitted = hammer(&limiters, 8, 60).await;
         stop.store(true, Ordering::Relaxed);
         flusher.join().unwrap();
         let reloads: u64 = limiters.iter().map(|l| l.stats().script_reloads).sum();
         let decided: u64 = limiters.iter().map(|l| l.stats().redis_decisions).sum();
-        assert_eq!(admitted.load(Ordering::Relaxed), 1000, "{policy}");
+        assert_eq!(admitted, 1000, "{policy}");
         assert_eq!(decided, 4 * 8 * 60, "{policy}");
         assert!(
             reloads >= 1 && flushes.load(Ordering::Relaxed) >= 1,
