@@ -20,16 +20,7 @@ use tollgate::Policy;
 
 #[path = "support/loom_cells.rs"]
 mod support;
-use support::{frozen_clock, NOW};
-
-/// Every state machine, each admitting at least 2 per window.
-const POLICIES: [&str; 5] = [
-    "token-bucket 2/1s",
-    "sliding-log 2/1s",
-    "sliding-counter 2/1s",
-    "sliding-log 2/1s & token-bucket 3/2s",
-    "sliding-counter 2/1s & sliding-log 3/2s",
-];
+use support::{frozen_clock, NOW, STATE_MACHINES as POLICIES};
 
 /// A request racing the retirement either got in first, and is carried (2 in use), or met
 /// the retired state (`None`), and is not (1 in use): never both, never neither.

@@ -23,17 +23,7 @@ use tollgate::{Decision, FakeClock, Policy};
 
 #[path = "support/loom_cells.rs"]
 mod support;
-use support::frozen_clock;
-
-/// Every state machine, each admitting 2 per window (windows of at most 2 s, so what was
-/// admitted at 0 has expired by `NOW`).
-const POLICIES: [&str; 5] = [
-    "token-bucket 2/1s",
-    "sliding-log 2/1s",
-    "sliding-counter 2/1s",
-    "sliding-log 2/1s & token-bucket 3/2s",
-    "sliding-counter 2/1s & sliding-log 3/2s",
-];
+use support::{frozen_clock, STATE_MACHINES as POLICIES};
 
 /// A state of `policy` holding 2 permits admitted at time 0.
 fn expired_state(policy: &str) -> ModelCell {

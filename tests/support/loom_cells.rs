@@ -18,6 +18,16 @@ use tollgate::{Decision, FakeClock, Policy};
 /// The frozen clock's reading, in nanoseconds.
 pub const NOW: u64 = 10_000_000_000;
 
+/// Every state machine, each admitting 2 per window (windows of at most 2 s, so what was
+/// admitted at 0 has expired by [`NOW`]): the three algorithms and two composites.
+pub const STATE_MACHINES: [&str; 5] = [
+    "token-bucket 2/1s",
+    "sliding-log 2/1s",
+    "sliding-counter 2/1s",
+    "sliding-log 2/1s & token-bucket 3/2s",
+    "sliding-counter 2/1s & sliding-log 3/2s",
+];
+
 /// A clock frozen at [`NOW`].
 pub fn frozen_clock() -> FakeClock {
     let clock = FakeClock::new();
