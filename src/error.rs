@@ -167,3 +167,49 @@ impl fmt::Display for CostError {
 }
 
 impl std::error::Error for CostError {}
+
+/// Why a [`CoarseClock`](crate::CoarseClock) could not be started.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate::{ClockError, CoarseClock};
+///
+/// let err = CoarseClock::new(Duration::from_micros(10)).unwrap_err();
+/// assert_eq!(err, ClockError::Resolution { resolution: Duration::from_micros(10) });
+/// assert_eq!(err.to_string(), "resolution 10µs is outside the supported range of 100µs to 1s");
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ClockError {
+    /// `resolution` is outside
+    /// [`CoarseClock::MIN_RESOLUTION`](crate::CoarseClock::MIN_RESOLUTION)..=[`CoarseClock::MAX_RESOLUTION`](crate::CoarseClock::MAX_RESOLUTION).
+    Resolution {
+        /// The resolution asked for.
+        resolution: Duration,
+    },
+    /// The operating system refused to start the refreshing thread.
+    Spawn {
+        /// The operating system's error, as text.
+        message: String,
+    },
+}
+
+impl fmt::Display for ClockError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ClockError::Resolution { resolution } => write!(
+                f,
+                "resolution {resolution:?} is outside the supported range of {:?} to {:?}",
+                crate::CoarseClock::MIN_RESOLUTION,
+                crate::CoarseClock::MAX_RESOLUTION
+            ),
+            ClockError::Spawn { message } => {
+                write!(f, "the clock's refreshing thread did not start: {message}")
+            }
+        }
+    }
+}
+
+impl std::error::Error for ClockError {}

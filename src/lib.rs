@@ -11,7 +11,8 @@
 //! | [`DirectLimiter`] | one state, no map: a global or single hot key |
 //! | [`Decision`] | allowed, remaining, retry_after, reset_after, limit |
 //! | [`Clock`], [`SystemClock`], [`FakeClock`] | where time comes from; the fake one for tests |
-//! | [`PolicyError`], [`CostError`] | typed errors naming the field and value |
+//! | [`CoarseClock`] | opt-in cached clock: one load per decision instead of a counter read, up to one resolution late |
+//! | [`PolicyError`], [`CostError`], [`ClockError`] | typed errors naming the field and value |
 //! | [`Stats`], [`Wait`] | decision counters; how a waiting acquire waits |
 //! | [`LoginGuard`], [`LoginConfig`], [`LoginDecision`] | failed-login limits per account and per IP, with escalating lockouts |
 //! | [`ConcurrencyLimiter`], [`Permit`], [`AtCapacity`] | how many requests of a key may be in flight at once |
@@ -55,6 +56,7 @@
 
 mod any_state;
 mod clock;
+mod coarse_clock;
 mod composite;
 mod concurrency;
 #[cfg(feature = "serde")]
@@ -96,10 +98,11 @@ struct RecipesDoctests;
 #[cfg(feature = "tokio")]
 pub use clock::TokioClock;
 pub use clock::{Clock, FakeClock, SystemClock};
+pub use coarse_clock::CoarseClock;
 pub use concurrency::{AtCapacity, ConcurrencyLimiter, Permit};
 pub use decision::Decision;
 pub use direct::DirectLimiter;
-pub use error::{CostError, PolicyError};
+pub use error::{ClockError, CostError, PolicyError};
 pub use hasher::KeyHasher;
 pub use keyed::{RateLimiter, Resolver};
 pub use login::{LoginConfig, LoginConfigError, LoginDecision, LoginGuard};
