@@ -20,10 +20,18 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Barrier;
 use std::time::Instant;
 
-use tollgate::{Clock, Decision, DirectLimiter, Policy, RateLimiter, SystemClock};
+use governor::clock::QuantaUpkeepClock;
+use governor::state::keyed::DashMapStateStore;
+use governor::state::{InMemoryState, NotKeyed};
+use tollgate::{Clock, CoarseClock, Decision, DirectLimiter, Policy, RateLimiter, SystemClock};
 
 type GovDirect = governor::DefaultDirectRateLimiter;
 type GovKeyed<K> = governor::DefaultKeyedRateLimiter<K>;
+type GovCachedDirect = governor::RateLimiter<NotKeyed, InMemoryState, QuantaUpkeepClock>;
+type GovCachedKeyed<K> = governor::RateLimiter<K, DashMapStateStore<K>, QuantaUpkeepClock>;
+
+/// How often both cached clocks are refreshed.
+const CACHED_RESOLUTION: std::time::Duration = std::time::Duration::from_millis(1);
 
 /// One clock read, one load, one compare-and-swap: the floor of any exact decision.
 struct Floor {
@@ -48,6 +56,36 @@ fn direct(l: &DirectLimiter) -> Decision {
 #[inline(never)]
 fn gov_direct(l: &GovDirect) -> bool {
     l.check().is_ok()
+}
+
+#[inline(never)]
+fn cached_direct(l: &DirectLimiter<CoarseClock>) -> Decision {
+    l.try_acquire()
+}
+
+#[inline(never)]
+fn gov_cached_direct(l: &GovCachedDirect) -> bool {
+    l.check().is_ok()
+}
+
+#[inline(never)]
+fn cached_u64(l: &RateLimiter<u64, CoarseClock>, k: &u64) -> Decision {
+    l.try_acquire(k)
+}
+
+#[inline(never)]
+fn gov_cached_u64(l: &GovCachedKeyed<u64>, k: &u64) -> bool {
+    l.check_key(k).is_ok()
+}
+
+#[inline(never)]
+fn cached_str(l: &RateLimiter<String, CoarseClock>, k: &str) -> Decision {
+    l.try_acquire(k)
+}
+
+#[inline(never)]
+fn gov_cached_string(l: &GovCachedKeyed<String>, k: &String) -> bool {
+    l.check_key(k).is_ok()
 }
 
 #[inline(never)]
@@ -324,6 +362,54 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     ]);
     row("2 threads, one u64 key *", t, g, None);
     kept.extend([tn, gn]);
+
+    // Both limiters again, each on its opt-in cached clock refreshed every millisecond
+    // (tollgate's CoarseClock, governor's QuantaUpkeepClock), and governor on its default
+    // clock in the same rounds.
+    println!("\ncached clocks ({CACHED_RESOLUTION:?} resolution), each against governor cached, then governor default:");
+    let coarse = CoarseClock::new(CACHED_RESOLUTION)?;
+    let upkeep = QuantaUpkeepClock::from_interval(CACHED_RESOLUTION)?;
+    let cd = DirectLimiter::with_clock(policy, coarse.clone());
+    let gcd: GovCachedDirect = governor::RateLimiter::direct_with_clock(quota, upkeep.clone());
+    let cu: RateLimiter<u64, CoarseClock> = RateLimiter::with_clock(policy, coarse.clone());
+    let gcu: GovCachedKeyed<u64> = governor::RateLimiter::dashmap_with_clock(quota, upkeep.clone());
+    let cs: RateLimiter<String, CoarseClock> = RateLimiter::with_clock(policy, coarse);
+    let gcs: GovCachedKeyed<String> = governor::RateLimiter::dashmap_with_clock(quota, upkeep);
+    let [td, gcd_t, gd_t, tu, gcu_t, gu_t, ts, gcs_t, gs_t] = bench.single([
+        &mut || {
+            let _ = black_box(cached_direct(black_box(&cd)));
+        },
+        &mut || {
+            black_box(gov_cached_direct(black_box(&gcd)));
+        },
+        &mut || {
+            black_box(gov_direct(black_box(&gd)));
+        },
+        &mut || {
+            let _ = black_box(cached_u64(black_box(&cu), black_box(&key)));
+        },
+        &mut || {
+            black_box(gov_cached_u64(black_box(&gcu), black_box(&key)));
+        },
+        &mut || {
+            black_box(gov_u64(black_box(&gk), black_box(&key)));
+        },
+        &mut || {
+            let _ = black_box(cached_str(black_box(&cs), black_box(owned.as_str())));
+        },
+        &mut || {
+            black_box(gov_cached_string(black_box(&gcs), black_box(&owned)));
+        },
+        &mut || {
+            black_box(gov_string(black_box(&gs), black_box(&owned)));
+        },
+    ]);
+    row("direct, cached", td, gcd_t, Some(f));
+    row("  vs governor default clock", td, gd_t, None);
+    row("keyed hot u64, cached", tu, gcu_t, Some(f));
+    row("  vs governor default clock", tu, gu_t, None);
+    row("keyed hot String, cached", ts, gcs_t, Some(f));
+    row("  vs governor default clock", ts, gs_t, None);
     println!(
         "\n* median of the runs whose 2 threads overlapped for >= 90% of their wall time \
          (kept per contestant: {kept:?} of {})",

@@ -39,6 +39,8 @@ GROUPS = [
     ("algorithms_direct", "algorithms, direct limiter"),
     ("algorithms_keyed_hot", "algorithms, keyed, one hot u64 key"),
     ("evict_1m", "one evict_idle / retain_recent over 1M at-rest keys"),
+    ("cached_clock_direct", "direct limiter, both on cached clocks refreshed every 1 ms"),
+    ("cached_clock_keyed_hot_str", "keyed, one hot String key, both on cached clocks (1 ms)"),
     ("primitives", "the parts of a decision, timed alone"),
     ("maps_hot_u64", "one hot-key lookup in each map, value read with one load"),
 ]
@@ -52,6 +54,8 @@ CONTESTANTS = [
     "std_mutex",
     "parking_lot",
     "floor",
+    "tollgate_default_clock",
+    "governor_default_clock",
 ]
 BEGIN, END = "<!-- bench-report:begin -->", "<!-- bench-report:end -->"
 
@@ -180,6 +184,8 @@ CHART_CASES = [
     ("threads_one_key", "2", "2 threads, one key"),
     ("threads_many_keys", "2", "2 threads, 100k keys"),
     ("evict_1m", "", "evict 1M keys"),
+    ("cached_clock_direct", "", "direct, cached clocks"),
+    ("cached_clock_keyed_hot_str", "", "hot String, cached clocks"),
 ]
 COLORS = {
     "tollgate": "#1b7f5f",

@@ -16,6 +16,7 @@
 //! | `threads` | `threads_one_key`, `threads_many_keys` (1, 2, 8 threads) |
 //! | `algorithms` | `algorithms_direct`, `algorithms_keyed_hot` |
 //! | `evict` | `evict_1m` |
+//! | `cached_clock` | `cached_clock_direct`, `cached_clock_keyed_hot_str`: both on their opt-in cached clocks |
 //! | `primitives` | `primitives`, `maps_hot_u64`: the parts, timed alone |
 //!
 //! Contestant names are the same everywhere: `tollgate`, `tollgate_foldhash`, `governor`,
@@ -24,6 +25,7 @@
 
 mod algorithms;
 mod baseline;
+mod cached_clock;
 mod common;
 mod direct;
 mod evict;
@@ -40,6 +42,7 @@ criterion::criterion_group!(
     threads::bench,
     algorithms::bench,
     evict::bench,
+    cached_clock::bench,
     primitives::bench
 );
 criterion::criterion_main!(limiters);
