@@ -363,10 +363,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     row("2 threads, one u64 key *", t, g, None);
     kept.extend([tn, gn]);
 
-    // Both limiters again, each on its opt-in cached clock refreshed every millisecond
-    // (tollgate's CoarseClock, governor's QuantaUpkeepClock), and governor on its default
-    // clock in the same rounds.
-    println!("\ncached clocks ({CACHED_RESOLUTION:?} resolution), each against governor cached, then governor default:");
+    // Both limiters on their opt-in cached clocks refreshed every millisecond (tollgate's
+    // CoarseClock, governor's QuantaUpkeepClock) and on their default clocks, all fresh and
+    // holding one key, all in the same rounds.
+    println!("\ncached clocks ({CACHED_RESOLUTION:?} resolution), all in one set of rounds:");
     let coarse = CoarseClock::new(CACHED_RESOLUTION)?;
     let upkeep = QuantaUpkeepClock::from_interval(CACHED_RESOLUTION)?;
     let cd = DirectLimiter::with_clock(policy, coarse.clone());
@@ -375,7 +375,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let gcu: GovCachedKeyed<u64> = governor::RateLimiter::dashmap_with_clock(quota, upkeep.clone());
     let cs: RateLimiter<String, CoarseClock> = RateLimiter::with_clock(policy, coarse);
     let gcs: GovCachedKeyed<String> = governor::RateLimiter::dashmap_with_clock(quota, upkeep);
-    let [td, gcd_t, gd_t, tu, gcu_t, gu_t, ts, gcs_t, gs_t] = bench.single([
+    let d2 = DirectLimiter::new(policy);
+    let gd2 = governor::RateLimiter::direct(quota);
+    let k2: RateLimiter<u64> = RateLimiter::new(policy);
+    let gk2: GovKeyed<u64> = governor::RateLimiter::keyed(quota);
+    let s2: RateLimiter<String> = RateLimiter::new(policy);
+    let gs2: GovKeyed<String> = governor::RateLimiter::keyed(quota);
+    let times = bench.single([
         &mut || {
             let _ = black_box(cached_direct(black_box(&cd)));
         },
@@ -383,7 +389,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             black_box(gov_cached_direct(black_box(&gcd)));
         },
         &mut || {
-            black_box(gov_direct(black_box(&gd)));
+            let _ = black_box(direct(black_box(&d2)));
+        },
+        &mut || {
+            black_box(gov_direct(black_box(&gd2)));
         },
         &mut || {
             let _ = black_box(cached_u64(black_box(&cu), black_box(&key)));
@@ -392,7 +401,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             black_box(gov_cached_u64(black_box(&gcu), black_box(&key)));
         },
         &mut || {
-            black_box(gov_u64(black_box(&gk), black_box(&key)));
+            let _ = black_box(keyed_u64(black_box(&k2), black_box(&key)));
+        },
+        &mut || {
+            black_box(gov_u64(black_box(&gk2), black_box(&key)));
         },
         &mut || {
             let _ = black_box(cached_str(black_box(&cs), black_box(owned.as_str())));
@@ -401,15 +413,22 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             black_box(gov_cached_string(black_box(&gcs), black_box(&owned)));
         },
         &mut || {
-            black_box(gov_string(black_box(&gs), black_box(&owned)));
+            let _ = black_box(keyed_str(black_box(&s2), black_box(owned.as_str())));
+        },
+        &mut || {
+            black_box(gov_string(black_box(&gs2), black_box(&owned)));
         },
     ]);
-    row("direct, cached", td, gcd_t, Some(f));
-    row("  vs governor default clock", td, gd_t, None);
-    row("keyed hot u64, cached", tu, gcu_t, Some(f));
-    row("  vs governor default clock", tu, gu_t, None);
-    row("keyed hot String, cached", ts, gcs_t, Some(f));
-    row("  vs governor default clock", ts, gs_t, None);
+    for (case, t) in ["direct", "keyed hot u64", "keyed hot String by &str"]
+        .iter()
+        .zip(times.chunks(4))
+    {
+        let [cached, gov_cached, default, gov_default] = [t[0], t[1], t[2], t[3]];
+        row(&format!("{case}, cached"), cached, gov_cached, None);
+        row("  both on default clocks", default, gov_default, None);
+        row("  tg cached, gov default", cached, gov_default, None);
+    }
+
     println!(
         "\n* median of the runs whose 2 threads overlapped for >= 90% of their wall time \
          (kept per contestant: {kept:?} of {})",

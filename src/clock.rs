@@ -43,6 +43,15 @@ pub trait Clock: Send + Sync {
     fn sleep(&self, duration: Duration) {
         std::thread::sleep(duration);
     }
+
+    /// How far this clock's readings may trail real time: the step in which its time moves.
+    /// Zero (the default) for a clock read afresh every time; a cached clock's refresh
+    /// period for [`CoarseClock`](crate::CoarseClock). Waiting acquires add it to each
+    /// sleep, so that one wake-up finds the refill the last refusal announced instead of
+    /// polling a reading that has not moved yet.
+    fn granularity(&self) -> Duration {
+        Duration::ZERO
+    }
 }
 
 impl<C: Clock + ?Sized> Clock for &C {
@@ -54,6 +63,10 @@ impl<C: Clock + ?Sized> Clock for &C {
     fn sleep(&self, duration: Duration) {
         (**self).sleep(duration);
     }
+
+    fn granularity(&self) -> Duration {
+        (**self).granularity()
+    }
 }
 
 impl<C: Clock + ?Sized> Clock for Arc<C> {
@@ -64,6 +77,10 @@ impl<C: Clock + ?Sized> Clock for Arc<C> {
 
     fn sleep(&self, duration: Duration) {
         (**self).sleep(duration);
+    }
+
+    fn granularity(&self) -> Duration {
+        (**self).granularity()
     }
 }
 

@@ -9,7 +9,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crossbeam_utils::CachePadded;
 
@@ -19,21 +19,32 @@ use crate::{Clock, ClockError, SystemClock};
 /// thread refreshes every `resolution`, so reading it is one load instead of a counter read.
 ///
 /// Opt in where the clock read dominates (a direct decision is mostly the clock read) and
-/// where being up to one resolution late is harmless. What the lag means for decisions:
+/// where decisions that trail real time a little are harmless. The *lag* is how far the
+/// reading trails real time: up to one resolution plus the operating system's wake-up
+/// latency, more while the refreshing thread waits for a core (the clock then jumps forward;
+/// readings never go backwards). What it means for decisions:
 ///
-/// * **Decisions stay exact in the clock's time**: with time standing still between
-///   refreshes, racing requests see one instant, which the limiters handle exactly (it is
-///   what the frozen-clock race tests check).
-/// * **In real time, permits come back up to one resolution late or early**: a request is
-///   judged as if it came at the last refresh, so a refill that fell due since then is not
-///   seen yet (refused, with a `retry_after` longer by up to the lag); and because the lag
-///   varies between zero and one resolution, a window measured in real time can span up to
-///   one resolution more of the clock's time, so it may admit what the policy's rate allows
-///   over that extra resolution (at a 1 ms resolution and 10 per second, a hundredth of a
-///   permit: nothing, in practice; at 100,000 per second, 100 permits). Choose a resolution
-///   well under the policy's interval (`window / permits`).
-/// * If the refreshing thread is not scheduled (an overloaded machine), the lag grows until
-///   it runs again; the clock then jumps forward. Readings never go backwards.
+/// * **Decisions stay exact in the clock's time**: between refreshes racing requests all
+///   see one instant, which the limiters handle exactly (what the frozen-clock race tests
+///   check).
+/// * **Refills are seen late.** A request is judged as if it came at the last refresh, so a
+///   refill that fell due since then is not seen yet, and `retry_after` counts from that
+///   refresh: a client that retries exactly when told may be refused once more. Waiting
+///   acquires add the resolution to each sleep ([`Clock::granularity`]), so they wake once,
+///   not in a loop of short sleeps.
+/// * **In real time, limits loosen by the lag**, differently per algorithm, because the lag
+///   varies between refreshes:
+///   - token bucket and sliding counter limit a *rate*: any span of real time admits at
+///     most what the policy allows over that span plus one lag. At a 1 ms resolution that is
+///     a tenth of a permit at 100 per second (nothing, in practice) and 100 permits at
+///     100,000 per second. Choose a resolution well under the policy's interval
+///     (`window / permits`).
+///   - the sliding log promises *at most N in any window*, and the lag shortens the window:
+///     in real time it keeps at most N in any window of `window` minus the lag. A burst
+///     stamped just before a refresh leaves the log up to one lag early, so a real-time
+///     window of full length can see up to 2N. Where the log's promise must hold in real
+///     time (login attempts, one-time codes), keep [`SystemClock`].
+///   - a combined policy loosens band by band, as its algorithms do.
 ///
 /// The refreshing thread (named `tollgate-clock`) starts in [`CoarseClock::new`]; clones
 /// share it and its reading, and it stops when the last clone is dropped. Its zero is the
@@ -134,7 +145,10 @@ impl CoarseClock {
     }
 
     /// A clock refreshed every `resolution` from `source`, with `source`'s zero.
-    fn following(resolution: Duration, source: SystemClock) -> Result<Self, ClockError> {
+    fn following<S: Clock + Send + 'static>(
+        resolution: Duration,
+        source: S,
+    ) -> Result<Self, ClockError> {
         if !(Self::MIN_RESOLUTION..=Self::MAX_RESOLUTION).contains(&resolution) {
             return Err(ClockError::Resolution { resolution });
         }
@@ -179,10 +193,11 @@ impl CoarseClock {
     }
 }
 
-/// The refreshing thread: stores the source's time, then sleeps one resolution, until told
-/// to stop.
-fn refresh(reading: &Reading, source: &SystemClock, resolution: Duration) {
+/// The refreshing thread: stores the source's time once per resolution, on a fixed
+/// schedule, until told to stop.
+fn refresh<S: Clock>(reading: &Reading, source: &S, resolution: Duration) {
     let mut last = reading.nanos.load(Ordering::Relaxed);
+    let mut due = Instant::now();
     let mut stop = reading.stop.lock().unwrap_or_else(PoisonError::into_inner);
     while !*stop {
         // Never store less than before, even if the counter read on another core is a
@@ -193,10 +208,18 @@ fn refresh(reading: &Reading, source: &SystemClock, resolution: Duration) {
         // from going backwards, and this thread is the only writer, storing a non-decreasing
         // sequence.
         reading.nanos.store(last, Ordering::Relaxed);
+        // Wake at fixed instants, so that the time spent waking and refreshing does not add
+        // up into a longer period; after a stall, start again from now instead of catching
+        // up with a burst of refreshes.
+        due += resolution;
+        let started = Instant::now();
+        if due <= started {
+            due = started + resolution;
+        }
         // A spurious wake-up only refreshes early.
         stop = reading
             .wake
-            .wait_timeout(stop, resolution)
+            .wait_timeout(stop, due - started)
             .unwrap_or_else(PoisonError::into_inner)
             .0;
     }
@@ -207,6 +230,12 @@ impl Clock for CoarseClock {
     fn now(&self) -> u64 {
         // Relaxed: see `refresh`.
         self.reading.nanos.load(Ordering::Relaxed)
+    }
+
+    /// The resolution: how far a reading may trail real time while the refreshing thread
+    /// keeps up.
+    fn granularity(&self) -> Duration {
+        self.resolution
     }
 }
 
@@ -248,21 +277,27 @@ mod tests {
     #[test]
     fn it_moves_forward_and_never_backwards() {
         let clock = clock();
-        let start = clock.now();
-        let give_up = Instant::now() + Duration::from_secs(30);
-        let mut last = start;
+        let mut last = clock.now();
         let mut changes = 0;
-        while changes < 3 {
-            let now = clock.now();
-            assert!(now >= last, "went back from {last} to {now}");
-            if now > last {
-                changes += 1;
-            }
-            last = now;
-            assert!(
-                Instant::now() < give_up,
-                "the reading changed {changes} times in 30 s"
-            );
+        until(
+            || {
+                let now = clock.now();
+                assert!(now >= last, "went back from {last} to {now}");
+                if now > last {
+                    changes += 1;
+                }
+                last = now;
+                changes >= 3
+            },
+            "three changes of the reading",
+        );
+    }
+
+    /// Waits (30 s at most) until `done` holds.
+    fn until(mut done: impl FnMut() -> bool, what: &str) {
+        let give_up = Instant::now() + Duration::from_secs(30);
+        while !done() {
+            assert!(Instant::now() < give_up, "gave up waiting: {what}");
             std::thread::yield_now();
         }
     }
@@ -274,11 +309,47 @@ mod tests {
         // only be later. A clock that ran ahead (adding its resolution, say) fails this.
         let source = SystemClock::new();
         let clock = CoarseClock::following(CoarseClock::MIN_RESOLUTION, source.clone()).unwrap();
-        for _ in 0..100_000 {
-            let reading = clock.now();
-            let after = source.now();
-            assert!(reading <= after, "reading {reading} ran ahead of {after}");
+        let mut last = clock.now();
+        let mut refreshes = 0;
+        until(
+            || {
+                let reading = clock.now();
+                let after = source.now();
+                assert!(reading <= after, "reading {reading} ran ahead of {after}");
+                if reading != last {
+                    refreshes += 1;
+                    last = reading;
+                }
+                refreshes >= 5
+            },
+            "five refreshes",
+        );
+    }
+
+    /// A source that reads 1,000 once and 500 ever after, counting its reads.
+    #[derive(Default)]
+    struct StepsBack(AtomicU64);
+
+    impl Clock for StepsBack {
+        fn now(&self) -> u64 {
+            if self.0.fetch_add(1, Ordering::Relaxed) == 0 {
+                1_000
+            } else {
+                500
+            }
         }
+    }
+
+    #[test]
+    fn a_source_going_backwards_leaves_the_reading_where_it_was() {
+        let source = Arc::new(StepsBack::default());
+        let clock =
+            CoarseClock::following(CoarseClock::MIN_RESOLUTION, Arc::clone(&source)).unwrap();
+        assert_eq!(clock.now(), 1_000);
+        // Several refreshes read 500; the reading must stay at 1,000.
+        until(|| source.0.load(Ordering::Relaxed) >= 5, "five refreshes");
+        assert_eq!(clock.now(), 1_000);
+        assert_eq!(clock.granularity(), CoarseClock::MIN_RESOLUTION);
     }
 
     #[test]

@@ -99,6 +99,10 @@ pub(crate) enum Next {
 pub(crate) struct Schedule {
     deadline: Option<u64>,
     jitter: u64,
+    /// The clock's [`granularity`](Clock::granularity), added to every sleep: a refusal's
+    /// `retry_after` counts from a reading that may trail real time by that much, so a
+    /// sleep of `retry_after` alone can wake before the reading has reached the refill.
+    granularity: u64,
 }
 
 impl Schedule {
@@ -108,6 +112,7 @@ impl Schedule {
                 .timeout
                 .map(|t| clock.now().saturating_add(duration_to_nanos(t))),
             jitter: duration_to_nanos(wait.jitter),
+            granularity: duration_to_nanos(clock.granularity()),
         }
     }
 
@@ -119,7 +124,9 @@ impl Schedule {
         // A refusal always names a wait of at least 1 ns.
         let wait = decision.retry_after_nanos().max(1);
         let ready = now.saturating_add(wait);
-        let mut pause = wait.saturating_add(random_below(self.jitter));
+        let mut pause = wait
+            .saturating_add(self.granularity)
+            .saturating_add(random_below(self.jitter));
         if let Some(deadline) = self.deadline {
             if ready > deadline {
                 return Next::GiveUp(decision);
@@ -201,6 +208,7 @@ mod tests {
         let schedule = Schedule {
             deadline: Some(1_000),
             jitter: 0,
+            granularity: 0,
         };
         let refused = |retry| Decision::deny(0, 1, retry, retry);
         assert!(
@@ -211,6 +219,7 @@ mod tests {
         let jittery = Schedule {
             deadline: Some(1_000),
             jitter: 10_000,
+            granularity: 0,
         };
         for _ in 0..100 {
             match jittery.next(refused(100), 400) {
@@ -218,5 +227,26 @@ mod tests {
                 _ => panic!("expected a sleep"),
             }
         }
+    }
+
+    #[test]
+    fn a_coarse_clock_adds_its_granularity_to_each_sleep_but_never_passes_the_deadline() {
+        let coarse = Schedule {
+            deadline: Some(10_000),
+            jitter: 0,
+            granularity: 1_000,
+        };
+        let refused = |retry| Decision::deny(0, 1, retry, retry);
+        assert!(
+            matches!(coarse.next(refused(500), 400), Next::Sleep(d) if d == Duration::from_nanos(1_500))
+        );
+        // The refill is due before the deadline, so it waits, but no further than that.
+        assert!(
+            matches!(coarse.next(refused(500), 9_000), Next::Sleep(d) if d == Duration::from_nanos(1_000))
+        );
+        assert!(matches!(
+            coarse.next(refused(1_001), 9_000),
+            Next::GiveUp(_)
+        ));
     }
 }
