@@ -287,8 +287,9 @@ impl<C: Clock> DirectLimiter<C> {
         }
     }
 
-    /// Waits until a request of cost 1 is admitted, sleeping each refusal's `retry_after` on
-    /// the limiter's clock ([`Clock::sleep`]). See
+    /// Waits until a request of cost 1 is admitted, sleeping each refusal's `retry_after`
+    /// (plus the clock's [`granularity`](Clock::granularity)) on the limiter's clock
+    /// ([`Clock::sleep`]). See
     /// [`RateLimiter::acquire_blocking`](crate::RateLimiter::acquire_blocking).
     ///
     /// # Examples

@@ -1104,7 +1104,8 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
     }
 
     /// Waits until a request of cost 1 for `key` is admitted: tries, and when refused sleeps
-    /// its `retry_after` on the limiter's clock ([`Clock::sleep`]) and tries again. For a
+    /// its `retry_after` (plus the clock's [`granularity`](Clock::granularity)) on the
+    /// limiter's clock ([`Clock::sleep`]) and tries again. For a
     /// client that must not exceed a provider's quota. Blocks the thread: in async code use
     /// `acquire` (feature `tokio`).
     ///

@@ -1,9 +1,10 @@
 //! Waiting instead of refusing: [`Wait`], and the loops behind `acquire_blocking` (threads)
 //! and, with the `tokio` feature, `acquire` (async).
 //!
-//! A waiter tries, and when refused sleeps the decision's `retry_after` (plus optional
-//! jitter, so that waiters refused together do not all retry at the same instant) on the
-//! limiter's own clock, then tries again. A refusal spends nothing, so waiting is exactly as
+//! A waiter tries, and when refused sleeps the decision's `retry_after` (plus the clock's
+//! [`granularity`](Clock::granularity), zero except for cached clocks, and optional jitter, so
+//! that waiters refused together do not all retry at the same instant) on the limiter's own
+//! clock, then tries again. A refusal spends nothing, so waiting is exactly as
 //! exact as deciding: N waiters on one key are admitted at the policy's rate, never faster.
 //! With a timeout, a waiter gives up as soon as the next possible admission would come after
 //! its deadline, and returns the last refusal.
@@ -131,8 +132,10 @@ impl Schedule {
             if ready > deadline {
                 return Next::GiveUp(decision);
             }
-            // Jitter never carries a waiter past its deadline.
-            pause = pause.min(deadline - now);
+            // Jitter never carries a waiter past its deadline, give or take the clock's
+            // granularity: on a cached clock the reading may trail by that much, and capping
+            // at the bare remainder would re-sleep it in short steps until the next refresh.
+            pause = pause.min((deadline - now).saturating_add(self.granularity));
         }
         Next::Sleep(Duration::from_nanos(pause))
     }
@@ -230,7 +233,7 @@ mod tests {
     }
 
     #[test]
-    fn a_coarse_clock_adds_its_granularity_to_each_sleep_but_never_passes_the_deadline() {
+    fn a_coarse_clock_adds_its_granularity_to_each_sleep_and_to_the_deadline_cap() {
         let coarse = Schedule {
             deadline: Some(10_000),
             jitter: 0,
@@ -240,13 +243,24 @@ mod tests {
         assert!(
             matches!(coarse.next(refused(500), 400), Next::Sleep(d) if d == Duration::from_nanos(1_500))
         );
-        // The refill is due before the deadline, so it waits, but no further than that.
-        assert!(
-            matches!(coarse.next(refused(500), 9_000), Next::Sleep(d) if d == Duration::from_nanos(1_000))
-        );
         assert!(matches!(
             coarse.next(refused(1_001), 9_000),
             Next::GiveUp(_)
         ));
+        // Near the deadline, jitter is capped at the remainder plus the granularity.
+        let jittery = Schedule {
+            deadline: Some(10_000),
+            jitter: 100_000,
+            granularity: 1_000,
+        };
+        for _ in 0..100 {
+            match jittery.next(refused(500), 9_000) {
+                Next::Sleep(d) => assert!(
+                    d >= Duration::from_nanos(1_500) && d <= Duration::from_nanos(2_000),
+                    "{d:?}"
+                ),
+                _ => panic!("expected a sleep"),
+            }
+        }
     }
 }

@@ -253,3 +253,61 @@ mod tokio_waiting {
         assert_eq!(start.elapsed(), Duration::from_secs(60));
     }
 }
+
+/// A clock whose readings move in steps of `step` behind its true time (like a cached clock
+/// refreshed every `step`), and says so through `granularity`. Sleeping moves the true time
+/// and records the sleep.
+#[derive(Default)]
+struct SteppedClock {
+    step: u64,
+    truth: std::sync::atomic::AtomicU64,
+    sleeps: Mutex<Vec<Duration>>,
+}
+
+impl Clock for SteppedClock {
+    fn now(&self) -> u64 {
+        let truth = self.truth.load(std::sync::atomic::Ordering::Relaxed);
+        truth - truth % self.step
+    }
+
+    fn sleep(&self, duration: Duration) {
+        self.sleeps.lock().unwrap().push(duration);
+        self.truth.fetch_add(
+            duration.as_nanos() as u64,
+            std::sync::atomic::Ordering::Relaxed,
+        );
+    }
+
+    fn granularity(&self) -> Duration {
+        Duration::from_nanos(self.step)
+    }
+}
+
+#[test]
+fn a_waiter_on_a_stepped_clock_sleeps_once_per_refusal_through_any_wrapper() {
+    // One permit per 100 ms, readings in 30 ms steps. Refused at reading 0, the waiter must
+    // sleep 100 ms plus the step: at true time 130 the reading is 120 and admits. Sleeping
+    // 100 ms alone would wake at reading 90 and then re-sleep in 10 ms steps.
+    let expected = vec![Duration::from_millis(130)];
+
+    let clock = Arc::new(SteppedClock {
+        step: 30 * MS,
+        ..SteppedClock::default()
+    });
+    // Through `Arc<C>`'s Clock impl.
+    let limiter = DirectLimiter::with_clock("1/100ms".parse().unwrap(), Arc::clone(&clock));
+    assert!(limiter.acquire_blocking().is_allowed());
+    assert!(limiter.acquire_blocking().is_allowed());
+    assert_eq!(*clock.sleeps.lock().unwrap(), expected);
+
+    // Through `&C`'s, on the keyed limiter.
+    let clock = SteppedClock {
+        step: 30 * MS,
+        ..SteppedClock::default()
+    };
+    let limiter: RateLimiter<u64, &SteppedClock> =
+        RateLimiter::with_clock("1/100ms".parse().unwrap(), &clock);
+    assert!(limiter.acquire_blocking(&7).is_allowed());
+    assert!(limiter.acquire_blocking(&7).is_allowed());
+    assert_eq!(*clock.sleeps.lock().unwrap(), expected);
+}
