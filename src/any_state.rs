@@ -86,8 +86,8 @@ impl AnyState {
         with_any!(self, (state, params) => state.peek(params, clock, cost))
     }
 
-    pub(crate) fn try_retire(&self, now: u64) -> bool {
-        with_any!(self, (state, params) => state.try_retire(params, now))
+    pub(crate) fn is_at_rest(&self, now: u64) -> bool {
+        with_any!(self, (state, params) => state.is_at_rest(params, now))
     }
 
     pub(crate) fn carry(&self, now: u64, retire: bool) -> Option<Carry> {

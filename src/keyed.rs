@@ -219,7 +219,7 @@ trait Slot<K>: Sized + Send + Sync {
         cost: u64,
     ) -> Option<Decision>;
     fn peek<C: Clock + ?Sized>(&self, params: &Self::Params, clock: &C) -> Option<Decision>;
-    fn try_retire(&self, params: &Self::Params, now: u64) -> bool;
+    fn is_at_rest(&self, params: &Self::Params, now: u64) -> bool;
     fn carry(&self, params: &Self::Params, now: u64, retire: bool) -> Option<Carry>;
 
     /// The most a new state for `key` would accept: checked before anything is created.
@@ -286,8 +286,8 @@ impl<K, St: RateState> Slot<K> for St {
         RateState::peek(self, params, clock, 1)
     }
 
-    fn try_retire(&self, params: &St::Params, now: u64) -> bool {
-        RateState::try_retire(self, params, now)
+    fn is_at_rest(&self, params: &St::Params, now: u64) -> bool {
+        RateState::is_at_rest(self, params, now)
     }
 
     fn carry(&self, params: &St::Params, now: u64, retire: bool) -> Option<Carry> {
@@ -357,8 +357,8 @@ impl<K> Slot<K> for AnyState {
         AnyState::peek(self, clock, 1)
     }
 
-    fn try_retire(&self, _: &Self::Params, now: u64) -> bool {
-        AnyState::try_retire(self, now)
+    fn is_at_rest(&self, _: &Self::Params, now: u64) -> bool {
+        AnyState::is_at_rest(self, now)
     }
 
     fn carry(&self, _: &Self::Params, now: u64, retire: bool) -> Option<Carry> {
@@ -431,16 +431,18 @@ impl<K: Hash + Eq, St: Slot<K>, S: BuildHasher> Keyed<K, St, S> {
         }
     }
 
-    /// Retires and removes every state at rest at `now`; returns how many.
+    /// Removes every state at rest at `now`; returns how many.
     fn evict_idle(&self, now: u64) -> usize {
         let mut removed = 0;
-        // `retain_sync` holds each bucket's lock exclusively while it runs the predicate, so
-        // no request is inside a state while it is retired and unlinked; retiring first also
-        // keeps the state machine exact on its own (the loom models check that part).
+        // `retain_sync` holds each bucket's lock exclusively while it runs the predicate, and
+        // a request touches a state only under its bucket's lock (shared in `read_sync`,
+        // exclusive in `entry_sync` and `remove_sync`): no request is inside the state while
+        // it is checked and unlinked, and none can reach it afterwards. So the state at rest
+        // is removed as it is; retiring it first (a CAS per key) would add nothing but time.
         self.map.retain_sync(|_, state| {
-            let retire = state.try_retire(&self.params, now);
-            removed += usize::from(retire);
-            !retire
+            let idle = state.is_at_rest(&self.params, now);
+            removed += usize::from(idle);
+            !idle
         });
         removed
     }
@@ -454,7 +456,7 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> Generation<K, S> {
             return 0;
         };
         // Each step holds one bucket exclusively at a time (as `retain_sync` does), so, as
-        // for `evict_idle`, no request is inside a state while it is retired and removed.
+        // for `evict_idle`, no request is inside a state while it is checked and removed.
         let mut entry = match cursor.take() {
             Some(key) => keyed.map.get_sync(&key).or_else(|| keyed.map.begin_sync()),
             None => keyed.map.begin_sync(),
@@ -472,7 +474,7 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> Generation<K, S> {
             }) else {
                 return removed;
             };
-            if here.get().try_retire(&keyed.params, now) {
+            if here.get().is_at_rest(&keyed.params, now) {
                 removed += 1;
                 entry = here.remove_and_sync().1;
             } else {
