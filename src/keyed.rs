@@ -450,7 +450,7 @@ impl<K: Hash + Eq, St: Slot<K>, S: BuildHasher> Keyed<K, St, S> {
 
 impl<K: Hash + Eq + Clone, S: BuildHasher> Generation<K, S> {
     /// Up to `slice` entries of `keyed` (this generation's map) from the cursor on; returns
-    /// how many states at rest it retired and removed.
+    /// how many states at rest it removed.
     fn sweep_step<St: Slot<K>>(&self, keyed: &Keyed<K, St, S>, slice: usize, now: u64) -> usize {
         let Ok(mut cursor) = self.sweep_cursor.try_lock() else {
             return 0;
