@@ -438,7 +438,7 @@ impl Placed {
 /// |---|---|---|
 /// | `seq` even `2k` | all | published, no writer inside: `k` admissions so far |
 /// | `seq` odd | all | a writer is storing an admission; readers wait |
-/// | `seq == u64::MAX` | all | retired by eviction: never admits, never revived |
+/// | `seq == u64::MAX` | all | retired: never admits, never revived |
 /// | `words[o]` | token bucket | the TAT (ns on the limiter's clock) |
 /// | `words[o]` | sliding counter | the window index of the counts |
 /// | `words[o + 1]` | sliding counter | the current window's count in bits `0..32`, the previous one's in `32..64` |
@@ -464,9 +464,9 @@ impl Placed {
 ///   `s + 1`; failure means another writer got there first, so it reads and decides again
 ///   (with the same clock reading). It issues a Release fence, stores every band's new
 ///   state (Relaxed), and publishes `s + 2` with a Release store.
-/// * Eviction reads like a reader, checks every band is at rest, and compare-and-swaps the
-///   even value it read to `RETIRED`: any admission in between moved `seq` on and makes it
-///   fail.
+/// * Retiring at rest (`try_retire`, the eviction step for a map whose readers take no lock)
+///   reads like a reader, checks every band is at rest, and compare-and-swaps the even value
+///   it read to `RETIRED`: any admission in between moved `seq` on and makes it fail.
 ///
 /// Keys never wait on each other, and a reader of one key waits only for a writer that is
 /// inside its few stores.

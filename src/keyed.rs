@@ -975,8 +975,10 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
         Q: Hash + Eq + ToOwned + ?Sized,
     {
         let entry = keyed.map.entry_sync(K::from(key.to_owned()));
-        // We hold the bucket exclusively. A generation that is no longer current must not
-        // gain states: whoever replaced it moves keys out of it under this same lock.
+        // We hold the bucket exclusively. A generation found no longer current gains no state
+        // from here. One that was current when checked may still gain this key after a swap:
+        // the key is moved out later under this same lock, and eviction cannot unlink that
+        // generation meanwhile, because its sweep of this bucket waits for this lock.
         if !self.is_current(generation, guard) {
             return Step::Stale;
         }
@@ -993,8 +995,11 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
         match entry {
             Entry::Occupied(mut entry) => {
                 if entry.get().peek(&keyed.params, &self.clock).is_none() {
-                    // Retired in place: replace it (never revive it). No reader can still be
-                    // inside: we hold the bucket exclusively.
+                    // Retired in place: replace it (never revive it). No registry path leaves a
+                    // retired state in a map today (eviction unlinks without retiring, and a
+                    // moved key is removed before its state is retired); this keeps it so if
+                    // one ever does. No reader can still be inside: we hold the bucket
+                    // exclusively.
                     let now = self.clock.now();
                     *entry.get_mut() = St::build(&keyed.params, entry.key(), None, now);
                 }
@@ -1052,7 +1057,7 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
     }
 
     /// One step of the incremental sweep: up to `slice` entries of each generation, starting
-    /// where the last step stopped, retiring and removing states at rest. Never blocks on
+    /// where the last step stopped, removing states at rest. Never blocks on
     /// another sweeper (it skips a generation someone else is sweeping).
     /// With `grace`, only states at rest for at least their generation's grace period are
     /// removed; without, any state at rest.
@@ -1062,7 +1067,7 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
         let mut current = Some(generation);
         while let Some(g) = current {
             // A state at rest at an earlier instant is at rest now (time only brings states
-            // closer to rest), so retiring it as of that instant is exact.
+            // closer to rest), so removing it as of that instant is exact.
             let as_of = if grace {
                 now.saturating_sub(g.sweep_grace)
             } else {
@@ -1272,7 +1277,7 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
         {
             return decision;
         }
-        // Not tracked here (or retired under us): decide on the state the key's next request
+        // Not tracked here (or removed under us): decide on the state the key's next request
         // would create, built aside and dropped.
         let carry = self.peek_older(generation, key, now, guard);
         let owned = K::from(key.to_owned());
@@ -1345,8 +1350,11 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
         // Relaxed: a statistic.
         self.tracked.fetch_sub(removed, Ordering::Relaxed);
         if older_all_empty && !generation.older.is_null(Ordering::Relaxed) {
-            // Replaced generations gain no keys (see `acquire_slow`), so empty ones stay empty:
-            // unlink them. Readers still inside are protected by their guards.
+            // A replaced generation gains a key only from a request that found it current
+            // before the swap and still holds that key's bucket (see `acquire_slow`); the
+            // sweeps above, which began after the swap, waited for such a bucket. So the
+            // generations found empty stay empty: unlink them. Readers still inside are
+            // protected by their guards.
             let _config = self.lock_config();
             generation.older.swap((None, Tag::None), Ordering::AcqRel);
         }

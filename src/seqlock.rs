@@ -7,7 +7,7 @@
 //! |---|---|
 //! | even | the data published by the last writer is complete; readers may read it |
 //! | odd, below `u64::MAX` | a writer is between its compare-and-swap and its publishing store |
-//! | `u64::MAX` (`RETIRED`) | retired by eviction or a policy change: never read or written again |
+//! | `u64::MAX` (`RETIRED`) | retired (see `RateState`): never read or written again |
 //!
 //! Even values only grow (each writer publishes a larger even value than the one it started
 //! from), so a sequence read twice with the same value proves no writer came in between.

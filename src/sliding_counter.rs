@@ -41,7 +41,7 @@ use crate::state::{in_use, single_from_carry, Carry, RateState};
 use crate::sync::{AtomicU128, Ordering};
 use crate::{Clock, Decision, Policy};
 
-/// The packed word of a state retired by eviction. Its counts (`u32::MAX`) are above any
+/// The packed word of a retired state (see `RateState`). Its counts (`u32::MAX`) are above any
 /// valid policy's permits (`Policy::MAX_COUNTER_PERMITS` is `2^31 - 1`), so no live state
 /// packs to it.
 const RETIRED: u128 = u128::MAX;
@@ -272,7 +272,7 @@ impl Counter {
 /// | `0..64` | index | the window the counts belong to (`now / W` at the last admission) |
 /// | `64..96` | current | permits admitted in window `index` |
 /// | `96..128` | previous | permits admitted in window `index - 1` |
-/// | all ones | retired | retired by eviction: never admits, never revived |
+/// | all ones | retired | retired: never admits, never revived |
 ///
 /// A fresh state is all zeros. 64 bits cannot hold a full window index and both counts for
 /// every valid policy: `W` may be 1 ns, so the index needs all 64 bits of a nanosecond clock,
@@ -283,8 +283,8 @@ impl Counter {
 /// Orderings: the word is the whole state and no other memory is published through it, so
 /// every access is `Relaxed`. Exactness comes from the compare-and-swap alone: all writes to
 /// one atomic form a single modification order and a CAS succeeds only on the latest value,
-/// so two requests never both spend the same permits, and an eviction's CAS to `RETIRED` and
-/// a request's CAS cannot both succeed from the same value.
+/// so two requests never both spend the same permits, and a retiring CAS to `RETIRED` and a
+/// request's CAS cannot both succeed from the same value.
 #[derive(Debug)]
 pub(crate) struct CounterCell {
     word: AtomicU128,
@@ -362,7 +362,9 @@ impl RateState for CounterCell {
 
     #[inline]
     fn is_at_rest(&self, counter: &Counter, now: u64) -> bool {
-        // Relaxed: a snapshot is all a reader needs; retiring re-checks with a CAS.
+        // Relaxed: a snapshot is all a reader needs. Eviction calls this under the map's
+        // exclusive bucket lock, whose Acquire orders it after every admission made under
+        // the lock before; `try_retire` re-checks with a CAS where no lock is held.
         let word = self.word.load(Ordering::Relaxed);
         word != RETIRED && counter.is_at_rest(Snapshot::unpack(word), now)
     }

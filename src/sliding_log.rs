@@ -193,7 +193,7 @@ impl Entries for Ring<'_> {
 /// |---|---|
 /// | `seq` even `2k` | published, no writer inside: `k` entries were ever written; the last `min(k, N)` of them are in the ring, entry `j` in slot `j mod N` |
 /// | `seq` odd `2k + 1` | a writer is appending entries after the first `k`; readers wait |
-/// | `seq == u64::MAX` | retired by eviction: never admits, never revived |
+/// | `seq == u64::MAX` | retired: never admits, never revived |
 /// | `ring[j]` | a timestamp (ns on the limiter's clock); non-decreasing from the oldest entry to the newest |
 ///
 /// Slots not yet written hold 0 and are never read: the sequence says how many are valid.
@@ -213,8 +213,10 @@ impl Entries for Ring<'_> {
 ///   `2k + 1`; failure means another writer got there first, so it reads and decides again
 ///   (with the same clock reading). It issues a Release fence, stores its `n` entries
 ///   (Relaxed), and publishes `2(k + n)` with a Release store.
-/// * Eviction reads like a reader, checks the log is at rest, and compare-and-swaps the even
-///   value it read to `RETIRED`: any admission in between moved `seq` on and makes it fail.
+/// * Retiring at rest (`try_retire`, the eviction step for a map whose readers take no lock;
+///   the registry's bucket locks make it unnecessary there) reads like a reader, checks the
+///   log is at rest, and compare-and-swaps the even value it read to `RETIRED`: any admission
+///   in between moved `seq` on and makes it fail.
 ///
 /// Keys never wait on each other, and a reader of one key waits only for a writer that is
 /// inside its few stores.

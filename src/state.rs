@@ -8,8 +8,9 @@
 use crate::clock::Fixed;
 use crate::{Clock, Decision, Policy};
 
-/// One key's state: created at rest, updated lock-free, retired exactly once by eviction or
-/// by a policy change.
+/// One key's state: created at rest, updated lock-free, retired at most once: by a policy
+/// change that moves its permits elsewhere (`carry`), or, with a map whose readers take no
+/// lock, by eviction (`try_retire`).
 pub(crate) trait RateState: Sized + Send + Sync {
     /// Everything the arithmetic needs from the policy, computed once per limiter.
     type Params: Copy + Send + Sync + std::fmt::Debug;

@@ -16,7 +16,7 @@ use crate::state::{in_use, single_from_carry, Carry, RateState};
 use crate::sync::{AtomicU64, Ordering};
 use crate::{Clock, Decision, Policy};
 
-/// The TAT value of a state retired by eviction. No live TAT reaches it: live TATs are
+/// The TAT value of a retired state (see `RateState`). No live TAT reaches it: live TATs are
 /// clamped below it (a clock would have to read 584 years for the clamp to matter).
 const RETIRED: u64 = u64::MAX;
 
@@ -104,12 +104,12 @@ impl Gcra {
 /// | value | meaning |
 /// |---|---|
 /// | `0 ..= u64::MAX - 1` | live: the theoretical arrival time, ns on the limiter's clock |
-/// | `u64::MAX` | retired by eviction: never admits, never revived |
+/// | `u64::MAX` | retired: never admits, never revived |
 ///
 /// Orderings: the TAT is the whole state and no other memory is published through it, so
 /// every access is `Relaxed`. Exactness comes from the compare-and-swap alone: all writes
 /// to one atomic form a single modification order, and a CAS succeeds only on the latest
-/// value, so two requests can never both spend the same permits, and an eviction's CAS to
+/// value, so two requests can never both spend the same permits, and a retiring CAS to
 /// `RETIRED` and a request's CAS cannot both succeed from the same value.
 #[derive(Debug)]
 pub(crate) struct GcraCell {
@@ -190,7 +190,9 @@ impl RateState for GcraCell {
 
     #[inline]
     fn is_at_rest(&self, _: &Gcra, now: u64) -> bool {
-        // Relaxed: a snapshot is all a reader needs; retiring re-checks with a CAS.
+        // Relaxed: a snapshot is all a reader needs. Eviction calls this under the map's
+        // exclusive bucket lock, whose Acquire orders it after every admission made under
+        // the lock before; `try_retire` re-checks with a CAS where no lock is held.
         let tat = self.tat.load(Ordering::Relaxed);
         tat != RETIRED && Gcra::is_at_rest(tat, now)
     }
