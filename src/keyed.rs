@@ -997,8 +997,8 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
                 if entry.get().peek(&keyed.params, &self.clock).is_none() {
                     // Retired in place: replace it (never revive it). No registry path leaves a
                     // retired state in a map today (eviction unlinks without retiring, and a
-                    // moved key is removed before its state is retired); this keeps it so if
-                    // one ever does. No reader can still be inside: we hold the bucket
+                    // moved key's state is removed, then counted, never retired); this keeps
+                    // it so if one ever does. No reader can still be inside: we hold the bucket
                     // exclusively.
                     let now = self.clock.now();
                     *entry.get_mut() = St::build(&keyed.params, entry.key(), None, now);
@@ -1103,7 +1103,9 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
                 keyed
                     .map
                     .remove_sync(key)
-                    .map(|(_, state)| Slot::<K>::carry(&state, &keyed.params, now, true))
+                    // Removed, so owned here: nothing else can reach it, and its permits
+                    // are counted without retiring it (which would be a CAS for nothing).
+                    .map(|(_, state)| Slot::<K>::carry(&state, &keyed.params, now, false))
             })
         })
         // The key keeps its place in `tracked`: the caller inserts it here.
