@@ -65,6 +65,7 @@ mod decision;
 mod direct;
 mod error;
 mod hasher;
+mod ip;
 mod keyed;
 mod login;
 #[cfg(feature = "tower")]

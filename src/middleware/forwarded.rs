@@ -13,7 +13,8 @@ use http::header::FORWARDED;
 use http::{HeaderMap, HeaderName};
 
 use super::error::{ConfigError, KeyError};
-use super::key::{mask128, mask32, trim, KeyExtractor, LimitKey, Peer, RequestHead};
+use super::key::{trim, KeyExtractor, LimitKey, Peer, RequestHead};
+use crate::ip::{mask, mask128, mask32};
 
 /// `X-Forwarded-For`, which `http` has no constant for.
 const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
@@ -46,7 +47,7 @@ impl Cidr {
             Some(_) => return None,
         };
         Some(Cidr {
-            network: super::key::mask(address, prefix, prefix),
+            network: mask(address, prefix, prefix),
             prefix,
         })
     }

@@ -5,13 +5,14 @@ use std::any::Any;
 use std::collections::hash_map::RandomState;
 use std::fmt;
 use std::hash::{BuildHasher, Hasher};
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, OnceLock};
 
 use http::header::AUTHORIZATION;
 use http::{Extensions, HeaderMap, HeaderName, Method, Request, Uri};
 
 use super::error::{ConfigError, KeyError};
+use crate::ip::{mask, DEFAULT_V4_PREFIX, DEFAULT_V6_PREFIX};
 
 /// The key a request is counted against: small, fixed-size and `Copy`, so a lookup allocates
 /// nothing and memory per tracked key is bounded whatever clients send.
@@ -310,8 +311,8 @@ impl Peer {
     pub(crate) fn new() -> Self {
         Peer {
             lookups: Vec::new(),
-            v4_prefix: 32,
-            v6_prefix: 64,
+            v4_prefix: DEFAULT_V4_PREFIX,
+            v6_prefix: DEFAULT_V6_PREFIX,
         }
     }
 
@@ -363,32 +364,6 @@ impl fmt::Debug for Peer {
             .field("v6_prefix", &self.v6_prefix)
             .finish()
     }
-}
-
-/// `ip` with every bit past the prefix cleared. IPv4-mapped IPv6 addresses
-/// (`::ffff:192.0.2.1`, what a dual-stack socket reports for IPv4 clients) are first turned
-/// back into IPv4, so that a /64 mask does not lump every IPv4 client into one key.
-pub(crate) fn mask(ip: IpAddr, v4_prefix: u8, v6_prefix: u8) -> IpAddr {
-    match ip.to_canonical() {
-        IpAddr::V4(v4) => {
-            let bits = u32::from(v4) & mask32(v4_prefix);
-            IpAddr::V4(Ipv4Addr::from(bits))
-        }
-        IpAddr::V6(v6) => {
-            let bits = u128::from(v6) & mask128(v6_prefix);
-            IpAddr::V6(Ipv6Addr::from(bits))
-        }
-    }
-}
-
-/// The netmask of a prefix length at most 32.
-pub(crate) fn mask32(prefix: u8) -> u32 {
-    u32::MAX.checked_shl(32 - u32::from(prefix)).unwrap_or(0)
-}
-
-/// The netmask of a prefix length at most 128.
-pub(crate) fn mask128(prefix: u8) -> u128 {
-    u128::MAX.checked_shl(128 - u32::from(prefix)).unwrap_or(0)
 }
 
 /// The key is the address of the connection's peer, with IPv6 addresses masked to their /64
@@ -705,21 +680,6 @@ pub(crate) fn trim(bytes: &[u8]) -> &[u8] {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn masks() {
-        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
-        assert_eq!(mask(ip("2001:db8::1"), 32, 64), ip("2001:db8::"));
-        assert_eq!(
-            mask(ip("2001:db8:a:b:c:d:e:f"), 32, 128),
-            ip("2001:db8:a:b:c:d:e:f")
-        );
-        assert_eq!(mask(ip("2001:db8:a:b:c:d:e:f"), 32, 0), ip("::"));
-        assert_eq!(mask(ip("192.0.2.77"), 24, 64), ip("192.0.2.0"));
-        assert_eq!(mask(ip("192.0.2.77"), 0, 64), ip("0.0.0.0"));
-        // A dual-stack socket's IPv4-mapped address is IPv4, kept whole.
-        assert_eq!(mask(ip("::ffff:192.0.2.77"), 32, 64), ip("192.0.2.77"));
-    }
 
     #[test]
     fn bearer_tokens() {
