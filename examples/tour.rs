@@ -312,6 +312,7 @@ fn login_and_concurrency() -> Result<(), Box<dyn std::error::Error>> {
     heading("7. Login protection and per-key concurrency limits");
     let clock = FakeClock::new();
     let guard = LoginGuard::with_clock(clock.clone()); // failures: 5/15m per account, 20/1h per IP
+    guard.record_success("alice", "alice-laptop"); // alice logged in before: her device is known
     println!("  a botnet bursts 5 wrong passwords for alice whenever allowed, from fresh IPs:");
     for round in 0..7 {
         let ip = format!("10.0.0.{round}");
@@ -345,8 +346,14 @@ fn login_and_concurrency() -> Result<(), Box<dyn std::error::Error>> {
         "    ... doubling with each strike, up to {} h",
         cap.as_secs() / 3600
     );
-    guard.record_success("alice"); // the real alice logs in: failures and strikes cleared
-    println!("  after a success: {:?}", guard.check("alice", "192.0.2.1"));
+    println!(
+        "  meanwhile alice's own laptop (known): {:?}",
+        guard.check("alice", "alice-laptop")
+    );
+    println!(
+        "  and a client never seen before: {:?}",
+        guard.check("alice", "192.0.2.1")
+    );
 
     let jobs: ConcurrencyLimiter<String> = ConcurrencyLimiter::new(2); // 2 running per tenant
     let (first, second) = (jobs.try_acquire("tenant-a")?, jobs.try_acquire("tenant-a")?);

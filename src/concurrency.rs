@@ -15,11 +15,9 @@ use std::fmt;
 use std::hash::{BuildHasher, Hash};
 use std::sync::Arc;
 
-use crossbeam_utils::CachePadded;
-use scc::hash_map::Entry;
-
+use crate::bounded::BoundedMap;
+use crate::hasher::KeyHasher;
 use crate::sync::{AtomicU64, Ordering};
-use crate::KeyHasher;
 
 /// The count of a gauge retired by eviction. No live count reaches it: a limit is at most
 /// [`ConcurrencyLimiter::MAX_LIMIT`] `= RETIRED - 1` and a count never exceeds its limit.
@@ -42,6 +40,7 @@ type LimitResolver<K> = dyn Fn(&K) -> u64 + Send + Sync;
 /// | [`in_flight`](ConcurrencyLimiter::in_flight) | permits of one key held now |
 /// | [`evict_idle`](ConcurrencyLimiter::evict_idle) | removes every key with nothing in flight, exactly |
 /// | [`len`](ConcurrencyLimiter::len) | counts the keys tracked now |
+/// | [`max_keys`](ConcurrencyLimiter::max_keys) | caps the keys tracked at once |
 ///
 /// # How it stays exact
 ///
@@ -61,13 +60,13 @@ type LimitResolver<K> = dyn Fn(&K) -> u64 + Send + Sync;
 ///   the map's entry API under the bucket's exclusive lock: one gauge per key.
 /// * **Release** is a `fetch_sub` on the gauge the permit holds (its own `Arc`), with no map
 ///   lookup and no lock, so dropping a permit never waits on anything.
-/// * **Eviction** runs under each bucket's exclusive lock (`retain_sync`) and retires a
-///   gauge by CAS `0 -> RETIRED` before unlinking it. A permit holder's gauge has a count of
-///   at least 1 for as long as the permit lives, so that CAS fails on it: **a gauge with a
-///   permit out can never be retired**, and a permit always releases into a live gauge
-///   that is still the key's. An acquirer cannot be inside a gauge while it is retired (the
-///   exclusive lock keeps it out), and one that ever met a retired gauge would go to the
-///   entry API and replace it, never revive it.
+/// * **Eviction** (and the sweep that each new key's creation runs) holds each bucket
+///   exclusively and retires a gauge by CAS `0 -> RETIRED` as it unlinks it. A permit
+///   holder's gauge has a count of at least 1 for as long as the permit lives, so that CAS
+///   fails on it: **a gauge with a permit out can never be retired**, and a permit always
+///   releases into a live gauge that is still the key's. An acquirer cannot be inside a
+///   gauge while it is retired (the exclusive lock keeps it out), and no retired gauge stays
+///   in the map.
 ///
 /// Why an `Arc` per key rather than the count inline in the map entry: the map moves entries
 /// when it resizes, so an inline count may only be touched under the bucket lock, and a
@@ -95,11 +94,11 @@ type LimitResolver<K> = dyn Fn(&K) -> u64 + Send + Sync;
 /// # Ok::<(), tollgate::AtCapacity>(())
 /// ```
 pub struct ConcurrencyLimiter<K = String, S: BuildHasher = KeyHasher> {
-    map: scc::HashMap<K, Arc<Gauge>, S>,
+    /// The gauge of each key tracked now, at most `max_keys` of them.
+    map: BoundedMap<K, Arc<Gauge>, S>,
     limits: Limits<K>,
-    /// Keys tracked now: changed only under a bucket's exclusive lock, so it never drifts
-    /// from the map (as in `RateLimiter`).
-    tracked: CachePadded<std::sync::atomic::AtomicUsize>,
+    /// The gauges shared by keys that find the map full, one per limit.
+    overflow: scc::HashMap<u64, Arc<Gauge>>,
 }
 
 enum Limits<K> {
@@ -210,6 +209,8 @@ impl Gauge {
         }
     }
 
+    /// Whether the gauge was retired (for the unit tests and the loom models).
+    #[cfg(any(test, tollgate_loom))]
     fn is_retired(&self) -> bool {
         // Relaxed: see `in_flight`.
         self.count.load(Ordering::Relaxed) == RETIRED
@@ -244,6 +245,7 @@ impl Gauge {
 #[must_use = "the place is given back as soon as the permit is dropped"]
 pub struct Permit {
     gauge: Arc<Gauge>,
+    overflow: bool,
 }
 
 impl Permit {
@@ -277,6 +279,21 @@ impl Permit {
     #[must_use]
     pub fn in_flight(&self) -> u64 {
         self.gauge.in_flight()
+    }
+
+    /// Whether the permit came from the gauge that keys share while the limiter tracks
+    /// [`max_keys`](ConcurrencyLimiter::max_keys) keys (see there).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let limiter: tollgate::ConcurrencyLimiter<String> = tollgate::ConcurrencyLimiter::new(3);
+    /// assert!(!limiter.try_acquire("k")?.is_overflow());
+    /// # Ok::<(), tollgate::AtCapacity>(())
+    /// ```
+    #[must_use]
+    pub fn is_overflow(&self) -> bool {
+        self.overflow
     }
 }
 
@@ -316,6 +333,7 @@ impl fmt::Debug for Permit {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct AtCapacity {
     limit: u64,
+    overflow: bool,
 }
 
 impl AtCapacity {
@@ -333,6 +351,24 @@ impl AtCapacity {
     }
 }
 
+impl AtCapacity {
+    /// Whether the refusal came from the gauge that keys share while the limiter tracks
+    /// [`max_keys`](ConcurrencyLimiter::max_keys) keys (see there).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let limiter: tollgate::ConcurrencyLimiter<String> = tollgate::ConcurrencyLimiter::new(1);
+    /// let _held = limiter.try_acquire("k")?;
+    /// assert!(!limiter.try_acquire("k").unwrap_err().is_overflow());
+    /// # Ok::<(), tollgate::AtCapacity>(())
+    /// ```
+    #[must_use]
+    pub const fn is_overflow(&self) -> bool {
+        self.overflow
+    }
+}
+
 impl fmt::Display for AtCapacity {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "at its concurrency limit: {} in flight", self.limit)
@@ -341,7 +377,7 @@ impl fmt::Display for AtCapacity {
 
 impl std::error::Error for AtCapacity {}
 
-impl<K: Hash + Eq> ConcurrencyLimiter<K, KeyHasher> {
+impl<K: Hash + Eq + Clone> ConcurrencyLimiter<K, KeyHasher> {
     /// A limiter allowing `limit` requests in flight per key.
     ///
     /// A limit of 0 refuses every request (and tracks no key). Limits above
@@ -366,7 +402,9 @@ impl<K: Hash + Eq> ConcurrencyLimiter<K, KeyHasher> {
     /// A limiter whose limit is chosen per key, by `resolver`, when the key is first seen
     /// (and again after its entry is evicted): tiers, or per-tenant caps from a config.
     ///
-    /// The resolver runs under the key's bucket lock, out of the fast path: keep it cheap.
+    /// The resolver runs when a request finds its key untracked, before any lock is taken,
+    /// once per such request (racing first requests of one key may each call it once; the
+    /// first to create the key's gauge sets its limit).
     /// A key it gives 0 is refused and not tracked (the resolver then runs on each of its
     /// requests). To change a key's limit, change what the resolver returns; keys pick it up
     /// when they are next created, after eviction.
@@ -388,7 +426,7 @@ impl<K: Hash + Eq> ConcurrencyLimiter<K, KeyHasher> {
     }
 }
 
-impl<K: Hash + Eq, S: BuildHasher> ConcurrencyLimiter<K, S> {
+impl<K: Hash + Eq + Clone, S: BuildHasher> ConcurrencyLimiter<K, S> {
     /// The largest limit a key can have, `2^64 - 2` (the count's top value marks a retired
     /// gauge).
     pub const MAX_LIMIT: u64 = RETIRED - 1;
@@ -412,9 +450,48 @@ impl<K: Hash + Eq, S: BuildHasher> ConcurrencyLimiter<K, S> {
 
     fn build(limits: Limits<K>, hasher: S) -> Self {
         ConcurrencyLimiter {
-            map: scc::HashMap::with_hasher(hasher),
+            map: BoundedMap::with_hasher(hasher),
             limits,
-            tracked: CachePadded::new(std::sync::atomic::AtomicUsize::new(0)),
+            overflow: scc::HashMap::new(),
+        }
+    }
+
+    /// This limiter tracking at most `max_keys` keys at once.
+    ///
+    /// A key is tracked while it has permits out and for a while after; each new key's
+    /// creation sweeps a few entries and removes those with nothing in flight, so a limiter
+    /// fed new keys forever stays bounded without anyone calling
+    /// [`evict_idle`](ConcurrencyLimiter::evict_idle). A key with a permit out is never
+    /// removed to make room: tracked keys stay exact, and a flood of new keys cannot hand
+    /// anyone a fresh set of places.
+    ///
+    /// When `max_keys` keys all have permits out, a new key shares one gauge with every other
+    /// new key of the same limit (its permits and refusals say
+    /// [`is_overflow`](Permit::is_overflow)): in-flight work over all of them is capped at
+    /// that one limit until places come back. A flood of new keys therefore squeezes other
+    /// new keys, never the keys already tracked. The shared gauges live as long as the
+    /// limiter, one per distinct limit.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::ConcurrencyLimiter;
+    ///
+    /// let limiter: ConcurrencyLimiter<u32> = ConcurrencyLimiter::new(2).max_keys(1);
+    /// let held = limiter.try_acquire(&1)?;
+    /// let shared = limiter.try_acquire(&2)?; // key 1 holds the only place: 2 overflows
+    /// assert!(shared.is_overflow() && !held.is_overflow());
+    /// let _also_shared = limiter.try_acquire(&3)?;
+    /// assert!(limiter.try_acquire(&4).unwrap_err().is_overflow()); // the shared 2 are out
+    /// drop(held);
+    /// assert!(!limiter.try_acquire(&5)?.is_overflow()); // key 1 was idle: swept for 5
+    /// # Ok::<(), tollgate::AtCapacity>(())
+    /// ```
+    #[must_use]
+    pub fn max_keys(self, max_keys: usize) -> Self {
+        ConcurrencyLimiter {
+            map: self.map.max_entries(max_keys),
+            ..self
         }
     }
 
@@ -448,7 +525,7 @@ impl<K: Hash + Eq, S: BuildHasher> ConcurrencyLimiter<K, S> {
         K: Borrow<Q> + From<Q::Owned>,
         Q: Hash + Eq + ToOwned + ?Sized,
     {
-        let hit = self.map.read_sync(key, |_, gauge| Self::acquire_on(gauge));
+        let hit = self.map.read(key, |gauge| Self::acquire_on(gauge, false));
         match hit {
             Some(Some(result)) => result,
             // Not tracked, or (never with this map, see the type's docs) retired: the slow path.
@@ -458,12 +535,16 @@ impl<K: Hash + Eq, S: BuildHasher> ConcurrencyLimiter<K, S> {
 
     /// Decides on a gauge; `None` when it is retired.
     #[inline]
-    fn acquire_on(gauge: &Arc<Gauge>) -> Option<Result<Permit, AtCapacity>> {
+    fn acquire_on(gauge: &Arc<Gauge>, overflow: bool) -> Option<Result<Permit, AtCapacity>> {
         match gauge.try_acquire() {
             Acquire::Acquired => Some(Ok(Permit {
                 gauge: Arc::clone(gauge),
+                overflow,
             })),
-            Acquire::Full => Some(Err(AtCapacity { limit: gauge.limit })),
+            Acquire::Full => Some(Err(AtCapacity {
+                limit: gauge.limit,
+                overflow,
+            })),
             Acquire::Retired => None,
         }
     }
@@ -478,34 +559,45 @@ impl<K: Hash + Eq, S: BuildHasher> ConcurrencyLimiter<K, S> {
         K: Borrow<Q> + From<Q::Owned>,
         Q: Hash + Eq + ToOwned + ?Sized,
     {
-        let decided = match self.map.entry_sync(K::from(key.to_owned())) {
-            Entry::Occupied(mut entry) => {
-                if entry.get().is_retired() {
-                    // Replace, never revive: a retired gauge stays retired for anyone who
-                    // still holds it. We hold the bucket exclusively.
-                    let limit = self.limits.for_key(entry.key());
-                    *entry.get_mut() = Arc::new(Gauge::new(limit));
-                }
-                Self::acquire_on(entry.get())
-            }
-            Entry::Vacant(entry) => {
-                let limit = self.limits.for_key(entry.key());
-                if limit == 0 {
-                    // Nothing could ever be admitted: track nothing.
-                    return Err(AtCapacity { limit });
-                }
-                // Relaxed: a statistic; the bucket lock orders it against removal.
-                self.tracked
-                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                let entry = entry.insert_entry(Arc::new(Gauge::new(limit)));
-                Self::acquire_on(entry.get())
-            }
-        };
-        match decided {
-            Some(result) => result,
-            // Only eviction retires, and it needs the exclusive lock we hold.
-            None => unreachable!("a gauge in the map under its exclusive lock is live"),
+        let key = K::from(key.to_owned());
+        // The resolver runs here, before any lock.
+        let limit = self.limits.for_key(&key);
+        if limit == 0 {
+            // Nothing could ever be admitted: track nothing.
+            return Err(AtCapacity {
+                limit,
+                overflow: false,
+            });
         }
+        // Eviction and sweeping retire a gauge and unlink it in one step under the bucket's
+        // exclusive lock, so a gauge found in the map is live.
+        let decided = self.map.get_or_insert(
+            key,
+            || Arc::new(Gauge::new(limit)),
+            |gauge| gauge.try_retire(),
+            |gauge| Self::acquire_on(gauge, false),
+        );
+        match decided {
+            Some(Some(result)) => result,
+            Some(None) => unreachable!("a gauge in the map is live"),
+            None => self.acquire_overflow(limit),
+        }
+    }
+
+    /// A permit from the gauge shared by new keys of `limit` while the map is full.
+    fn acquire_overflow(&self, limit: u64) -> Result<Permit, AtCapacity> {
+        let acquire = |gauge: &Arc<Gauge>| match Self::acquire_on(gauge, true) {
+            Some(result) => result,
+            None => unreachable!("overflow gauges are never retired"),
+        };
+        if let Some(result) = self.overflow.read_sync(&limit, |_, gauge| acquire(gauge)) {
+            return result;
+        }
+        let entry = self
+            .overflow
+            .entry_sync(limit)
+            .or_insert_with(|| Arc::new(Gauge::new(limit)));
+        acquire(entry.get())
     }
 
     /// How many permits of `key` are held now (0 for a key not tracked). A snapshot.
@@ -525,9 +617,7 @@ impl<K: Hash + Eq, S: BuildHasher> ConcurrencyLimiter<K, S> {
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        self.map
-            .read_sync(key, |_, gauge| gauge.in_flight())
-            .unwrap_or(0)
+        self.map.read(key, |gauge| gauge.in_flight()).unwrap_or(0)
     }
 
     /// Removes every key with nothing in flight and returns how many it removed.
@@ -551,19 +641,10 @@ impl<K: Hash + Eq, S: BuildHasher> ConcurrencyLimiter<K, S> {
     /// # Ok::<(), tollgate::AtCapacity>(())
     /// ```
     pub fn evict_idle(&self) -> usize {
-        let mut removed = 0;
-        // `retain_sync` holds each bucket exclusively while the predicate runs: no acquirer
-        // is inside a gauge of the bucket while it is retired and unlinked. Releases need no
-        // lock, but a gauge with a permit out has a count of at least 1 and is not retired.
-        self.map.retain_sync(|_, gauge| {
-            let retire = gauge.try_retire();
-            removed += usize::from(retire);
-            !retire
-        });
-        // Relaxed: a statistic.
-        self.tracked
-            .fetch_sub(removed, std::sync::atomic::Ordering::Relaxed);
-        removed
+        // Each bucket is held exclusively while its gauges are checked: no acquirer is inside
+        // a gauge while it is retired and unlinked. Releases need no lock, but a gauge with a
+        // permit out has a count of at least 1 and is not retired.
+        self.map.evict(|gauge| gauge.try_retire())
     }
 
     /// How many keys are tracked now.
@@ -580,7 +661,7 @@ impl<K: Hash + Eq, S: BuildHasher> ConcurrencyLimiter<K, S> {
     #[must_use]
     pub fn len(&self) -> usize {
         // Relaxed: a snapshot of a statistic.
-        self.tracked.load(std::sync::atomic::Ordering::Relaxed)
+        self.map.len()
     }
 
     /// `true` when no key is tracked.
@@ -621,10 +702,7 @@ impl<K, S: BuildHasher> fmt::Debug for ConcurrencyLimiter<K, S> {
             Limits::PerKey(_) => None,
         };
         f.debug_struct("ConcurrencyLimiter")
-            .field(
-                "keys",
-                &self.tracked.load(std::sync::atomic::Ordering::Relaxed),
-            )
+            .field("keys", &self.map.len())
             .field("limit", &limit)
             .finish_non_exhaustive()
     }
@@ -707,22 +785,5 @@ mod tests {
         assert_eq!(gauge.in_flight(), RETIRED - 1);
         assert_eq!(gauge.try_acquire(), Acquire::Full);
         assert!(!gauge.is_retired());
-    }
-
-    #[test]
-    fn a_retired_entry_is_replaced_not_revived() {
-        let limiter: ConcurrencyLimiter<String> = ConcurrencyLimiter::new(1);
-        drop(limiter.try_acquire("k").unwrap());
-        let old = limiter.map.read_sync("k", |_, g| Arc::clone(g)).unwrap();
-        // Retire in place without unlinking, as a lock-free map's evictor could leave it.
-        assert!(old.try_retire());
-        let permit = limiter.try_acquire("k").unwrap();
-        assert!(old.is_retired(), "the old gauge stays retired");
-        assert!(
-            !Arc::ptr_eq(&old, &permit.gauge),
-            "a new gauge took its place"
-        );
-        assert_eq!(limiter.in_flight("k"), 1);
-        assert_eq!(limiter.len(), 1);
     }
 }

@@ -14,7 +14,7 @@
 //! | [`CoarseClock`] | opt-in cached clock: one load per decision instead of a counter read, up to one resolution late |
 //! | [`PolicyError`], [`CostError`], [`ClockError`] | typed errors naming the field and value |
 //! | [`Stats`], [`Wait`] | decision counters; how a waiting acquire waits |
-//! | [`LoginGuard`], [`LoginConfig`], [`LoginDecision`] | failed-login limits per account and per IP, with escalating lockouts |
+//! | [`LoginGuard`], [`LoginConfig`], [`LoginDecision`], [`LoginClient`] | failed-login limits per account and per client, escalating lockouts, known clients that keep the owner in |
 //! | [`ConcurrencyLimiter`], [`Permit`], [`AtCapacity`] | how many requests of a key may be in flight at once |
 //!
 //! ```
@@ -55,6 +55,7 @@
 #![warn(rust_2018_idioms, unreachable_pub)]
 
 mod any_state;
+mod bounded;
 mod clock;
 mod coarse_clock;
 mod composite;
@@ -106,7 +107,7 @@ pub use direct::DirectLimiter;
 pub use error::{ClockError, CostError, PolicyError};
 pub use hasher::KeyHasher;
 pub use keyed::{RateLimiter, Resolver};
-pub use login::{LoginConfig, LoginConfigError, LoginDecision, LoginGuard};
+pub use login::{LoginClient, LoginConfig, LoginConfigError, LoginDecision, LoginGuard};
 pub use policy::{Algorithm, Policy};
 pub use stats::Stats;
 pub use wait::Wait;

@@ -6,7 +6,7 @@ use std::sync::{Arc, Barrier};
 use std::thread;
 use std::time::Duration;
 
-use tollgate::{FakeClock, LoginConfig, LoginConfigError, LoginDecision, LoginGuard};
+use tollgate::{Clock, FakeClock, LoginConfig, LoginConfigError, LoginDecision, LoginGuard};
 
 const MIN: Duration = Duration::from_secs(60);
 
@@ -85,42 +85,45 @@ fn check_spends_nothing_and_creates_nothing() {
 }
 
 #[test]
-fn successes_spend_nothing_and_clear_the_account() {
+fn successes_spend_nothing_and_forgive_nothing_shared() {
     let (guard, clock) = guard();
     let ip = "192.0.2.1";
     for _ in 0..10 {
-        guard.record_success("alice"); // spends nothing
+        guard.record_success("alice", "203.0.113.9"); // spends nothing
     }
     assert_eq!(guard.check("alice", ip), allowed(5, 20));
     for _ in 0..4 {
         let _ = guard.record_failure("alice", ip);
     }
     assert_eq!(guard.check("alice", ip), allowed(1, 16));
-    guard.record_success("alice");
-    // The account's failures are forgotten; the IP's stay.
-    assert_eq!(guard.check("alice", ip), allowed(5, 16));
+    // A success from another client forgives nothing that other clients share.
+    guard.record_success("alice", "203.0.113.9");
+    assert_eq!(guard.check("alice", ip), allowed(1, 16));
+    // A success from this client makes it known: from now on it is judged by its own
+    // budget, which starts full; the account's count for everyone else stays.
+    guard.record_success("alice", ip);
+    assert_eq!(guard.check("alice", ip), allowed(5, 5));
+    assert_eq!(guard.check("alice", "198.51.100.1"), allowed(1, 20));
 
-    // A success also ends a streak: two strikes, a success, then a third window's strike
-    // starts over at 1 instead of locking the account out.
+    // A success does not end a streak either: two strikes, a success, then a third window's
+    // strike locks the account out for every client that is not known.
     let other = |i: usize| format!("10.0.0.{i}");
     assert!(!fail_n(&guard, "bob", 5, other).is_allowed());
     clock.set(min(15));
     assert!(!fail_n(&guard, "bob", 5, other).is_allowed());
     assert_eq!(guard.strikes("bob"), 2);
-    guard.record_success("bob");
-    assert_eq!(guard.strikes("bob"), 0);
+    guard.record_success("bob", "device-b0b");
+    assert_eq!(guard.strikes("bob"), 2);
     clock.set(min(30));
-    assert_eq!(
+    assert!(matches!(
         fail_n(&guard, "bob", 5, other),
-        LoginDecision::Account {
-            retry_after: min(15)
-        }
-    );
-    assert_eq!(guard.strikes("bob"), 1);
+        LoginDecision::LockedOut { strikes: 3, .. }
+    ));
+    assert_eq!(guard.check("bob", "device-b0b"), allowed(5, 5));
 }
 
 #[test]
-fn a_success_ends_a_lockout() {
+fn unlock_ends_a_lockout() {
     let (guard, clock) = guard();
     let ip = |i: usize| format!("10.0.{}.{}", i / 256, i % 256);
     for window in 0..3 {
@@ -131,7 +134,8 @@ fn a_success_ends_a_lockout() {
         guard.check("alice", "192.0.2.1"),
         LoginDecision::LockedOut { .. }
     ));
-    guard.record_success("alice"); // an administrator's unlock
+    guard.unlock("alice"); // an administrator's unlock
+    assert_eq!(guard.strikes("alice"), 0);
     assert_eq!(guard.check("alice", "192.0.2.1"), allowed(5, 20));
 }
 
@@ -432,7 +436,172 @@ fn racing_failures_stay_exact() {
             }
         );
         assert_eq!(guard.strikes("alice"), 1);
-        guard.record_success("alice");
+        guard.unlock("alice");
         assert_eq!(guard.check("alice", "192.0.2.1"), allowed(5, 20));
     }
+}
+
+/// The attacker's guesses the schedule allows in `span`: a burst of one account limit in
+/// each of the first `strikes_to_lock` windows, then one burst as each lockout ends.
+fn schedule_bound(config: &LoginConfig, span: Duration) -> u64 {
+    let burst = config.account_limit().permits();
+    let mut elapsed = Duration::ZERO;
+    let mut ended = 0;
+    let mut strike = config.strikes_to_lock();
+    while let Some(lockout) = config.lockout_after(strike) {
+        if elapsed + lockout > span {
+            break;
+        }
+        elapsed += lockout;
+        ended += 1;
+        strike += 1;
+    }
+    burst * (u64::from(config.strikes_to_lock()) + ended)
+}
+
+/// Two days of an attacker who sends wrong passwords for alice whenever the guard lets them
+/// through (one address, or a fresh one per burst), waiting out every refusal, while alice
+/// keeps logging in from the laptop she used before the attack (and mistypes now and then).
+/// Returns how many guesses the attacker got verified.
+fn two_days_under_attack(rotate: bool) -> u64 {
+    let (guard, clock) = guard();
+    let laptop = "device-7c2e";
+    guard.record_success("alice", laptop);
+    let two_days = Duration::from_secs(48 * 3600);
+    let (mut guesses, mut bursts, mut refusals_seen) = (0, 0u32, 0);
+    while clock.now() < two_days.as_nanos() as u64 {
+        let attacker = if rotate {
+            format!(
+                "10.{}.{}.{}",
+                bursts / 65_536 % 256,
+                bursts / 256 % 256,
+                bursts % 256
+            )
+        } else {
+            "203.0.113.66".to_owned()
+        };
+        let decision = guard.check("alice", &attacker);
+        if decision.is_allowed() {
+            guesses += 1;
+            let _ = guard.record_failure("alice", &attacker);
+            continue;
+        }
+        // The account refuses the attacker: alice's laptop gets in all the same, and a
+        // client never seen before is refused like the attacker.
+        refusals_seen += 1;
+        assert!(
+            matches!(
+                decision,
+                LoginDecision::Account { .. } | LoginDecision::LockedOut { .. }
+            ),
+            "{decision:?}"
+        );
+        let stranger = format!("198.51.100.{}", refusals_seen % 250);
+        assert!(!guard.check("alice", &stranger).is_allowed(), "{stranger}");
+        assert!(
+            guard.check("alice", laptop).is_allowed(),
+            "at {:?}",
+            clock.now()
+        );
+        if refusals_seen % 7 == 0 {
+            let typo = guard.record_failure("alice", laptop); // alice mistypes once
+            assert!(typo.is_allowed(), "{typo:?}");
+        }
+        guard.record_success("alice", laptop); // and logs in
+        assert!(guard.check("alice", laptop).is_allowed());
+        // The success forgave the attacker nothing.
+        assert!(!guard.check("alice", &attacker).is_allowed());
+        clock.advance(decision.retry_after());
+        bursts += 1;
+    }
+    let bound = schedule_bound(guard.config(), two_days);
+    assert!(
+        guesses <= bound,
+        "{guesses} guesses, the schedule allows {bound}"
+    );
+    assert!(guard.strikes("alice") >= 9, "{}", guard.strikes("alice"));
+    guesses
+}
+
+#[test]
+fn the_owner_gets_in_while_one_address_attacks_for_two_days() {
+    // 3 windows of 5, then 5 at the end of each of the 7 lockouts that end within two days
+    // (15 min doubling to 16 h: 31 h 45 min in all; the next, 24 h, ends after day two).
+    assert_eq!(two_days_under_attack(false), 50);
+}
+
+#[test]
+fn the_owner_gets_in_while_rotating_addresses_attack_for_two_days() {
+    assert_eq!(two_days_under_attack(true), 50);
+}
+
+#[test]
+fn a_known_client_has_its_own_budget_and_no_lockout() {
+    let (guard, clock) = guard();
+    guard.record_success("alice", "device-1");
+    // Five typos from the known device: its own budget is spent, the account's is not.
+    for left in (0..5).rev() {
+        let d = guard.record_failure("alice", "device-1");
+        if left > 0 {
+            assert_eq!(d, allowed(left, left));
+        } else {
+            assert_eq!(
+                d,
+                LoginDecision::Account {
+                    retry_after: min(15)
+                }
+            );
+        }
+    }
+    assert_eq!(guard.strikes("alice"), 0, "a known client never strikes");
+    assert_eq!(guard.check("alice", "192.0.2.1"), allowed(5, 20));
+    assert_eq!(
+        guard.check("bob", "device-1"),
+        allowed(5, 20),
+        "known for alice only"
+    );
+    // Known for 30 days from its latest success, then it meets the account's rules again.
+    clock.set(Duration::from_secs(30 * 24 * 3600) - Duration::from_nanos(1));
+    assert_eq!(guard.check("alice", "device-1"), allowed(5, 5));
+    clock.set(Duration::from_secs(30 * 24 * 3600));
+    assert_eq!(guard.check("alice", "device-1"), allowed(5, 20));
+    assert_eq!(guard.evict_idle(), 1, "the expired known client");
+}
+
+#[test]
+fn remembering_no_client_keeps_every_client_on_the_account_rules() {
+    let config = LoginConfig::default().with_remember_clients(Duration::ZERO);
+    let guard = LoginGuard::with_config(config, FakeClock::new()).unwrap();
+    guard.record_success("alice", "device-1");
+    for _ in 0..5 {
+        let _ = guard.record_failure("alice", "10.0.0.1");
+    }
+    assert!(!guard.check("alice", "device-1").is_allowed());
+    assert_eq!(guard.evict_idle(), 0, "nothing was made known");
+}
+
+#[test]
+fn addresses_are_masked_so_one_ipv6_subscriber_has_one_budget() {
+    use std::net::{IpAddr, Ipv4Addr};
+    let (guard, _clock) = guard();
+    // Twenty accounts guessed from twenty addresses of one /64: one client, 20 failures.
+    for i in 0..20u16 {
+        let ip: IpAddr = format!("2001:db8:1:2:{i:x}::1").parse().unwrap();
+        let _ = guard.record_failure(&format!("user{i}"), ip);
+    }
+    let next: IpAddr = "2001:db8:1:2:ffff::9".parse().unwrap();
+    assert!(matches!(
+        guard.check("someone", next),
+        LoginDecision::Ip { .. }
+    ));
+    // The same /64 as a string, and the next /64 is another client.
+    assert!(!guard.check("someone", "2001:db8:1:2::77").is_allowed());
+    assert!(guard.check("someone", "2001:db8:1:3::1").is_allowed());
+    // A dual-stack socket's IPv4-mapped address is the IPv4 client.
+    let v4 = Ipv4Addr::new(192, 0, 2, 9);
+    let _ = guard.record_failure("carol", v4);
+    assert_eq!(guard.check("carol", "::ffff:192.0.2.9"), allowed(4, 19));
+    // A known client given as an address is known under either spelling.
+    guard.record_success("dave", IpAddr::from(v4));
+    assert_eq!(guard.check("dave", "192.0.2.9"), allowed(5, 5));
 }

@@ -1,0 +1,227 @@
+//! A concurrent map of client-chosen keys with a cap on its entries: [`BoundedMap`], and the
+//! incremental sweep of idle entries ([`sweep_step`]) that keeps a capped map from filling
+//! with entries that no longer matter.
+//!
+//! Every entry is created, swept and removed under its bucket's exclusive lock, and read
+//! under its shared lock, so an entry checked idle and removed in one locked step cannot be
+//! in use by anyone at that moment.
+
+use std::borrow::Borrow;
+use std::hash::{BuildHasher, Hash};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+
+use crossbeam_utils::CachePadded;
+use scc::hash_map::Entry;
+
+/// Entries each insertion sweeps for idle ones, so a map fed new keys forever keeps pace with
+/// the keys that come to rest.
+pub(crate) const SWEEP_PER_INSERT: usize = 8;
+/// Entries swept when an insertion finds the map full, before it gives up.
+pub(crate) const SWEEP_WHEN_FULL: usize = 64;
+
+/// One step of the incremental sweep over `map`: up to `slice` entries from `cursor` on
+/// (wrapping to the beginning at most once), removing those `is_idle` says may go; returns
+/// how many it removed.
+///
+/// Each entry is checked and removed while its bucket is held exclusively (as `retain_sync`
+/// does), so no reader is inside an entry while it is checked and removed. One thread sweeps
+/// a map at a time (the cursor is `try_lock`ed); another that finds it busy sweeps nothing.
+pub(crate) fn sweep_step<K, V, S>(
+    map: &scc::HashMap<K, V, S>,
+    cursor: &Mutex<Option<K>>,
+    slice: usize,
+    mut is_idle: impl FnMut(&V) -> bool,
+) -> usize
+where
+    K: Hash + Eq + Clone,
+    S: BuildHasher,
+{
+    let Ok(mut cursor) = cursor.try_lock() else {
+        return 0;
+    };
+    let mut entry = match cursor.take() {
+        Some(key) => map.get_sync(&key).or_else(|| map.begin_sync()),
+        None => map.begin_sync(),
+    };
+    let mut removed = 0;
+    let mut wrapped = false;
+    for _ in 0..slice {
+        let Some(here) = entry.take().or_else(|| {
+            // The end of the map: go on from the beginning, once per step.
+            if wrapped {
+                return None;
+            }
+            wrapped = true;
+            map.begin_sync()
+        }) else {
+            return removed;
+        };
+        if is_idle(here.get()) {
+            removed += 1;
+            entry = here.remove_and_sync().1;
+        } else {
+            entry = here.next_sync();
+        }
+    }
+    *cursor = entry.map(|here| here.key().clone());
+    removed
+}
+
+/// A concurrent map that holds at most `max` entries, sweeping idle ones as it goes.
+///
+/// Entries are never pushed out to make room: an entry stays until the caller's idleness
+/// rule says it no longer matters (checked under the bucket's exclusive lock). When the map is
+/// full and a sweep frees nothing, an insertion is refused and the caller decides what the
+/// key gets instead (a shared overflow state, or nothing).
+pub(crate) struct BoundedMap<K, V, S: BuildHasher> {
+    map: scc::HashMap<K, V, S>,
+    /// Entries present now: incremented before an insertion and decremented after a removal,
+    /// each under the entry's bucket lock, so it never falls below the entries present and
+    /// the cap holds however insertions, sweeps and removals interleave.
+    tracked: CachePadded<AtomicUsize>,
+    max: usize,
+    /// Where the incremental sweep stopped.
+    cursor: Mutex<Option<K>>,
+}
+
+impl<K, V, S: BuildHasher> BoundedMap<K, V, S> {
+    /// Entries present now.
+    pub(crate) fn len(&self) -> usize {
+        // Relaxed: a snapshot of a count.
+        self.tracked.load(Ordering::Relaxed)
+    }
+
+    /// Whether the map holds its `max` entries.
+    pub(crate) fn is_full(&self) -> bool {
+        self.len() >= self.max
+    }
+}
+
+impl<K: Hash + Eq + Clone, V, S: BuildHasher> BoundedMap<K, V, S> {
+    /// An empty map without a cap.
+    pub(crate) fn with_hasher(hasher: S) -> Self {
+        BoundedMap {
+            map: scc::HashMap::with_hasher(hasher),
+            tracked: CachePadded::new(AtomicUsize::new(0)),
+            max: usize::MAX,
+            cursor: Mutex::new(None),
+        }
+    }
+
+    /// This map holding at most `max` entries.
+    pub(crate) fn max_entries(mut self, max: usize) -> Self {
+        self.max = max;
+        self
+    }
+
+    /// `f` on the key's value under its bucket's shared lock; `None` when absent.
+    #[inline]
+    pub(crate) fn read<Q, R>(&self, key: &Q, f: impl FnOnce(&V) -> R) -> Option<R>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        self.map.read_sync(key, |_, value| f(value))
+    }
+
+    /// `f` on the key's value, inserting `make()` first when the key is absent and a place is
+    /// free (sweeping idle entries to free one). `None` when the map is full: nothing was
+    /// inserted and `f` did not run.
+    pub(crate) fn get_or_insert<R>(
+        &self,
+        key: K,
+        make: impl FnOnce() -> V,
+        is_idle: impl FnMut(&V) -> bool + Copy,
+        f: impl FnOnce(&V) -> R,
+    ) -> Option<R> {
+        self.make_room(is_idle);
+        let result = match self.map.entry_sync(key) {
+            Entry::Occupied(entry) => return Some(f(entry.get())),
+            Entry::Vacant(entry) => {
+                if !self.reserve() {
+                    return None;
+                }
+                f(entry.insert_entry(make()).get())
+            }
+        };
+        self.sweep(SWEEP_PER_INSERT, is_idle);
+        Some(result)
+    }
+
+    /// Sets the key's value to `make()`, replacing any value it has. `false` when the key was
+    /// absent and the map is full: nothing was inserted.
+    pub(crate) fn put(
+        &self,
+        key: K,
+        make: impl FnOnce() -> V,
+        is_idle: impl FnMut(&V) -> bool + Copy,
+    ) -> bool {
+        self.make_room(is_idle);
+        match self.map.entry_sync(key) {
+            Entry::Occupied(mut entry) => {
+                *entry.get_mut() = make();
+                return true;
+            }
+            Entry::Vacant(entry) => {
+                if !self.reserve() {
+                    return false;
+                }
+                entry.insert_entry(make());
+            }
+        }
+        self.sweep(SWEEP_PER_INSERT, is_idle);
+        true
+    }
+
+    /// Removes the key; whether it was present.
+    pub(crate) fn remove<Q>(&self, key: &Q) -> bool
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let removed = self.map.remove_sync(key).is_some();
+        if removed {
+            // Relaxed: a count, decremented after the removal (see `tracked`).
+            self.tracked.fetch_sub(1, Ordering::Relaxed);
+        }
+        removed
+    }
+
+    /// Removes every entry `is_idle` says may go; returns how many.
+    pub(crate) fn evict(&self, mut is_idle: impl FnMut(&V) -> bool) -> usize {
+        let mut removed = 0;
+        // `retain_sync` holds each bucket exclusively while the predicate runs.
+        self.map.retain_sync(|_, value| {
+            let idle = is_idle(value);
+            removed += usize::from(idle);
+            !idle
+        });
+        // Relaxed: a count, decremented after the removals.
+        self.tracked.fetch_sub(removed, Ordering::Relaxed);
+        removed
+    }
+
+    /// When the map is full, sweeps a larger slice for idle entries (no lock held).
+    fn make_room(&self, is_idle: impl FnMut(&V) -> bool) {
+        if self.is_full() {
+            self.sweep(SWEEP_WHEN_FULL, is_idle);
+        }
+    }
+
+    fn sweep(&self, slice: usize, is_idle: impl FnMut(&V) -> bool) {
+        let removed = sweep_step(&self.map, &self.cursor, slice, is_idle);
+        // Relaxed: a count, decremented after the removals.
+        self.tracked.fetch_sub(removed, Ordering::Relaxed);
+    }
+
+    /// Takes a place for an insertion, or `false` when the map is full.
+    fn reserve(&self) -> bool {
+        // Relaxed: a count; the caller's exclusive bucket lock orders the insertion.
+        self.tracked
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+                (n < self.max).then_some(n + 1)
+            })
+            .is_ok()
+    }
+}

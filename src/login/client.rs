@@ -1,0 +1,126 @@
+//! Who makes a login attempt: [`LoginClient`], an IP address (masked to the network one
+//! subscriber holds) or a device token, and the keys the guard files it under.
+
+use std::borrow::Cow;
+use std::fmt;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+use crate::ip::{mask, DEFAULT_V4_PREFIX, DEFAULT_V6_PREFIX};
+
+/// The client of a login attempt, as the [`LoginGuard`](crate::LoginGuard)'s methods take it:
+/// an IP address or a device token.
+///
+/// Every method of the guard takes `impl Into<LoginClient>`, so pass whichever you have:
+///
+/// | you pass | the guard files it under |
+/// |---|---|
+/// | an [`IpAddr`], [`Ipv4Addr`] or [`Ipv6Addr`] | the address, IPv6 masked to its /64 and IPv4-mapped IPv6 as IPv4 |
+/// | a string that parses as an IP address (`"203.0.113.7"`, `"2001:db8::1"`) | the same, so a string and a parsed address agree |
+/// | any other string | the string itself: a device token |
+///
+/// Why /64: an IPv6 subscriber is routinely given a whole /64, so without the mask one
+/// household could spread its guesses over 2^64 addresses, each with a fresh budget.
+///
+/// A device token should be a value your server issued (a random id in a signed cookie, set
+/// after a successful login), so that nobody else can present it. Tokens make the best
+/// *known clients* (see [`LoginGuard::record_success`](crate::LoginGuard::record_success)):
+/// an address can be shared (an office, a carrier's NAT) and then makes everyone behind it
+/// known.
+///
+/// # Examples
+///
+/// ```
+/// use std::net::IpAddr;
+/// use tollgate::LoginClient;
+///
+/// let a: IpAddr = "2001:db8:1:2:aaaa::1".parse()?;
+/// let b: IpAddr = "2001:db8:1:2:bbbb::9".parse()?;
+/// assert_eq!(LoginClient::from(a), LoginClient::from(b)); // one /64, one client
+/// assert_eq!(LoginClient::from("::ffff:192.0.2.7"), LoginClient::from("192.0.2.7"));
+/// assert!(matches!(LoginClient::from("device-5f1c"), LoginClient::Token("device-5f1c")));
+/// # Ok::<(), std::net::AddrParseError>(())
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum LoginClient<'a> {
+    /// An address, already masked (IPv6 to its /64; IPv4-mapped IPv6 as IPv4).
+    Ip(IpAddr),
+    /// A device token (or any other client id that is not an address).
+    Token(&'a str),
+}
+
+impl<'a> LoginClient<'a> {
+    /// The key the guard files this client under.
+    pub(crate) fn key(&self) -> Cow<'a, str> {
+        match self {
+            LoginClient::Ip(ip) => Cow::Owned(ip.to_string()),
+            LoginClient::Token(token) => Cow::Borrowed(*token),
+        }
+    }
+}
+
+impl From<IpAddr> for LoginClient<'_> {
+    fn from(ip: IpAddr) -> Self {
+        LoginClient::Ip(mask(ip, DEFAULT_V4_PREFIX, DEFAULT_V6_PREFIX))
+    }
+}
+
+impl From<Ipv4Addr> for LoginClient<'_> {
+    fn from(ip: Ipv4Addr) -> Self {
+        IpAddr::V4(ip).into()
+    }
+}
+
+impl From<Ipv6Addr> for LoginClient<'_> {
+    fn from(ip: Ipv6Addr) -> Self {
+        IpAddr::V6(ip).into()
+    }
+}
+
+impl<'a> From<&'a str> for LoginClient<'a> {
+    fn from(client: &'a str) -> Self {
+        match client.parse::<IpAddr>() {
+            Ok(ip) => ip.into(),
+            Err(_) => LoginClient::Token(client),
+        }
+    }
+}
+
+impl<'a> From<&'a String> for LoginClient<'a> {
+    fn from(client: &'a String) -> Self {
+        client.as_str().into()
+    }
+}
+
+impl fmt::Display for LoginClient<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.key())
+    }
+}
+
+/// The key of one (account, client) pair: the account's length first, so that no two pairs
+/// share a key whatever bytes the account and client hold.
+pub(crate) fn pair_key(account: &str, client: &str) -> String {
+    format!("{}:{account}{client}", account.len())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pair_keys_are_unambiguous() {
+        assert_ne!(pair_key("ab", "c"), pair_key("a", "bc"));
+        assert_ne!(pair_key("1:a", "b"), pair_key("1", ":ab"));
+        assert_eq!(pair_key("alice", "192.0.2.1"), "5:alice192.0.2.1");
+    }
+
+    #[test]
+    fn addresses_are_masked_and_strings_that_are_addresses_agree() {
+        let key = |c: LoginClient<'_>| c.key().into_owned();
+        assert_eq!(key("2001:db8:1:2:3:4:5:6".into()), "2001:db8:1:2::");
+        assert_eq!(key("203.0.113.7".into()), "203.0.113.7");
+        assert_eq!(key("::ffff:203.0.113.7".into()), "203.0.113.7");
+        assert_eq!(key("2001:db8::/64".into()), "2001:db8::/64");
+        assert_eq!(key("token".into()), "token");
+    }
+}
