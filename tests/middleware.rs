@@ -487,6 +487,39 @@ fn per_route_and_per_method_policies() {
 }
 
 #[test]
+fn a_get_route_limits_head_requests_too() {
+    // axum answers HEAD with the GET handler: the GET route's limit must count it.
+    runtime().block_on(async {
+        let router = Router::new().route("/export", get(|| async { "csv" }));
+        let mut service = RateLimitLayer::new(limiter("100/hour"))
+            .key(GlobalKey)
+            .route(Route::new(Method::GET, "/export"), limiter("1/hour"))
+            .layer(router);
+        for (method, status) in [
+            (Method::GET, StatusCode::OK),
+            (Method::HEAD, StatusCode::TOO_MANY_REQUESTS),
+        ] {
+            let request = Request::builder()
+                .method(method.clone())
+                .uri("/export")
+                .body(Body::empty())
+                .unwrap();
+            std::future::poll_fn(|cx| Service::<Request<Body>>::poll_ready(&mut service, cx))
+                .await
+                .unwrap();
+            let response = service.call(request).await.unwrap();
+            assert_eq!(response.status(), status, "{method}");
+            // The route's policy, not the default's.
+            assert_eq!(
+                response.headers()["ratelimit-policy"],
+                "\"default\";q=1;w=3600",
+                "{method}"
+            );
+        }
+    });
+}
+
+#[test]
 fn routes_spend_their_cost_from_a_shared_budget() {
     // One budget of 10 per hour: a read costs 1, an export 4; a cost above the policy's
     // permits is a configuration error, answered 500 and spending nothing.
