@@ -705,6 +705,33 @@ fn composite_policies_name_each_band_and_report_the_tightest() {
 }
 
 #[test]
+fn field_integers_fit_in_fifteen_digits() {
+    // A token bucket may have up to u64::MAX permits; RFC 8941 integers have at most 15
+    // digits, and a parser rejects a whole field with a longer one.
+    let huge = "10000000000000000/200d";
+    let addr = serve(ok_router().layer(RateLimitLayer::new(limiter(huge)).key(axum_peer())));
+    let reply = get_path(addr, "/");
+    assert_eq!(
+        reply.header("ratelimit-policy"),
+        Some("\"default\";q=999999999999999;w=17280000")
+    );
+    assert_eq!(
+        reply.header("ratelimit"),
+        Some("\"default\";r=999999999999999;t=1")
+    );
+    let addr = serve(
+        ok_router().layer(
+            RateLimitLayer::new(limiter(huge))
+                .key(axum_peer())
+                .headers(HeaderStyle::Legacy),
+        ),
+    );
+    let reply = get_path(addr, "/");
+    assert_eq!(reply.header("ratelimit-limit"), Some("999999999999999"));
+    assert_eq!(reply.header("ratelimit-remaining"), Some("999999999999999"));
+}
+
+#[test]
 fn fields_follow_a_live_policy_change() {
     let shared = limiter("10/min");
     let addr = serve(ok_router().layer(RateLimitLayer::new(Arc::clone(&shared)).key(axum_peer())));
