@@ -24,7 +24,7 @@ use tollgate::middleware::{
     ClientIp, ConfigError, GlobalKey, HeaderKey, HeaderStyle, LimitKey, MissingKey, PeerIp,
     RateLimitLayer, Route,
 };
-use tollgate::{Decision, RateLimiter};
+use tollgate::{Decision, FakeClock, RateLimiter};
 use tower_layer::Layer;
 use tower_service::Service;
 
@@ -729,6 +729,41 @@ fn field_integers_fit_in_fifteen_digits() {
     let reply = get_path(addr, "/");
     assert_eq!(reply.header("ratelimit-limit"), Some("999999999999999"));
     assert_eq!(reply.header("ratelimit-remaining"), Some("999999999999999"));
+}
+
+#[test]
+fn composite_bands_of_equal_permits_are_named_by_position() {
+    // "2/s & 2/min": two bands of 2 permits. After one request and a second's wait the
+    // per-second band is full again, and the per-minute band is the one with 0 left.
+    let clock = FakeClock::new();
+    let limiter: RateLimiter<LimitKey, FakeClock> =
+        RateLimiter::with_clock("2/s & 2/min".parse().unwrap(), clock.clone());
+    let addr = serve(
+        ok_router().layer(
+            RateLimitLayer::new(limiter)
+                .key(axum_peer())
+                .policy_name("api")
+                .unwrap(),
+        ),
+    );
+    let first = get_path(addr, "/");
+    assert_eq!(
+        first.header("ratelimit-policy"),
+        Some("\"api-1s\";q=2;w=1, \"api-1m\";q=2;w=60")
+    );
+    // A tie: the first band is named.
+    let state = first.header("ratelimit").unwrap();
+    assert!(state.starts_with("\"api-1s\";r=1;"), "{state}");
+    clock.advance(Duration::from_secs(1));
+    let second = get_path(addr, "/");
+    assert_eq!(second.status, 200);
+    let state = second.header("ratelimit").unwrap();
+    assert!(state.starts_with("\"api-1m\";r=0;"), "{state}");
+    // Refused by the per-minute band alone: it is the one named.
+    let third = get_path(addr, "/");
+    assert_eq!(third.status, 429);
+    let state = third.header("ratelimit").unwrap();
+    assert!(state.starts_with("\"api-1m\";r=0;"), "{state}");
 }
 
 #[test]

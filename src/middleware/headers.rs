@@ -185,13 +185,9 @@ impl Rendered {
     /// The draft fields for `decision`.
     fn draft(&self, decision: &Decision) -> [Option<(HeaderName, HeaderValue)>; 3] {
         let (index, policy_value) = match (&self.policy, &self.value) {
-            (Some(policy), Some(value)) => {
-                let index = policy
-                    .bands()
-                    .position(|band| band.permits() == decision.limit())
-                    .unwrap_or(0);
-                (index, value.clone())
-            }
+            // The band the decision reports, by its position in the policy: bands of equal
+            // permits are told apart.
+            (Some(_), Some(value)) => (decision.band(), value.clone()),
             // Per-key policies: only the quota of the key's (tightest) band is known.
             _ => {
                 let value = format!("{};q={}", self.names[0], sf_integer(decision.limit()));
