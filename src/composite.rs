@@ -169,6 +169,8 @@ enum View<'a> {
 struct Merge {
     remaining: u64,
     limit: u64,
+    /// The position of the band `remaining` and `limit` are from.
+    index: usize,
     retry: u64,
     reset: u64,
 }
@@ -178,18 +180,20 @@ impl Merge {
         Merge {
             remaining: u64::MAX,
             limit: 0,
+            index: 0,
             retry: 0,
             reset: 0,
         }
     }
 
-    /// Takes one band's part, in band order: `remaining` (strictly smaller wins, so the first
-    /// band wins a tie), its `limit`, `retry` and `reset`.
+    /// Takes band `index`'s part, in band order: `remaining` (strictly smaller wins, so the
+    /// first band wins a tie), its `limit`, `retry` and `reset`.
     #[inline]
-    fn band(&mut self, remaining: u64, limit: u64, retry: u64, reset: u64) {
+    fn band(&mut self, index: usize, remaining: u64, limit: u64, retry: u64, reset: u64) {
         if remaining < self.remaining {
             self.remaining = remaining;
             self.limit = limit;
+            self.index = index;
         }
         self.retry = self.retry.max(retry);
         self.reset = self.reset.max(reset);
@@ -263,6 +267,7 @@ impl Composite {
                 (decision, Some(write)) => {
                     writes[i] = write;
                     merge.band(
+                        i,
                         decision.remaining(),
                         decision.limit(),
                         0,
@@ -274,7 +279,7 @@ impl Composite {
             }
         }
         Verdict::Allow(
-            Decision::allow(merge.remaining, merge.limit, merge.reset),
+            Decision::allow(merge.remaining, merge.limit, merge.reset).in_band(merge.index),
             writes,
         )
     }
@@ -283,13 +288,14 @@ impl Composite {
     /// module's table): bands that would allow report what they have now, unspent.
     fn refusal(&self, words: &[AtomicU64], now: u64, cost: u64) -> Decision {
         let mut merge = Merge::new();
-        for placed in self.bands() {
+        for (i, placed) in self.bands().iter().enumerate() {
             let view = placed.view(words);
             let (decision, write) = placed.decide(&view, now, cost);
             if write.is_some() {
                 // Available now: what the admission would have left, plus what it would
                 // take; and the band's reset_after as it stands, without the admission.
                 merge.band(
+                    i,
                     decision.remaining() + cost,
                     decision.limit(),
                     0,
@@ -297,6 +303,7 @@ impl Composite {
                 );
             } else {
                 merge.band(
+                    i,
                     decision.remaining(),
                     decision.limit(),
                     nanos(decision.retry_after()),
@@ -304,7 +311,7 @@ impl Composite {
                 );
             }
         }
-        Decision::deny(merge.remaining, merge.limit, merge.retry, merge.reset)
+        Decision::deny(merge.remaining, merge.limit, merge.retry, merge.reset).in_band(merge.index)
     }
 
     /// `true` when every band of the state in `words` is at rest at `now`.

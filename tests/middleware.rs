@@ -24,7 +24,7 @@ use tollgate::middleware::{
     ClientIp, ConfigError, GlobalKey, HeaderKey, HeaderStyle, LimitKey, MissingKey, PeerIp,
     RateLimitLayer, Route,
 };
-use tollgate::{Decision, RateLimiter};
+use tollgate::{Decision, FakeClock, RateLimiter};
 use tower_layer::Layer;
 use tower_service::Service;
 
@@ -487,6 +487,39 @@ fn per_route_and_per_method_policies() {
 }
 
 #[test]
+fn a_get_route_limits_head_requests_too() {
+    // axum answers HEAD with the GET handler: the GET route's limit must count it.
+    runtime().block_on(async {
+        let router = Router::new().route("/export", get(|| async { "csv" }));
+        let mut service = RateLimitLayer::new(limiter("100/hour"))
+            .key(GlobalKey)
+            .route(Route::new(Method::GET, "/export"), limiter("1/hour"))
+            .layer(router);
+        for (method, status) in [
+            (Method::GET, StatusCode::OK),
+            (Method::HEAD, StatusCode::TOO_MANY_REQUESTS),
+        ] {
+            let request = Request::builder()
+                .method(method.clone())
+                .uri("/export")
+                .body(Body::empty())
+                .unwrap();
+            std::future::poll_fn(|cx| Service::<Request<Body>>::poll_ready(&mut service, cx))
+                .await
+                .unwrap();
+            let response = service.call(request).await.unwrap();
+            assert_eq!(response.status(), status, "{method}");
+            // The route's policy, not the default's.
+            assert_eq!(
+                response.headers()["ratelimit-policy"],
+                "\"default\";q=1;w=3600",
+                "{method}"
+            );
+        }
+    });
+}
+
+#[test]
 fn routes_spend_their_cost_from_a_shared_budget() {
     // One budget of 10 per hour: a read costs 1, an export 4; a cost above the policy's
     // permits is a configuration error, answered 500 and spending nothing.
@@ -669,6 +702,68 @@ fn composite_policies_name_each_band_and_report_the_tightest() {
     );
     let state = reply.header("ratelimit").unwrap();
     assert!(state.starts_with("\"api-1s\";r=1;"), "{state}");
+}
+
+#[test]
+fn field_integers_fit_in_fifteen_digits() {
+    // A token bucket may have up to u64::MAX permits; RFC 8941 integers have at most 15
+    // digits, and a parser rejects a whole field with a longer one.
+    let huge = "10000000000000000/200d";
+    let addr = serve(ok_router().layer(RateLimitLayer::new(limiter(huge)).key(axum_peer())));
+    let reply = get_path(addr, "/");
+    assert_eq!(
+        reply.header("ratelimit-policy"),
+        Some("\"default\";q=999999999999999;w=17280000")
+    );
+    assert_eq!(
+        reply.header("ratelimit"),
+        Some("\"default\";r=999999999999999;t=1")
+    );
+    let addr = serve(
+        ok_router().layer(
+            RateLimitLayer::new(limiter(huge))
+                .key(axum_peer())
+                .headers(HeaderStyle::Legacy),
+        ),
+    );
+    let reply = get_path(addr, "/");
+    assert_eq!(reply.header("ratelimit-limit"), Some("999999999999999"));
+    assert_eq!(reply.header("ratelimit-remaining"), Some("999999999999999"));
+}
+
+#[test]
+fn composite_bands_of_equal_permits_are_named_by_position() {
+    // "2/s & 2/min": two bands of 2 permits. After one request and a second's wait the
+    // per-second band is full again, and the per-minute band is the one with 0 left.
+    let clock = FakeClock::new();
+    let limiter: RateLimiter<LimitKey, FakeClock> =
+        RateLimiter::with_clock("2/s & 2/min".parse().unwrap(), clock.clone());
+    let addr = serve(
+        ok_router().layer(
+            RateLimitLayer::new(limiter)
+                .key(axum_peer())
+                .policy_name("api")
+                .unwrap(),
+        ),
+    );
+    let first = get_path(addr, "/");
+    assert_eq!(
+        first.header("ratelimit-policy"),
+        Some("\"api-1s\";q=2;w=1, \"api-1m\";q=2;w=60")
+    );
+    // A tie: the first band is named.
+    let state = first.header("ratelimit").unwrap();
+    assert!(state.starts_with("\"api-1s\";r=1;"), "{state}");
+    clock.advance(Duration::from_secs(1));
+    let second = get_path(addr, "/");
+    assert_eq!(second.status, 200);
+    let state = second.header("ratelimit").unwrap();
+    assert!(state.starts_with("\"api-1m\";r=0;"), "{state}");
+    // Refused by the per-minute band alone: it is the one named.
+    let third = get_path(addr, "/");
+    assert_eq!(third.status, 429);
+    let state = third.header("ratelimit").unwrap();
+    assert!(state.starts_with("\"api-1m\";r=0;"), "{state}");
 }
 
 #[test]

@@ -544,6 +544,50 @@ async fn keys_expire_when_at_rest() {
     }
 }
 
+/// Redis `TIME` in microseconds.
+fn redis_time(server: &RedisServer) -> u64 {
+    let time = server.command(&["TIME"]);
+    let redis_server::Reply::Array(parts) = time else {
+        panic!("{time:?}")
+    };
+    parts[0].text().parse::<u64>().unwrap() * 1_000_000 + parts[1].text().parse::<u64>().unwrap()
+}
+
+#[tokio::test]
+async fn keys_expire_from_their_newest_instant_when_the_clock_went_back() {
+    // State written a minute ahead of Redis's clock (a clock stepped back since, or a
+    // failover to a replica behind), then admitted on Redis TIME: each key must live until
+    // its newest entry or stored window has rolled out, a minute and more, not W from now.
+    let server = RedisServer::start();
+    let policy = "sliding-log 2/1s & sliding-counter 5/1s";
+    let ahead = FakeClock::new();
+    at(&ahead, redis_time(&server) + 60_000 * MS);
+    let early = limiter_at(&server, policy, "back", &ahead).await;
+    assert!(early.try_acquire("k").await.unwrap().is_allowed());
+    let limiter = RedisLimiter::builder(policy.parse().unwrap())
+        .prefix("back")
+        .deny_cache(0)
+        .connect(&server.url())
+        .await
+        .unwrap();
+    assert!(limiter.try_acquire("k").await.unwrap().is_allowed());
+    let keys = limiter.redis_keys("k");
+    let pttl = |key: &str| server.command(&["PTTL", key]).int();
+    // The log's newest entry is stamped a minute ahead: it leaves 1 s after that.
+    assert!(
+        (60_000..=61_000).contains(&pttl(&keys[0])),
+        "{}",
+        pttl(&keys[0])
+    );
+    // The counter's stored window starts up to 1 s before a minute ahead: its counts roll
+    // out two windows after that start.
+    assert!(
+        (60_000..=62_000).contains(&pttl(&keys[1])),
+        "{}",
+        pttl(&keys[1])
+    );
+}
+
 #[tokio::test]
 async fn peek_and_refusals_write_nothing() {
     let server = RedisServer::start();

@@ -28,6 +28,11 @@ use crate::{Decision, Policy};
 /// show. The older styles hold one value: a field already set (by an inner layer or the
 /// handler) is left alone. `Reset` values are delta seconds, not timestamps.
 ///
+/// Every integer in these fields is at most 999,999,999,999,999, the largest a structured
+/// field (RFC 8941) may carry: a larger quota or remaining (a token bucket may have up to
+/// `u64::MAX` permits) is shown as that, so that parsers never reject the field. Windows
+/// and resets, in seconds, always fit.
+///
 /// # Examples
 ///
 /// ```
@@ -84,6 +89,15 @@ impl Fields {
             }
         }
     }
+}
+
+/// The largest integer a structured field may carry (RFC 8941: at most 15 digits).
+const SF_INTEGER_MAX: u64 = 999_999_999_999_999;
+
+/// `n` as a structured-field integer: clamped to [`SF_INTEGER_MAX`].
+fn sf_integer(n: impl TryInto<u64>) -> u64 {
+    n.try_into()
+        .map_or(SF_INTEGER_MAX, |n: u64| n.min(SF_INTEGER_MAX))
 }
 
 /// A validated policy name, rendered as a structured-field string (quotes included).
@@ -150,8 +164,8 @@ impl Rendered {
             let _ = write!(
                 value,
                 "{item};q={};w={}",
-                band.permits(),
-                whole_seconds(band.window().as_nanos())
+                sf_integer(band.permits()),
+                sf_integer(whole_seconds(band.window().as_nanos()))
             );
             names.push(item);
         }
@@ -171,21 +185,20 @@ impl Rendered {
     /// The draft fields for `decision`.
     fn draft(&self, decision: &Decision) -> [Option<(HeaderName, HeaderValue)>; 3] {
         let (index, policy_value) = match (&self.policy, &self.value) {
-            (Some(policy), Some(value)) => {
-                let index = policy
-                    .bands()
-                    .position(|band| band.permits() == decision.limit())
-                    .unwrap_or(0);
-                (index, value.clone())
-            }
+            // The band the decision reports, by its position in the policy: bands of equal
+            // permits are told apart.
+            (Some(_), Some(value)) => (decision.band(), value.clone()),
             // Per-key policies: only the quota of the key's (tightest) band is known.
             _ => {
-                let value = format!("{};q={}", self.names[0], decision.limit());
+                let value = format!("{};q={}", self.names[0], sf_integer(decision.limit()));
                 (0, header_value(value))
             }
         };
         let name = self.names.get(index).unwrap_or(&self.names[0]);
-        let (r, t) = (decision.remaining(), decision.reset_after_secs());
+        let (r, t) = (
+            sf_integer(decision.remaining()),
+            sf_integer(decision.reset_after_secs()),
+        );
         // Exactly sized, so the header value takes the buffer over without copying it.
         let mut state = Vec::with_capacity(name.len() + 6 + digits(r) + digits(t));
         state.extend_from_slice(name.as_bytes());
@@ -207,8 +220,10 @@ fn header_value(value: impl Into<Vec<u8>>) -> HeaderValue {
         .unwrap_or_else(|_| HeaderValue::from_static(""))
 }
 
-/// `n` as a header value, in one exactly sized allocation.
+/// `n` as a header value (clamped like a structured-field integer), in one exactly sized
+/// allocation.
 fn number(n: u64) -> HeaderValue {
+    let n = sf_integer(n);
     let mut out = Vec::with_capacity(digits(n));
     push_digits(&mut out, n);
     header_value(out)
@@ -401,6 +416,28 @@ mod tests {
         );
         let r = Rendered::new(&sf_string("a\"b\\c").unwrap(), policy("2/3s"));
         assert_eq!(r.value.unwrap(), r#""a\"b\\c";q=2;w=3"#);
+    }
+
+    #[test]
+    fn integers_fit_structured_fields() {
+        assert_eq!(sf_integer(0u64), 0);
+        assert_eq!(sf_integer(SF_INTEGER_MAX), SF_INTEGER_MAX);
+        assert_eq!(sf_integer(SF_INTEGER_MAX + 1), SF_INTEGER_MAX);
+        assert_eq!(sf_integer(u64::MAX), SF_INTEGER_MAX);
+        assert_eq!(sf_integer(u128::MAX), SF_INTEGER_MAX);
+        let name = sf_string("big").unwrap();
+        let r = Rendered::new(&name, policy("10000000000000000/200d"));
+        assert_eq!(
+            r.value.as_ref().unwrap(),
+            "\"big\";q=999999999999999;w=17280000"
+        );
+        let decision = Decision::allow(u64::MAX - 1, u64::MAX, u64::MAX);
+        let [_, state, _] = r.draft(&decision);
+        assert_eq!(state.unwrap().1, "\"big\";r=999999999999999;t=18446744074");
+        let per_key = Rendered::new(&name, None);
+        let [quota, _, _] = per_key.draft(&decision);
+        assert_eq!(quota.unwrap().1, "\"big\";q=999999999999999");
+        assert_eq!(number(u64::MAX), "999999999999999");
     }
 
     #[test]

@@ -110,10 +110,20 @@ pub struct Route {
 impl Route {
     /// Requests with this method under `prefix`.
     ///
+    /// A `GET` route also matches `HEAD` requests: axum and hyper routers answer `HEAD` with
+    /// the `GET` handler, so a `HEAD` costs what the `GET` does, counted against the same
+    /// limiter, and cannot reach the resource around the route's limit. A route built for
+    /// `HEAD` matches `HEAD` only.
+    ///
     /// # Examples
     ///
     /// ```
-    /// let login = tollgate::middleware::Route::new(http::Method::POST, "/login");
+    /// use http::Method;
+    /// use tollgate::middleware::Route;
+    ///
+    /// let login = Route::new(Method::POST, "/login");
+    /// // Limits `GET /export` and `HEAD /export` alike.
+    /// let export = Route::new(Method::GET, "/export");
     /// ```
     #[must_use]
     pub fn new(method: Method, prefix: &str) -> Self {
@@ -218,7 +228,10 @@ impl Route {
     }
 
     fn matches(&self, method: &Method, path: &str) -> bool {
-        if self.method.as_ref().is_some_and(|m| m != method) {
+        // A GET handler serves HEAD too (see `Route::new`).
+        let served_by =
+            |route: &Method| route == method || (*route == Method::GET && *method == Method::HEAD);
+        if self.method.as_ref().is_some_and(|m| !served_by(m)) {
             return false;
         }
         match path.strip_prefix(self.prefix.as_str()) {
@@ -747,5 +760,17 @@ mod tests {
         let post = Route::new(Method::POST, "/login");
         assert!(post.matches(&Method::POST, "/login"));
         assert!(!post.matches(&Method::GET, "/login"));
+        assert!(!post.matches(&Method::HEAD, "/login"));
+    }
+
+    #[test]
+    fn get_routes_match_head_requests_and_head_routes_only_head() {
+        let get = Route::new(Method::GET, "/export");
+        assert!(get.matches(&Method::GET, "/export"));
+        assert!(get.matches(&Method::HEAD, "/export"));
+        assert!(!get.matches(&Method::POST, "/export"));
+        let head = Route::new(Method::HEAD, "/export");
+        assert!(head.matches(&Method::HEAD, "/export"));
+        assert!(!head.matches(&Method::GET, "/export"));
     }
 }

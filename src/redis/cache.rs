@@ -29,6 +29,28 @@
 //! own retry_after carries the same caveat: "if nothing else is admitted meanwhile"). `tests/redis.rs` checks each cached refusal against Redis's own answer at
 //! the same instant.
 
+//!
+//! # Bounded, with constant work per refusal
+//!
+//! The cache holds at most `capacity` refusals. Besides the map it keeps a queue of the
+//! refusals in the order they were cached, at most `capacity` long, each naming its key and
+//! the sequence number the refusal was stored with. An entry leaves the map by one of two
+//! rules only:
+//!
+//! * **Expired**: a lookup at or after its deadline removes it (it no longer refuses anything).
+//! * **Making room**: an insert into a full queue first takes the oldest item off it and
+//!   removes that key's entry if it is still the refusal the item was queued for (same
+//!   sequence number). A key since re-cached has a newer item further back; a key since
+//!   removed has none: either way the stale item frees its slot and nothing else.
+//!
+//! Every entry in the map has its item in the queue, so the map never holds more entries than
+//! the queue has items, nor more than `capacity`; and an insert visits at most one queued
+//! item, whatever the cache holds. Dropping a refusal before its deadline is always sound:
+//! the cache never admits, so the key's next request simply goes to Redis, which refuses it.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex, PoisonError};
+
 use scc::HashMap;
 
 use crate::{Decision, KeyHasher};
@@ -46,23 +68,47 @@ struct Refusal {
     remaining: u64,
     /// The refusal's limit.
     limit: u64,
+    /// Which insert stored it: its item in the queue carries the same number.
+    seq: u64,
+}
+
+/// The refusals in the order they were cached (see the module's docs).
+#[derive(Debug, Default)]
+struct Order {
+    /// Each cached refusal's key and sequence number, oldest first; some items are stale
+    /// (their key was since removed or cached again).
+    queue: VecDeque<(Arc<str>, u64)>,
+    /// The next insert's sequence number.
+    next: u64,
 }
 
 /// Refusals by key, bounded in size.
 #[derive(Debug)]
 pub(crate) struct DenyCache {
-    map: HashMap<Box<str>, Refusal, KeyHasher>,
+    map: HashMap<Arc<str>, Refusal, KeyHasher>,
+    /// Taken by inserts only (after a round trip to Redis); lookups read the map alone.
+    order: Mutex<Order>,
     capacity: usize,
     /// `true` when the clock is the script's own (an injected test clock): exact deadlines.
     exact: bool,
+    /// Queued items taken off to make room, for tests to bound eviction's work.
+    #[cfg(test)]
+    evicted: std::sync::atomic::AtomicUsize,
 }
 
 impl DenyCache {
+    /// A cache of at most `capacity` refusals (at least 1).
     pub(crate) fn new(capacity: usize, exact: bool) -> Self {
         DenyCache {
             map: HashMap::with_hasher(KeyHasher::default()),
-            capacity,
+            order: Mutex::new(Order {
+                queue: VecDeque::with_capacity(capacity.min(1_024)),
+                next: 0,
+            }),
+            capacity: capacity.max(1),
             exact,
+            #[cfg(test)]
+            evicted: std::sync::atomic::AtomicUsize::new(0),
         }
     }
 
@@ -92,22 +138,33 @@ impl DenyCache {
         if until <= sent {
             return;
         }
-        if self.map.len() >= self.capacity {
-            // Full: drop what has expired; if that frees nothing, do not cache.
-            self.map.retain_sync(|_, r| r.until > sent);
-            if self.map.len() >= self.capacity {
-                return;
+        let reset = u64::try_from(refusal.reset_after().as_nanos()).unwrap_or(u64::MAX);
+        let key: Arc<str> = key.into();
+        // Nothing panics while the lock is held, so the order is whole even if poisoned.
+        let mut order = self.order.lock().unwrap_or_else(PoisonError::into_inner);
+        if order.queue.len() >= self.capacity {
+            // Full: the oldest item makes room (see the module's docs).
+            if let Some((old, seq)) = order.queue.pop_front() {
+                self.map.remove_if_sync(&*old, |r| r.seq == seq);
+                // Relaxed: a tally tests read after the inserts; nothing is ordered by it.
+                #[cfg(test)]
+                self.evicted
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             }
         }
-        let reset = u64::try_from(refusal.reset_after().as_nanos()).unwrap_or(u64::MAX);
+        let seq = order.next;
+        order.next += 1;
+        order.queue.push_back((Arc::clone(&key), seq));
+        // Under the lock, so that every entry's item is queued before the entry is visible.
         self.map.upsert_sync(
-            key.into(),
+            key,
             Refusal {
                 until,
                 reset_at: sent.saturating_add(reset),
                 cost,
                 remaining: refusal.remaining(),
                 limit: refusal.limit(),
+                seq,
             },
         );
     }
@@ -115,5 +172,66 @@ impl DenyCache {
     /// Forgets `key`'s refusal.
     pub(crate) fn remove(&self, key: &str) {
         self.map.remove_sync(key);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::Ordering;
+
+    use super::*;
+
+    const HOUR: u64 = 3_600_000_000_000;
+
+    fn refusal() -> Decision {
+        Decision::deny(0, 5, HOUR, HOUR)
+    }
+
+    #[test]
+    fn a_full_cache_takes_a_refusal_with_bounded_work() {
+        let capacity = 100_000;
+        let cache = DenyCache::new(capacity, true);
+        for i in 0..capacity {
+            cache.insert(&format!("old-{i}"), 1, 0, &refusal());
+        }
+        assert_eq!(cache.map.len(), capacity);
+        assert_eq!(cache.evicted.load(Ordering::Relaxed), 0);
+        for i in 0..1_000 {
+            cache.insert(&format!("new-{i}"), 1, 1, &refusal());
+        }
+        // Each insert into the full cache took one queued item off, not a pass over all.
+        assert_eq!(cache.evicted.load(Ordering::Relaxed), 1_000);
+        assert_eq!(cache.map.len(), capacity);
+        // The newest refusals are cached, displacing the oldest; the rest still refuse.
+        assert!(cache.check("new-999", 1, 2).is_some());
+        assert!(cache.check("old-999", 1, 2).is_none());
+        assert!(cache.check("old-1000", 1, 2).is_some());
+    }
+
+    #[test]
+    fn stale_items_free_their_slot_and_nothing_else() {
+        let cache = DenyCache::new(2, true);
+        cache.insert("a", 1, 0, &refusal());
+        // "a" cached again: its first item is stale.
+        cache.insert("a", 1, 0, &refusal());
+        // Full: the stale item makes room, and "a" stays.
+        cache.insert("b", 1, 0, &refusal());
+        assert!(cache.check("a", 1, 1).is_some());
+        assert!(cache.check("b", 1, 1).is_some());
+        // Full again: "a"'s live item is the oldest.
+        cache.insert("c", 1, 0, &refusal());
+        assert!(cache.check("a", 1, 1).is_none());
+        assert!(cache.check("b", 1, 1).is_some());
+        assert!(cache.check("c", 1, 1).is_some());
+        assert!(cache.map.len() <= 2);
+        // A removed key's item is stale too: it makes room without touching "c".
+        cache.remove("b");
+        cache.insert("d", 1, 0, &refusal());
+        assert!(cache.check("c", 1, 1).is_some());
+        assert!(cache.check("d", 1, 1).is_some());
+        // An expired refusal refuses nothing and leaves the map.
+        assert!(cache.check("d", 1, HOUR).is_none());
+        assert!(cache.check("c", 1, 1).is_some());
+        assert_eq!(cache.map.len(), 1);
     }
 }

@@ -250,8 +250,12 @@ impl RedisLimiterBuilder {
     /// (with a margin of 1 µs plus 0.1 % for the difference between the local and Redis
     /// clocks). Its refusals report the `retry_after` and `reset_after` counted down since
     /// Redis's refusal, and that refusal's `remaining` (a lower bound) and `limit`. Other servers'
-    /// admissions can only lengthen a refusal, so the cache stays sound across servers. See
-    /// `docs/REDIS.md`.
+    /// admissions can only lengthen a refusal, so the cache stays sound across servers.
+    ///
+    /// A refusal leaves the cache when it expires, or when a new one arrives with the cache
+    /// full: the oldest cached refusal then makes room (its key's next request goes to Redis,
+    /// which refuses it as before). Caching a refusal takes the same few steps whatever the
+    /// cache holds. See `docs/REDIS.md`.
     ///
     /// # Examples
     ///

@@ -4,7 +4,8 @@
 -- State: one hash with fields i (the window index the counts belong to), c (the count of
 -- window i) and p (the count of window i - 1); a missing key is the fresh state (0, 0, 0).
 -- Windows are aligned to multiples of W from the clock's zero (the Unix epoch under Redis
--- TIME). The key expires when both counts have rolled out.
+-- TIME). The key expires when both counts have rolled out: two windows after the start of the
+-- window it stores, which may be ahead of now's.
 
 -- floor(previous * left / W): the previous window's weight in whole permits.
 local function counter_carried(W, previous, left)
@@ -97,7 +98,9 @@ local function counter_band(key, N, W, now, cost)
       write = function(expire)
         redis.call('HSET', key, 'i', fmt(index), 'c', fmt(current + cost), 'p', fmt(previous))
         if expire then
-          redis.call('PEXPIRE', key, fmt(idiv(left + W + 999, 1000)))
+          -- Both counts have rolled out when window index + 2 starts. Measured from the
+          -- stored window, not from now: it is ahead of now's when the clock went backwards.
+          redis.call('PEXPIRE', key, fmt(idiv((index + 2) * W - now + 999, 1000)))
         end
       end,
     }

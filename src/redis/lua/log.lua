@@ -79,8 +79,9 @@ local function log_band(key, N, W, now, cost)
         -- Keep the last N entries only: no more can ever be live at once.
         redis.call('ZREMRANGEBYRANK', key, 0, -(N + 1))
         if expire then
-          -- Every entry has left W after the newest one was stamped.
-          redis.call('PEXPIRE', key, fmt(idiv(W + 999, 1000)))
+          -- Every entry has left W after the newest one's stamp, which is ahead of now when
+          -- the clock went backwards (a stepped clock, a failover to a replica behind).
+          redis.call('PEXPIRE', key, fmt(idiv(stamp - now + W + 999, 1000)))
         end
       end,
     }
