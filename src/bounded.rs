@@ -149,25 +149,29 @@ impl<K: Hash + Eq + Clone, V, S: BuildHasher> BoundedMap<K, V, S> {
         Some(result)
     }
 
-    /// Sets the key's value to `make()`, replacing any value it has. `false` when the key was
-    /// absent and the map is full: nothing was inserted.
-    pub(crate) fn put(
+    /// Runs `update` on the key's value under its bucket's exclusive lock, inserting
+    /// `make()` first when the key is absent and a place is free. `false` when the key was
+    /// absent and the map is full: nothing was inserted or updated.
+    pub(crate) fn upsert(
         &self,
         key: K,
         make: impl FnOnce() -> V,
+        update: impl FnOnce(&mut V),
         is_idle: impl FnMut(&V) -> bool + Copy,
     ) -> bool {
         self.make_room(is_idle);
         match self.map.entry_sync(key) {
             Entry::Occupied(mut entry) => {
-                *entry.get_mut() = make();
+                update(entry.get_mut());
                 return true;
             }
             Entry::Vacant(entry) => {
                 if !self.reserve() {
                     return false;
                 }
-                entry.insert_entry(make());
+                let mut value = make();
+                update(&mut value);
+                entry.insert_entry(value);
             }
         }
         self.sweep(SWEEP_PER_INSERT, is_idle);

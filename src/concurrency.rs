@@ -470,7 +470,12 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> ConcurrencyLimiter<K, S> {
     /// [`is_overflow`](Permit::is_overflow)): in-flight work over all of them is capped at
     /// that one limit until places come back. A flood of new keys therefore squeezes other
     /// new keys, never the keys already tracked. The shared gauges live as long as the
-    /// limiter, one per distinct limit.
+    /// limiter, one per distinct limit. A key that took shared permits while the map was full
+    /// and is then tracked again meets its own gauge, which does not count the shared permits
+    /// still out: until those end, such a key can have up to twice its limit in flight (its
+    /// own limit and the shared one). Where that matters (a limit of 1 that serialises work),
+    /// size `max_keys` above the keys that can be busy at once. `max_keys(0)` makes every
+    /// key share the gauge of its limit.
     ///
     /// # Examples
     ///

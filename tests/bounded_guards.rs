@@ -33,7 +33,13 @@ impl Iterator for Keys {
 }
 
 fn ip_of(n: u64) -> String {
-    format!("{}.{}.{}.{}", n >> 24 & 255, n >> 16 & 255, n >> 8 & 255, n & 255)
+    format!(
+        "{}.{}.{}.{}",
+        n >> 24 & 255,
+        n >> 16 & 255,
+        n >> 8 & 255,
+        n & 255
+    )
 }
 
 #[test]
@@ -81,7 +87,10 @@ fn a_million_accounts_and_addresses_through_a_capped_login_guard() {
     // Four maps (account logs, address logs, strike records, known clients) of CAP places.
     let per_place = peak / (4 * CAP);
     println!("peak {peak} B above the start, {per_place} B per place");
-    assert!(per_place <= 400, "{peak} B at the peak: {per_place} B per place");
+    assert!(
+        per_place <= 400,
+        "{peak} B at the peak: {per_place} B per place"
+    );
     // The flood's untracked accounts shared one exhausted budget: refused, not let through.
     assert!(!guard.check("someone-new", "198.51.100.1").is_allowed());
     assert_eq!(guard.check("victim", "192.0.2.1"), victim);
@@ -105,7 +114,10 @@ fn a_million_keys_through_a_capped_concurrency_limiter() {
     let mut in_flight = VecDeque::new();
     let (mut overflowed, mut refused) = (0u64, 0u64);
     for i in 0..FLOOD {
-        while in_flight.front().is_some_and(|&(start, _)| start + 15_000 <= i) {
+        while in_flight
+            .front()
+            .is_some_and(|&(start, _)| start + 15_000 <= i)
+        {
             in_flight.pop_front();
         }
         match limiter.try_acquire(&keys.next().unwrap()) {
@@ -128,7 +140,10 @@ fn a_million_keys_through_a_capped_concurrency_limiter() {
     // bytes in its queue).
     let per_place = peak.saturating_sub(15_000 * 24) / CAP;
     println!("peak {peak} B above the start, {per_place} B per place; {overflowed} overflowed, {refused} refused");
-    assert!(per_place <= 300, "{peak} B at the peak: {per_place} B per place");
+    assert!(
+        per_place <= 300,
+        "{peak} B at the peak: {per_place} B per place"
+    );
     assert!(overflowed > 0 && refused > 0, "the cap was never reached");
     // The tracked key kept its exact count: one place left, then refused.
     let third = limiter.try_acquire(&tracked).expect("the third place");

@@ -605,3 +605,84 @@ fn addresses_are_masked_so_one_ipv6_subscriber_has_one_budget() {
     guard.record_success("dave", IpAddr::from(v4));
     assert_eq!(guard.check("dave", "192.0.2.9"), allowed(5, 5));
 }
+
+#[test]
+fn one_account_cannot_fill_the_known_clients_of_a_capped_guard() {
+    let clock = FakeClock::new();
+    let guard = LoginGuard::with_clock(clock.clone()).max_keys(3);
+    // Mallory logs into her own account from a hundred fresh devices: her account keeps its
+    // latest few, in one place of the map.
+    for i in 0..100 {
+        guard.record_success("mallory", format!("tok-{i}").as_str());
+    }
+    guard.record_success("alice", "alice-laptop");
+    for _ in 0..5 {
+        let _ = guard.record_failure("alice", "203.0.113.66");
+    }
+    assert!(!guard.check("alice", "203.0.113.66").is_allowed());
+    assert_eq!(guard.check("alice", "alice-laptop"), allowed(5, 5));
+    assert_eq!(guard.check("mallory", "tok-99"), allowed(5, 5));
+    assert_eq!(
+        guard.check("mallory", "tok-0"),
+        allowed(5, 20),
+        "replaced by later ones"
+    );
+}
+
+/// With the strike records full, strikes of accounts without a record go to one shared
+/// record; they stay in force when places free up, and `unlock` clears them.
+#[test]
+fn strikes_on_the_shared_record_outlive_the_flood_that_caused_them() {
+    let clock = FakeClock::new();
+    let guard = LoginGuard::with_clock(clock.clone()).max_keys(3);
+    let ip = |i: usize| format!("10.0.{}.{}", i / 256, i % 256);
+    for window in 0..3 {
+        clock.set(min(15 * window));
+        for account in ["a1", "a2", "a3", "victim"] {
+            let _ = fail_n(&guard, account, 5, ip);
+        }
+    }
+    // (The check names the longest refusal: here the shared client budget, since the
+    // guard tracks only three addresses too.)
+    assert!(!guard.check("victim", "192.0.2.1").is_allowed());
+    assert_eq!(guard.strikes("victim"), 3);
+    assert_eq!(
+        guard.strikes("never-failed"),
+        3,
+        "the shared record is in force"
+    );
+    guard.unlock("a1"); // a place frees: the victim's strikes stay
+    assert_eq!(guard.strikes("victim"), 3);
+    guard.unlock("victim"); // the administrator's unlock reaches the shared record
+    assert_eq!(guard.strikes("victim"), 0);
+    assert!(!matches!(
+        guard.check("victim", "192.0.2.1"),
+        LoginDecision::LockedOut { .. }
+    ));
+}
+
+#[test]
+fn a_device_token_with_its_address_is_known_by_the_token_and_limited_by_the_address() {
+    use std::net::IpAddr;
+    let (guard, _clock) = guard();
+    let home: IpAddr = "2001:db8:7:7::1".parse().unwrap();
+    // Twenty failures on twenty accounts, each with a fresh token, from one /64: the tokens
+    // do not buy fresh client budgets.
+    for i in 0..20 {
+        let token = format!("tok-{i}");
+        let _ = guard.record_failure(&format!("user{i}"), (token.as_str(), home));
+    }
+    assert!(matches!(
+        guard.check("someone", ("tok-new", home)),
+        LoginDecision::Ip { .. }
+    ));
+    // Known by the token, wherever it comes from.
+    guard.record_success("alice", ("alice-laptop", home));
+    let cafe: IpAddr = "198.51.100.20".parse().unwrap();
+    assert_eq!(guard.check("alice", ("alice-laptop", cafe)), allowed(5, 5));
+    assert_eq!(guard.check("alice", ("alice-laptop", home)), allowed(5, 5));
+    assert!(
+        !guard.check("alice", home).is_allowed(),
+        "the address alone is not known"
+    );
+}

@@ -8,7 +8,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use crate::ip::{mask, DEFAULT_V4_PREFIX, DEFAULT_V6_PREFIX};
 
 /// The client of a login attempt, as the [`LoginGuard`](crate::LoginGuard)'s methods take it:
-/// an IP address or a device token.
+/// an IP address, a device token, or both.
 ///
 /// Every method of the guard takes `impl Into<LoginClient>`, so pass whichever you have:
 ///
@@ -17,6 +17,7 @@ use crate::ip::{mask, DEFAULT_V4_PREFIX, DEFAULT_V6_PREFIX};
 /// | an [`IpAddr`], [`Ipv4Addr`] or [`Ipv6Addr`] | the address, IPv6 masked to its /64 and IPv4-mapped IPv6 as IPv4 |
 /// | a string that parses as an IP address (`"203.0.113.7"`, `"2001:db8::1"`) | the same, so a string and a parsed address agree |
 /// | any other string | the string itself: a device token |
+/// | a `(token, address)` pair | known clients by the token, the client limit by the address |
 ///
 /// Why /64: an IPv6 subscriber is routinely given a whole /64, so without the mask one
 /// household could spread its guesses over 2^64 addresses, each with a fresh budget.
@@ -25,7 +26,11 @@ use crate::ip::{mask, DEFAULT_V4_PREFIX, DEFAULT_V6_PREFIX};
 /// after a successful login), so that nobody else can present it. Tokens make the best
 /// *known clients* (see [`LoginGuard::record_success`](crate::LoginGuard::record_success)):
 /// an address can be shared (an office, a carrier's NAT) and then makes everyone behind it
-/// known.
+/// known. But the client limit (failures over all accounts) counts per what you pass, and
+/// anyone can collect fresh tokens by logging into an account of their own: so pass the
+/// **pair** `(token, address)` when you have a token. Known clients are then recognised by the
+/// token, and the client limit counts per address. Without a token, pass the address (never
+/// an empty string: every caller passing `""` would share one budget).
 ///
 /// # Examples
 ///
@@ -46,14 +51,29 @@ pub enum LoginClient<'a> {
     Ip(IpAddr),
     /// A device token (or any other client id that is not an address).
     Token(&'a str),
+    /// A device token and the address it came from (masked as for `Ip`).
+    Device {
+        /// Recognises the client as known for an account.
+        token: &'a str,
+        /// What the client limit counts per.
+        ip: IpAddr,
+    },
 }
 
 impl<'a> LoginClient<'a> {
-    /// The key the guard files this client under.
-    pub(crate) fn key(&self) -> Cow<'a, str> {
+    /// The key the client limit counts this client under.
+    pub(crate) fn limit_key(&self) -> Cow<'a, str> {
+        match self {
+            LoginClient::Ip(ip) | LoginClient::Device { ip, .. } => Cow::Owned(ip.to_string()),
+            LoginClient::Token(token) => Cow::Borrowed(*token),
+        }
+    }
+
+    /// The key an account knows this client by.
+    pub(crate) fn known_key(&self) -> Cow<'a, str> {
         match self {
             LoginClient::Ip(ip) => Cow::Owned(ip.to_string()),
-            LoginClient::Token(token) => Cow::Borrowed(*token),
+            LoginClient::Token(token) | LoginClient::Device { token, .. } => Cow::Borrowed(*token),
         }
     }
 }
@@ -91,16 +111,22 @@ impl<'a> From<&'a String> for LoginClient<'a> {
     }
 }
 
-impl fmt::Display for LoginClient<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.key())
+impl<'a> From<(&'a str, IpAddr)> for LoginClient<'a> {
+    fn from((token, ip): (&'a str, IpAddr)) -> Self {
+        LoginClient::Device {
+            token,
+            ip: mask(ip, DEFAULT_V4_PREFIX, DEFAULT_V6_PREFIX),
+        }
     }
 }
 
-/// The key of one (account, client) pair: the account's length first, so that no two pairs
-/// share a key whatever bytes the account and client hold.
-pub(crate) fn pair_key(account: &str, client: &str) -> String {
-    format!("{}:{account}{client}", account.len())
+impl fmt::Display for LoginClient<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LoginClient::Device { token, ip } => write!(f, "{token} at {ip}"),
+            _ => f.write_str(&self.limit_key()),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -108,19 +134,16 @@ mod tests {
     use super::*;
 
     #[test]
-    fn pair_keys_are_unambiguous() {
-        assert_ne!(pair_key("ab", "c"), pair_key("a", "bc"));
-        assert_ne!(pair_key("1:a", "b"), pair_key("1", ":ab"));
-        assert_eq!(pair_key("alice", "192.0.2.1"), "5:alice192.0.2.1");
-    }
-
-    #[test]
     fn addresses_are_masked_and_strings_that_are_addresses_agree() {
-        let key = |c: LoginClient<'_>| c.key().into_owned();
+        let key = |c: LoginClient<'_>| c.limit_key().into_owned();
         assert_eq!(key("2001:db8:1:2:3:4:5:6".into()), "2001:db8:1:2::");
         assert_eq!(key("203.0.113.7".into()), "203.0.113.7");
         assert_eq!(key("::ffff:203.0.113.7".into()), "203.0.113.7");
         assert_eq!(key("2001:db8::/64".into()), "2001:db8::/64");
         assert_eq!(key("token".into()), "token");
+        let device = LoginClient::from(("token", "2001:db8::5".parse::<IpAddr>().unwrap()));
+        assert_eq!(device.limit_key(), "2001:db8::");
+        assert_eq!(device.known_key(), "token");
+        assert_eq!(device.to_string(), "token at 2001:db8::");
     }
 }

@@ -1,45 +1,110 @@
 //! Known clients: a client that logged into an account successfully is *known* for that
-//! account for a while, and is then judged by a failure budget of its own.
+//! account for a while, and is then judged by a failure budget of its own. Each account
+//! keeps a short list of its known clients.
 
 use crate::any_state::AnyState;
 use crate::clock::Fixed;
 use crate::{Clock, Decision, Policy};
 
-/// One known (account, client) pair: until when it is known, and its own failure budget.
+/// The most clients an account keeps known at once; a success from one more replaces the
+/// client whose latest success is the oldest. It bounds what one account (an attacker's own
+/// included) can put into the guard's memory, however often it logs in.
+pub(crate) const MAX_KNOWN_PER_ACCOUNT: usize = 16;
+
+/// One account's known clients, at most [`MAX_KNOWN_PER_ACCOUNT`].
 ///
-/// The whole value is replaced (under the map bucket's exclusive lock) by each success, so
-/// `until` needs no atomic; failures spend through the budget's own lock-free state.
+/// Changed only under the map bucket's exclusive lock (a success), read under its shared lock;
+/// failures spend through each client's own lock-free budget.
+#[derive(Debug, Default)]
+pub(crate) struct KnownClients {
+    clients: Vec<KnownClient>,
+}
+
+/// One known client of an account.
 #[derive(Debug)]
-pub(crate) struct KnownClient {
+struct KnownClient {
+    /// The client's key (its masked address or its device token).
+    client: Box<str>,
     /// ns on the guard's clock at which the client stops being known.
     until: u64,
     failures: AnyState,
 }
 
-impl KnownClient {
-    /// A client known until `until`, with a full budget under `policy`.
-    pub(crate) fn new(policy: &Policy, until: u64) -> Self {
-        KnownClient {
-            until,
-            failures: AnyState::new(policy, None, 0),
-        }
-    }
-
-    /// Whether the client is still known at `now`.
-    pub(crate) fn is_known(&self, now: u64) -> bool {
-        now < self.until
-    }
-
-    /// What the client's next attempt gets at `now`, spending nothing.
-    pub(crate) fn peek(&self, now: u64) -> Decision {
-        match self.failures.peek(&Fixed(now), 1) {
-            Some(decision) => decision,
+impl KnownClients {
+    /// The client's verdict at `now` when it is known, spending nothing.
+    pub(crate) fn peek(&self, client: &str, now: u64) -> Option<Decision> {
+        let known = self.find(client, now)?;
+        match known.failures.peek(&Fixed(now), 1) {
+            Some(decision) => Some(decision),
             None => unreachable!("a known client's budget is never retired"),
         }
     }
 
-    /// Spends one failure from the client's own budget (a full budget stays as it is).
-    pub(crate) fn fail<C: Clock + ?Sized>(&self, clock: &C) {
-        let _ = self.failures.try_acquire(clock, 1);
+    /// Spends one failure from the client's own budget when it is known (a full budget stays
+    /// as it is); whether it is known.
+    pub(crate) fn fail<C: Clock + ?Sized>(&self, client: &str, clock: &C, now: u64) -> bool {
+        match self.find(client, now) {
+            Some(known) => {
+                let _ = known.failures.try_acquire(clock, 1);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Makes `client` known until `until`, with a fresh budget under `policy`: in its own
+    /// place when it has one, else in a new place, else in the place of the client whose
+    /// latest success is the oldest.
+    pub(crate) fn remember(&mut self, client: &str, policy: &Policy, until: u64, now: u64) {
+        let fresh = KnownClient {
+            client: client.into(),
+            until,
+            failures: AnyState::new(policy, None, now),
+        };
+        self.clients.retain(|known| now < known.until);
+        if let Some(place) = self.clients.iter_mut().find(|k| *k.client == *client) {
+            *place = fresh;
+        } else if self.clients.len() < MAX_KNOWN_PER_ACCOUNT {
+            self.clients.push(fresh);
+        } else if let Some(oldest) = self.clients.iter_mut().min_by_key(|known| known.until) {
+            *oldest = fresh;
+        }
+    }
+
+    /// Whether no client is known at `now`: the list decides as no list.
+    pub(crate) fn is_idle(&self, now: u64) -> bool {
+        self.clients.iter().all(|known| now >= known.until)
+    }
+
+    fn find(&self, client: &str, now: u64) -> Option<&KnownClient> {
+        self.clients
+            .iter()
+            .find(|known| *known.client == *client && now < known.until)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_account_keeps_its_latest_clients_only() {
+        let policy: Policy = "sliding-log 5/15m".parse().unwrap();
+        let mut known = KnownClients::default();
+        for i in 0..MAX_KNOWN_PER_ACCOUNT as u64 + 4 {
+            known.remember(&format!("device-{i}"), &policy, 1_000 + i, 0);
+        }
+        assert_eq!(known.clients.len(), MAX_KNOWN_PER_ACCOUNT);
+        assert!(
+            known.peek("device-3", 0).is_none(),
+            "the oldest were replaced"
+        );
+        assert!(known.peek("device-4", 0).is_some());
+        // A success again refreshes the client in its own place.
+        known.remember("device-4", &policy, 5_000, 0);
+        assert_eq!(known.clients.len(), MAX_KNOWN_PER_ACCOUNT);
+        assert!(known.peek("device-4", 4_000).is_some());
+        assert!(known.is_idle(5_000));
+        assert!(!known.is_idle(4_999));
     }
 }

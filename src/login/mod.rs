@@ -8,7 +8,7 @@
 //! | `decision` | [`LoginDecision`]: what an attempt gets |
 //! | `client` | [`LoginClient`]: an address (masked) or a device token, and the keys it is filed under |
 //! | `strikes` | the escalation arithmetic and the per-account strike word |
-//! | `known` | one known (account, client) pair and its own failure budget |
+//! | `known` | an account's known clients, each with its own failure budget |
 //!
 //! The guard itself is built from the crate's own parts: two [`RateLimiter`]s count failures
 //! per account and per client, and two capped maps hold the strike records and the known
@@ -33,8 +33,7 @@ pub use decision::LoginDecision;
 #[cfg(tollgate_loom)]
 pub use strikes::ModelStrikes;
 
-use client::pair_key;
-use known::KnownClient;
+use known::KnownClients;
 use strikes::{Escalation, StrikeCell};
 
 /// Protection for a login form: failed attempts limited per account and per client at once,
@@ -71,9 +70,19 @@ use strikes::{Escalation, StrikeCell};
 /// success does not forgive them: the account's failures and strikes are forgotten only as
 /// time passes, or by [`unlock`](LoginGuard::unlock).
 ///
-/// Pass a device token (a random id your server issued in a signed cookie) as the client
-/// where you can: an address can be shared, and everyone behind a shared address is known
-/// once its owner logged in from there. See [`LoginClient`] for how addresses are masked.
+/// A known client's own budget has no lockout: with the default 5 per 15 minutes, whoever
+/// can present a known client (anyone behind a shared address the owner used, or a thief of
+/// the owner's device cookie) gets at most 480 guesses a day on that account, until the
+/// client's 30 days run out. Each account keeps at most 16 known clients (a success from one
+/// more replaces the one whose latest success is the oldest), so logging in over and over
+/// from new devices cannot fill the guard's memory from one account.
+///
+/// Pass the client as a `(device token, address)` pair where you can: the token (a random id
+/// your server issued in a signed cookie) recognises a known client, and the client limit
+/// counts per address, so fresh tokens buy no fresh budgets. An address alone also works,
+/// but it can be shared, and everyone behind a shared address is known once its owner logged
+/// in from there. See [`LoginClient`] for the forms a client takes and how addresses are
+/// masked.
 ///
 /// # Bounded memory
 ///
@@ -134,15 +143,13 @@ pub struct LoginGuard<C = SystemClock> {
     records: BoundedMap<String, StrikeCell, KeyHasher>,
     /// The strike record shared by accounts that have none while `records` is full.
     overflow_record: StrikeCell,
-    /// Known (account, client) pairs, by [`pair_key`].
-    known: BoundedMap<String, KnownClient, KnownHasher>,
+    /// Each account's known clients.
+    known: BoundedMap<String, KnownClients, KeyHasher>,
     escalation: Escalation,
     /// How long a success keeps a client known, ns (0: never known).
     remember: u64,
     config: LoginConfig,
 }
-
-type KnownHasher = KeyHasher;
 
 impl LoginGuard<SystemClock> {
     /// A guard with the default [`LoginConfig`] on the real clock.
@@ -213,7 +220,7 @@ impl<C: Clock + Clone> LoginGuard<C> {
             clients: RateLimiter::with_clock(config.ip_limit(), clock),
             records: BoundedMap::with_hasher(KeyHasher::default()),
             overflow_record: StrikeCell::fresh(),
-            known: BoundedMap::with_hasher(KnownHasher::default()),
+            known: BoundedMap::with_hasher(KeyHasher::default()),
             escalation: config.escalation(),
             remember: duration_to_nanos(config.remember_clients()),
             config,
@@ -221,22 +228,35 @@ impl<C: Clock + Clone> LoginGuard<C> {
     }
 
     /// This guard keeping at most `max_keys` keys in each of its maps: failure logs per
-    /// account, failure logs per client, strike records, and known clients. Each holds its
-    /// keys exactly while it tracks them, sweeps records that no longer matter as new ones
-    /// arrive, and never drops a record that still affects a decision to make room: a flood
-    /// of new names cannot reset anyone's spent budget or end a lockout.
+    /// account, failure logs per client, strike records, and known clients (per account, at
+    /// most 16 clients each). Each map holds its keys exactly while it tracks them, sweeps
+    /// records that no longer matter as new ones arrive, and never drops a record that still
+    /// affects a decision to make room: a flood of new names cannot reset anyone's spent
+    /// budget or end a lockout.
     ///
-    /// When a map is full (every record in it still matters), the keys it does not track
-    /// get a shared record instead, as [`RateLimiter::max_keys`] describes: while the
-    /// account map is full, accounts it does not track share one failure budget and one
-    /// strike record; likewise for clients. So during such a flood the guard errs on the
-    /// side of refusing untracked accounts, never on the side of letting guesses through;
-    /// clients already known for an account keep getting in, since their budgets live in
-    /// their known record. A client that logs in while the known map is full is not made
-    /// known (it keeps the account's rules) until places free up.
+    /// When a map is full (every record in it still matters), the keys it does not track get
+    /// a shared record instead, as [`RateLimiter::max_keys`] describes:
     ///
-    /// Memory is then bounded by `max_keys` times the cost of one record per map (a few
-    /// hundred bytes with the default sliding logs; see `docs/RECIPES.md`).
+    /// * accounts the account map does not track share one failure budget while it is full,
+    ///   and clients likewise;
+    /// * accounts that strike while the strike records are full share one strike record,
+    ///   which every account without a record of its own then meets until it comes to rest
+    ///   (so strikes that went there are not lost when places free up; [`unlock`] clears it);
+    /// * a client that logs in while the known map is full is not made known (it keeps the
+    ///   account's rules) until places free up.
+    ///
+    /// So a flood that fills the guard makes it refuse untracked accounts' unknown clients
+    /// rather than let guesses through. That is a denial of service by design, and its reach
+    /// is worth knowing: to bring the shared strike record into force, an attacker must keep
+    /// `max_keys` accounts striking (a full account limit each, every strike window) and then
+    /// strike three windows in a row; every account without a record of its own is then
+    /// locked out for unknown clients, escalating like one account. Tracked accounts keep
+    /// their exact counts, and known clients keep getting in: their budgets live in their
+    /// known record. Size `max_keys` well above the accounts that fail in one strike window
+    /// on a bad day. `max_keys(0)` makes every account and client share one record.
+    ///
+    /// Memory is then bounded by `max_keys` times the cost of one record per map (about two
+    /// hundred bytes with the default sliding logs).
     ///
     /// # Examples
     ///
@@ -246,6 +266,8 @@ impl<C: Clock + Clone> LoginGuard<C> {
     /// let guard = LoginGuard::with_clock(FakeClock::new()).max_keys(100_000);
     /// assert!(guard.check("alice", "192.0.2.1").is_allowed());
     /// ```
+    ///
+    /// [`unlock`]: LoginGuard::unlock
     #[must_use]
     pub fn max_keys(self, max_keys: usize) -> Self {
         LoginGuard {
@@ -284,13 +306,13 @@ impl<C: Clock> LoginGuard<C> {
     /// );
     /// ```
     pub fn check<'c>(&self, account: &str, client: impl Into<LoginClient<'c>>) -> LoginDecision {
-        let client = client.into().key();
+        let client = client.into();
         let now = self.clock().now();
-        if let Some(decision) = self.check_known(account, &client, now) {
+        if let Some(decision) = self.check_known(account, &client.known_key(), now) {
             return decision;
         }
         let locked = self
-            .record_of(account, |record| {
+            .record_of(account, now, |record| {
                 let streak = record.load();
                 self.escalation
                     .locked_for(streak, now)
@@ -300,7 +322,7 @@ impl<C: Clock> LoginGuard<C> {
         LoginDecision::combine(
             locked,
             self.accounts.peek(account),
-            self.clients.peek(&*client),
+            self.clients.peek(&*client.limit_key()),
         )
     }
 
@@ -311,9 +333,7 @@ impl<C: Clock> LoginGuard<C> {
         }
         let own = self
             .known
-            .read(&pair_key(account, client), |known| {
-                known.is_known(now).then(|| known.peek(now))
-            })
+            .read(account, |known| known.peek(client, now))
             .flatten()?;
         Some(LoginDecision::known(own))
     }
@@ -353,25 +373,19 @@ impl<C: Clock> LoginGuard<C> {
         client: impl Into<LoginClient<'c>>,
     ) -> LoginDecision {
         let client = client.into();
-        let key = client.key();
         let now = self.clock().now();
         if self.remember > 0 {
+            let known_key = client.known_key();
             let known = self
                 .known
-                .read(&pair_key(account, &key), |known| {
-                    let is_known = known.is_known(now);
-                    if is_known {
-                        known.fail(self.clock());
-                    }
-                    is_known
-                })
+                .read(account, |known| known.fail(&known_key, self.clock(), now))
                 .unwrap_or(false);
             if known {
                 return self.check(account, client);
             }
         }
         let spent = self.accounts.try_acquire(account);
-        let _ = self.clients.try_acquire(&*key);
+        let _ = self.clients.try_acquire(&*client.limit_key());
         if spent.remaining() == 0 {
             // Exhausted now, by this failure or before it: a strike, counted at most once
             // per strike window by the escalation.
@@ -402,12 +416,14 @@ impl<C: Clock> LoginGuard<C> {
         }
     }
 
-    /// `f` on the account's strike record: its own, or the shared overflow record when it
-    /// has none and the record map is full.
-    fn record_of<R>(&self, account: &str, f: impl Fn(&StrikeCell) -> R) -> Option<R> {
-        self.records
-            .read(account, &f)
-            .or_else(|| self.records.is_full().then(|| f(&self.overflow_record)))
+    /// `f` on the account's strike record: its own, or, when it has none, the shared overflow
+    /// record while that is in force (not at rest at `now`). So an account whose strikes went
+    /// to the overflow record keeps them when places free up.
+    fn record_of<R>(&self, account: &str, now: u64, f: impl Fn(&StrikeCell) -> R) -> Option<R> {
+        self.records.read(account, &f).or_else(|| {
+            let shared = &self.overflow_record;
+            (!self.escalation.is_at_rest(shared.load(), now)).then(|| f(shared))
+        })
     }
 
     /// Records a successful login for `account` from `client`: the client becomes *known*
@@ -443,11 +459,13 @@ impl<C: Clock> LoginGuard<C> {
         let now = self.clock().now();
         let until = now.saturating_add(self.remember);
         let policy = self.config.known_client_limit();
+        let client = client.into().known_key();
         // A full map leaves the client unknown: it keeps the account's rules.
-        let _ = self.known.put(
-            pair_key(account, &client.into().key()),
-            || KnownClient::new(&policy, until),
-            |known| !known.is_known(now),
+        let _ = self.known.upsert(
+            account.to_owned(),
+            KnownClients::default,
+            |known| known.remember(&client, &policy, until, now),
+            |known| known.is_idle(now),
         );
     }
 
@@ -471,7 +489,11 @@ impl<C: Clock> LoginGuard<C> {
     /// ```
     pub fn unlock(&self, account: &str) {
         self.accounts.reset(account);
-        self.records.remove(account);
+        if !self.records.remove(account) {
+            // The account has no record of its own: any lockout it meets is the shared
+            // overflow record's (see `max_keys`), which is cleared with it.
+            self.overflow_record.clear();
+        }
     }
 
     /// The account's current streak: strikes in consecutive windows, 0 when it has none
@@ -490,8 +512,10 @@ impl<C: Clock> LoginGuard<C> {
     #[must_use]
     pub fn strikes(&self, account: &str) -> u32 {
         let now = self.clock().now();
-        self.record_of(account, |record| self.escalation.streak(record.load(), now))
-            .unwrap_or(0)
+        self.record_of(account, now, |record| {
+            self.escalation.streak(record.load(), now)
+        })
+        .unwrap_or(0)
     }
 
     /// Drops every record that no longer affects a decision: account and client failure
@@ -524,7 +548,7 @@ impl<C: Clock> LoginGuard<C> {
             + self
                 .records
                 .evict(|record| self.escalation.is_at_rest(record.load(), now))
-            + self.known.evict(|known| !known.is_known(now))
+            + self.known.evict(|known| known.is_idle(now))
     }
 
     /// The configuration the guard enforces.

@@ -157,6 +157,13 @@ impl StrikeCell {
         }
     }
 
+    /// Forgets the streak (an administrator's unlock).
+    pub(crate) fn clear(&self) {
+        // Relaxed: see the type's docs; a strike racing the clear lands either before it
+        // (and is forgotten) or after it (and counts).
+        self.word.store(0, Ordering::Relaxed);
+    }
+
     /// The record now.
     pub(crate) fn load(&self) -> Streak {
         // Relaxed: see the type's docs.
