@@ -130,8 +130,6 @@ enum Step {
     Created(Result<Decision, CostError>),
     /// The generation was replaced: start over in the new one.
     Stale,
-    /// A new key found the limiter at `max_keys` and has not swept yet.
-    Full,
 }
 
 /// The first answer `found` gives for the generations older than `generation`, newest first.
@@ -222,27 +220,33 @@ trait Slot<K>: Sized + Send + Sync {
     fn is_at_rest(&self, params: &Self::Params, now: u64) -> bool;
     fn carry(&self, params: &Self::Params, now: u64, retire: bool) -> Option<Carry>;
 
-    /// The most a new state for `key` would accept: checked before anything is created.
-    fn max_cost_for(params: &Self::Params, key: &K) -> u64;
-    /// A new state for `key`: fresh, or carrying permits from an older generation.
-    fn build(params: &Self::Params, key: &K, carry: Option<&Carry>, now: u64) -> Self;
+    /// What a new state for a key is built from: nothing for a uniform policy, the key's
+    /// policy under a resolver.
+    type Spec;
+    /// The spec of a new state for `key`. Runs the resolver, if any: called before any
+    /// bucket is taken, once per creation attempt, and the result passed on.
+    fn resolve(params: &Self::Params, key: &K) -> Self::Spec;
+    /// The most a new state of `spec` would accept: checked before anything is created.
+    fn max_cost_for(params: &Self::Params, spec: &Self::Spec) -> u64;
+    /// A new state of `spec`: fresh, or carrying permits from an older generation.
+    fn build(params: &Self::Params, spec: &Self::Spec, carry: Option<&Carry>, now: u64) -> Self;
 
     /// The state(s) shared by new keys that find the limiter full.
     type Overflow: Send + Sync;
     fn new_overflow(params: &Self::Params) -> Self::Overflow;
-    /// Decides a request of a new `key` on the shared overflow state.
+    /// Decides a request of a new key of `spec` on the shared overflow state.
     fn overflow_acquire<C: Clock + ?Sized>(
         overflow: &Self::Overflow,
         params: &Self::Params,
-        key: &K,
+        spec: &Self::Spec,
         clock: &C,
         cost: u64,
     ) -> Result<Decision, CostError>;
-    /// What a request of a new `key` would get from the overflow state now.
+    /// What a request of a new key of `spec` would get from the overflow state now.
     fn overflow_peek<C: Clock + ?Sized>(
         overflow: &Self::Overflow,
         params: &Self::Params,
-        key: &K,
+        spec: &Self::Spec,
         clock: &C,
     ) -> Decision;
 }
@@ -294,11 +298,17 @@ impl<K, St: RateState> Slot<K> for St {
         RateState::carry(self, params, now, retire)
     }
 
-    fn max_cost_for(params: &St::Params, _: &K) -> u64 {
+    /// Every key's state is built from the policy's parameters alone.
+    type Spec = ();
+
+    #[inline(always)]
+    fn resolve(_: &St::Params, _: &K) {}
+
+    fn max_cost_for(params: &St::Params, (): &()) -> u64 {
         St::max_cost(params)
     }
 
-    fn build(params: &St::Params, _: &K, carry: Option<&Carry>, now: u64) -> Self {
+    fn build(params: &St::Params, (): &(), carry: Option<&Carry>, now: u64) -> Self {
         match carry {
             Some(carry) => St::from_carry(params, carry, now),
             None => St::fresh(params),
@@ -315,7 +325,7 @@ impl<K, St: RateState> Slot<K> for St {
     fn overflow_acquire<C: Clock + ?Sized>(
         overflow: &CachePadded<St>,
         params: &St::Params,
-        _: &K,
+        (): &(),
         clock: &C,
         cost: u64,
     ) -> Result<Decision, CostError> {
@@ -325,7 +335,7 @@ impl<K, St: RateState> Slot<K> for St {
     fn overflow_peek<C: Clock + ?Sized>(
         overflow: &CachePadded<St>,
         params: &St::Params,
-        _: &K,
+        (): &(),
         clock: &C,
     ) -> Decision {
         match overflow.peek(params, clock, 1) {
@@ -365,12 +375,19 @@ impl<K> Slot<K> for AnyState {
         AnyState::carry(self, now, retire)
     }
 
-    fn max_cost_for(resolver: &Self::Params, key: &K) -> u64 {
-        resolver(key).max_cost()
+    /// The policy the resolver chose for the key.
+    type Spec = Policy;
+
+    fn resolve(resolver: &Self::Params, key: &K) -> Policy {
+        resolver(key)
     }
 
-    fn build(resolver: &Self::Params, key: &K, carry: Option<&Carry>, now: u64) -> Self {
-        AnyState::new(&resolver(key), carry, now)
+    fn max_cost_for(_: &Self::Params, policy: &Policy) -> u64 {
+        policy.max_cost()
+    }
+
+    fn build(_: &Self::Params, policy: &Policy, carry: Option<&Carry>, now: u64) -> Self {
+        AnyState::new(policy, carry, now)
     }
 
     /// One shared state per policy the resolver returns for overflowing keys.
@@ -382,12 +399,11 @@ impl<K> Slot<K> for AnyState {
 
     fn overflow_acquire<C: Clock + ?Sized>(
         overflow: &Self::Overflow,
-        resolver: &Self::Params,
-        key: &K,
+        _: &Self::Params,
+        policy: &Policy,
         clock: &C,
         cost: u64,
     ) -> Result<Decision, CostError> {
-        let policy = resolver(key);
         let limit = policy.max_cost();
         if cost > limit {
             return Err(CostError::ExceedsLimit { cost, limit });
@@ -396,29 +412,28 @@ impl<K> Slot<K> for AnyState {
             Some(decision) => decision,
             None => unreachable!("overflow states are never retired"),
         };
-        if let Some(decision) = overflow.read_sync(&policy, |_, state| decide(state)) {
+        if let Some(decision) = overflow.read_sync(policy, |_, state| decide(state)) {
             return Ok(decision);
         }
         let entry = overflow
-            .entry_sync(policy)
-            .or_insert_with(|| AnyState::new(&policy, None, 0));
+            .entry_sync(*policy)
+            .or_insert_with(|| AnyState::new(policy, None, 0));
         Ok(decide(entry.get()))
     }
 
     fn overflow_peek<C: Clock + ?Sized>(
         overflow: &Self::Overflow,
-        resolver: &Self::Params,
-        key: &K,
+        _: &Self::Params,
+        policy: &Policy,
         clock: &C,
     ) -> Decision {
-        let policy = resolver(key);
         let peek = |state: &AnyState| match state.peek(clock, 1) {
             Some(decision) => decision,
             None => unreachable!("overflow states are never retired"),
         };
         overflow
-            .read_sync(&policy, |_, state| peek(state))
-            .unwrap_or_else(|| peek(&AnyState::new(&policy, None, 0)))
+            .read_sync(policy, |_, state| peek(state))
+            .unwrap_or_else(|| peek(&AnyState::new(policy, None, 0)))
     }
 }
 
@@ -552,8 +567,14 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock> RateLimiter<K, C, KeyHasher> {
     /// A limiter whose policy is chosen per key, by `resolver`, when the key's state is
     /// created: tiers such as free users at 100 per minute and paid ones at 1,000.
     ///
-    /// The resolver runs once per new key (and again only if the key's state is evicted or
-    /// [`reset`](RateLimiter::reset)), outside any fast path. To move a key to another tier,
+    /// The resolver runs when a key's state is created (and again only if the key's state is
+    /// evicted or [`reset`](RateLimiter::reset)), never for a key already tracked. It runs
+    /// before the limiter takes any lock, once per attempt to create the state: a slow
+    /// resolver (a database lookup of the customer's tier) delays only the new key's own
+    /// request, and a resolver may ask its own limiter about *other* keys. Two first requests
+    /// for the same key that race each other may each call it once; the state is built from
+    /// the answer of the one that creates it. A [`peek`](RateLimiter::peek) at a key not
+    /// tracked calls it once too. To move a key to another tier,
     /// change what the resolver returns for it, then call `reset(&key)`: its next request
     /// starts from a fresh state under the new policy. (Eviction does the same for keys at
     /// rest.) Each key then stores its policy's parameters beside its state, so per-key
@@ -901,11 +922,10 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
     {
         // Held across the lookup, so the map's own guard inside is a cheap nested one.
         let guard = Guard::new();
-        let mut swept = false;
         loop {
             let generation = self.generation(&guard);
             let step = with_keyed!(&generation.registry, keyed => {
-                self.acquire_in(generation, keyed, key, cost, swept, &guard)
+                self.acquire_in(generation, keyed, key, cost, &guard)
             });
             match step {
                 Step::Done(result) => return result,
@@ -918,11 +938,6 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
                 }
                 // The generation was replaced while we looked: decide in the new one.
                 Step::Stale => {}
-                // Full: sweep a larger slice for states at rest, then try once more.
-                Step::Full => {
-                    self.sweep(generation, FULL_SWEEP_SLICE, false, &guard);
-                    swept = true;
-                }
             }
         }
     }
@@ -935,7 +950,6 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
         keyed: &Keyed<K, St, S>,
         key: &Q,
         cost: u64,
-        swept: bool,
         guard: &Guard,
     ) -> Step
     where
@@ -951,7 +965,7 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
         });
         match hit {
             Some(Some(result)) => Step::Done(result),
-            _ => self.acquire_slow(generation, keyed, key, cost, swept, guard),
+            _ => self.acquire_slow(generation, keyed, key, cost, guard),
         }
     }
 
@@ -959,6 +973,11 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
     /// under the bucket's exclusive lock, carrying permits from an older generation if the
     /// key is still there, then decide. Two racing first requests meet here and the entry
     /// API gives both the same state.
+    ///
+    /// The resolver (if any) runs first, before any bucket is taken, and once for this
+    /// attempt: a slow one delays only this request, and one that asks the limiter about
+    /// other keys cannot wait on a lock its own request holds. Racing first requests for the
+    /// key may each call it; the first to insert decides the state's policy.
     #[cold]
     #[inline(never)]
     fn acquire_slow<Q, St: Slot<K>>(
@@ -967,75 +986,76 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
         keyed: &Keyed<K, St, S>,
         key: &Q,
         cost: u64,
-        swept: bool,
         guard: &Guard,
     ) -> Step
     where
         K: Borrow<Q> + From<Q::Owned>,
         Q: Hash + Eq + ToOwned + ?Sized,
     {
-        let entry = keyed.map.entry_sync(K::from(key.to_owned()));
-        // We hold the bucket exclusively. A generation found no longer current gains no state
-        // from here. One that was current when checked may still gain this key after a swap:
-        // the key is moved out later under this same lock, and eviction cannot unlink that
-        // generation meanwhile, because its sweep of this bucket waits for this lock.
-        if !self.is_current(generation, guard) {
-            return Step::Stale;
-        }
-        let decide = |state: &St| {
-            let limit = state.max_cost(&keyed.params);
-            if cost > limit {
-                return Err(CostError::ExceedsLimit { cost, limit });
+        let mut owned = K::from(key.to_owned());
+        let spec = St::resolve(&keyed.params, &owned);
+        let mut swept = false;
+        loop {
+            let entry = keyed.map.entry_sync(owned);
+            // We hold the bucket exclusively. A generation found no longer current gains no
+            // state from here. One that was current when checked may still gain this key after
+            // a swap: the key is moved out later under this same lock, and eviction cannot
+            // unlink that generation meanwhile, because its sweep of this bucket waits for
+            // this lock.
+            if !self.is_current(generation, guard) {
+                return Step::Stale;
             }
-            match state.try_acquire(&keyed.params, &self.clock, cost) {
-                Some(decision) => Ok(decision),
-                None => unreachable!("a state in the map under its exclusive lock is live"),
-            }
-        };
-        match entry {
-            Entry::Occupied(mut entry) => {
-                if entry.get().peek(&keyed.params, &self.clock).is_none() {
-                    // Retired in place: replace it (never revive it). No registry path leaves a
-                    // retired state in a map today (eviction unlinks without retiring, and a
-                    // moved key's state is removed, then counted, never retired); this keeps
-                    // it so if one ever does. No reader can still be inside: we hold the bucket
-                    // exclusively.
-                    let now = self.clock.now();
-                    *entry.get_mut() = St::build(&keyed.params, entry.key(), None, now);
-                }
-                Step::Done(decide(entry.get()))
-            }
-            Entry::Vacant(entry) => {
-                // A cost that could never be admitted creates nothing and moves nothing (a
-                // key still in an older generation stays there).
-                let limit = St::max_cost_for(&keyed.params, entry.key());
+            let decide = |state: &St| {
+                let limit = state.max_cost(&keyed.params);
                 if cost > limit {
-                    return Step::Done(Err(CostError::ExceedsLimit { cost, limit }));
+                    return Err(CostError::ExceedsLimit { cost, limit });
                 }
-                let now = self.clock.now();
-                // A key still in an older generation moves here: its place is already
-                // counted, so it takes no new one.
-                let carry = self.take_from_older(generation, key, now, guard);
-                // Built before a place is taken, so a resolver that panics here costs no
-                // place in `tracked`.
-                let state = St::build(&keyed.params, entry.key(), carry.as_ref(), now);
-                if carry.is_none() && !self.reserve() {
-                    if !swept {
-                        // Let go of the bucket: the sweep may need it.
-                        return Step::Full;
+                match state.try_acquire(&keyed.params, &self.clock, cost) {
+                    Some(decision) => Ok(decision),
+                    None => unreachable!("a state in the map under its exclusive lock is live"),
+                }
+            };
+            let entry = match entry {
+                Entry::Occupied(mut entry) => {
+                    if entry.get().peek(&keyed.params, &self.clock).is_none() {
+                        // Retired in place: replace it (never revive it). No registry path
+                        // leaves a retired state in a map today (eviction unlinks without
+                        // retiring, and a moved key's state is removed, then counted, never
+                        // retired); this keeps it so if one ever does. No reader can still be
+                        // inside: we hold the bucket exclusively.
+                        let now = self.clock.now();
+                        *entry.get_mut() = St::build(&keyed.params, &spec, None, now);
                     }
-                    let shared = St::overflow_acquire(
-                        &keyed.overflow,
-                        &keyed.params,
-                        entry.key(),
-                        &self.clock,
-                        cost,
-                    );
-                    return Step::Done(shared.map(Decision::overflowed));
+                    return Step::Done(decide(entry.get()));
                 }
-                let entry = entry.insert_entry(state);
-                Step::Created(decide(entry.get()))
+                Entry::Vacant(entry) => entry,
+            };
+            // A cost that could never be admitted creates nothing and moves nothing (a key
+            // still in an older generation stays there).
+            let limit = St::max_cost_for(&keyed.params, &spec);
+            if cost > limit {
+                return Step::Done(Err(CostError::ExceedsLimit { cost, limit }));
             }
+            let now = self.clock.now();
+            // A key still in an older generation moves here: its place is already counted, so
+            // it takes no new one.
+            let carry = self.take_from_older(generation, key, now, guard);
+            if carry.is_none() && !self.reserve() {
+                if !swept {
+                    // Full: let go of the bucket (the sweep may need it), sweep a larger slice
+                    // for states at rest, then try once more with the same spec.
+                    owned = entry.into_key();
+                    self.sweep(generation, FULL_SWEEP_SLICE, false, guard);
+                    swept = true;
+                    continue;
+                }
+                let shared =
+                    St::overflow_acquire(&keyed.overflow, &keyed.params, &spec, &self.clock, cost);
+                return Step::Done(shared.map(Decision::overflowed));
+            }
+            let state = St::build(&keyed.params, &spec, carry.as_ref(), now);
+            let entry = entry.insert_entry(state);
+            return Step::Created(decide(entry.get()));
         }
     }
 
@@ -1282,11 +1302,11 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
         // Not tracked here (or removed under us): decide on the state the key's next request
         // would create, built aside and dropped.
         let carry = self.peek_older(generation, key, now, guard);
-        let owned = K::from(key.to_owned());
+        let spec = St::resolve(&keyed.params, &K::from(key.to_owned()));
         if carry.is_none() && self.len() >= self.max_keys {
-            return St::overflow_peek(&keyed.overflow, &keyed.params, &owned, &at_now).overflowed();
+            return St::overflow_peek(&keyed.overflow, &keyed.params, &spec, &at_now).overflowed();
         }
-        let state = St::build(&keyed.params, &owned, carry.as_ref(), now);
+        let state = St::build(&keyed.params, &spec, carry.as_ref(), now);
         match state.peek(&keyed.params, &at_now) {
             Some(decision) => decision,
             None => unreachable!("a state just built is live"),
