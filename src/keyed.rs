@@ -1496,6 +1496,15 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
     fn replace_rules(&self, rules: Rules<K>) {
         let _config = self.lock_config();
         let guard = Guard::new();
+        if let (Rules::Uniform(new), Rules::Uniform(in_force)) =
+            (&rules, &self.generation(&guard).rules)
+        {
+            if new == in_force {
+                // Re-applying the policy in force: nothing to move, and the overflow keeps
+                // its budget.
+                return;
+            }
+        }
         let older = self.current.get_shared(Ordering::Acquire, &guard);
         let registry = Registry::new(&rules, self.hasher.clone());
         let grace = sweep_grace(&rules);

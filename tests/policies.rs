@@ -454,6 +454,23 @@ fn reconfiguring_while_threads_race_stays_exact() {
 }
 
 #[test]
+fn reapplying_the_policy_in_force_changes_nothing() {
+    let limiter: RateLimiter<String, FakeClock> =
+        RateLimiter::with_clock(policy("1/1h"), FakeClock::new()).max_keys(1);
+    assert!(limiter.try_acquire("tracked").is_allowed());
+    assert!(limiter.try_acquire("flood-1").is_allowed());
+    assert!(!limiter.try_acquire("flood-2").is_allowed());
+    // A service re-applying its configuration: the overflowing keys' shared budget is the
+    // one in force, not a new one per reload.
+    for _ in 0..3 {
+        limiter.set_policy(policy("1/1h"));
+        let d = limiter.try_acquire("flood-3");
+        assert!(d.is_overflow() && !d.is_allowed(), "{d:?}");
+    }
+    assert!(!limiter.try_acquire("tracked").is_allowed());
+}
+
+#[test]
 fn direct_limiter_reconfigures_under_the_same_rule() {
     let clock = FakeClock::new();
     let limiter = DirectLimiter::with_clock(policy("10/min"), clock.clone());
@@ -549,7 +566,7 @@ fn reset_catches_a_key_moving_between_generations() {
     );
     assert!(limiter.try_acquire("k").is_allowed());
     // A new generation: "k" stays behind in the old one until its next request.
-    limiter.set_policy(policy("1/min"));
+    limiter.set_policy(policy("sliding-log 1/min"));
     let resetting = {
         let limiter = limiter.clone();
         thread::spawn(move || {
