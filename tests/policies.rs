@@ -471,6 +471,65 @@ fn reapplying_the_policy_in_force_changes_nothing() {
 }
 
 #[test]
+fn reloads_racing_first_requests_lose_no_spent_permit() {
+    // Capacity 20 under every policy, clock frozen: each key admits exactly 20 however the
+    // reloads (some of them re-applying the policy in force) interleave with its requests.
+    // A generation replaced while a request was creating a key in it must not be dropped
+    // with that key: the key would start afresh and admit 20 more.
+    const KEYS: usize = 64;
+    const CAPACITY: u64 = 20;
+    let policies = [
+        "token-bucket 20/1h",
+        "token-bucket 20/1h",
+        "sliding-log 20/1h",
+        "sliding-counter 20/1h",
+        "sliding-counter 20/1h",
+    ];
+    for trial in 0..10 {
+        let limiter: Arc<RateLimiter<u64, FakeClock>> = Arc::new(RateLimiter::with_clock(
+            policy(policies[trial % 5]),
+            FakeClock::new(),
+        ));
+        let admitted: Arc<Vec<AtomicU64>> =
+            Arc::new((0..KEYS).map(|_| AtomicU64::new(0)).collect());
+        let start = Arc::new(Barrier::new(4));
+        let workers: Vec<_> = (0..3)
+            .map(|w| {
+                let (limiter, admitted, start) = (limiter.clone(), admitted.clone(), start.clone());
+                thread::spawn(move || {
+                    start.wait();
+                    for round in 0..20 {
+                        for i in 0..KEYS {
+                            // Each worker walks the keys in its own order.
+                            let key = (i * (2 * w + 1) + round) % KEYS;
+                            if limiter.try_acquire(&(key as u64)).is_allowed() {
+                                admitted[key].fetch_add(1, Ordering::Relaxed);
+                            }
+                        }
+                    }
+                })
+            })
+            .collect();
+        start.wait();
+        for i in 0..400 {
+            limiter.set_policy(policy(policies[(trial + i) % 5]));
+        }
+        for w in workers {
+            w.join().unwrap();
+        }
+        // Whatever is left after the race is still there, under the last policy.
+        for (key, count) in admitted.iter().enumerate() {
+            let mut left = 0;
+            while left <= CAPACITY && limiter.try_acquire(&(key as u64)).is_allowed() {
+                left += 1;
+            }
+            let total = count.load(Ordering::Relaxed) + left;
+            assert_eq!(total, CAPACITY, "trial {trial}, key {key}");
+        }
+    }
+}
+
+#[test]
 fn direct_limiter_reconfigures_under_the_same_rule() {
     let clock = FakeClock::new();
     let limiter = DirectLimiter::with_clock(policy("10/min"), clock.clone());
