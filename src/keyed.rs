@@ -9,7 +9,7 @@
 use std::borrow::Borrow;
 use std::fmt;
 use std::hash::{BuildHasher, Hash};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{fence, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crossbeam_utils::CachePadded;
@@ -130,8 +130,6 @@ enum Step {
     Created(Result<Decision, CostError>),
     /// The generation was replaced: start over in the new one.
     Stale,
-    /// A new key found the limiter at `max_keys` and has not swept yet.
-    Full,
 }
 
 /// The first answer `found` gives for the generations older than `generation`, newest first.
@@ -222,27 +220,33 @@ trait Slot<K>: Sized + Send + Sync {
     fn is_at_rest(&self, params: &Self::Params, now: u64) -> bool;
     fn carry(&self, params: &Self::Params, now: u64, retire: bool) -> Option<Carry>;
 
-    /// The most a new state for `key` would accept: checked before anything is created.
-    fn max_cost_for(params: &Self::Params, key: &K) -> u64;
-    /// A new state for `key`: fresh, or carrying permits from an older generation.
-    fn build(params: &Self::Params, key: &K, carry: Option<&Carry>, now: u64) -> Self;
+    /// What a new state for a key is built from: nothing for a uniform policy, the key's
+    /// policy under a resolver.
+    type Spec;
+    /// The spec of a new state for `key`. Runs the resolver, if any: called before any
+    /// bucket is taken, once per creation attempt, and the result passed on.
+    fn resolve(params: &Self::Params, key: &K) -> Self::Spec;
+    /// The most a new state of `spec` would accept: checked before anything is created.
+    fn max_cost_for(params: &Self::Params, spec: &Self::Spec) -> u64;
+    /// A new state of `spec`: fresh, or carrying permits from an older generation.
+    fn build(params: &Self::Params, spec: &Self::Spec, carry: Option<&Carry>, now: u64) -> Self;
 
     /// The state(s) shared by new keys that find the limiter full.
     type Overflow: Send + Sync;
     fn new_overflow(params: &Self::Params) -> Self::Overflow;
-    /// Decides a request of a new `key` on the shared overflow state.
+    /// Decides a request of a new key of `spec` on the shared overflow state.
     fn overflow_acquire<C: Clock + ?Sized>(
         overflow: &Self::Overflow,
         params: &Self::Params,
-        key: &K,
+        spec: &Self::Spec,
         clock: &C,
         cost: u64,
     ) -> Result<Decision, CostError>;
-    /// What a request of a new `key` would get from the overflow state now.
+    /// What a request of a new key of `spec` would get from the overflow state now.
     fn overflow_peek<C: Clock + ?Sized>(
         overflow: &Self::Overflow,
         params: &Self::Params,
-        key: &K,
+        spec: &Self::Spec,
         clock: &C,
     ) -> Decision;
 }
@@ -294,11 +298,17 @@ impl<K, St: RateState> Slot<K> for St {
         RateState::carry(self, params, now, retire)
     }
 
-    fn max_cost_for(params: &St::Params, _: &K) -> u64 {
+    /// Every key's state is built from the policy's parameters alone.
+    type Spec = ();
+
+    #[inline(always)]
+    fn resolve(_: &St::Params, _: &K) {}
+
+    fn max_cost_for(params: &St::Params, (): &()) -> u64 {
         St::max_cost(params)
     }
 
-    fn build(params: &St::Params, _: &K, carry: Option<&Carry>, now: u64) -> Self {
+    fn build(params: &St::Params, (): &(), carry: Option<&Carry>, now: u64) -> Self {
         match carry {
             Some(carry) => St::from_carry(params, carry, now),
             None => St::fresh(params),
@@ -315,7 +325,7 @@ impl<K, St: RateState> Slot<K> for St {
     fn overflow_acquire<C: Clock + ?Sized>(
         overflow: &CachePadded<St>,
         params: &St::Params,
-        _: &K,
+        (): &(),
         clock: &C,
         cost: u64,
     ) -> Result<Decision, CostError> {
@@ -325,7 +335,7 @@ impl<K, St: RateState> Slot<K> for St {
     fn overflow_peek<C: Clock + ?Sized>(
         overflow: &CachePadded<St>,
         params: &St::Params,
-        _: &K,
+        (): &(),
         clock: &C,
     ) -> Decision {
         match overflow.peek(params, clock, 1) {
@@ -365,12 +375,19 @@ impl<K> Slot<K> for AnyState {
         AnyState::carry(self, now, retire)
     }
 
-    fn max_cost_for(resolver: &Self::Params, key: &K) -> u64 {
-        resolver(key).max_cost()
+    /// The policy the resolver chose for the key.
+    type Spec = Policy;
+
+    fn resolve(resolver: &Self::Params, key: &K) -> Policy {
+        resolver(key)
     }
 
-    fn build(resolver: &Self::Params, key: &K, carry: Option<&Carry>, now: u64) -> Self {
-        AnyState::new(&resolver(key), carry, now)
+    fn max_cost_for(_: &Self::Params, policy: &Policy) -> u64 {
+        policy.max_cost()
+    }
+
+    fn build(_: &Self::Params, policy: &Policy, carry: Option<&Carry>, now: u64) -> Self {
+        AnyState::new(policy, carry, now)
     }
 
     /// One shared state per policy the resolver returns for overflowing keys.
@@ -382,12 +399,11 @@ impl<K> Slot<K> for AnyState {
 
     fn overflow_acquire<C: Clock + ?Sized>(
         overflow: &Self::Overflow,
-        resolver: &Self::Params,
-        key: &K,
+        _: &Self::Params,
+        policy: &Policy,
         clock: &C,
         cost: u64,
     ) -> Result<Decision, CostError> {
-        let policy = resolver(key);
         let limit = policy.max_cost();
         if cost > limit {
             return Err(CostError::ExceedsLimit { cost, limit });
@@ -396,29 +412,28 @@ impl<K> Slot<K> for AnyState {
             Some(decision) => decision,
             None => unreachable!("overflow states are never retired"),
         };
-        if let Some(decision) = overflow.read_sync(&policy, |_, state| decide(state)) {
+        if let Some(decision) = overflow.read_sync(policy, |_, state| decide(state)) {
             return Ok(decision);
         }
         let entry = overflow
-            .entry_sync(policy)
-            .or_insert_with(|| AnyState::new(&policy, None, 0));
+            .entry_sync(*policy)
+            .or_insert_with(|| AnyState::new(policy, None, 0));
         Ok(decide(entry.get()))
     }
 
     fn overflow_peek<C: Clock + ?Sized>(
         overflow: &Self::Overflow,
-        resolver: &Self::Params,
-        key: &K,
+        _: &Self::Params,
+        policy: &Policy,
         clock: &C,
     ) -> Decision {
-        let policy = resolver(key);
         let peek = |state: &AnyState| match state.peek(clock, 1) {
             Some(decision) => decision,
             None => unreachable!("overflow states are never retired"),
         };
         overflow
-            .read_sync(&policy, |_, state| peek(state))
-            .unwrap_or_else(|| peek(&AnyState::new(&policy, None, 0)))
+            .read_sync(policy, |_, state| peek(state))
+            .unwrap_or_else(|| peek(&AnyState::new(policy, None, 0)))
     }
 }
 
@@ -450,16 +465,27 @@ impl<K: Hash + Eq, St: Slot<K>, S: BuildHasher> Keyed<K, St, S> {
 
 impl<K: Hash + Eq + Clone, S: BuildHasher> Generation<K, S> {
     /// Up to `slice` entries of `keyed` (this generation's map) from the cursor on; returns
-    /// how many states at rest it removed.
-    fn sweep_step<St: Slot<K>>(&self, keyed: &Keyed<K, St, S>, slice: usize, now: u64) -> usize {
+    /// how many states at rest it removed, and whether it found the map empty.
+    fn sweep_step<St: Slot<K>>(
+        &self,
+        keyed: &Keyed<K, St, S>,
+        slice: usize,
+        now: u64,
+    ) -> (usize, bool) {
         let Ok(mut cursor) = self.sweep_cursor.try_lock() else {
-            return 0;
+            return (0, false);
+        };
+        let mut empty = false;
+        let mut begin = || {
+            let first = keyed.map.begin_sync();
+            empty |= first.is_none();
+            first
         };
         // Each step holds one bucket exclusively at a time (as `retain_sync` does), so, as
         // for `evict_idle`, no request is inside a state while it is checked and removed.
         let mut entry = match cursor.take() {
-            Some(key) => keyed.map.get_sync(&key).or_else(|| keyed.map.begin_sync()),
-            None => keyed.map.begin_sync(),
+            Some(key) => keyed.map.get_sync(&key).or_else(&mut begin),
+            None => begin(),
         };
         let mut removed = 0;
         let mut wrapped = false;
@@ -470,9 +496,9 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> Generation<K, S> {
                     return None;
                 }
                 wrapped = true;
-                keyed.map.begin_sync()
+                begin()
             }) else {
-                return removed;
+                return (removed, empty);
             };
             if here.get().is_at_rest(&keyed.params, now) {
                 removed += 1;
@@ -482,7 +508,50 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> Generation<K, S> {
             }
         }
         *cursor = entry.map(|here| here.key().clone());
-        removed
+        (removed, empty)
+    }
+
+    /// Whether this generation, already replaced, holds no state and never will again.
+    ///
+    /// Why "never again": a generation gains a state only in `acquire_slow`, from a request
+    /// that holds the key's bucket exclusively and found the generation current *after*
+    /// taking the bucket. This check runs after the swap that replaced the generation (the
+    /// caller reached it through a newer generation's link) and takes every bucket of the map
+    /// in turn (`begin_sync` on a map without entries visits them all, as `retain_sync`
+    /// does). For each such request, either this pass took the bucket after the request let
+    /// go of it, and then sees the state it inserted; or the pass took it first, and then the
+    /// request took it after the pass, so after the swap, and found the generation replaced.
+    /// The one outcome that would break this, the request's load of `current` missing the
+    /// swap while this pass misses the request's hold of the bucket, is what the two SeqCst
+    /// fences forbid (here between learning of the swap and the pass, in `acquire_slow`
+    /// between taking the bucket and loading `current`). So a generation found drained
+    /// stays empty: unlinking it loses no key's spent permits, and readers still inside it
+    /// are protected by their epoch guards.
+    fn is_drained(&self) -> bool {
+        // SeqCst: see above; pairs with the fence in `acquire_slow`.
+        fence(Ordering::SeqCst);
+        with_keyed!(&self.registry, keyed => keyed.map.begin_sync().is_none())
+    }
+
+    /// Unlinks every generation older than this one that has drained, so that no request
+    /// walks it again and its map is freed. The caller holds the limiter's `config` lock,
+    /// which serialises every change of the links.
+    fn unlink_drained(&self, guard: &Guard) {
+        let mut newer = self;
+        // Acquire: pairs with the Release that linked each older generation, so its map is
+        // seen whole.
+        while let Some(old) = newer.older.load(Ordering::Acquire, guard).as_ref() {
+            if old.is_drained() {
+                // AcqRel: publishes the new link to walkers that load it with Acquire. A
+                // walker still on the old link reaches the same generations through `old`.
+                newer.older.swap(
+                    (old.older.get_shared(Ordering::Acquire, guard), Tag::None),
+                    Ordering::AcqRel,
+                );
+            } else {
+                newer = old;
+            }
+        }
     }
 }
 
@@ -505,10 +574,6 @@ impl<K: Hash + Eq + 'static, S: BuildHasher + 'static> Registry<K, S> {
                 }
             },
         }
-    }
-
-    fn is_empty(&self) -> bool {
-        with_keyed!(self, keyed => keyed.map.is_empty())
     }
 }
 
@@ -552,8 +617,14 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock> RateLimiter<K, C, KeyHasher> {
     /// A limiter whose policy is chosen per key, by `resolver`, when the key's state is
     /// created: tiers such as free users at 100 per minute and paid ones at 1,000.
     ///
-    /// The resolver runs once per new key (and again only if the key's state is evicted or
-    /// [`reset`](RateLimiter::reset)), outside any fast path. To move a key to another tier,
+    /// The resolver runs when a key's state is created (and again only if the key's state is
+    /// evicted or [`reset`](RateLimiter::reset)), never for a key already tracked. It runs
+    /// before the limiter takes any lock, once per attempt to create the state: a slow
+    /// resolver (a database lookup of the customer's tier) delays only the new key's own
+    /// request, and a resolver may ask its own limiter about *other* keys. Two first requests
+    /// for the same key that race each other may each call it once; the state is built from
+    /// the answer of the one that creates it. A [`peek`](RateLimiter::peek) at a key not
+    /// tracked calls it once too. To move a key to another tier,
     /// change what the resolver returns for it, then call `reset(&key)`: its next request
     /// starts from a fresh state under the new policy. (Eviction does the same for keys at
     /// rest.) Each key then stores its policy's parameters beside its state, so per-key
@@ -679,8 +750,10 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
     /// on the hit path. Routine sweeping removes a state only once it has been at rest for
     /// a grace period (the policy's longest window; a minute with a resolver), so a key
     /// that is used now and then is not removed and re-created each time; a limiter that
-    /// is full ([`max_keys`](RateLimiter::max_keys)) removes any state at rest. A limiter that stops gaining keys stops sweeping, but then it does
-    /// not grow either; call `evict_idle` from a timer to reclaim memory after a burst.
+    /// is full ([`max_keys`](RateLimiter::max_keys)) removes any state at rest. The sweep
+    /// also drops the map of a replaced policy once it holds no key. A limiter that stops
+    /// gaining keys stops sweeping, but then it does not grow either; call `evict_idle` from
+    /// a timer to reclaim memory after a burst.
     ///
     /// # Examples
     ///
@@ -901,11 +974,10 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
     {
         // Held across the lookup, so the map's own guard inside is a cheap nested one.
         let guard = Guard::new();
-        let mut swept = false;
         loop {
             let generation = self.generation(&guard);
             let step = with_keyed!(&generation.registry, keyed => {
-                self.acquire_in(generation, keyed, key, cost, swept, &guard)
+                self.acquire_in(generation, keyed, key, cost, &guard)
             });
             match step {
                 Step::Done(result) => return result,
@@ -918,11 +990,6 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
                 }
                 // The generation was replaced while we looked: decide in the new one.
                 Step::Stale => {}
-                // Full: sweep a larger slice for states at rest, then try once more.
-                Step::Full => {
-                    self.sweep(generation, FULL_SWEEP_SLICE, false, &guard);
-                    swept = true;
-                }
             }
         }
     }
@@ -935,7 +1002,6 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
         keyed: &Keyed<K, St, S>,
         key: &Q,
         cost: u64,
-        swept: bool,
         guard: &Guard,
     ) -> Step
     where
@@ -951,7 +1017,7 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
         });
         match hit {
             Some(Some(result)) => Step::Done(result),
-            _ => self.acquire_slow(generation, keyed, key, cost, swept, guard),
+            _ => self.acquire_slow(generation, keyed, key, cost, guard),
         }
     }
 
@@ -959,6 +1025,11 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
     /// under the bucket's exclusive lock, carrying permits from an older generation if the
     /// key is still there, then decide. Two racing first requests meet here and the entry
     /// API gives both the same state.
+    ///
+    /// The resolver (if any) runs first, before any bucket is taken, and once for this
+    /// attempt: a slow one delays only this request, and one that asks the limiter about
+    /// other keys cannot wait on a lock its own request holds. Racing first requests for the
+    /// key may each call it; the first to insert decides the state's policy.
     #[cold]
     #[inline(never)]
     fn acquire_slow<Q, St: Slot<K>>(
@@ -967,75 +1038,79 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
         keyed: &Keyed<K, St, S>,
         key: &Q,
         cost: u64,
-        swept: bool,
         guard: &Guard,
     ) -> Step
     where
         K: Borrow<Q> + From<Q::Owned>,
         Q: Hash + Eq + ToOwned + ?Sized,
     {
-        let entry = keyed.map.entry_sync(K::from(key.to_owned()));
-        // We hold the bucket exclusively. A generation found no longer current gains no state
-        // from here. One that was current when checked may still gain this key after a swap:
-        // the key is moved out later under this same lock, and eviction cannot unlink that
-        // generation meanwhile, because its sweep of this bucket waits for this lock.
-        if !self.is_current(generation, guard) {
-            return Step::Stale;
-        }
-        let decide = |state: &St| {
-            let limit = state.max_cost(&keyed.params);
-            if cost > limit {
-                return Err(CostError::ExceedsLimit { cost, limit });
+        let mut owned = K::from(key.to_owned());
+        let spec = St::resolve(&keyed.params, &owned);
+        let mut swept = false;
+        loop {
+            let entry = keyed.map.entry_sync(owned);
+            // We hold the bucket exclusively. A generation found no longer current gains no
+            // state from here. One that was current when checked may still gain this key after
+            // a swap: the key is moved out later under this same lock, and the generation is
+            // not unlinked meanwhile, because the pass that confirms it drained waits for this
+            // lock (`Generation::is_drained`).
+            // SeqCst: pairs with the fence in `is_drained`; either our load of `current` sees
+            // the swap, or that pass sees our hold of the bucket.
+            fence(Ordering::SeqCst);
+            if !self.is_current(generation, guard) {
+                return Step::Stale;
             }
-            match state.try_acquire(&keyed.params, &self.clock, cost) {
-                Some(decision) => Ok(decision),
-                None => unreachable!("a state in the map under its exclusive lock is live"),
-            }
-        };
-        match entry {
-            Entry::Occupied(mut entry) => {
-                if entry.get().peek(&keyed.params, &self.clock).is_none() {
-                    // Retired in place: replace it (never revive it). No registry path leaves a
-                    // retired state in a map today (eviction unlinks without retiring, and a
-                    // moved key's state is removed, then counted, never retired); this keeps
-                    // it so if one ever does. No reader can still be inside: we hold the bucket
-                    // exclusively.
-                    let now = self.clock.now();
-                    *entry.get_mut() = St::build(&keyed.params, entry.key(), None, now);
-                }
-                Step::Done(decide(entry.get()))
-            }
-            Entry::Vacant(entry) => {
-                // A cost that could never be admitted creates nothing and moves nothing (a
-                // key still in an older generation stays there).
-                let limit = St::max_cost_for(&keyed.params, entry.key());
+            let decide = |state: &St| {
+                let limit = state.max_cost(&keyed.params);
                 if cost > limit {
-                    return Step::Done(Err(CostError::ExceedsLimit { cost, limit }));
+                    return Err(CostError::ExceedsLimit { cost, limit });
                 }
-                let now = self.clock.now();
-                // A key still in an older generation moves here: its place is already
-                // counted, so it takes no new one.
-                let carry = self.take_from_older(generation, key, now, guard);
-                // Built before a place is taken, so a resolver that panics here costs no
-                // place in `tracked`.
-                let state = St::build(&keyed.params, entry.key(), carry.as_ref(), now);
-                if carry.is_none() && !self.reserve() {
-                    if !swept {
-                        // Let go of the bucket: the sweep may need it.
-                        return Step::Full;
+                match state.try_acquire(&keyed.params, &self.clock, cost) {
+                    Some(decision) => Ok(decision),
+                    None => unreachable!("a state in the map under its exclusive lock is live"),
+                }
+            };
+            let entry = match entry {
+                Entry::Occupied(mut entry) => {
+                    if entry.get().peek(&keyed.params, &self.clock).is_none() {
+                        // Retired in place: replace it (never revive it). No registry path
+                        // leaves a retired state in a map today (eviction unlinks without
+                        // retiring, and a moved key's state is removed, then counted, never
+                        // retired); this keeps it so if one ever does. No reader can still be
+                        // inside: we hold the bucket exclusively.
+                        let now = self.clock.now();
+                        *entry.get_mut() = St::build(&keyed.params, &spec, None, now);
                     }
-                    let shared = St::overflow_acquire(
-                        &keyed.overflow,
-                        &keyed.params,
-                        entry.key(),
-                        &self.clock,
-                        cost,
-                    );
-                    return Step::Done(shared.map(Decision::overflowed));
+                    return Step::Done(decide(entry.get()));
                 }
-                let entry = entry.insert_entry(state);
-                Step::Created(decide(entry.get()))
+                Entry::Vacant(entry) => entry,
+            };
+            // A cost that could never be admitted creates nothing and moves nothing (a key
+            // still in an older generation stays there).
+            let limit = St::max_cost_for(&keyed.params, &spec);
+            if cost > limit {
+                return Step::Done(Err(CostError::ExceedsLimit { cost, limit }));
             }
+            let now = self.clock.now();
+            // A key still in an older generation moves here: its place is already counted, so
+            // it takes no new one.
+            let carry = self.take_from_older(generation, key, now, guard);
+            if carry.is_none() && !self.reserve() {
+                if !swept {
+                    // Full: let go of the bucket (the sweep may need it), sweep a larger slice
+                    // for states at rest, then try once more with the same spec.
+                    owned = entry.into_key();
+                    self.sweep(generation, FULL_SWEEP_SLICE, false, guard);
+                    swept = true;
+                    continue;
+                }
+                let shared =
+                    St::overflow_acquire(&keyed.overflow, &keyed.params, &spec, &self.clock, cost);
+                return Step::Done(shared.map(Decision::overflowed));
+            }
+            let state = St::build(&keyed.params, &spec, carry.as_ref(), now);
+            let entry = entry.insert_entry(state);
+            return Step::Created(decide(entry.get()));
         }
     }
 
@@ -1064,6 +1139,7 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
     fn sweep(&self, generation: &Generation<K, S>, slice: usize, grace: bool, guard: &Guard) {
         let now = self.clock.now();
         let mut removed = 0;
+        let mut older_empty = false;
         let mut current = Some(generation);
         while let Some(g) = current {
             // A state at rest at an earlier instant is at rest now (time only brings states
@@ -1073,11 +1149,22 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
             } else {
                 now
             };
-            removed += with_keyed!(&g.registry, keyed => g.sweep_step(keyed, slice, as_of));
+            let (swept, empty) =
+                with_keyed!(&g.registry, keyed => g.sweep_step(keyed, slice, as_of));
+            removed += swept;
+            older_empty |= empty && !std::ptr::eq(g, generation);
+            // Acquire: as every walk of the chain.
             current = g.older.load(Ordering::Acquire, guard).as_ref();
         }
         // Relaxed: a statistic, decremented after the removals.
         self.tracked.fetch_sub(removed, Ordering::Relaxed);
+        if older_empty {
+            // A replaced generation looked empty: unlink it, unless a reload holds the lock
+            // (a request never waits for one; a later sweep sees the empty map again).
+            if let Some(_config) = self.try_lock_config() {
+                self.generation(guard).unlink_drained(guard);
+            }
+        }
     }
 
     fn is_current(&self, generation: &Generation<K, S>, guard: &Guard) -> bool {
@@ -1282,11 +1369,11 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
         // Not tracked here (or removed under us): decide on the state the key's next request
         // would create, built aside and dropped.
         let carry = self.peek_older(generation, key, now, guard);
-        let owned = K::from(key.to_owned());
+        let spec = St::resolve(&keyed.params, &K::from(key.to_owned()));
         if carry.is_none() && self.len() >= self.max_keys {
-            return St::overflow_peek(&keyed.overflow, &keyed.params, &owned, &at_now).overflowed();
+            return St::overflow_peek(&keyed.overflow, &keyed.params, &spec, &at_now).overflowed();
         }
-        let state = St::build(&keyed.params, &owned, carry.as_ref(), now);
+        let state = St::build(&keyed.params, &spec, carry.as_ref(), now);
         match state.peek(&keyed.params, &at_now) {
             Some(decision) => decision,
             None => unreachable!("a state just built is live"),
@@ -1342,23 +1429,18 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
         let now = self.clock.now();
         let generation = self.generation(&guard);
         let mut removed = with_keyed!(&generation.registry, keyed => keyed.evict_idle(now));
-        let mut older_all_empty = true;
+        // Acquire: as every walk of the chain.
         let mut older = generation.older.load(Ordering::Acquire, &guard);
+        let replaced = !older.is_null();
         while let Some(old) = older.as_ref() {
             removed += with_keyed!(&old.registry, keyed => keyed.evict_idle(now));
-            older_all_empty &= old.registry.is_empty();
             older = old.older.load(Ordering::Acquire, &guard);
         }
         // Relaxed: a statistic.
         self.tracked.fetch_sub(removed, Ordering::Relaxed);
-        if older_all_empty && !generation.older.is_null(Ordering::Relaxed) {
-            // A replaced generation gains a key only from a request that found it current
-            // before the swap and still holds that key's bucket (see `acquire_slow`); the
-            // sweeps above, which began after the swap, waited for such a bucket. So the
-            // generations found empty stay empty: unlink them. Readers still inside are
-            // protected by their guards.
+        if replaced {
             let _config = self.lock_config();
-            generation.older.swap((None, Tag::None), Ordering::AcqRel);
+            self.generation(&guard).unlink_drained(&guard);
         }
         removed
     }
@@ -1433,6 +1515,12 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
     /// window); a longer old window says nothing about a shorter new one and is not counted.
     /// A limiter built with a resolver enforces the one `policy` from then on.
     ///
+    /// Reloads cost nothing over time: re-applying the policy in force changes nothing (a
+    /// service may apply its configuration every minute), and the map of a replaced policy
+    /// is dropped as soon as it holds no key (at once if it never held one, else by
+    /// [`evict_idle`](RateLimiter::evict_idle) or the automatic sweep once its keys have
+    /// moved or come to rest), so new keys never pay for past reloads.
+    ///
     /// # Examples
     ///
     /// ```
@@ -1476,6 +1564,15 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
     fn replace_rules(&self, rules: Rules<K>) {
         let _config = self.lock_config();
         let guard = Guard::new();
+        if let (Rules::Uniform(new), Rules::Uniform(in_force)) =
+            (&rules, &self.generation(&guard).rules)
+        {
+            if new == in_force {
+                // Re-applying the policy in force: nothing to move, and the overflow keeps
+                // its budget.
+                return;
+            }
+        }
         let older = self.current.get_shared(Ordering::Acquire, &guard);
         let registry = Registry::new(&rules, self.hasher.clone());
         let grace = sweep_grace(&rules);
@@ -1490,6 +1587,9 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
         // Acquire. The old one stays reachable through `older` until it drains.
         self.current
             .swap((Some(Shared::new(generation)), Tag::None), Ordering::AcqRel);
+        // A generation replaced before it held a key (a reload soon after another) is
+        // unlinked now, so reloads never grow the chain new keys walk.
+        self.generation(&guard).unlink_drained(&guard);
     }
 
     fn lock_config(&self) -> std::sync::MutexGuard<'_, ()> {
@@ -1497,6 +1597,15 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
         self.config
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The `config` lock if it is free now (poisoned or not, as `lock_config`).
+    fn try_lock_config(&self) -> Option<std::sync::MutexGuard<'_, ()>> {
+        match self.config.try_lock() {
+            Ok(config) => Some(config),
+            Err(std::sync::TryLockError::Poisoned(poisoned)) => Some(poisoned.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) => None,
+        }
     }
 
     /// How many keys are tracked now.
@@ -1580,5 +1689,106 @@ impl<K, C, S: BuildHasher> fmt::Debug for RateLimiter<K, C, S> {
         f.debug_struct("RateLimiter")
             .field("keys", &self.tracked.load(Ordering::Relaxed))
             .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+impl<K, C, S: BuildHasher> RateLimiter<K, C, S> {
+    /// How many generations are linked now, the current one included: what a new key's
+    /// request may walk.
+    fn generations(&self) -> usize {
+        let guard = Guard::new();
+        let mut linked = 0;
+        // Acquire: as every walk of the chain.
+        let mut generation = self.current.load(Ordering::Acquire, &guard);
+        while let Some(g) = generation.as_ref() {
+            linked += 1;
+            generation = g.older.load(Ordering::Acquire, &guard);
+        }
+        linked
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::RateLimiter;
+    use crate::{FakeClock, Policy};
+
+    fn policy(s: &str) -> Policy {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn reapplying_the_policy_in_force_builds_nothing() {
+        let limiter: RateLimiter<u64, FakeClock> =
+            RateLimiter::with_clock(policy("5/1h"), FakeClock::new());
+        let _ = limiter.try_acquire(&1);
+        for _ in 0..10 {
+            limiter.set_policy(policy("5/1h"));
+        }
+        assert_eq!(limiter.generations(), 1);
+        assert_eq!(limiter.try_acquire(&1).remaining(), 3);
+    }
+
+    #[test]
+    fn alternating_reloads_keep_the_chain_short() {
+        let (a, b) = (policy("token-bucket 5/1h"), policy("sliding-log 5/1h"));
+        let limiter: RateLimiter<u64, FakeClock> = RateLimiter::with_clock(a, FakeClock::new());
+        for key in 0..1_000 {
+            let _ = limiter.try_acquire(&key);
+        }
+        for i in 0..100_000 {
+            limiter.set_policy(if i % 2 == 0 { b } else { a });
+            // The current generation and the one holding the 1,000 keys; every map replaced
+            // in between held nothing.
+            assert!(
+                limiter.generations() <= 2,
+                "{} linked",
+                limiter.generations()
+            );
+        }
+        assert_eq!(limiter.len(), 1_000);
+        // The keys kept their spent permit across every reload.
+        assert_eq!(limiter.try_acquire(&7).remaining(), 3);
+        assert_eq!(limiter.try_acquire(&1_000).remaining(), 4);
+    }
+
+    #[test]
+    fn the_sweep_unlinks_a_generation_drained_by_moves() {
+        let limiter: RateLimiter<u64, FakeClock> =
+            RateLimiter::with_clock(policy("5/1h"), FakeClock::new());
+        for key in 0..100 {
+            let _ = limiter.try_acquire(&key);
+        }
+        limiter.set_policy(policy("6/1h"));
+        assert_eq!(limiter.generations(), 2);
+        // Every key moves to the new generation; the last move's sweep finds the old one
+        // empty.
+        for key in 0..100 {
+            assert_eq!(limiter.try_acquire(&key).remaining(), 4);
+        }
+        let _ = limiter.try_acquire(&100);
+        assert_eq!(limiter.generations(), 1);
+        assert_eq!(limiter.len(), 101);
+    }
+
+    #[test]
+    fn the_sweep_unlinks_a_generation_drained_by_eviction() {
+        let clock = FakeClock::new();
+        let limiter: RateLimiter<u64, FakeClock> =
+            RateLimiter::with_clock(policy("5/1s"), clock.clone());
+        for key in 0..100 {
+            let _ = limiter.try_acquire(&key);
+        }
+        limiter.set_policy(policy("6/1s"));
+        clock.advance(Duration::from_secs(3));
+        // New keys sweep 8 entries each: the old keys, at rest, go; then their map does.
+        for key in 100..200 {
+            let _ = limiter.try_acquire(&key);
+        }
+        assert_eq!(limiter.len(), 100);
+        assert_eq!(limiter.generations(), 1);
     }
 }

@@ -145,6 +145,159 @@ fn a_key_moves_tier_through_reset() {
     assert!(!limiter.reset("nobody"));
 }
 
+/// A hasher that sends every key to the same bucket of the map, so that two keys' requests
+/// meet on one bucket lock.
+#[derive(Clone, Default)]
+struct SameBucket;
+
+impl std::hash::BuildHasher for SameBucket {
+    type Hasher = ConstHasher;
+    fn build_hasher(&self) -> ConstHasher {
+        ConstHasher
+    }
+}
+
+struct ConstHasher;
+
+impl std::hash::Hasher for ConstHasher {
+    fn finish(&self) -> u64 {
+        0x5151_5151_5151_5151
+    }
+    fn write(&mut self, _: &[u8]) {}
+}
+
+/// Bounds every wait of the resolver tests: a deadlock fails the test instead of hanging it.
+const PATIENCE: Duration = Duration::from_secs(10);
+
+#[test]
+fn the_resolver_runs_once_per_new_key() {
+    let calls = Arc::new(AtomicU64::new(0));
+    let counted = calls.clone();
+    let limiter: RateLimiter<String, FakeClock> = RateLimiter::with_resolver(
+        move |_: &String| {
+            counted.fetch_add(1, Ordering::Relaxed);
+            policy("2/1h")
+        },
+        FakeClock::new(),
+    )
+    .max_keys(2);
+    let calls_for = |what: &dyn Fn()| {
+        let before = calls.load(Ordering::Relaxed);
+        what();
+        calls.load(Ordering::Relaxed) - before
+    };
+    assert_eq!(
+        calls_for(&|| assert!(limiter.try_acquire("a").is_allowed())),
+        1
+    );
+    assert_eq!(
+        calls_for(&|| assert!(limiter.try_acquire("a").is_allowed())),
+        0
+    );
+    assert_eq!(
+        calls_for(&|| assert_eq!(limiter.peek("b").remaining(), 1)),
+        1
+    );
+    let refused = || {
+        assert_eq!(
+            limiter.try_acquire_n("b", 3),
+            Err(CostError::ExceedsLimit { cost: 3, limit: 2 })
+        );
+    };
+    assert_eq!(calls_for(&refused), 1);
+    assert_eq!(
+        calls_for(&|| assert!(limiter.try_acquire("b").is_allowed())),
+        1
+    );
+    // Full (2 keys, none at rest): the new key sweeps, tries again, then overflows.
+    let overflowed = || assert!(limiter.try_acquire("c").is_overflow());
+    assert_eq!(calls_for(&overflowed), 1);
+    assert_eq!(calls_for(&|| assert!(limiter.peek("c").is_overflow())), 1);
+}
+
+#[test]
+fn a_resolver_may_ask_its_own_limiter_about_another_key() {
+    type Limiter = RateLimiter<String, FakeClock, SameBucket>;
+    let cell: Arc<std::sync::OnceLock<std::sync::Weak<Limiter>>> = Arc::default();
+    let own = cell.clone();
+    let limiter: Arc<Limiter> = Arc::new(RateLimiter::with_hasher(
+        policy("5/1h"),
+        FakeClock::new(),
+        SameBucket,
+    ));
+    limiter.set_resolver(move |user: &String| {
+        let base = policy("5/1h");
+        if user == "probe" {
+            return base;
+        }
+        // "probe" shares the bucket of every other key.
+        match own.get().and_then(std::sync::Weak::upgrade) {
+            Some(limiter) if limiter.peek("probe").remaining() == 3 => policy("9/1h"),
+            _ => base,
+        }
+    });
+    assert!(cell.set(Arc::downgrade(&limiter)).is_ok());
+    assert!(limiter.try_acquire("probe").is_allowed());
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    let creating = {
+        let limiter = limiter.clone();
+        thread::spawn(move || {
+            let _ = done_tx.send(limiter.try_acquire("alice"));
+        })
+    };
+    let decided = done_rx.recv_timeout(PATIENCE);
+    let Ok(decision) = decided else {
+        // The creation is stuck on its own bucket: fail without waiting for it.
+        panic!("a resolver peeking its own limiter did not return");
+    };
+    creating.join().unwrap();
+    assert_eq!(
+        decision.limit(),
+        9,
+        "the resolver saw the probe: {decision:?}"
+    );
+}
+
+#[test]
+fn a_slow_resolver_stalls_no_tracked_key() {
+    use std::sync::mpsc;
+    use std::sync::Mutex;
+    let (entered_tx, entered_rx) = mpsc::channel();
+    let (release_tx, release_rx) = mpsc::channel::<()>();
+    let (entered_tx, release_rx) = (Mutex::new(entered_tx), Mutex::new(release_rx));
+    let limiter: Arc<RateLimiter<String, FakeClock, SameBucket>> = Arc::new(
+        RateLimiter::with_hasher(policy("5/1h"), FakeClock::new(), SameBucket),
+    );
+    limiter.set_resolver(move |user: &String| {
+        if user == "slow" {
+            // A database lookup of the customer's tier, held until the test lets it go.
+            let _ = entered_tx.lock().unwrap().send(());
+            let _ = release_rx.lock().unwrap().recv_timeout(PATIENCE);
+        }
+        policy("5/1h")
+    });
+    assert!(limiter.try_acquire("fast").is_allowed());
+    let slow = {
+        let limiter = limiter.clone();
+        thread::spawn(move || limiter.try_acquire("slow").is_allowed())
+    };
+    entered_rx.recv_timeout(PATIENCE).unwrap();
+    // The resolver is inside the creation of "slow"; "fast" shares its bucket.
+    let (done_tx, done_rx) = mpsc::channel();
+    let fast = {
+        let limiter = limiter.clone();
+        thread::spawn(move || {
+            let _ = done_tx.send(limiter.try_acquire("fast"));
+        })
+    };
+    let decided = done_rx.recv_timeout(PATIENCE);
+    release_tx.send(()).unwrap();
+    assert!(slow.join().unwrap());
+    fast.join().unwrap();
+    let decision = decided.expect("a tracked key waited for another key's resolver");
+    assert_eq!(decision.remaining(), 3);
+}
+
 // ---------------------------------------------------------------- live reconfiguration
 
 #[test]
@@ -301,6 +454,82 @@ fn reconfiguring_while_threads_race_stays_exact() {
 }
 
 #[test]
+fn reapplying_the_policy_in_force_changes_nothing() {
+    let limiter: RateLimiter<String, FakeClock> =
+        RateLimiter::with_clock(policy("1/1h"), FakeClock::new()).max_keys(1);
+    assert!(limiter.try_acquire("tracked").is_allowed());
+    assert!(limiter.try_acquire("flood-1").is_allowed());
+    assert!(!limiter.try_acquire("flood-2").is_allowed());
+    // A service re-applying its configuration: the overflowing keys' shared budget is the
+    // one in force, not a new one per reload.
+    for _ in 0..3 {
+        limiter.set_policy(policy("1/1h"));
+        let d = limiter.try_acquire("flood-3");
+        assert!(d.is_overflow() && !d.is_allowed(), "{d:?}");
+    }
+    assert!(!limiter.try_acquire("tracked").is_allowed());
+}
+
+#[test]
+fn reloads_racing_first_requests_lose_no_spent_permit() {
+    // Capacity 20 under every policy, clock frozen: each key admits exactly 20 however the
+    // reloads (some of them re-applying the policy in force) interleave with its requests.
+    // A generation replaced while a request was creating a key in it must not be dropped
+    // with that key: the key would start afresh and admit 20 more.
+    const KEYS: usize = 64;
+    const CAPACITY: u64 = 20;
+    let policies = [
+        "token-bucket 20/1h",
+        "token-bucket 20/1h",
+        "sliding-log 20/1h",
+        "sliding-counter 20/1h",
+        "sliding-counter 20/1h",
+    ];
+    for trial in 0..10 {
+        let limiter: Arc<RateLimiter<u64, FakeClock>> = Arc::new(RateLimiter::with_clock(
+            policy(policies[trial % 5]),
+            FakeClock::new(),
+        ));
+        let admitted: Arc<Vec<AtomicU64>> =
+            Arc::new((0..KEYS).map(|_| AtomicU64::new(0)).collect());
+        let start = Arc::new(Barrier::new(4));
+        let workers: Vec<_> = (0..3)
+            .map(|w| {
+                let (limiter, admitted, start) = (limiter.clone(), admitted.clone(), start.clone());
+                thread::spawn(move || {
+                    start.wait();
+                    for round in 0..20 {
+                        for i in 0..KEYS {
+                            // Each worker walks the keys in its own order.
+                            let key = (i * (2 * w + 1) + round) % KEYS;
+                            if limiter.try_acquire(&(key as u64)).is_allowed() {
+                                admitted[key].fetch_add(1, Ordering::Relaxed);
+                            }
+                        }
+                    }
+                })
+            })
+            .collect();
+        start.wait();
+        for i in 0..400 {
+            limiter.set_policy(policy(policies[(trial + i) % 5]));
+        }
+        for w in workers {
+            w.join().unwrap();
+        }
+        // Whatever is left after the race is still there, under the last policy.
+        for (key, count) in admitted.iter().enumerate() {
+            let mut left = 0;
+            while left <= CAPACITY && limiter.try_acquire(&(key as u64)).is_allowed() {
+                left += 1;
+            }
+            let total = count.load(Ordering::Relaxed) + left;
+            assert_eq!(total, CAPACITY, "trial {trial}, key {key}");
+        }
+    }
+}
+
+#[test]
 fn direct_limiter_reconfigures_under_the_same_rule() {
     let clock = FakeClock::new();
     let limiter = DirectLimiter::with_clock(policy("10/min"), clock.clone());
@@ -396,7 +625,7 @@ fn reset_catches_a_key_moving_between_generations() {
     );
     assert!(limiter.try_acquire("k").is_allowed());
     // A new generation: "k" stays behind in the old one until its next request.
-    limiter.set_policy(policy("1/min"));
+    limiter.set_policy(policy("sliding-log 1/min"));
     let resetting = {
         let limiter = limiter.clone();
         thread::spawn(move || {
