@@ -20,9 +20,17 @@ pub(crate) const SWEEP_PER_INSERT: usize = 8;
 /// Entries swept when an insertion finds the map full, before it gives up.
 pub(crate) const SWEEP_WHEN_FULL: usize = 64;
 
+/// What one sweep step did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Swept {
+    /// Entries removed.
+    pub(crate) removed: usize,
+    /// Whether the step found the map empty (its start had no entry).
+    pub(crate) empty: bool,
+}
+
 /// One step of the incremental sweep over `map`: up to `slice` entries from `cursor` on
-/// (wrapping to the beginning at most once), removing those `is_idle` says may go; returns
-/// how many it removed.
+/// (wrapping to the beginning at most once), removing those `is_idle` says may go.
 ///
 /// Each entry is checked and removed while its bucket is held exclusively (as `retain_sync`
 /// does), so no reader is inside an entry while it is checked and removed. One thread sweeps
@@ -32,17 +40,23 @@ pub(crate) fn sweep_step<K, V, S>(
     cursor: &Mutex<Option<K>>,
     slice: usize,
     mut is_idle: impl FnMut(&V) -> bool,
-) -> usize
+) -> Swept
 where
     K: Hash + Eq + Clone,
     S: BuildHasher,
 {
     let Ok(mut cursor) = cursor.try_lock() else {
-        return 0;
+        return Swept::default();
+    };
+    let mut swept = Swept::default();
+    let mut begin = || {
+        let first = map.begin_sync();
+        swept.empty |= first.is_none();
+        first
     };
     let mut entry = match cursor.take() {
-        Some(key) => map.get_sync(&key).or_else(|| map.begin_sync()),
-        None => map.begin_sync(),
+        Some(key) => map.get_sync(&key).or_else(&mut begin),
+        None => begin(),
     };
     let mut removed = 0;
     let mut wrapped = false;
@@ -53,9 +67,9 @@ where
                 return None;
             }
             wrapped = true;
-            map.begin_sync()
+            begin()
         }) else {
-            return removed;
+            break;
         };
         if is_idle(here.get()) {
             removed += 1;
@@ -65,7 +79,7 @@ where
         }
     }
     *cursor = entry.map(|here| here.key().clone());
-    removed
+    Swept { removed, ..swept }
 }
 
 /// A concurrent map that holds at most `max` entries, sweeping idle ones as it goes.
@@ -214,9 +228,9 @@ impl<K: Hash + Eq + Clone, V, S: BuildHasher> BoundedMap<K, V, S> {
     }
 
     fn sweep(&self, slice: usize, is_idle: impl FnMut(&V) -> bool) {
-        let removed = sweep_step(&self.map, &self.cursor, slice, is_idle);
+        let swept = sweep_step(&self.map, &self.cursor, slice, is_idle);
         // Relaxed: a count, decremented after the removals.
-        self.tracked.fetch_sub(removed, Ordering::Relaxed);
+        self.tracked.fetch_sub(swept.removed, Ordering::Relaxed);
     }
 
     /// Takes a place for an insertion, or `false` when the map is full.

@@ -17,6 +17,7 @@ use scc::hash_map::Entry;
 use scc::{AtomicShared, Guard, Shared, Tag};
 
 use crate::any_state::AnyState;
+use crate::bounded::{sweep_step, Swept};
 use crate::clock::Fixed;
 use crate::composite::CompositeCell;
 use crate::sliding_counter::CounterCell;
@@ -464,51 +465,14 @@ impl<K: Hash + Eq, St: Slot<K>, S: BuildHasher> Keyed<K, St, S> {
 }
 
 impl<K: Hash + Eq + Clone, S: BuildHasher> Generation<K, S> {
-    /// Up to `slice` entries of `keyed` (this generation's map) from the cursor on; returns
-    /// how many states at rest it removed, and whether it found the map empty.
-    fn sweep_step<St: Slot<K>>(
-        &self,
-        keyed: &Keyed<K, St, S>,
-        slice: usize,
-        now: u64,
-    ) -> (usize, bool) {
-        let Ok(mut cursor) = self.sweep_cursor.try_lock() else {
-            return (0, false);
-        };
-        let mut empty = false;
-        let mut begin = || {
-            let first = keyed.map.begin_sync();
-            empty |= first.is_none();
-            first
-        };
+    /// Up to `slice` entries of `keyed` (this generation's map) from the cursor on, removing
+    /// the states at rest at `now`.
+    fn sweep_step<St: Slot<K>>(&self, keyed: &Keyed<K, St, S>, slice: usize, now: u64) -> Swept {
         // Each step holds one bucket exclusively at a time (as `retain_sync` does), so, as
         // for `evict_idle`, no request is inside a state while it is checked and removed.
-        let mut entry = match cursor.take() {
-            Some(key) => keyed.map.get_sync(&key).or_else(&mut begin),
-            None => begin(),
-        };
-        let mut removed = 0;
-        let mut wrapped = false;
-        for _ in 0..slice {
-            let Some(here) = entry.take().or_else(|| {
-                // The end of the map: go on from the beginning, once per step.
-                if wrapped {
-                    return None;
-                }
-                wrapped = true;
-                begin()
-            }) else {
-                return (removed, empty);
-            };
-            if here.get().is_at_rest(&keyed.params, now) {
-                removed += 1;
-                entry = here.remove_and_sync().1;
-            } else {
-                entry = here.next_sync();
-            }
-        }
-        *cursor = entry.map(|here| here.key().clone());
-        (removed, empty)
+        sweep_step(&keyed.map, &self.sweep_cursor, slice, |state| {
+            state.is_at_rest(&keyed.params, now)
+        })
     }
 
     /// Whether this generation, already replaced, holds no state and never will again.
@@ -1149,10 +1113,9 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
             } else {
                 now
             };
-            let (swept, empty) =
-                with_keyed!(&g.registry, keyed => g.sweep_step(keyed, slice, as_of));
-            removed += swept;
-            older_empty |= empty && !std::ptr::eq(g, generation);
+            let swept = with_keyed!(&g.registry, keyed => g.sweep_step(keyed, slice, as_of));
+            removed += swept.removed;
+            older_empty |= swept.empty && !std::ptr::eq(g, generation);
             // Acquire: as every walk of the chain.
             current = g.older.load(Ordering::Acquire, guard).as_ref();
         }
