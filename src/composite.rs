@@ -29,7 +29,7 @@
 //! word on the heap (1 word per token bucket band, 2 per sliding counter band, `N + 1` per
 //! sliding log band of N permits).
 
-use crate::seqlock::SeqLock;
+use crate::seqlock::{SeqLock, WriteGuard};
 use crate::sliding_counter::{self, Counter, Snapshot};
 use crate::sliding_log::{self, Entries, Log};
 use crate::state::{in_use, Carry, RateState};
@@ -409,27 +409,29 @@ impl Placed {
     }
 
     /// Stores what the band decided to `write` for an admission of `cost`, with `Relaxed`
-    /// stores: the caller owns the words (see `CompositeCell::publish`).
+    /// stores: the caller owns the words (see `CompositeCell::publish`). The stores come in
+    /// an order whose every prefix leaves a state that admits no more than the band's state
+    /// before (see `CompositeCell`).
     #[inline]
     fn store(&self, words: &[AtomicU64], write: Write, cost: u64) {
         let at = self.offset as usize;
         // Relaxed: ordered for readers by the writer's Release fence before (in
-        // `SeqLock::try_enter`) and its Release publication after (`SeqLock::publish`).
+        // `SeqLock::try_enter`) and its Release publication after (the drop of its guard).
         match (self.band, write) {
             (Band::TokenBucket(_), Write::Tat(tat)) => {
                 words[at].store(tat, Ordering::Relaxed);
             }
             (Band::SlidingCounter(_), Write::Counter(next)) => {
+                // The window index, then the counts: the new index never goes back.
                 let packed = next.pack();
                 words[at].store(packed as u64, Ordering::Relaxed);
                 words[at + 1].store((packed >> 64) as u64, Ordering::Relaxed);
             }
             (Band::SlidingLog { ring, .. }, Write::Log { written, stamp }) => {
+                // The entries, then their count.
                 let slots = &words[at + 1..at + 1 + ring as usize];
-                let first = written % u64::from(ring);
-                // cost <= every band's permits, so no slot is written twice.
-                for i in 0..cost.min(u64::from(ring)) {
-                    slot(slots, first, i).store(stamp, Ordering::Relaxed);
+                for (slot, _) in sliding_log::slots_after(slots, written).zip(0..cost) {
+                    slot.store(stamp, Ordering::Relaxed);
                 }
                 words[at].store(written + cost, Ordering::Relaxed);
             }
@@ -471,6 +473,20 @@ impl Placed {
 ///   `s + 1`; failure means another writer got there first, so it reads and decides again
 ///   (with the same clock reading). It issues a Release fence, stores every band's new
 ///   state (Relaxed), and publishes `s + 2` with a Release store.
+/// * That store is the drop of the writer's guard ([`WriteGuard`]), so it happens on every
+///   path out of the write section, a panic's unwinding included: readers never wait on a
+///   sequence left odd. The guard names `s + 2` before the first store, so readers that read
+///   part of a write section cut short by a panic read again, and what they read then admits
+///   no more than the state at `s`: each band's words are stored in an order whose every
+///   prefix keeps that promise. A token bucket's TAT is one word. A sliding counter's window
+///   index goes first, and never back, so until the counts follow, the old counts stand in
+///   a window at least as late as theirs, where they weigh at least as much. A sliding log's
+///   entries go first and their count last, so until then the old count stands over slots
+///   each holding an entry at least as new as before; the binary search for the first live
+///   entry then finds at least as many live (it moves past an entry only when it has left,
+///   and then so have all the entries before it in the state at `s`), and each later
+///   admission decided on them stamps its entries at least as late. A band fully stored
+///   counts an admission that was never granted, which only refuses more.
 /// * Retiring at rest (`try_retire`, the eviction step for a map whose readers take no lock)
 ///   reads like a reader, checks every band is at rest, and compare-and-swaps the even value
 ///   it read to `RETIRED`: any admission in between moved `seq` on and makes it fail.
@@ -484,20 +500,30 @@ pub(crate) struct CompositeCell {
 }
 
 impl CompositeCell {
-    /// The writer's side, between [`SeqLock::try_enter`] from `seq` and
-    /// [`SeqLock::publish`]: stores every band's new state, decided on the snapshot published
-    /// at `seq`, and publishes `seq + 2`.
+    /// The writer's side, holding the `guard` that [`SeqLock::try_enter`] gave from `seq`:
+    /// stores every band's new state, decided on the snapshot published at `seq`, and the
+    /// guard's drop publishes `seq + 2`.
     #[inline]
-    fn publish(&self, params: &Composite, seq: u64, writes: &[Write], cost: u64) {
+    fn publish(
+        &self,
+        params: &Composite,
+        mut guard: WriteGuard<'_>,
+        seq: u64,
+        writes: &[Write],
+        cost: u64,
+    ) {
+        // Named before the first store: every prefix of the stores leaves a state that admits
+        // no more than the one at `seq` (see the type's docs), so a panic part-way publishes
+        // it under a new value, and readers that read some of the stores read again.
+        // `seq + 2` stays even, so it never meets the odd retired value, and would need 2^63
+        // admissions to overflow.
+        guard.publish_at(seq + 2);
         // Every store is Relaxed: ordered for readers by the fence in `try_enter` and the
-        // Release store in `publish`; ordered after the previous writer's stores because our
-        // entry read the sequence value that writer published with Release.
+        // Release store of the guard's drop; ordered after the previous writer's stores
+        // because our entry read the sequence value that writer published with Release.
         for (placed, &write) in params.bands().iter().zip(writes) {
             placed.store(&self.words, write, cost);
         }
-        // `seq + 2` stays even, so it never meets the odd retired value, and would need 2^63
-        // admissions to overflow.
-        self.seq.publish(seq + 2);
     }
 
     /// The even sequence value at which every band was seen at rest at `now`; `None` when
@@ -557,8 +583,8 @@ impl RateState for CompositeCell {
                 Verdict::Deny(decision) => return Some(decision),
                 // Entering from exactly `seq` proves every band's decision still holds.
                 Verdict::Allow(decision, writes) => {
-                    if self.seq.try_enter(seq) {
-                        self.publish(params, seq, &writes, cost);
+                    if let Some(guard) = self.seq.try_enter(seq) {
+                        self.publish(params, guard, seq, &writes, cost);
                         return Some(decision);
                     }
                 }

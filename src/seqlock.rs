@@ -10,9 +10,21 @@
 //! | `u64::MAX` (`RETIRED`) | retired (see `RateState`): never read or written again |
 //!
 //! Even values only grow (each writer publishes a larger even value than the one it started
-//! from), so a sequence read twice with the same value proves no writer came in between.
-//! The cells own the data and decide what "larger" means (the log counts entries, the
-//! composite counts admissions); this module owns the orderings.
+//! from, or the same one when it stored nothing), so a sequence read twice with the same value
+//! proves no writer's store came in between. The cells own the data and decide what "larger"
+//! means (the log counts entries, the composite counts admissions); this module owns the
+//! orderings.
+//!
+//! A writer holds a [`WriteGuard`] from its entry to its exit, and the guard's drop is the
+//! exit: it publishes an even value on every path out of the write section, a panic's
+//! unwinding included, so no reader or writer ever waits on a sequence left odd. The value is
+//! the one the writer last named (at first the value it entered from, exact while nothing is
+//! stored). Each cell names, at every point of its stores, a value under which readers see a
+//! state its algorithm accepts (`LogCell`, `CompositeCell`). Putting the old value back over
+//! changed data, as crossbeam's `SeqLockWriteGuard::abort` does, would not do: a reader that
+//! read some of the new words before the panic would find the sequence unchanged and take
+//! its torn read as consistent. No user code runs inside a write section (a request reads
+//! its clock before entering).
 
 use crate::sync::{fence, AtomicU64, Backoff, Ordering};
 
@@ -105,10 +117,10 @@ impl SeqLock {
     }
 
     /// A writer's entry: moves the sequence from the even `seq` its decision was read at to
-    /// `seq + 1`. `false` when any writer (or a retirement) came first: decide again.
-    /// On `true` the caller owns the data until it calls [`SeqLock::publish`].
+    /// `seq + 1`. `None` when any writer (or a retirement) came first: decide again.
+    /// The caller owns the data until the guard drops, which publishes (see [`WriteGuard`]).
     #[inline]
-    pub(crate) fn try_enter(&self, seq: u64) -> bool {
+    pub(crate) fn try_enter(&self, seq: u64) -> Option<WriteGuard<'_>> {
         // Acquire on success: pairs with the Release store that published `seq`, so the
         // caller's stores come after the previous writer's in every word's modification order.
         // Success from exactly `seq` also proves nobody wrote since the consistent read (even
@@ -119,22 +131,16 @@ impl SeqLock {
             .compare_exchange(seq, seq + 1, Ordering::Acquire, Ordering::Relaxed)
             .is_err()
         {
-            return false;
+            return None;
         }
         // Release fence: any reader whose Relaxed load sees one of the caller's stores, and
         // then issues its Acquire fence, synchronises with this fence and so sees the odd
         // sequence (or later) when it re-checks. This is Boehm's writer-side fence.
         fence(Ordering::Release);
-        true
-    }
-
-    /// A writer's exit: publishes `next`, an even value above the one it entered from. The
-    /// data stores before it may all be `Relaxed`.
-    #[inline]
-    pub(crate) fn publish(&self, next: u64) {
-        debug_assert!(next & 1 == 0 && next != RETIRED);
-        // Release: publishes the words to every reader whose Acquire load sees this value.
-        self.seq.store(next, Ordering::Release);
+        Some(WriteGuard {
+            seq: &self.seq,
+            next: seq,
+        })
     }
 
     /// Retires the state from the exact even value `seq` a consistent read was taken at;
@@ -152,5 +158,90 @@ impl SeqLock {
     #[cfg(test)]
     pub(crate) fn value(&self) -> u64 {
         self.seq.load(Ordering::Relaxed)
+    }
+}
+
+/// A writer's hold on a [`SeqLock`], from [`SeqLock::try_enter`] until it drops. Dropping it
+/// is the writer's exit: it publishes the even value last named with
+/// [`WriteGuard::publish_at`], at first the value the writer entered from. The drop runs on
+/// every path out of the write section, a panic's unwinding included (see the module docs).
+#[must_use = "dropping the guard publishes at once"]
+pub(crate) struct WriteGuard<'a> {
+    seq: &'a AtomicU64,
+    /// The even value the drop publishes.
+    next: u64,
+}
+
+impl WriteGuard<'_> {
+    /// Names the value to publish: even, at least the one named before, above the entered
+    /// one once any data word was stored (so values only grow), and describing what the data
+    /// hold at this point of the writer's stores. The data stores may all be `Relaxed`. Only
+    /// the last value named is ever stored.
+    #[inline]
+    pub(crate) fn publish_at(&mut self, next: u64) {
+        // Even, so never the odd `RETIRED`.
+        debug_assert!(next & 1 == 0 && next >= self.next);
+        self.next = next;
+    }
+}
+
+impl Drop for WriteGuard<'_> {
+    #[inline]
+    fn drop(&mut self) {
+        // Release: publishes the words to every reader whose Acquire load sees this value.
+        self.seq.store(self.next, Ordering::Release);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::panic::{catch_unwind, AssertUnwindSafe};
+
+    /// One read attempt, which never waits: `Some(seq)` when it was consistent at `seq`.
+    fn read_once(lock: &SeqLock) -> Option<u64> {
+        match lock.read(|_| ()) {
+            Read::Consistent(seq, ()) => Some(seq),
+            Read::Writing | Read::Changed | Read::Retired => None,
+        }
+    }
+
+    #[test]
+    fn a_writer_that_panics_before_naming_a_value_puts_back_the_one_it_entered_from() {
+        let lock = SeqLock::new();
+        let written = catch_unwind(AssertUnwindSafe(|| {
+            let _guard = lock.try_enter(0).expect("no other writer");
+            panic!("a writer panics between its entry and its exit");
+        }));
+        assert!(written.is_err());
+        assert_eq!(
+            read_once(&lock),
+            Some(0),
+            "sequence left at {}",
+            lock.value()
+        );
+    }
+
+    #[test]
+    fn a_writer_that_panics_publishes_the_value_it_named() {
+        let lock = SeqLock::new();
+        let written = catch_unwind(AssertUnwindSafe(|| {
+            let mut guard = lock.try_enter(0).expect("no other writer");
+            guard.publish_at(2);
+            panic!("a writer panics between its entry and its exit");
+        }));
+        assert!(written.is_err());
+        assert_eq!(
+            read_once(&lock),
+            Some(2),
+            "sequence left at {}",
+            lock.value()
+        );
+        // The next writer enters from there; one from the old value is refused.
+        assert!(lock.try_enter(0).is_none());
+        let mut guard = lock.try_enter(2).expect("no other writer");
+        guard.publish_at(4);
+        drop(guard);
+        assert_eq!(read_once(&lock), Some(4));
     }
 }

@@ -19,7 +19,7 @@
 //! [`Log`] is the pure arithmetic over any time-ordered [`Entries`]; [`LogCell`] owns the
 //! ring and serialises its writers with a sequence word (a seqlock).
 
-use crate::seqlock::SeqLock;
+use crate::seqlock::{SeqLock, WriteGuard};
 use crate::state::{in_use, single_from_carry, Carry, RateState};
 use crate::sync::{AtomicU64, Ordering};
 use crate::{Clock, Decision, Policy};
@@ -171,6 +171,17 @@ fn slot(slots: &[AtomicU64], first: u64, i: u64) -> &AtomicU64 {
     &slots[index as usize]
 }
 
+/// The slots of the entries after the first `written` of a ring of `slots` (entry `j` lives in
+/// slot `j mod N`), in entry order from entry `written`, each slot once. A ring keeps only the
+/// last N entries and an admission stamps all its entries alike, so storing at most N of them
+/// from there leaves every kept entry right for any cost; no index can leave the ring.
+#[inline]
+pub(crate) fn slots_after(slots: &[AtomicU64], written: u64) -> impl Iterator<Item = &AtomicU64> {
+    // `written % N < N`: the split is inside the ring.
+    let (older, from_first) = slots.split_at((written % slots.len() as u64) as usize);
+    from_first.iter().chain(older)
+}
+
 impl Entries for Ring<'_> {
     #[inline]
     fn count(&self) -> u64 {
@@ -213,6 +224,11 @@ impl Entries for Ring<'_> {
 ///   `2k + 1`; failure means another writer got there first, so it reads and decides again
 ///   (with the same clock reading). It issues a Release fence, stores its `n` entries
 ///   (Relaxed), and publishes `2(k + n)` with a Release store.
+/// * That store is the drop of the writer's guard ([`WriteGuard`]), so it happens on every
+///   path out of the write section, a panic's unwinding included. Until the last entry is
+///   stored the guard counts only the entries stored so far, all holding the new stamp, so
+///   even a panic part-way publishes a log: the request's admission of fewer entries, which
+///   the policy allowed. Readers never wait on a sequence left odd.
 /// * Retiring at rest (`try_retire`, the eviction step for a map whose readers take no lock;
 ///   the registry's bucket locks make it unnecessary there) reads like a reader, checks the
 ///   log is at rest, and compare-and-swaps the even value it read to `RETIRED`: any admission
@@ -232,18 +248,24 @@ impl LogCell {
         Ring::new(&self.ring, seq / 2)
     }
 
-    /// The writer's side, between [`SeqLock::try_enter`] from `2 * written` and
-    /// [`SeqLock::publish`]: entries `written..written + cost` get `stamp`.
+    /// The writer's side, holding the `guard` that [`SeqLock::try_enter`] gave from
+    /// `2 * written`: entries `written..written + cost` get `stamp`, and the guard's drop
+    /// publishes them.
+    ///
+    /// After each store the guard names the count of entries the ring then holds, `written +
+    /// k` with the `k` new ones all `stamp`: the log an admission of cost `k` at `stamp`
+    /// leaves, so a panic at any point publishes a log, never a count over stale slots. A
+    /// cost above N stores each slot once (see [`slots_after`]).
     #[inline]
-    fn append(&self, written: u64, cost: u64, stamp: u64) {
-        let first = written % self.ring.len() as u64;
-        for i in 0..cost {
+    fn append(&self, mut guard: WriteGuard<'_>, written: u64, cost: u64, stamp: u64) {
+        for (slot, k) in slots_after(&self.ring, written).zip(1..=cost) {
             // Relaxed: ordered for readers by the fence in `try_enter` and the Release store
-            // in `publish`; ordered after the previous writer's stores because our entry
-            // read the sequence value that writer published with Release.
-            slot(&self.ring, first, i).store(stamp, Ordering::Relaxed);
+            // of the guard's drop; ordered after the previous writer's stores because our
+            // entry read the sequence value that writer published with Release.
+            slot.store(stamp, Ordering::Relaxed);
+            guard.publish_at(2 * (written + k));
         }
-        self.seq.publish(2 * (written + cost));
+        guard.publish_at(2 * (written + cost));
     }
 
     /// The even sequence value at which the log was seen at rest at `now`; `None` when it is
@@ -287,8 +309,8 @@ impl RateState for LogCell {
             match verdict {
                 Verdict::Deny(decision) => return Some(decision),
                 Verdict::Allow(decision, stamp) => {
-                    if self.seq.try_enter(seq) {
-                        self.append(seq / 2, cost, stamp);
+                    if let Some(guard) = self.seq.try_enter(seq) {
+                        self.append(guard, seq / 2, cost, stamp);
                         return Some(decision);
                     }
                 }
@@ -511,6 +533,35 @@ mod tests {
     fn memory_per_key_is_as_documented() {
         assert_eq!(std::mem::size_of::<LogCell>(), 24);
         // The ring itself is 8 * N bytes on the heap.
+    }
+
+    /// Enters the cell's sequence from its current value, as an admission does, and appends
+    /// `cost` entries holding `stamp`.
+    fn enter_and_append(cell: &LogCell, cost: u64, stamp: u64) {
+        let seq = cell.seq.value();
+        let guard = cell.seq.try_enter(seq).expect("no other writer");
+        cell.append(guard, seq / 2, cost, stamp);
+    }
+
+    #[test]
+    fn an_append_above_n_keeps_the_last_n_and_publishes() {
+        let clock = crate::FakeClock::new();
+        let log = Log::new(&"sliding-log 3/s".parse().unwrap());
+        let cell = LogCell::fresh(&log);
+        assert!(cell.try_acquire(&log, &clock, 2).unwrap().is_allowed());
+        // Two entries written, so the next ones start in the last slot and a cost of 5
+        // wraps around the ring more than once.
+        clock.set(Duration::from_millis(10));
+        let appended = std::panic::catch_unwind(|| enter_and_append(&cell, 5, 10 * MS));
+        // Checked before any read: a reader of an odd sequence waits for ever.
+        assert_eq!(cell.seq.value(), 2 * 7, "appended: {appended:?}");
+        assert!(appended.is_ok());
+        // The last three of the seven entries hold the new stamp: a full log.
+        let d = cell.peek(&log, &clock, 1).unwrap();
+        assert!(!d.is_allowed());
+        assert_eq!(d.retry_after(), Duration::from_secs(1));
+        clock.set(Duration::from_millis(1010));
+        assert!(cell.try_acquire(&log, &clock, 3).unwrap().is_allowed());
     }
 
     #[test]
