@@ -5,7 +5,7 @@ use std::time::Duration;
 use crate::decision::Decision;
 
 #[cfg(doc)]
-use super::LoginGuard;
+use super::{LoginConfig, LoginGuard};
 
 /// What a [`LoginGuard`] says about a login attempt: go ahead, or which limit refuses and
 /// for how long.
