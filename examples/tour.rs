@@ -44,7 +44,7 @@ fn heading(title: &str) {
     println!("\n== {title} ==");
 }
 
-/// DESIGN.md section 6: token bucket, 5 per second.
+/// The token bucket reference trace (docs/ALGORITHMS.md): 5 per second.
 fn trace() -> Result<(), Box<dyn std::error::Error>> {
     heading("1. Token bucket, 5 per second (burst 5, one permit back every 200 ms)");
     let policy: Policy = "5/1s".parse()?;
@@ -115,7 +115,7 @@ fn algorithms_side_by_side() -> Result<(), Box<dyn std::error::Error>> {
     Ok(())
 }
 
-/// DESIGN.md section 4.1: 16 threads x 2,000 tries on capacity 1,000, 20 trials.
+/// Exactness under a race: 16 threads x 2,000 tries on capacity 1,000, 20 trials.
 fn race() -> Result<(), Box<dyn std::error::Error>> {
     heading("3. Exactness: 16 threads x 2,000 tries on 1,000 permits, frozen clock, 20 trials");
     for name in ["token-bucket", "sliding-log", "sliding-counter"] {

@@ -52,6 +52,9 @@
 //! state machines and the registry stay exact.
 
 #![deny(missing_docs)]
+// docs.rs builds with every feature and `--cfg docsrs`: each item behind a feature is
+// shown with the feature it needs.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(rust_2018_idioms, unreachable_pub)]
 
 mod any_state;

@@ -22,7 +22,7 @@
 //!
 //! `remaining` is what a request could take right after the decision, `max(0, ceil(N -
 //! estimate))` on the estimate that includes an admitted request; for an admission of cost 1
-//! that is DESIGN.md's `max(0, ceil(N - estimate - 1))` on the estimate before it. A refusal
+//! that is `max(0, ceil(N - estimate - 1))` on the estimate before it. A refusal
 //! reports the same quantity on the unchanged estimate: the permits available now.
 //!
 //! `retry_after` is exact: the estimate must drop strictly below the bound, so it is the

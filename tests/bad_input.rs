@@ -1,4 +1,4 @@
-//! Bad input (DESIGN.md section 5): typed errors that name the field and the value, never a
+//! Bad input: typed errors that name the field and the value, never a
 //! panic, and nothing changed by a refused call.
 
 use std::time::Duration;

@@ -157,7 +157,7 @@ proptest! {
     }
 }
 
-/// The models themselves reproduce DESIGN.md's reference traces.
+/// The models themselves reproduce the reference traces of docs/ALGORITHMS.md.
 #[test]
 fn models_reproduce_the_reference_traces() {
     const MS: u64 = 1_000_000;

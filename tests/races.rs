@@ -1,4 +1,4 @@
-//! Exactness under racing threads, with a frozen `FakeClock` (DESIGN.md section 4).
+//! Exactness under racing threads, with a frozen `FakeClock`.
 //!
 //! Every test starts its threads together on a `Barrier` so that they really collide, and
 //! runs for each algorithm.

@@ -1,4 +1,4 @@
-//! The reference traces of DESIGN.md section 6, replayed exactly through the public API.
+//! The reference traces of docs/ALGORITHMS.md, replayed exactly through the public API.
 
 use std::time::Duration;
 
@@ -129,7 +129,7 @@ fn sliding_counter_trace() {
     }
     let refused = limiter.try_acquire("alice");
     assert!(!refused.is_allowed());
-    // The exact answer is 6 s plus 1 ns; DESIGN.md states it rounded to whole ms.
+    // The exact answer is 6 s plus 1 ns; the trace states it rounded to whole ms.
     assert_eq!(refused.retry_after().as_millis(), 6_000, "{refused:?}");
     assert!(
         refused.retry_after() > Duration::from_secs(6),

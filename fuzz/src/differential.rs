@@ -545,7 +545,7 @@ pub fn seeds() -> Vec<(&'static str, Input)> {
 
     let mut seeds = Vec::new();
 
-    // DESIGN.md section 6, token bucket 5 per second; alice is key 0, bob key 1.
+    // The token bucket reference trace (docs/ALGORITHMS.md), 5 per second; alice is key 0, bob key 1.
     let mut ops = vec![peek(0), acquire(0, 1), peek(0)];
     ops.extend(vec![acquire(0, 1); 5]);
     ops.extend([at(100), peek(0), acquire(0, 1), at(200), acquire(0, 1)]);

@@ -1,10 +1,10 @@
-//! Plain reference models of the three algorithms, written straight from DESIGN.md section 3
+//! Plain reference models of the three algorithms, written straight from the semantics in docs/ALGORITHMS.md
 //! for clarity rather than speed. One copy, shared by the property tests (`mod models;` in
 //! `tests/proptest_*.rs`) and by the differential fuzz target (`fuzz/src/lib.rs` includes
 //! this file with `#[path]`). `composite.rs` combines them for policies of several bands.
 //!
 //! Each model decides one key's requests given the clock reading, and says whether it is at
-//! rest. Faulty clocks follow DESIGN.md section 5: a stored time ahead of now is decided as
+//! rest. Faulty clocks follow docs/ALGORITHMS.md ("Faulty clocks"): a stored time ahead of now is decided as
 //! the furthest valid one, and never moved backwards.
 
 #![allow(dead_code)]
@@ -61,7 +61,7 @@ pub trait Model {
 ///
 /// A clock reading before the last admission drains the allowance by the difference
 /// (never below zero) instead of refilling it: the state keeps the same instant at which the
-/// bucket is full again, as DESIGN.md section 5 asks, with "further ahead than any valid
+/// bucket is full again, as the crate's faulty-clock rule asks, with "further ahead than any valid
 /// state" meaning an empty bucket.
 #[derive(Clone, Debug)]
 pub struct GcraModel {
