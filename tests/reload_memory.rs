@@ -53,9 +53,12 @@ fn alternating_reloads_keep_the_heap_of_a_fresh_limiter() {
     assert_eq!(reloaded.len(), KEYS as usize);
     collect_retired();
     let reloaded_bytes = ALLOC.live().saturating_sub(before);
-    // The same keys, in the map they were created in, and the current generation's empty map.
+    // The same keys, in the map they were created in, the current generation's empty map,
+    // and what the epoch collector has not freed yet (a few generations' worth, depending on
+    // when each thread last passed an epoch): within twice a fresh limiter's heap, where an
+    // unbounded chain would hold tens of megabytes.
     assert!(
-        reloaded_bytes <= fresh_bytes + fresh_bytes / 4,
+        reloaded_bytes <= 2 * fresh_bytes,
         "{reloaded_bytes} bytes live after 100,000 reloads; a fresh limiter: {fresh_bytes}"
     );
     assert_eq!(
