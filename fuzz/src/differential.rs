@@ -32,7 +32,7 @@
 //!
 //! The clock goes back only for single-band policies without automatic eviction: the
 //! combined model finds a band's reset_after by bisection, which assumes time runs forwards
-//! (as in `tests/proptest_composite.rs`), and a perhaps-swept key decides as a fresh one
+//! (as in `tests/core/proptest_composite.rs`), and a perhaps-swept key decides as a fresh one
 //! only while time runs forwards. `Back` is skipped otherwise.
 //!
 //! Inputs are decoded with `arbitrary`; [`Input::to_bytes`] is the inverse, used to write

@@ -1,5 +1,5 @@
 //! The combined model of a composite policy (several bands, all-or-nothing), built from the
-//! per-band reference models of `mod.rs`; shared by `tests/proptest_composite.rs` and the
+//! per-band reference models of `mod.rs`; shared by `tests/core/proptest_composite.rs` and the
 //! differential fuzz target.
 //!
 //! The combined model peeks every band's model (a clone decides, the model itself is left

@@ -1,6 +1,6 @@
 //! Plain reference models of the three algorithms, written straight from the semantics in docs/ALGORITHMS.md
 //! for clarity rather than speed. One copy, shared by the property tests (`mod models;` in
-//! `tests/proptest_*.rs`) and by the differential fuzz target (`fuzz/src/lib.rs` includes
+//! `tests/core/proptest_*.rs`) and by the differential fuzz target (`fuzz/src/lib.rs` includes
 //! this file with `#[path]`). `composite.rs` combines them for policies of several bands.
 //!
 //! Each model decides one key's requests given the clock reading, and says whether it is at

@@ -1,4 +1,4 @@
-//! Race harnesses shared by tests/races.rs, tests/composite.rs and tests/concurrency.rs:
+//! Race harnesses shared by tests/core/races.rs, tests/core/composite.rs and tests/core/concurrency.rs:
 //! threads started together on a barrier, and requests racing a thread that evicts in a
 //! loop while a frozen `FakeClock` moves in phases.
 

@@ -8,9 +8,7 @@ use std::sync::{Arc, Barrier};
 
 use tollgate::{DirectLimiter, FakeClock, Policy, RateLimiter};
 
-#[path = "support/races.rs"]
-mod support;
-use support::{eviction_race, race};
+use crate::support::{eviction_race, race};
 
 const ALGORITHMS: [&str; 3] = ["token-bucket", "sliding-log", "sliding-counter"];
 

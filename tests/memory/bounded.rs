@@ -6,8 +6,7 @@ use std::time::Duration;
 
 use tollgate::{FakeClock, Policy, RateLimiter};
 
-#[global_allocator]
-static ALLOC: count_alloc::CountingAlloc = count_alloc::CountingAlloc::new();
+use crate::ALLOC;
 
 /// A simple deterministic stream of distinct-looking random keys.
 struct Keys(u64);
@@ -24,6 +23,7 @@ impl Iterator for Keys {
 
 #[test]
 fn a_million_random_keys_never_exceed_the_cap_or_grow_memory() {
+    let _serial = crate::one_at_a_time();
     const CAP: usize = 10_000;
     let clock = FakeClock::new();
     let policy: Policy = "5/1s".parse().unwrap();
@@ -76,6 +76,7 @@ fn a_million_random_keys_never_exceed_the_cap_or_grow_memory() {
 
 #[test]
 fn overflowing_keys_share_one_budget_and_tracked_keys_stay_exact() {
+    let _serial = crate::one_at_a_time();
     let clock = FakeClock::new();
     let limiter: RateLimiter<String, FakeClock> =
         RateLimiter::with_clock("5/1h".parse().unwrap(), clock.clone()).max_keys(3);
@@ -110,6 +111,7 @@ fn overflowing_keys_share_one_budget_and_tracked_keys_stay_exact() {
 
 #[test]
 fn per_key_policies_overflow_into_one_state_per_policy() {
+    let _serial = crate::one_at_a_time();
     let (free, paid): (Policy, Policy) = ("1/1h".parse().unwrap(), "3/1h".parse().unwrap());
     let limiter: RateLimiter<String, FakeClock> = RateLimiter::with_resolver(
         move |k: &String| if k.starts_with("paid") { paid } else { free },
@@ -136,6 +138,7 @@ fn per_key_policies_overflow_into_one_state_per_policy() {
 
 #[test]
 fn idle_keys_vanish_without_explicit_calls() {
+    let _serial = crate::one_at_a_time();
     let clock = FakeClock::new();
     let limiter: RateLimiter<u64, FakeClock> =
         RateLimiter::with_clock("2/1s".parse().unwrap(), clock.clone());
@@ -166,6 +169,7 @@ fn idle_keys_vanish_without_explicit_calls() {
 
 #[test]
 fn sweeping_can_be_turned_off() {
+    let _serial = crate::one_at_a_time();
     let clock = FakeClock::new();
     let limiter: RateLimiter<u64, FakeClock> =
         RateLimiter::with_clock("2/1s".parse().unwrap(), clock.clone()).sweep_per_insert(0);

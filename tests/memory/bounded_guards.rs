@@ -2,19 +2,14 @@
 //! client-chosen keys through a guard capped at 10,000 keep the heap within a few hundred
 //! bytes per place, and the keys tracked before the flood keep their exact state throughout.
 //!
-//! One test per guard, run one at a time (they share the counting allocator's peak).
+//! One test per guard.
 
 use std::collections::VecDeque;
-use std::sync::Mutex;
 use std::time::Duration;
 
 use tollgate::{ConcurrencyLimiter, FakeClock, LoginDecision, LoginGuard};
 
-#[global_allocator]
-static ALLOC: count_alloc::CountingAlloc = count_alloc::CountingAlloc::new();
-
-/// Serialises the tests: each measures the process's peak heap.
-static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+use crate::ALLOC;
 
 const CAP: usize = 10_000;
 const FLOOD: u64 = 1_000_000;
@@ -44,7 +39,7 @@ fn ip_of(n: u64) -> String {
 
 #[test]
 fn a_million_accounts_and_addresses_through_a_capped_login_guard() {
-    let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let _serial = crate::one_at_a_time();
     let clock = FakeClock::new();
     let guard = LoginGuard::with_clock(clock.clone()).max_keys(CAP);
     // Before the flood: the victim's account has 3 failures from one address, and the
@@ -99,7 +94,7 @@ fn a_million_accounts_and_addresses_through_a_capped_login_guard() {
 
 #[test]
 fn a_million_keys_through_a_capped_concurrency_limiter() {
-    let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let _serial = crate::one_at_a_time();
     let limiter: ConcurrencyLimiter<u64> = ConcurrencyLimiter::new(3).max_keys(CAP);
     let tracked = u64::MAX;
     let held = (limiter.try_acquire(&tracked), limiter.try_acquire(&tracked));

@@ -14,16 +14,14 @@
 //! property tests); costs are 1..= the smaller band's permits. Every decision must match to
 //! the nanosecond.
 
-mod models;
-
 use std::time::Duration;
 
 use proptest::prelude::*;
 use proptest::test_runner::FileFailurePersistence;
 use tollgate::{Algorithm, Clock, DirectLimiter, FakeClock, Policy, RateLimiter};
 
-use models::composite::CompositeModel;
-use models::Outcome;
+use crate::models::composite::CompositeModel;
+use crate::models::Outcome;
 
 #[derive(Clone, Copy, Debug)]
 enum Step {
@@ -148,7 +146,7 @@ fn check(scenario: &Scenario) -> Result<(), TestCaseError> {
 }
 
 /// 512 cases (a second or two), or `PROPTEST_CASES` for a longer soak. A failing case is
-/// saved to `tests/proptest_composite.proptest-regressions` (committed) and replayed first on
+/// saved to `tests/core/proptest_composite.proptest-regressions` (committed) and replayed first on
 /// every later run.
 fn config() -> ProptestConfig {
     let cases = std::env::var("PROPTEST_CASES")

@@ -6,15 +6,13 @@
 //! N (1..=8) and W from a nanosecond to seconds. Every decision must match the model exactly:
 //! allowed, remaining, retry_after and reset_after to the nanosecond.
 
-mod models;
-
 use std::time::Duration;
 
 use proptest::prelude::*;
 use proptest::test_runner::FileFailurePersistence;
 use tollgate::{Algorithm, Clock, DirectLimiter, FakeClock, Policy, RateLimiter};
 
-use models::{CounterModel, LogModel, Model, Outcome};
+use crate::models::{CounterModel, LogModel, Model, Outcome};
 
 #[derive(Clone, Copy, Debug)]
 enum Step {
@@ -129,7 +127,7 @@ fn check<M: Model>(algorithm: Algorithm, scenario: &Scenario) -> Result<(), Test
 }
 
 /// 256 cases (a second or so), or `PROPTEST_CASES` for a longer soak. A failing case is
-/// saved to `tests/proptest_windowed.proptest-regressions` (committed) and replayed first on
+/// saved to `tests/core/proptest_windowed.proptest-regressions` (committed) and replayed first on
 /// every later run.
 fn config() -> ProptestConfig {
     let cases = std::env::var("PROPTEST_CASES")

@@ -8,9 +8,7 @@ use std::thread;
 
 use tollgate::{AtCapacity, ConcurrencyLimiter, Permit};
 
-#[path = "support/races.rs"]
-mod support;
-use support::race;
+use crate::support::race;
 
 /// What the guarded work sees: how many are inside right now, and the most ever seen.
 #[derive(Default)]

@@ -2,7 +2,7 @@
 //! allowed only if every band allows it, a refused request spends nothing in any band, and
 //! the decision merges the bands (`src/composite.rs` has the table).
 //!
-//! Exactness under racing threads and eviction follows tests/races.rs, with composite
+//! Exactness under racing threads and eviction follows tests/core/races.rs, with composite
 //! policies of one and of mixed algorithms.
 
 use std::sync::Arc;
@@ -10,9 +10,7 @@ use std::time::Duration;
 
 use tollgate::{Decision, DirectLimiter, FakeClock, Policy, RateLimiter};
 
-#[path = "support/races.rs"]
-mod support;
-use support::{eviction_race, race};
+use crate::support::{eviction_race, race};
 
 const MS: u64 = 1_000_000;
 const SEC: u64 = 1_000 * MS;
@@ -277,7 +275,7 @@ fn costs_are_exact_under_racing_threads() {
 
 #[test]
 fn eviction_racing_requests_never_admits_extra() {
-    // As tests/races.rs, with composite policies whose longest window is under the 2 s
+    // As tests/core/races.rs, with composite policies whose longest window is under the 2 s
     // between phases; each key admits exactly its tightest capacity per phase.
     for text in [
         "sliding-counter 80/500ms & sliding-log 50/1s",

@@ -3,15 +3,13 @@
 //! differential fuzz target). On random sequences of (advance time, cost) both must give
 //! identical decisions, to the nanosecond.
 
-mod models;
-
 use std::time::Duration;
 
 use proptest::prelude::*;
 use proptest::test_runner::FileFailurePersistence;
 use tollgate::{Algorithm, DirectLimiter, FakeClock, Policy, RateLimiter};
 
-use models::{GcraModel, Model, Outcome};
+use crate::models::{GcraModel, Model, Outcome};
 
 fn scenario() -> impl Strategy<Value = (u64, u64, Vec<(u64, u64)>)> {
     (1u64..=20, 1u64..=3_000_000_000).prop_flat_map(|(permits, window)| {
@@ -25,7 +23,7 @@ fn scenario() -> impl Strategy<Value = (u64, u64, Vec<(u64, u64)>)> {
     })
 }
 
-/// 512 cases. A failing case is saved to `tests/proptest_gcra.proptest-regressions`
+/// 512 cases. A failing case is saved to `tests/core/proptest_gcra.proptest-regressions`
 /// (committed) and replayed first on every later run.
 fn config() -> ProptestConfig {
     ProptestConfig {

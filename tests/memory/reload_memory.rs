@@ -1,12 +1,9 @@
 //! Policy reloads cost no memory over time: a limiter whose policy is re-applied over and
-//! over keeps the heap of a fresh limiter tracking the same keys. A test binary of its own,
-//! with one test, so that no other test's allocations mix into the counting allocator's
-//! figures.
+//! over keeps the heap of a fresh limiter tracking the same keys.
 
 use tollgate::{FakeClock, Policy, RateLimiter};
 
-#[global_allocator]
-static ALLOC: count_alloc::CountingAlloc = count_alloc::CountingAlloc::new();
+use crate::ALLOC;
 
 const KEYS: u64 = 1_000;
 
@@ -34,6 +31,7 @@ fn collect_retired() {
 
 #[test]
 fn alternating_reloads_keep_the_heap_of_a_fresh_limiter() {
+    let _serial = crate::one_at_a_time();
     let (a, b): (Policy, Policy) = (
         "token-bucket 5/1h".parse().unwrap(),
         "sliding-log 5/1h".parse().unwrap(),

@@ -1,0 +1,22 @@
+//! The crate's behaviour through its public API: one test binary, a module per scenario, so
+//! the shared reference models and race harnesses are compiled once.
+
+#[path = "../models/mod.rs"]
+mod models;
+#[path = "../support/races.rs"]
+mod support;
+
+mod bad_input;
+mod composite;
+mod concurrency;
+mod login;
+mod metrics_publish;
+mod policies;
+mod proptest_composite;
+mod proptest_gcra;
+mod proptest_windowed;
+mod races;
+mod serde_config;
+mod stats;
+mod traces;
+mod waiting;

@@ -1,0 +1,20 @@
+//! Memory, measured by a counting global allocator: bounded maps under floods of new keys,
+//! automatic eviction, and policy reloads. One binary with one allocator; its tests run one
+//! at a time, since each reads the process's heap figures.
+
+use std::sync::{Mutex, MutexGuard};
+
+#[global_allocator]
+static ALLOC: count_alloc::CountingAlloc = count_alloc::CountingAlloc::new();
+
+/// Held by every test of this binary for its whole run.
+fn one_at_a_time() -> MutexGuard<'static, ()> {
+    static LOCK: Mutex<()> = Mutex::new(());
+    // A test that failed while holding it leaves nothing to repair: the guarded data is `()`.
+    LOCK.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+mod bounded;
+mod bounded_guards;
+mod reload_memory;
