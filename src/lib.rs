@@ -100,6 +100,31 @@ struct ReadmeDoctests;
 #[doc = include_str!("../docs/RECIPES.md")]
 struct RecipesDoctests;
 
+/// The algorithm guide's examples, compiled and run as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../docs/ALGORITHMS.md")]
+struct AlgorithmsDoctests;
+
+/// The architecture notes' examples, compiled and run as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../docs/ARCHITECTURE.md")]
+struct ArchitectureDoctests;
+
+/// The benchmark notes' examples, compiled and run as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../docs/BENCHMARKS.md")]
+struct BenchmarksDoctests;
+
+/// The HTTP middleware guide's examples, compiled and run as doc tests (feature `tower`).
+#[cfg(all(doctest, feature = "tower"))]
+#[doc = include_str!("../docs/MIDDLEWARE.md")]
+struct MiddlewareDoctests;
+
+/// The Redis guide's examples, compiled as doc tests (feature `redis`).
+#[cfg(all(doctest, feature = "redis"))]
+#[doc = include_str!("../docs/REDIS.md")]
+struct RedisDoctests;
+
 #[cfg(feature = "tokio")]
 pub use clock::TokioClock;
 pub use clock::{Clock, FakeClock, SystemClock};

@@ -193,6 +193,33 @@ async fn killed_fail_with_an_error() {
     }
 }
 
+/// Redis killed and restarted while the limiter sits idle: the limiter's connection is dead
+/// but nothing has told it so. Its first call finds the connection dropped, is sent again on
+/// the fresh one, and is decided by Redis: no error, no switch to the failure policy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restart_while_idle_first_call_is_decided_by_redis() {
+    let run = async {
+        let mut server = RedisServer::start();
+        let limiter = limiter(&server, "2/1h", "idle", FailurePolicy::Error, PROBE).await;
+        let first = limiter.try_acquire("k").await.unwrap();
+        assert!(first.is_allowed() && first.remaining() == 1);
+
+        server.restart();
+        let after = limiter.try_acquire("k").await;
+        // Redis restarted empty (persistence off): a fresh key.
+        let after = after.unwrap_or_else(|e| panic!("first call after the restart: {e}"));
+        assert!(after.is_allowed() && after.remaining() == 1, "{after:?}");
+        let stats = limiter.stats();
+        assert_eq!(stats.redis_decisions, 2, "{stats:?}");
+        assert_eq!(stats.failure_decisions, 0, "{stats:?}");
+        assert_eq!(stats.switches_to_failure, 0, "{stats:?}");
+        assert!(!limiter.is_failing());
+    };
+    tokio::time::timeout(Duration::from_secs(60), run)
+        .await
+        .expect("the test did not finish within 60 s");
+}
+
 /// A Redis that accepts connections but answers nothing (SIGSTOP): the call gives up at
 /// the timeout, the failure policy decides, and Redis decides again once it resumes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

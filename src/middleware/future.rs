@@ -54,6 +54,38 @@ pin_project! {
     }
 }
 
+/// The decision awaited from Redis, ending in the inner service's future or an answer.
+#[cfg(feature = "redis")]
+pub(crate) type Deciding<F> = Pin<Box<dyn Future<Output = Step<F>> + Send>>;
+
+/// Where a request goes once Redis has decided it.
+#[cfg(feature = "redis")]
+pub(crate) enum Step<F> {
+    /// The inner service was called: its future, and the fields for its response.
+    Call(F, Fields),
+    /// Answered without the inner service.
+    Respond(Response<Bytes>),
+}
+
+#[cfg(feature = "redis")]
+pin_project! {
+    #[project = StateProj]
+    enum State<F> {
+        Deciding {
+            pending: Deciding<F>,
+        },
+        Inner {
+            #[pin]
+            future: F,
+            fields: Option<Fields>,
+        },
+        Ready {
+            response: Option<Response<Bytes>>,
+        },
+    }
+}
+
+#[cfg(not(feature = "redis"))]
 pin_project! {
     #[project = StateProj]
     enum State<F> {
@@ -85,6 +117,13 @@ impl<F> ResponseFuture<F> {
             },
         }
     }
+
+    #[cfg(feature = "redis")]
+    pub(crate) fn deciding(pending: Deciding<F>) -> Self {
+        ResponseFuture {
+            state: State::Deciding { pending },
+        }
+    }
 }
 
 impl<F, B, E> Future for ResponseFuture<F>
@@ -93,22 +132,46 @@ where
 {
     type Output = Result<Response<RateLimitBody<B>>, E>;
 
+    #[cfg_attr(
+        not(feature = "redis"),
+        allow(
+            clippy::never_loop,
+            reason = "only a Redis decision moves to another state"
+        )
+    )]
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        match self.project().state.project() {
-            StateProj::Inner { future, fields } => {
-                let response = ready!(future.poll(cx))?;
-                let (mut parts, body) = response.into_parts();
-                if let Some(fields) = fields.take() {
-                    fields.apply(&mut parts.headers);
+        let mut state = self.project().state;
+        loop {
+            return match state.as_mut().project() {
+                #[cfg(feature = "redis")]
+                StateProj::Deciding { pending } => {
+                    let next = match ready!(pending.as_mut().poll(cx)) {
+                        Step::Call(future, fields) => State::Inner {
+                            future,
+                            fields: Some(fields),
+                        },
+                        Step::Respond(response) => State::Ready {
+                            response: Some(response),
+                        },
+                    };
+                    state.set(next);
+                    continue;
                 }
-                Poll::Ready(Ok(Response::from_parts(parts, RateLimitBody::inner(body))))
-            }
-            StateProj::Ready { response } => {
-                let response = response
-                    .take()
-                    .expect("ResponseFuture polled after completion");
-                Poll::Ready(Ok(response.map(RateLimitBody::full)))
-            }
+                StateProj::Inner { future, fields } => {
+                    let response = ready!(future.poll(cx))?;
+                    let (mut parts, body) = response.into_parts();
+                    if let Some(fields) = fields.take() {
+                        fields.apply(&mut parts.headers);
+                    }
+                    Poll::Ready(Ok(Response::from_parts(parts, RateLimitBody::inner(body))))
+                }
+                StateProj::Ready { response } => {
+                    let response = response
+                        .take()
+                        .expect("ResponseFuture polled after completion");
+                    Poll::Ready(Ok(response.map(RateLimitBody::full)))
+                }
+            };
         }
     }
 }
@@ -116,6 +179,8 @@ where
 impl<F> fmt::Debug for ResponseFuture<F> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let state = match &self.state {
+            #[cfg(feature = "redis")]
+            State::Deciding { .. } => "deciding",
             State::Inner { .. } => "inner",
             State::Ready { .. } => "ready",
         };

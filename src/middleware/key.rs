@@ -83,6 +83,38 @@ impl LimitKey {
     }
 }
 
+/// The key's stable text form, the same in every process and on every platform: `global`,
+/// `ip:<address>` (IPv4 dotted, IPv6 in its canonical compressed form), `id:<decimal>`,
+/// `digest:<32 lowercase hex digits>`. The Redis-backed rules of a
+/// [`RateLimitLayer`](super::RateLimitLayer) use it as the Redis key.
+///
+/// # Examples
+///
+/// ```
+/// use std::net::IpAddr;
+/// use tollgate::middleware::LimitKey;
+///
+/// let ip: IpAddr = "2001:db8::".parse()?;
+/// assert_eq!(LimitKey::Ip(ip).to_string(), "ip:2001:db8::");
+/// assert_eq!(LimitKey::Id(42).to_string(), "id:42");
+/// assert_eq!(LimitKey::Global.to_string(), "global");
+/// assert_eq!(LimitKey::Digest([0xab; 16]).to_string(), format!("digest:{}", "ab".repeat(16)));
+/// # Ok::<(), std::net::AddrParseError>(())
+/// ```
+impl fmt::Display for LimitKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LimitKey::Global => f.write_str("global"),
+            LimitKey::Ip(ip) => write!(f, "ip:{ip}"),
+            LimitKey::Id(id) => write!(f, "id:{id}"),
+            LimitKey::Digest(bytes) => {
+                f.write_str("digest:")?;
+                bytes.iter().try_for_each(|b| write!(f, "{b:02x}"))
+            }
+        }
+    }
+}
+
 impl From<IpAddr> for LimitKey {
     fn from(ip: IpAddr) -> Self {
         LimitKey::Ip(ip)

@@ -16,14 +16,14 @@ use super::key::{KeyExtractor, LimitKey, PeerIp, RequestHead};
 use super::service::RateLimit;
 use crate::{Clock, CostError, Decision, Policy, RateLimiter};
 
-/// A limiter as the layer sees it: any clock, any hasher.
-trait Backend: Send + Sync {
+/// An in-process limiter as the layer sees it: any clock, any hasher.
+trait Local: Send + Sync {
     fn try_acquire(&self, key: &LimitKey) -> Decision;
     fn try_acquire_n(&self, key: &LimitKey, cost: u64) -> Result<Decision, CostError>;
     fn policy(&self) -> Option<Policy>;
 }
 
-impl<C, S> Backend for RateLimiter<LimitKey, C, S>
+impl<C, S> Local for RateLimiter<LimitKey, C, S>
 where
     C: Clock + 'static,
     S: BuildHasher + Clone + Send + Sync + 'static,
@@ -39,6 +39,92 @@ where
 
     fn policy(&self) -> Option<Policy> {
         RateLimiter::policy(self)
+    }
+}
+
+/// What decides a rule's requests: a limiter given to [`RateLimitLayer::new`] or
+/// [`RateLimitLayer::route`], converted from
+///
+/// * a `RateLimiter<LimitKey, C, S>` or an `Arc` of one (in process: decided at once, in
+///   `call`; keep an `Arc` to call `evict_idle`, read `stats` or `set_policy`), or
+/// * with feature `redis`, a [`RedisLimiter`](crate::redis::RedisLimiter): every server
+///   sharing the Redis and the prefix shares one limit per key. The decision is awaited in
+///   the response future (`poll_ready` stays the inner service's); each [`LimitKey`] becomes
+///   the Redis key of its [`Display`](LimitKey#impl-Display-for-LimitKey) form
+///   (`ip:192.0.2.1`, `digest:<32 hex digits>`...). The limiter's
+///   [`FailurePolicy`](crate::redis::FailurePolicy) decides while Redis is down; an error
+///   it lets through (`FailurePolicy::Error`, or an error reply about the call) is answered
+///   `503 Service Unavailable` with a problem document (gRPC `UNAVAILABLE`), never let
+///   through. Deny-cache refusals are answered like any other refusal.
+///
+/// # Examples
+///
+/// ```
+/// use std::sync::Arc;
+/// use tollgate::middleware::{Backend, LimitKey};
+/// use tollgate::RateLimiter;
+///
+/// let shared: Arc<RateLimiter<LimitKey>> = Arc::new(RateLimiter::new("5/1s".parse()?));
+/// let backend = Backend::from(Arc::clone(&shared));
+/// # Ok::<(), tollgate::PolicyError>(())
+/// ```
+#[derive(Clone)]
+pub struct Backend(Limiter);
+
+#[derive(Clone)]
+enum Limiter {
+    Local(Arc<dyn Local>),
+    #[cfg(feature = "redis")]
+    Redis(crate::redis::RedisLimiter),
+}
+
+impl Limiter {
+    fn policy(&self) -> Option<Policy> {
+        match self {
+            Limiter::Local(limiter) => limiter.policy(),
+            #[cfg(feature = "redis")]
+            Limiter::Redis(limiter) => Some(limiter.policy()),
+        }
+    }
+}
+
+impl<C, S> From<RateLimiter<LimitKey, C, S>> for Backend
+where
+    C: Clock + 'static,
+    S: BuildHasher + Clone + Send + Sync + 'static,
+{
+    fn from(limiter: RateLimiter<LimitKey, C, S>) -> Self {
+        Backend::from(Arc::new(limiter))
+    }
+}
+
+impl<C, S> From<Arc<RateLimiter<LimitKey, C, S>>> for Backend
+where
+    C: Clock + 'static,
+    S: BuildHasher + Clone + Send + Sync + 'static,
+{
+    fn from(limiter: Arc<RateLimiter<LimitKey, C, S>>) -> Self {
+        Backend(Limiter::Local(limiter))
+    }
+}
+
+#[cfg(feature = "redis")]
+impl From<crate::redis::RedisLimiter> for Backend {
+    fn from(limiter: crate::redis::RedisLimiter) -> Self {
+        Backend(Limiter::Redis(limiter))
+    }
+}
+
+impl fmt::Debug for Backend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.0 {
+            Limiter::Local(limiter) => f
+                .debug_struct("Backend::Local")
+                .field("policy", &limiter.policy())
+                .finish(),
+            #[cfg(feature = "redis")]
+            Limiter::Redis(limiter) => f.debug_tuple("Backend::Redis").field(limiter).finish(),
+        }
     }
 }
 
@@ -256,7 +342,7 @@ impl fmt::Debug for Route {
 /// One limiter and how its requests are keyed and named.
 #[derive(Clone)]
 struct Rule {
-    limiter: Arc<dyn Backend>,
+    limiter: Limiter,
     extractor: Option<Arc<dyn KeyExtractor>>,
     /// The rule's own name (quoted); `None`: the layer's.
     name: Option<String>,
@@ -267,7 +353,7 @@ struct Rule {
 }
 
 impl Rule {
-    fn new(limiter: Arc<dyn Backend>, name: Option<String>, base: &str) -> Self {
+    fn new(limiter: Limiter, name: Option<String>, base: &str) -> Self {
         let rendered = Rendered::new(name.as_deref().unwrap_or(base), limiter.policy());
         Rule {
             limiter,
@@ -306,8 +392,15 @@ pub(crate) struct Config {
     grpc: bool,
 }
 
-/// What the service does with one request.
-pub(crate) enum Outcome {
+/// Which rule of a [`Config`] decides a request.
+#[derive(Clone, Copy, Debug)]
+enum RuleId {
+    Default,
+    Route(usize),
+}
+
+/// What the service does with one request, once decided.
+pub(crate) enum Verdict {
     /// Call the inner service; put the decision (if any) in the request's extensions and the
     /// fields on its response.
     Pass(Option<Decision>, Fields),
@@ -315,58 +408,149 @@ pub(crate) enum Outcome {
     Respond(Response<Bytes>),
 }
 
+/// How a request is decided: at once (in-process limiters, exemptions, missing keys), or by
+/// Redis, awaited in the response future.
+#[allow(
+    clippy::large_enum_variant,
+    reason = "returned by value once per request; boxing the common variant would allocate on the hot path"
+)]
+pub(crate) enum Outcome {
+    Now(Verdict),
+    #[cfg(feature = "redis")]
+    Remote(Remote),
+}
+
+impl From<Verdict> for Outcome {
+    fn from(verdict: Verdict) -> Self {
+        Outcome::Now(verdict)
+    }
+}
+
+/// A request whose rule is decided by Redis: everything [`Config::decide_remote`] needs.
+#[cfg(feature = "redis")]
+pub(crate) struct Remote {
+    rule: RuleId,
+    limiter: crate::redis::RedisLimiter,
+    key: LimitKey,
+    grpc: bool,
+}
+
+/// Why a limiter gave no decision.
+enum Failure {
+    /// The rule's cost can never be admitted: a configuration error (500).
+    Cost(CostError),
+    /// Redis could not decide and its failure policy let the error through (503).
+    #[cfg(feature = "redis")]
+    Backend(crate::redis::BackendError),
+}
+
+impl Failure {
+    fn response(&self, grpc: bool) -> Response<Bytes> {
+        let (status, detail) = match self {
+            Failure::Cost(error) => (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("this route's cost cannot be admitted: {error}"),
+            ),
+            #[cfg(feature = "redis")]
+            Failure::Backend(error) => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("the rate limiter cannot decide: {error}"),
+            ),
+        };
+        headers::error_response(status, &detail, None, grpc)
+    }
+}
+
 impl Config {
-    /// Decides `request`: matches its rule, extracts its key, asks the limiter.
+    fn rule(&self, id: RuleId) -> &Rule {
+        match id {
+            RuleId::Route(i) => match &self.routes[i].1 {
+                Target::Limit(rule) => rule,
+                Target::Exempt => &self.default,
+            },
+            RuleId::Default => &self.default,
+        }
+    }
+
+    /// Decides `request`: matches its rule, extracts its key, asks an in-process limiter at
+    /// once, or hands the key to the response future for Redis.
     pub(crate) fn decide<B>(&self, request: &Request<B>) -> Outcome {
         let method = request.method();
         if self.exempt_options && method == Method::OPTIONS {
-            return Outcome::Pass(None, Fields::default());
+            return Verdict::Pass(None, Fields::default()).into();
         }
         let path = request.uri().path();
-        let rule = match self
+        let id = match self
             .routes
             .iter()
-            .find(|(route, _)| route.matches(method, path))
+            .position(|(route, _)| route.matches(method, path))
         {
-            Some((_, Target::Exempt)) => return Outcome::Pass(None, Fields::default()),
-            Some((_, Target::Limit(rule))) => rule,
-            None => &self.default,
+            Some(i) if matches!(self.routes[i].1, Target::Exempt) => {
+                return Verdict::Pass(None, Fields::default()).into()
+            }
+            Some(i) => RuleId::Route(i),
+            None => RuleId::Default,
         };
+        let rule = self.rule(id);
         let extractor = rule.extractor.as_deref().unwrap_or(&*self.extractor);
         let key = match extractor.extract(&RequestHead::new(request)) {
             Ok(key) => key,
             Err(error) => match self.missing {
-                MissingKey::Reject(status) => return self.reject(request, status, &error),
+                MissingKey::Reject(status) => return self.reject(request, status, &error).into(),
                 MissingKey::Shared => LimitKey::Global,
-                MissingKey::Allow => return Outcome::Pass(None, Fields::default()),
+                MissingKey::Allow => return Verdict::Pass(None, Fields::default()).into(),
             },
         };
-        let decision = if rule.cost == 1 {
-            rule.limiter.try_acquire(&key)
-        } else {
-            match rule.limiter.try_acquire_n(&key, rule.cost) {
-                Ok(decision) => decision,
-                // Shadow mode refuses nothing, a misconfigured cost included.
-                Err(_) if self.shadow => return Outcome::Pass(None, Fields::default()),
-                Err(error) => {
-                    let detail = format!("this route's cost cannot be admitted: {error}");
-                    return Outcome::Respond(headers::error_response(
-                        StatusCode::INTERNAL_SERVER_ERROR,
-                        &detail,
-                        None,
-                        self.is_grpc(request),
-                    ));
-                }
+        let grpc = self.is_grpc(request);
+        let result = match &rule.limiter {
+            Limiter::Local(limiter) if rule.cost == 1 => Ok(limiter.try_acquire(&key)),
+            Limiter::Local(limiter) => limiter
+                .try_acquire_n(&key, rule.cost)
+                .map_err(Failure::Cost),
+            #[cfg(feature = "redis")]
+            Limiter::Redis(limiter) => {
+                return Outcome::Remote(Remote {
+                    rule: id,
+                    limiter: limiter.clone(),
+                    key,
+                    grpc,
+                })
             }
         };
+        self.conclude(rule, result, grpc).into()
+    }
+
+    /// Decides a request by Redis: its key's [`Display`](fmt::Display) form is the Redis key.
+    #[cfg(feature = "redis")]
+    pub(crate) async fn decide_remote(&self, remote: Remote) -> Verdict {
+        use crate::redis::BackendError;
+
+        let rule = self.rule(remote.rule);
+        let key = remote.key.to_string();
+        let result = match remote.limiter.try_acquire_n(&key, rule.cost).await {
+            Ok(decision) => Ok(decision),
+            Err(BackendError::Cost(error)) => Err(Failure::Cost(error)),
+            Err(error) => Err(Failure::Backend(error)),
+        };
+        self.conclude(rule, result, remote.grpc)
+    }
+
+    /// What a rule's limiter said becomes the answer: pass with the fields, or refuse.
+    fn conclude(&self, rule: &Rule, result: Result<Decision, Failure>, grpc: bool) -> Verdict {
+        let decision = match result {
+            Ok(decision) => decision,
+            // Shadow mode refuses nothing: a misconfigured cost or a failed backend included.
+            Err(_) if self.shadow => return Verdict::Pass(None, Fields::default()),
+            Err(failure) => return Verdict::Respond(failure.response(grpc)),
+        };
         if self.shadow {
-            return Outcome::Pass(Some(decision), Fields::default());
+            return Verdict::Pass(Some(decision), Fields::default());
         }
         let fields = self.fields(rule, &decision);
         if decision.is_allowed() {
-            Outcome::Pass(Some(decision), fields)
+            Verdict::Pass(Some(decision), fields)
         } else {
-            Outcome::Respond(headers::refusal(&decision, fields, self.is_grpc(request)))
+            Verdict::Respond(headers::refusal(&decision, fields, grpc))
         }
     }
 
@@ -384,9 +568,9 @@ impl Config {
         }
     }
 
-    fn reject<B>(&self, request: &Request<B>, status: StatusCode, error: &KeyError) -> Outcome {
+    fn reject<B>(&self, request: &Request<B>, status: StatusCode, error: &KeyError) -> Verdict {
         let detail = error.to_string();
-        Outcome::Respond(headers::error_response(
+        Verdict::Respond(headers::error_response(
             status,
             &detail,
             None,
@@ -425,8 +609,10 @@ impl fmt::Debug for Config {
 ///
 /// Each request is matched to a rule (the first matching [`route`](RateLimitLayer::route),
 /// else the default limiter given to [`new`](RateLimitLayer::new)), keyed by the rule's
-/// [`KeyExtractor`] ([`PeerIp`] unless set), and decided at once by the rule's
-/// `RateLimiter<LimitKey>`: there is no waiting and no backpressure through `poll_ready`.
+/// [`KeyExtractor`] ([`PeerIp`] unless set), and decided by the rule's limiter: at once by
+/// an in-process `RateLimiter<LimitKey>`, or by one Redis call awaited in the response
+/// future for a `RedisLimiter` ([`Backend`]). There is no waiting for permits and no
+/// backpressure through `poll_ready`.
 ///
 /// * **Allowed**: the request goes on with its [`Decision`] in its extensions, and the
 ///   response gets the rate-limit fields ([`HeaderStyle`]).
@@ -476,8 +662,9 @@ pub struct RateLimitLayer {
 }
 
 impl RateLimitLayer {
-    /// A layer limiting every request with `limiter` (a `RateLimiter<LimitKey, C, S>` or an
-    /// `Arc` of one), keyed by [`PeerIp`], with draft header fields.
+    /// A layer limiting every request with `limiter` (a `RateLimiter<LimitKey, C, S>`, an
+    /// `Arc` of one, or a `RedisLimiter`: see [`Backend`]), keyed by [`PeerIp`], with draft
+    /// header fields.
     ///
     /// # Examples
     ///
@@ -492,16 +679,11 @@ impl RateLimitLayer {
     /// # Ok::<(), tollgate::PolicyError>(())
     /// ```
     #[must_use]
-    pub fn new<C, S>(limiter: impl Into<Arc<RateLimiter<LimitKey, C, S>>>) -> Self
-    where
-        C: Clock + 'static,
-        S: BuildHasher + Clone + Send + Sync + 'static,
-    {
-        let limiter: Arc<RateLimiter<LimitKey, C, S>> = limiter.into();
+    pub fn new(limiter: impl Into<Backend>) -> Self {
         let name = "\"default\"".to_owned();
         RateLimitLayer {
             config: Arc::new(Config {
-                default: Rule::new(limiter, None, &name),
+                default: Rule::new(limiter.into().0, None, &name),
                 routes: Vec::new(),
                 extractor: Arc::new(PeerIp::new()),
                 name,
@@ -537,7 +719,8 @@ impl RateLimitLayer {
         self
     }
 
-    /// Limits requests matching `route` with `limiter` instead of the default one. Routes are
+    /// Limits requests matching `route` with `limiter` (any [`Backend`]) instead of the
+    /// default one. Routes are
     /// tried in the order they were added, [`exempt`](RateLimitLayer::exempt) ones included;
     /// the first match decides.
     ///
@@ -554,18 +737,9 @@ impl RateLimitLayer {
     /// # Ok::<(), tollgate::PolicyError>(())
     /// ```
     #[must_use]
-    pub fn route<C, S>(
-        mut self,
-        route: Route,
-        limiter: impl Into<Arc<RateLimiter<LimitKey, C, S>>>,
-    ) -> Self
-    where
-        C: Clock + 'static,
-        S: BuildHasher + Clone + Send + Sync + 'static,
-    {
-        let limiter: Arc<RateLimiter<LimitKey, C, S>> = limiter.into();
+    pub fn route(mut self, route: Route, limiter: impl Into<Backend>) -> Self {
         let config = self.config();
-        let mut rule = Rule::new(limiter, route.name.clone(), &config.name);
+        let mut rule = Rule::new(limiter.into().0, route.name.clone(), &config.name);
         rule.extractor = route.extractor.clone();
         rule.cost = route.cost;
         config.routes.push((route, Target::Limit(Box::new(rule))));

@@ -7,6 +7,7 @@
 //! | [`RateLimit`], [`ResponseFuture`], [`RateLimitBody`] | the service it builds, its future and its response body |
 //! | [`KeyExtractor`], [`RequestHead`], [`LimitKey`] | how a request becomes a key |
 //! | [`PeerIp`], [`ClientIp`], [`HeaderKey`], [`GlobalKey`] | the built-in extractors |
+//! | [`Backend`] | what decides a rule: an in-process `RateLimiter<LimitKey>`, or a `RedisLimiter` (feature `redis`) |
 //! | [`Route`], [`MissingKey`], [`HeaderStyle`] | rules and answers |
 //! | [`KeyError`], [`ConfigError`] | what can go wrong |
 //!
@@ -60,5 +61,5 @@ pub use forwarded::ClientIp;
 pub use future::ResponseFuture;
 pub use headers::HeaderStyle;
 pub use key::{GlobalKey, HeaderKey, KeyExtractor, LimitKey, PeerIp, RequestHead};
-pub use layer::{MissingKey, RateLimitLayer, Route};
+pub use layer::{Backend, MissingKey, RateLimitLayer, Route};
 pub use service::RateLimit;

@@ -9,7 +9,9 @@ use tower_service::Service;
 
 use super::body::RateLimitBody;
 use super::future::ResponseFuture;
-use super::layer::{Config, Outcome};
+#[cfg(feature = "redis")]
+use super::future::Step;
+use super::layer::{Config, Outcome, Verdict};
 
 /// Rate-limits requests before they reach `S`; built by
 /// [`RateLimitLayer`](super::RateLimitLayer).
@@ -108,9 +110,14 @@ impl<S> RateLimit<S> {
     }
 }
 
+/// `S: Clone + Send + 'static` and `ReqBody: Send + 'static` (as axum's, hyper's and tonic's
+/// services and bodies are) let a rule decided by Redis move the ready service and the
+/// request into the response future, which calls the service once Redis has decided.
 impl<S, ReqBody, ResBody> Service<Request<ReqBody>> for RateLimit<S>
 where
-    S: Service<Request<ReqBody>, Response = Response<ResBody>>,
+    S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    ReqBody: Send + 'static,
 {
     type Response = Response<RateLimitBody<ResBody>>;
     type Error = S::Error;
@@ -123,13 +130,32 @@ where
 
     fn call(&mut self, mut request: Request<ReqBody>) -> Self::Future {
         match self.config.decide(&request) {
-            Outcome::Pass(decision, fields) => {
+            Outcome::Now(Verdict::Pass(decision, fields)) => {
                 if let Some(decision) = decision {
                     request.extensions_mut().insert(decision);
                 }
                 ResponseFuture::inner(self.inner.call(request), fields)
             }
-            Outcome::Respond(response) => ResponseFuture::ready(response),
+            Outcome::Now(Verdict::Respond(response)) => ResponseFuture::ready(response),
+            #[cfg(feature = "redis")]
+            Outcome::Remote(remote) => {
+                // `self.inner` is the service `poll_ready` readied: the future takes it and
+                // leaves a clone (not yet ready) in its place, as tower middleware does.
+                let ready = self.inner.clone();
+                let mut inner = std::mem::replace(&mut self.inner, ready);
+                let config = Arc::clone(&self.config);
+                ResponseFuture::deciding(Box::pin(async move {
+                    match config.decide_remote(remote).await {
+                        Verdict::Pass(decision, fields) => {
+                            if let Some(decision) = decision {
+                                request.extensions_mut().insert(decision);
+                            }
+                            Step::Call(inner.call(request), fields)
+                        }
+                        Verdict::Respond(response) => Step::Respond(response),
+                    }
+                }))
+            }
         }
     }
 }

@@ -98,11 +98,15 @@ const RETRIES: u32 = 6;
 /// failed over, or ran `SCRIPT FLUSH`) the same call as `EVAL source`, which also caches the
 /// script again (each such reload bumps `reloads`).
 ///
-/// Never double-counts: a call is sent again only after a reply that Redis gives *instead of*
-/// running the script (`NOSCRIPT`, `MOVED`, `ASK`, `TRYAGAIN`, `CLUSTERDOWN`, `LOADING`,
-/// `MASTERDOWN`, `READONLY`: the script writes only after every read, and a node that
-/// refuses writes refuses the first). A call whose fate is unknown (a dropped connection, a
-/// timeout) is never sent again: the caller reports the failure instead. The cluster client
+/// A call is sent again after a reply that Redis gives *instead of* running the script
+/// (`NOSCRIPT`, `MOVED`, `ASK`, `TRYAGAIN`, `CLUSTERDOWN`, `LOADING`, `MASTERDOWN`,
+/// `READONLY`: the script writes only after every read, and a node that refuses writes
+/// refuses the first), and once after a dropped connection: the connection manager then
+/// hands out a fresh connection, so a limiter that sat idle through a Redis restart is
+/// decided by Redis on its first call instead of failing over. A connection that dropped
+/// after Redis ran the script but before its reply arrived makes that one resend spend the
+/// call's permits twice: it can only refuse sooner, never admit beyond the limit. A timeout
+/// is never followed by a resend: the caller reports the failure instead. The cluster client
 /// is built with no retries of its own for the same reason, so redirects are followed here:
 /// `MOVED` by sending again (the client refreshes its slot map from the reply), `ASK` (a
 /// slot being migrated, the key already on the importing node) by sending `ASKING` and the
@@ -117,6 +121,7 @@ pub(crate) async fn eval(
 ) -> Result<Value, RedisError> {
     let mut full = false;
     let mut attempt = 0;
+    let mut reconnected = false;
     // Set by an ASK reply: the next attempt goes to that node, after ASKING.
     let mut asked: Option<Node> = None;
     loop {
@@ -139,6 +144,9 @@ pub(crate) async fn eval(
                 bump(reloads);
                 full = true;
             }
+            // The connection was found dead (typically Redis restarted while this limiter
+            // sat idle): the manager is already replacing it; send once more through it.
+            Err(err) if err.is_connection_dropped() && !reconnected => reconnected = true,
             Err(err) if did_not_run(&err) && attempt < RETRIES => {
                 attempt += 1;
                 match Node::asked_by(&err) {

@@ -330,8 +330,9 @@ impl RedisLimiterBuilder {
     /// Connects to a Redis Cluster through any of its `nodes` (URLs as for
     /// [`connect`](RedisLimiterBuilder::connect)), loads the script on every primary, and
     /// builds the limiter. The cluster client follows slot moves and reconnects by itself;
-    /// it is built without request retries of its own, so that a call whose fate is unknown
-    /// is never sent twice (calls are resent only after replies proving they did not run).
+    /// it is built without request retries of its own, so that a call is resent only after
+    /// replies proving it did not run, and once after a dropped connection (see
+    /// `docs/REDIS.md`, "Script loading and retries").
     ///
     /// # Errors
     ///

@@ -1,0 +1,210 @@
+//! The HTTP layer deciding through Redis (features `tower` and `redis`): axum routers served
+//! on loopback, each with its own `RedisLimiter`, against a `redis-server` each test starts.
+//! Two layers share one limit exactly; a killed Redis gets each failure policy's answer;
+//! peer-address and header keys reach Redis as their stable text form.
+//!
+//! Needs `redis-server` on PATH (`scripts/install-redis.sh`); without it every test fails
+//! saying so.
+#![cfg(all(feature = "tower", feature = "redis"))]
+
+#[path = "support/redis_server.rs"]
+mod redis_server;
+
+#[path = "support/http.rs"]
+mod http_support;
+
+use std::future::Future;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::time::Duration;
+
+use axum::extract::ConnectInfo;
+use axum::routing::get;
+use axum::Router;
+use http::Method;
+use http_support::{get_path, send, serve};
+use redis_server::RedisServer;
+use tollgate::middleware::{HeaderKey, LimitKey, PeerIp, RateLimitLayer, Route};
+use tollgate::redis::{FailurePolicy, RedisLimiter};
+use tollgate::RateLimiter;
+
+/// Every test is bounded: a hang becomes a failure.
+async fn bounded(test: impl Future<Output = ()>) {
+    tokio::time::timeout(Duration::from_secs(60), test)
+        .await
+        .expect("the test did not finish within 60 s");
+}
+
+async fn redis_limiter(
+    server: &RedisServer,
+    policy: &str,
+    prefix: &str,
+    failure: FailurePolicy,
+) -> RedisLimiter {
+    RedisLimiter::builder(policy.parse().unwrap())
+        .prefix(prefix)
+        .timeout(Duration::from_millis(300))
+        .probe_interval(Duration::from_secs(5))
+        .failure_policy(failure)
+        .connect(&server.url())
+        .await
+        .unwrap()
+}
+
+fn peer() -> PeerIp {
+    PeerIp::new().connect_info(|c: &ConnectInfo<SocketAddr>| c.0.ip())
+}
+
+fn ok_router() -> Router {
+    Router::new().route("/", get(|| async { "ok" }))
+}
+
+const LOOPBACK: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
+
+/// Two servers, each with its own layer and its own connection to one Redis: ten requests
+/// alternating between them get exactly the policy's five 200s, then 429s with Retry-After.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_layers_share_one_limit_exactly() {
+    bounded(async {
+        let server = RedisServer::start();
+        let mut addrs = Vec::new();
+        for _ in 0..2 {
+            let limiter = redis_limiter(&server, "5/1h", "shared", FailurePolicy::Error).await;
+            addrs.push(serve(
+                ok_router().layer(RateLimitLayer::new(limiter).key(peer())),
+            ));
+        }
+        let mut statuses = Vec::new();
+        for i in 0..10 {
+            let reply = get_path(addrs[i % 2], "/");
+            if reply.status == 429 {
+                let retry: u64 = reply.header("retry-after").unwrap().parse().unwrap();
+                assert!((1..=720).contains(&retry), "{reply:?}");
+                assert_eq!(
+                    reply.header("ratelimit-policy"),
+                    Some("\"default\";q=5;w=3600")
+                );
+            } else {
+                assert_eq!(reply.status, 200, "{reply:?}");
+                assert_eq!(reply.body, "ok");
+            }
+            statuses.push(reply.status);
+        }
+        assert_eq!(statuses, [200, 200, 200, 200, 200, 429, 429, 429, 429, 429]);
+    })
+    .await;
+}
+
+/// One request through a layer whose limiter has `failure` as its failure policy, after
+/// Redis was killed; returns the status and the reply.
+async fn killed(failure: FailurePolicy, requests: usize) -> Vec<http_support::Reply> {
+    let mut server = RedisServer::start();
+    let limiter = redis_limiter(&server, "5/1h", "killed", failure).await;
+    let addr = serve(ok_router().layer(RateLimitLayer::new(limiter).key(peer())));
+    assert_eq!(get_path(addr, "/").status, 200, "decided by Redis");
+    server.kill();
+    (0..requests).map(|_| get_path(addr, "/")).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_redis_with_the_error_policy_answers_503_with_a_problem_document() {
+    bounded(async {
+        for reply in killed(FailurePolicy::Error, 3).await {
+            assert_eq!(reply.status, 503, "{reply:?}");
+            assert_eq!(
+                reply.header("content-type"),
+                Some("application/problem+json")
+            );
+            assert!(reply.body.contains("\"status\":503"), "{}", reply.body);
+            assert!(
+                reply.body.contains("the rate limiter cannot decide"),
+                "{}",
+                reply.body
+            );
+            assert!(!reply.has("ratelimit"), "{reply:?}");
+        }
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_redis_fails_open() {
+    bounded(async {
+        for reply in killed(FailurePolicy::Open, 3).await {
+            assert_eq!(reply.status, 200, "{reply:?}");
+            assert_eq!(reply.body, "ok");
+        }
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_redis_fails_closed() {
+    bounded(async {
+        for reply in killed(FailurePolicy::Closed, 3).await {
+            assert_eq!(reply.status, 429, "{reply:?}");
+            // The probe interval.
+            assert_eq!(reply.header("retry-after"), Some("5"), "{reply:?}");
+        }
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_redis_falls_back_to_the_local_limiter() {
+    bounded(async {
+        let local = RateLimiter::new("2/1h".parse().unwrap());
+        let statuses: Vec<u16> = killed(FailurePolicy::Local(local), 4)
+            .await
+            .iter()
+            .map(|r| r.status)
+            .collect();
+        assert_eq!(statuses, [200, 200, 429, 429]);
+    })
+    .await;
+}
+
+/// The peer's address and a header's digest arrive in Redis as `LimitKey`'s text form, on a
+/// Redis-backed route and a Redis-backed default rule alike.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn peer_and_header_keys_reach_redis_as_their_text_form() {
+    bounded(async {
+        let server = RedisServer::start();
+        let by_ip = redis_limiter(&server, "10/1h", "ip", FailurePolicy::Error).await;
+        let by_header = redis_limiter(&server, "10/1h", "hdr", FailurePolicy::Error).await;
+        let layer = RateLimitLayer::new(by_ip.clone()).key(peer()).route(
+            Route::new(Method::GET, "/api").key(HeaderKey::new("x-api-key").unwrap()),
+            by_header.clone(),
+        );
+        let addr = serve(
+            ok_router()
+                .route("/api", get(|| async { "api" }))
+                .layer(layer),
+        );
+
+        assert_eq!(get_path(addr, "/").status, 200);
+        let ip_keys = by_ip.redis_keys(&LimitKey::Ip(LOOPBACK).to_string());
+        assert_eq!(ip_keys, ["ip:{ip:127.0.0.1}:tb:10/1h"]);
+        assert_eq!(server.command(&["EXISTS", &ip_keys[0]]).int(), 1);
+
+        let reply = send(addr, "GET", "/api", &[("x-api-key", "k-123")]);
+        assert_eq!((reply.status, reply.body.as_str()), (200, "api"));
+        let digest = LimitKey::digest(b"k-123").to_string();
+        assert!(
+            digest.starts_with("digest:") && digest.len() == 7 + 32,
+            "{digest}"
+        );
+        let header_keys = by_header.redis_keys(&digest);
+        assert_eq!(server.command(&["EXISTS", &header_keys[0]]).int(), 1);
+        // Only these two keys: the route's request did not touch the default rule's.
+        assert_eq!(server.command(&["DBSIZE"]).int(), 2);
+        assert_eq!(
+            by_ip
+                .peek(&LimitKey::Ip(LOOPBACK).to_string())
+                .await
+                .unwrap()
+                .remaining(),
+            8
+        );
+    })
+    .await;
+}
