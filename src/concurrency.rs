@@ -729,7 +729,7 @@ impl ModelGauge {
 
     /// What the limiter's hit path does on this gauge; `None` when it is retired.
     pub fn try_acquire(&self) -> Option<Result<Permit, AtCapacity>> {
-        ConcurrencyLimiter::<String>::acquire_on(&self.0)
+        ConcurrencyLimiter::<String>::acquire_on(&self.0, false)
     }
 
     /// The evictor's step: retire if nothing is in flight.
