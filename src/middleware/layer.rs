@@ -199,7 +199,9 @@ impl Route {
     /// A `GET` route also matches `HEAD` requests: axum and hyper routers answer `HEAD` with
     /// the `GET` handler, so a `HEAD` costs what the `GET` does, counted against the same
     /// limiter, and cannot reach the resource around the route's limit. A route built for
-    /// `HEAD` matches `HEAD` only.
+    /// `HEAD` matches `HEAD` only, and wins over every `GET` (or any-method) route for a
+    /// `HEAD` request whatever the order they were added in: the exception to "the first
+    /// match decides".
     ///
     /// # Examples
     ///
@@ -462,6 +464,23 @@ impl Failure {
 }
 
 impl Config {
+    /// The index of the route deciding `method path`: the first that matches, except that a
+    /// `HEAD` request takes the first matching route built for `HEAD` when there is one, so
+    /// that an explicit `HEAD` rule is not shadowed by an earlier `GET` rule serving `HEAD`
+    /// too (`Route::new`).
+    fn route_for(&self, method: &Method, path: &str) -> Option<usize> {
+        let first = |explicit_head: bool| {
+            self.routes.iter().position(|(route, _)| {
+                (!explicit_head || route.method.as_ref() == Some(&Method::HEAD))
+                    && route.matches(method, path)
+            })
+        };
+        (method == Method::HEAD)
+            .then(|| first(true))
+            .flatten()
+            .or_else(|| first(false))
+    }
+
     fn rule(&self, id: RuleId) -> &Rule {
         match id {
             RuleId::Route(i) => match &self.routes[i].1 {
@@ -479,12 +498,7 @@ impl Config {
         if self.exempt_options && method == Method::OPTIONS {
             return Verdict::Pass(None, Fields::default()).into();
         }
-        let path = request.uri().path();
-        let id = match self
-            .routes
-            .iter()
-            .position(|(route, _)| route.matches(method, path))
-        {
+        let id = match self.route_for(method, request.uri().path()) {
             Some(i) if matches!(self.routes[i].1, Target::Exempt) => {
                 return Verdict::Pass(None, Fields::default()).into()
             }
@@ -720,9 +734,10 @@ impl RateLimitLayer {
     }
 
     /// Limits requests matching `route` with `limiter` (any [`Backend`]) instead of the
-    /// default one. Routes are
-    /// tried in the order they were added, [`exempt`](RateLimitLayer::exempt) ones included;
-    /// the first match decides.
+    /// default one. Routes are tried in the order they were added,
+    /// [`exempt`](RateLimitLayer::exempt) ones included; the first match decides, except
+    /// that a `HEAD` request takes a matching route built for `HEAD` before any other
+    /// ([`Route::new`]).
     ///
     /// # Examples
     ///
