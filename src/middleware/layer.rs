@@ -6,11 +6,10 @@ use std::hash::BuildHasher;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use http::header::CONTENT_TYPE;
 use http::{Method, Request, Response, StatusCode};
 use tower_layer::Layer;
 
-use super::error::{ConfigError, KeyError};
+use super::error::ConfigError;
 use super::headers::{self, Fields, HeaderStyle, Rendered};
 use super::key::{KeyExtractor, LimitKey, PeerIp, RequestHead};
 use super::service::RateLimit;
@@ -128,7 +127,7 @@ impl fmt::Debug for Backend {
     }
 }
 
-/// What to do with a request whose key cannot be extracted ([`KeyError`]).
+/// What to do with a request whose key cannot be extracted ([`KeyError`](super::KeyError)).
 ///
 /// The default is `Reject(400 Bad Request)`: the request lacks what the service requires of
 /// it (a token, a forwarding entry from the trusted proxy, a peer address), so it is the
@@ -162,6 +161,31 @@ pub enum MissingKey {
 impl Default for MissingKey {
     fn default() -> Self {
         MissingKey::Reject(StatusCode::BAD_REQUEST)
+    }
+}
+
+impl MissingKey {
+    /// The key `extractor` takes from `head`, or, when it finds none, what this answer
+    /// makes of that: the shared key, `None` (let through unlimited), or the rejection.
+    pub(crate) fn key(
+        self,
+        extractor: &dyn KeyExtractor,
+        head: &RequestHead<'_>,
+        grpc: bool,
+    ) -> Result<Option<LimitKey>, Response<Bytes>> {
+        match extractor.extract(head) {
+            Ok(key) => Ok(Some(key)),
+            Err(error) => match self {
+                MissingKey::Reject(status) => Err(headers::error_response(
+                    status,
+                    &error.to_string(),
+                    None,
+                    grpc,
+                )),
+                MissingKey::Shared => Ok(Some(LimitKey::Global)),
+                MissingKey::Allow => Ok(None),
+            },
+        }
     }
 }
 
@@ -507,15 +531,15 @@ impl Config {
         };
         let rule = self.rule(id);
         let extractor = rule.extractor.as_deref().unwrap_or(&*self.extractor);
-        let key = match extractor.extract(&RequestHead::new(request)) {
-            Ok(key) => key,
-            Err(error) => match self.missing {
-                MissingKey::Reject(status) => return self.reject(request, status, &error).into(),
-                MissingKey::Shared => LimitKey::Global,
-                MissingKey::Allow => return Verdict::Pass(None, Fields::default()).into(),
-            },
-        };
         let grpc = self.is_grpc(request);
+        let key = match self
+            .missing
+            .key(extractor, &RequestHead::new(request), grpc)
+        {
+            Ok(Some(key)) => key,
+            Ok(None) => return Verdict::Pass(None, Fields::default()).into(),
+            Err(response) => return Verdict::Respond(response).into(),
+        };
         let result = match &rule.limiter {
             Limiter::Local(limiter) if rule.cost == 1 => Ok(limiter.try_acquire(&key)),
             Limiter::Local(limiter) => limiter
@@ -582,22 +606,8 @@ impl Config {
         }
     }
 
-    fn reject<B>(&self, request: &Request<B>, status: StatusCode, error: &KeyError) -> Verdict {
-        let detail = error.to_string();
-        Verdict::Respond(headers::error_response(
-            status,
-            &detail,
-            None,
-            self.is_grpc(request),
-        ))
-    }
-
     fn is_grpc<B>(&self, request: &Request<B>) -> bool {
-        self.grpc
-            && request
-                .headers()
-                .get(CONTENT_TYPE)
-                .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"))
+        self.grpc && headers::is_grpc(request.headers())
     }
 }
 

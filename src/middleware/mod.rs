@@ -10,6 +10,7 @@
 //! | [`Backend`] | what decides a rule: an in-process `RateLimiter<LimitKey>`, or a `RedisLimiter` (feature `redis`) |
 //! | [`Route`], [`MissingKey`], [`HeaderStyle`] | rules and answers |
 //! | [`KeyError`], [`ConfigError`] | what can go wrong |
+//! | [`ConcurrencyLimitLayer`], [`ConcurrencyLimit`], [`ConcurrencyFuture`], [`ConcurrencyBody`] | requests in flight per key, from a [`ConcurrencyLimiter`](crate::ConcurrencyLimiter), each held until its response body ends |
 //!
 //! What a client sees, for a policy of `3/1s` keyed by peer IP:
 //!
@@ -47,6 +48,7 @@
 //! proxies.
 
 mod body;
+mod concurrency;
 mod error;
 mod forwarded;
 mod future;
@@ -56,6 +58,9 @@ mod layer;
 mod service;
 
 pub use body::RateLimitBody;
+pub use concurrency::{
+    ConcurrencyBody, ConcurrencyFuture, ConcurrencyLimit, ConcurrencyLimitLayer,
+};
 pub use error::{ConfigError, KeyError};
 pub use forwarded::ClientIp;
 pub use future::ResponseFuture;
