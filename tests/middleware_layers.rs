@@ -15,13 +15,13 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use axum::body::Body;
-use axum::routing::get;
+use axum::routing::{get, post};
 use axum::Router;
 use bytes::Bytes;
 use http::{HeaderMap, Request};
 use http_body::Frame;
-use tollgate::middleware::{ConcurrencyLimitLayer, GlobalKey, HeaderKey, LimitKey};
-use tollgate::ConcurrencyLimiter;
+use tollgate::middleware::{ConcurrencyLimitLayer, GlobalKey, HeaderKey, LimitKey, LoginLayer};
+use tollgate::{ConcurrencyLimiter, LoginGuard};
 use tower_layer::Layer;
 use tower_service::Service;
 
@@ -226,4 +226,80 @@ fn a_dropped_body_or_future_gives_its_place_back() {
         assert_eq!(limiter.in_flight(&LimitKey::Global), 0);
         assert_eq!(call().await.unwrap().status(), 200);
     });
+}
+
+// ---------------------------------------------------------------------------------------
+// LoginLayer.
+
+#[test]
+fn five_failures_lock_the_account_for_strangers_and_not_for_a_known_device() {
+    let guard = Arc::new(LoginGuard::new()); // 5 failures per account per 15 minutes
+    let handled = Arc::new(AtomicUsize::new(0));
+    let calls = Arc::clone(&handled);
+    let login = move |headers: HeaderMap| {
+        calls.fetch_add(1, Ordering::SeqCst);
+        async move {
+            if headers["x-password"] == "right" {
+                http::StatusCode::OK
+            } else {
+                http::StatusCode::UNAUTHORIZED
+            }
+        }
+    };
+    let layer = LoginLayer::new(Arc::clone(&guard), |head| {
+        head.headers()
+            .get("x-account")?
+            .to_str()
+            .ok()
+            .map(str::to_owned)
+    })
+    // Every test client is 127.0.0.1: a device cookie tells them apart.
+    .client(HeaderKey::new("x-device").unwrap());
+    let addr = serve(
+        Router::new()
+            .route("/login", post(login))
+            .route_layer(layer),
+    );
+    let attempt = |device: &str, password: &str| {
+        send(
+            addr,
+            "POST",
+            "/login",
+            &[
+                ("x-account", "alice"),
+                ("x-device", device),
+                ("x-password", password),
+                ("content-length", "0"),
+            ],
+        )
+    };
+
+    // Alice's laptop logs in: it is now known for alice.
+    assert_eq!(attempt("laptop", "right").status, 200);
+    for _ in 0..5 {
+        assert_eq!(attempt("stranger", "guess").status, 401);
+    }
+    assert_eq!(handled.load(Ordering::SeqCst), 6);
+    let refused = attempt("stranger", "right");
+    assert_eq!(refused.status, 429, "{refused:?}");
+    let retry: u64 = refused.header("retry-after").unwrap().parse().unwrap();
+    assert!((1..=900).contains(&retry), "Retry-After {retry}");
+    assert_eq!(
+        refused.header("content-type"),
+        Some("application/problem+json")
+    );
+    // Refused before the handler.
+    assert_eq!(handled.load(Ordering::SeqCst), 6);
+    // The known laptop still gets in.
+    assert_eq!(attempt("laptop", "right").status, 200);
+    assert_eq!(handled.load(Ordering::SeqCst), 7);
+    // A request naming no account is not an attempt the guard can judge.
+    let anonymous = send(
+        addr,
+        "POST",
+        "/login",
+        &[("x-device", "x"), ("content-length", "0")],
+    );
+    assert_eq!(anonymous.status, 400);
+    assert_eq!(handled.load(Ordering::SeqCst), 7);
 }

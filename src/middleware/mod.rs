@@ -11,6 +11,7 @@
 //! | [`Route`], [`MissingKey`], [`HeaderStyle`] | rules and answers |
 //! | [`KeyError`], [`ConfigError`] | what can go wrong |
 //! | [`ConcurrencyLimitLayer`], [`ConcurrencyLimit`], [`ConcurrencyFuture`], [`ConcurrencyBody`] | requests in flight per key, from a [`ConcurrencyLimiter`](crate::ConcurrencyLimiter), each held until its response body ends |
+//! | [`LoginLayer`], [`Login`], [`LoginFuture`], [`LoginOutcome`] | a [`LoginGuard`](crate::LoginGuard) in front of a login route: check before, record the outcome from the status |
 //!
 //! What a client sees, for a policy of `3/1s` keyed by peer IP:
 //!
@@ -55,6 +56,7 @@ mod future;
 mod headers;
 mod key;
 mod layer;
+mod login;
 mod service;
 
 pub use body::RateLimitBody;
@@ -67,4 +69,5 @@ pub use future::ResponseFuture;
 pub use headers::HeaderStyle;
 pub use key::{GlobalKey, HeaderKey, KeyExtractor, LimitKey, PeerIp, RequestHead};
 pub use layer::{Backend, MissingKey, RateLimitLayer, Route};
+pub use login::{Login, LoginFuture, LoginLayer, LoginOutcome};
 pub use service::RateLimit;
