@@ -47,6 +47,10 @@ struct Config {
 impl Config {
     /// The permit `request` holds while in flight (`None`: unlimited, for a missing key
     /// under [`MissingKey::Allow`]), or the answer refusing it.
+    #[allow(
+        clippy::result_large_err,
+        reason = "the answer is returned once per request and sent as is; boxing it would allocate"
+    )]
     fn admit<B>(&self, request: &Request<B>) -> Result<Option<Permit>, Response<Bytes>> {
         let grpc = self.grpc && headers::is_grpc(request.headers());
         let Some(key) = self

@@ -167,6 +167,10 @@ impl Default for MissingKey {
 impl MissingKey {
     /// The key `extractor` takes from `head`, or, when it finds none, what this answer
     /// makes of that: the shared key, `None` (let through unlimited), or the rejection.
+    #[allow(
+        clippy::result_large_err,
+        reason = "the answer is returned once per request and sent as is; boxing it would allocate"
+    )]
     pub(crate) fn key(
         self,
         extractor: &dyn KeyExtractor,

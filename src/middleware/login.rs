@@ -125,6 +125,10 @@ impl Attempt {
 impl Config {
     /// The attempt `request` makes (`None`: not guarded, for a missing client under
     /// [`MissingKey::Allow`]), or the answer refusing it.
+    #[allow(
+        clippy::result_large_err,
+        reason = "the answer is returned once per request and sent as is; boxing it would allocate"
+    )]
     fn admit<B>(
         config: &Arc<Config>,
         request: &Request<B>,
