@@ -399,6 +399,75 @@ fn a_get_route_limits_head_requests_too() {
 }
 
 #[test]
+fn an_explicit_head_route_wins_over_the_get_routes_fallback() {
+    // The GET rule comes first, yet the HEAD rule (limited, then exempt) decides HEAD.
+    runtime().block_on(async {
+        let call = |service: &mut tollgate::middleware::RateLimit<Router>, method: Method| {
+            let request = Request::builder()
+                .method(method)
+                .uri("/export")
+                .body(Body::empty())
+                .unwrap();
+            let mut service = service.clone();
+            async move {
+                std::future::poll_fn(|cx| Service::<Request<Body>>::poll_ready(&mut service, cx))
+                    .await
+                    .unwrap();
+                service.call(request).await.unwrap()
+            }
+        };
+        let router = || Router::new().route("/export", get(|| async { "csv" }));
+
+        let mut limited = RateLimitLayer::new(limiter("100/hour"))
+            .key(GlobalKey)
+            .route(Route::new(Method::GET, "/export"), limiter("1/hour"))
+            .route(
+                Route::new(Method::HEAD, "/export").name("head").unwrap(),
+                limiter("2/hour"),
+            )
+            .layer(router());
+        for status in [
+            StatusCode::OK,
+            StatusCode::OK,
+            StatusCode::TOO_MANY_REQUESTS,
+        ] {
+            let response = call(&mut limited, Method::HEAD).await;
+            assert_eq!(response.status(), status);
+            assert_eq!(
+                response.headers()["ratelimit-policy"],
+                "\"head\";q=2;w=3600"
+            );
+        }
+        // GET still takes the GET rule, untouched by the HEADs.
+        let response = call(&mut limited, Method::GET).await;
+        assert_eq!(response.status(), StatusCode::OK);
+        assert_eq!(
+            response.headers()["ratelimit-policy"],
+            "\"default\";q=1;w=3600"
+        );
+
+        let mut exempt = RateLimitLayer::new(limiter("100/hour"))
+            .key(GlobalKey)
+            .route(Route::new(Method::GET, "/export"), limiter("1/hour"))
+            .exempt(Route::new(Method::HEAD, "/export"))
+            .layer(router());
+        for _ in 0..3 {
+            let response = call(&mut exempt, Method::HEAD).await;
+            assert_eq!(response.status(), StatusCode::OK);
+            assert!(!response.headers().contains_key("ratelimit"));
+        }
+        assert_eq!(
+            call(&mut exempt, Method::GET).await.status(),
+            StatusCode::OK
+        );
+        assert_eq!(
+            call(&mut exempt, Method::GET).await.status(),
+            StatusCode::TOO_MANY_REQUESTS
+        );
+    });
+}
+
+#[test]
 fn routes_spend_their_cost_from_a_shared_budget() {
     // One budget of 10 per hour: a read costs 1, an export 4; a cost above the policy's
     // permits is a configuration error, answered 500 and spending nothing.

@@ -330,6 +330,13 @@ fn problem(status: StatusCode, detail: &str, retry_after: Option<u64>) -> Bytes 
     Bytes::from(body)
 }
 
+/// Whether a request is gRPC (`content-type: application/grpc...`): refused the gRPC way.
+pub(crate) fn is_grpc(headers: &HeaderMap) -> bool {
+    headers
+        .get(CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"))
+}
+
 /// The gRPC status code closest to an HTTP refusal status.
 fn grpc_code(status: StatusCode) -> u16 {
     match status.as_u16() {

@@ -6,11 +6,10 @@ use std::hash::BuildHasher;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use http::header::CONTENT_TYPE;
 use http::{Method, Request, Response, StatusCode};
 use tower_layer::Layer;
 
-use super::error::{ConfigError, KeyError};
+use super::error::ConfigError;
 use super::headers::{self, Fields, HeaderStyle, Rendered};
 use super::key::{KeyExtractor, LimitKey, PeerIp, RequestHead};
 use super::service::RateLimit;
@@ -128,7 +127,7 @@ impl fmt::Debug for Backend {
     }
 }
 
-/// What to do with a request whose key cannot be extracted ([`KeyError`]).
+/// What to do with a request whose key cannot be extracted ([`KeyError`](super::KeyError)).
 ///
 /// The default is `Reject(400 Bad Request)`: the request lacks what the service requires of
 /// it (a token, a forwarding entry from the trusted proxy, a peer address), so it is the
@@ -162,6 +161,35 @@ pub enum MissingKey {
 impl Default for MissingKey {
     fn default() -> Self {
         MissingKey::Reject(StatusCode::BAD_REQUEST)
+    }
+}
+
+impl MissingKey {
+    /// The key `extractor` takes from `head`, or, when it finds none, what this answer
+    /// makes of that: the shared key, `None` (let through unlimited), or the rejection.
+    #[allow(
+        clippy::result_large_err,
+        reason = "the answer is returned once per request and sent as is; boxing it would allocate"
+    )]
+    pub(crate) fn key(
+        self,
+        extractor: &dyn KeyExtractor,
+        head: &RequestHead<'_>,
+        grpc: bool,
+    ) -> Result<Option<LimitKey>, Response<Bytes>> {
+        match extractor.extract(head) {
+            Ok(key) => Ok(Some(key)),
+            Err(error) => match self {
+                MissingKey::Reject(status) => Err(headers::error_response(
+                    status,
+                    &error.to_string(),
+                    None,
+                    grpc,
+                )),
+                MissingKey::Shared => Ok(Some(LimitKey::Global)),
+                MissingKey::Allow => Ok(None),
+            },
+        }
     }
 }
 
@@ -199,7 +227,9 @@ impl Route {
     /// A `GET` route also matches `HEAD` requests: axum and hyper routers answer `HEAD` with
     /// the `GET` handler, so a `HEAD` costs what the `GET` does, counted against the same
     /// limiter, and cannot reach the resource around the route's limit. A route built for
-    /// `HEAD` matches `HEAD` only.
+    /// `HEAD` matches `HEAD` only, and wins over every `GET` (or any-method) route for a
+    /// `HEAD` request whatever the order they were added in: the exception to "the first
+    /// match decides".
     ///
     /// # Examples
     ///
@@ -462,6 +492,23 @@ impl Failure {
 }
 
 impl Config {
+    /// The index of the route deciding `method path`: the first that matches, except that a
+    /// `HEAD` request takes the first matching route built for `HEAD` when there is one, so
+    /// that an explicit `HEAD` rule is not shadowed by an earlier `GET` rule serving `HEAD`
+    /// too (`Route::new`).
+    fn route_for(&self, method: &Method, path: &str) -> Option<usize> {
+        let first = |explicit_head: bool| {
+            self.routes.iter().position(|(route, _)| {
+                (!explicit_head || route.method.as_ref() == Some(&Method::HEAD))
+                    && route.matches(method, path)
+            })
+        };
+        (method == Method::HEAD)
+            .then(|| first(true))
+            .flatten()
+            .or_else(|| first(false))
+    }
+
     fn rule(&self, id: RuleId) -> &Rule {
         match id {
             RuleId::Route(i) => match &self.routes[i].1 {
@@ -479,12 +526,7 @@ impl Config {
         if self.exempt_options && method == Method::OPTIONS {
             return Verdict::Pass(None, Fields::default()).into();
         }
-        let path = request.uri().path();
-        let id = match self
-            .routes
-            .iter()
-            .position(|(route, _)| route.matches(method, path))
-        {
+        let id = match self.route_for(method, request.uri().path()) {
             Some(i) if matches!(self.routes[i].1, Target::Exempt) => {
                 return Verdict::Pass(None, Fields::default()).into()
             }
@@ -493,15 +535,15 @@ impl Config {
         };
         let rule = self.rule(id);
         let extractor = rule.extractor.as_deref().unwrap_or(&*self.extractor);
-        let key = match extractor.extract(&RequestHead::new(request)) {
-            Ok(key) => key,
-            Err(error) => match self.missing {
-                MissingKey::Reject(status) => return self.reject(request, status, &error).into(),
-                MissingKey::Shared => LimitKey::Global,
-                MissingKey::Allow => return Verdict::Pass(None, Fields::default()).into(),
-            },
-        };
         let grpc = self.is_grpc(request);
+        let key = match self
+            .missing
+            .key(extractor, &RequestHead::new(request), grpc)
+        {
+            Ok(Some(key)) => key,
+            Ok(None) => return Verdict::Pass(None, Fields::default()).into(),
+            Err(response) => return Verdict::Respond(response).into(),
+        };
         let result = match &rule.limiter {
             Limiter::Local(limiter) if rule.cost == 1 => Ok(limiter.try_acquire(&key)),
             Limiter::Local(limiter) => limiter
@@ -568,22 +610,8 @@ impl Config {
         }
     }
 
-    fn reject<B>(&self, request: &Request<B>, status: StatusCode, error: &KeyError) -> Verdict {
-        let detail = error.to_string();
-        Verdict::Respond(headers::error_response(
-            status,
-            &detail,
-            None,
-            self.is_grpc(request),
-        ))
-    }
-
     fn is_grpc<B>(&self, request: &Request<B>) -> bool {
-        self.grpc
-            && request
-                .headers()
-                .get(CONTENT_TYPE)
-                .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"))
+        self.grpc && headers::is_grpc(request.headers())
     }
 }
 
@@ -720,9 +748,10 @@ impl RateLimitLayer {
     }
 
     /// Limits requests matching `route` with `limiter` (any [`Backend`]) instead of the
-    /// default one. Routes are
-    /// tried in the order they were added, [`exempt`](RateLimitLayer::exempt) ones included;
-    /// the first match decides.
+    /// default one. Routes are tried in the order they were added,
+    /// [`exempt`](RateLimitLayer::exempt) ones included; the first match decides, except
+    /// that a `HEAD` request takes a matching route built for `HEAD` before any other
+    /// ([`Route::new`]).
     ///
     /// # Examples
     ///

@@ -10,6 +10,8 @@
 //! | [`Backend`] | what decides a rule: an in-process `RateLimiter<LimitKey>`, or a `RedisLimiter` (feature `redis`) |
 //! | [`Route`], [`MissingKey`], [`HeaderStyle`] | rules and answers |
 //! | [`KeyError`], [`ConfigError`] | what can go wrong |
+//! | [`ConcurrencyLimitLayer`], [`ConcurrencyLimit`], [`ConcurrencyFuture`], [`ConcurrencyBody`] | requests in flight per key, from a [`ConcurrencyLimiter`](crate::ConcurrencyLimiter), each held until its response body ends |
+//! | [`LoginLayer`], [`Login`], [`LoginFuture`], [`LoginOutcome`] | a [`LoginGuard`](crate::LoginGuard) in front of a login route: check before, record the outcome from the status |
 //!
 //! What a client sees, for a policy of `3/1s` keyed by peer IP:
 //!
@@ -47,19 +49,25 @@
 //! proxies.
 
 mod body;
+mod concurrency;
 mod error;
 mod forwarded;
 mod future;
 mod headers;
 mod key;
 mod layer;
+mod login;
 mod service;
 
 pub use body::RateLimitBody;
+pub use concurrency::{
+    ConcurrencyBody, ConcurrencyFuture, ConcurrencyLimit, ConcurrencyLimitLayer,
+};
 pub use error::{ConfigError, KeyError};
 pub use forwarded::ClientIp;
 pub use future::ResponseFuture;
 pub use headers::HeaderStyle;
 pub use key::{GlobalKey, HeaderKey, KeyExtractor, LimitKey, PeerIp, RequestHead};
 pub use layer::{Backend, MissingKey, RateLimitLayer, Route};
+pub use login::{Login, LoginFuture, LoginLayer, LoginOutcome};
 pub use service::RateLimit;

@@ -80,13 +80,17 @@ struct Order {
     queue: VecDeque<(Arc<str>, u64)>,
     /// The next insert's sequence number.
     next: u64,
+    /// How many times [`DenyCache::forget`] has run: a refusal read from Redis under an
+    /// older count may predate a reset and is not cached (see [`DenyCache::ticket`]).
+    resets: u64,
 }
 
 /// Refusals by key, bounded in size.
 #[derive(Debug)]
 pub(crate) struct DenyCache {
     map: HashMap<Arc<str>, Refusal, KeyHasher>,
-    /// Taken by inserts only (after a round trip to Redis); lookups read the map alone.
+    /// Taken by inserts, tickets and resets, once per round trip to Redis; lookups read the
+    /// map alone.
     order: Mutex<Order>,
     capacity: usize,
     /// `true` when the clock is the script's own (an injected test clock): exact deadlines.
@@ -104,6 +108,7 @@ impl DenyCache {
             order: Mutex::new(Order {
                 queue: VecDeque::with_capacity(capacity.min(1_024)),
                 next: 0,
+                resets: 0,
             }),
             capacity: capacity.max(1),
             exact,
@@ -130,8 +135,21 @@ impl DenyCache {
         })
     }
 
-    /// Remembers Redis's `refusal` of a request of `cost` for `key`, sent at `sent`.
-    pub(crate) fn insert(&self, key: &str, cost: u64, sent: u64, refusal: &Decision) {
+    fn order(&self) -> std::sync::MutexGuard<'_, Order> {
+        // Nothing panics while the lock is held, so the order is whole even if poisoned.
+        self.order.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Taken before a request is sent to Redis and handed to [`insert`](DenyCache::insert)
+    /// with its refusal: a refusal whose ticket predates a [`forget`](DenyCache::forget) is
+    /// not cached, since Redis may have decided it before a reset deleted the state.
+    pub(crate) fn ticket(&self) -> u64 {
+        self.order().resets
+    }
+
+    /// Remembers Redis's `refusal` of a request of `cost` for `key`, sent at `sent` with
+    /// `ticket`; nothing if a reset ran since the ticket was taken.
+    pub(crate) fn insert(&self, key: &str, cost: u64, sent: u64, ticket: u64, refusal: &Decision) {
         let retry = refusal.retry_after_nanos();
         let margin = if self.exact { 0 } else { retry / 1_000 + 1_000 };
         let until = sent.saturating_add(retry.saturating_sub(margin));
@@ -140,8 +158,10 @@ impl DenyCache {
         }
         let reset = u64::try_from(refusal.reset_after().as_nanos()).unwrap_or(u64::MAX);
         let key: Arc<str> = key.into();
-        // Nothing panics while the lock is held, so the order is whole even if poisoned.
-        let mut order = self.order.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut order = self.order();
+        if order.resets != ticket {
+            return;
+        }
         if order.queue.len() >= self.capacity {
             // Full: the oldest item makes room (see the module's docs).
             if let Some((old, seq)) = order.queue.pop_front() {
@@ -173,6 +193,15 @@ impl DenyCache {
     pub(crate) fn remove(&self, key: &str) {
         self.map.remove_sync(key);
     }
+
+    /// Forgets `key`'s refusal for a reset, and keeps every refusal already on its way from
+    /// Redis out of the cache (their tickets are now old). Under the insert lock, so that an
+    /// insert either ran before (and its entry is removed here) or sees the new count.
+    pub(crate) fn forget(&self, key: &str) {
+        let mut order = self.order();
+        order.resets += 1;
+        self.map.remove_sync(key);
+    }
 }
 
 #[cfg(test)]
@@ -192,12 +221,12 @@ mod tests {
         let capacity = 100_000;
         let cache = DenyCache::new(capacity, true);
         for i in 0..capacity {
-            cache.insert(&format!("old-{i}"), 1, 0, &refusal());
+            cache.insert(&format!("old-{i}"), 1, 0, 0, &refusal());
         }
         assert_eq!(cache.map.len(), capacity);
         assert_eq!(cache.evicted.load(Ordering::Relaxed), 0);
         for i in 0..1_000 {
-            cache.insert(&format!("new-{i}"), 1, 1, &refusal());
+            cache.insert(&format!("new-{i}"), 1, 1, 0, &refusal());
         }
         // Each insert into the full cache took one queued item off, not a pass over all.
         assert_eq!(cache.evicted.load(Ordering::Relaxed), 1_000);
@@ -211,27 +240,60 @@ mod tests {
     #[test]
     fn stale_items_free_their_slot_and_nothing_else() {
         let cache = DenyCache::new(2, true);
-        cache.insert("a", 1, 0, &refusal());
+        cache.insert("a", 1, 0, 0, &refusal());
         // "a" cached again: its first item is stale.
-        cache.insert("a", 1, 0, &refusal());
+        cache.insert("a", 1, 0, 0, &refusal());
         // Full: the stale item makes room, and "a" stays.
-        cache.insert("b", 1, 0, &refusal());
+        cache.insert("b", 1, 0, 0, &refusal());
         assert!(cache.check("a", 1, 1).is_some());
         assert!(cache.check("b", 1, 1).is_some());
         // Full again: "a"'s live item is the oldest.
-        cache.insert("c", 1, 0, &refusal());
+        cache.insert("c", 1, 0, 0, &refusal());
         assert!(cache.check("a", 1, 1).is_none());
         assert!(cache.check("b", 1, 1).is_some());
         assert!(cache.check("c", 1, 1).is_some());
         assert!(cache.map.len() <= 2);
         // A removed key's item is stale too: it makes room without touching "c".
         cache.remove("b");
-        cache.insert("d", 1, 0, &refusal());
+        cache.insert("d", 1, 0, 0, &refusal());
         assert!(cache.check("c", 1, 1).is_some());
         assert!(cache.check("d", 1, 1).is_some());
         // An expired refusal refuses nothing and leaves the map.
         assert!(cache.check("d", 1, HOUR).is_none());
         assert!(cache.check("c", 1, 1).is_some());
         assert_eq!(cache.map.len(), 1);
+    }
+
+    /// `RedisLimiter::reset` forgets the key before its `DEL` and again after it returns; a
+    /// decision refused by Redis before the `DEL` takes its ticket before or between the two
+    /// and inserts at any point after taking it. Every such interleaving leaves no refusal.
+    #[test]
+    fn a_refusal_from_before_a_reset_is_not_cached_after_it() {
+        // (when the ticket is taken, when the insert runs): 0 before the first forget, 1
+        // between the forgets, 2 after the second.
+        for (ticket_at, insert_at) in [(0, 0), (0, 1), (0, 2), (1, 1), (1, 2)] {
+            let cache = DenyCache::new(8, true);
+            let mut ticket = None;
+            for step in 0..3 {
+                if step == ticket_at {
+                    ticket = Some(cache.ticket());
+                }
+                if step == insert_at {
+                    cache.insert("k", 1, 0, ticket.unwrap(), &refusal());
+                }
+                if step < 2 {
+                    cache.forget("k");
+                }
+            }
+            assert!(
+                cache.check("k", 1, 1).is_none(),
+                "ticket at {ticket_at}, insert at {insert_at}"
+            );
+        }
+        // Without a reset in between, the refusal is cached.
+        let cache = DenyCache::new(8, true);
+        let ticket = cache.ticket();
+        cache.insert("k", 1, 0, ticket, &refusal());
+        assert!(cache.check("k", 1, 1).is_some());
     }
 }

@@ -611,14 +611,20 @@ impl RedisLimiter {
     /// ```
     pub async fn reset(&self, key: &str) -> Result<bool, BackendError> {
         let inner = &*self.inner;
-        if let Some(cache) = &inner.cache {
-            cache.remove(key);
-        }
+        // Forgotten before the DEL and again after it returns: a decision Redis refused
+        // before the DEL may still be on its way, and must not cache its refusal after the
+        // reset (see `DenyCache::forget`).
+        let forget = || {
+            if let Some(cache) = &inner.cache {
+                cache.forget(key);
+            }
+        };
+        forget();
         let mut del = ::redis::cmd("DEL");
         del.arg(inner.bands.keys(&inner.prefix, key));
-        let reply = tokio::time::timeout(inner.timeout, inner.conn.query(&del))
-            .await
-            .map_err(|_| BackendError::Timeout(inner.timeout))??;
+        let reply = tokio::time::timeout(inner.timeout, inner.conn.query(&del)).await;
+        forget();
+        let reply = reply.map_err(|_| BackendError::Timeout(inner.timeout))??;
         match reply {
             ::redis::Value::Int(deleted) => Ok(deleted > 0),
             other => Err(BackendError::Reply(format!("DEL: {other:?}"))),
@@ -712,11 +718,13 @@ impl RedisLimiter {
             }
             None => (None, inner.clock.now()),
         };
+        let mut ticket = 0;
         if let Some(cache) = &inner.cache {
             if let Some(refusal) = cache.check(key, cover, now) {
                 bump(&inner.counters.cached_refusals);
                 return Ok(refusal);
             }
+            ticket = cache.ticket();
         }
         if !inner.breaker.should_try() {
             return self.fallback(key, cost, BackendError::Unavailable);
@@ -743,7 +751,7 @@ impl RedisLimiter {
                             cache.remove(key);
                         }
                     } else {
-                        cache.insert(key, cover, now, &decision);
+                        cache.insert(key, cover, now, ticket, &decision);
                     }
                 }
                 Ok(decision)

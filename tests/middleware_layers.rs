@@ -1,0 +1,305 @@
+//! The concurrency and login layers (feature `tower`), end to end through an axum router on
+//! 127.0.0.1:0 and the plain HTTP/1.1 client of tests/support/http.rs. Every wait is bounded
+//! (a deadline turns a hang into a failure); nothing asserts on timing.
+//!
+//! `cargo test --features tower --test middleware_layers`
+
+#![cfg(feature = "tower")]
+
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Waker};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use axum::body::Body;
+use axum::routing::{get, post};
+use axum::Router;
+use bytes::Bytes;
+use http::{HeaderMap, Request};
+use http_body::Frame;
+use tollgate::middleware::{ConcurrencyLimitLayer, GlobalKey, HeaderKey, LimitKey, LoginLayer};
+use tollgate::{ConcurrencyLimiter, LoginGuard};
+use tower_layer::Layer;
+use tower_service::Service;
+
+#[path = "support/http.rs"]
+mod http_support;
+use http_support::{send, serve, Reply};
+
+/// Waits until `done` holds, failing the test after 10 s instead of hanging.
+fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !done() {
+        assert!(Instant::now() < deadline, "gave up waiting: {what}");
+        thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// A one-shot signal the test fires to let a held response body end.
+#[derive(Clone, Default)]
+struct Signal(Arc<Mutex<(bool, Option<Waker>)>>);
+
+impl Signal {
+    fn fire(&self) {
+        let mut state = self.0.lock().unwrap();
+        state.0 = true;
+        if let Some(waker) = state.1.take() {
+            waker.wake();
+        }
+    }
+
+    fn poll(&self, cx: &mut Context<'_>) -> Poll<()> {
+        let mut state = self.0.lock().unwrap();
+        if state.0 {
+            Poll::Ready(())
+        } else {
+            state.1 = Some(cx.waker().clone());
+            Poll::Pending
+        }
+    }
+}
+
+/// A response body that sends nothing until its signal fires, then `done` and its end: the
+/// handler has long returned while the body is still in flight.
+struct HeldBody {
+    signal: Signal,
+    sent: bool,
+}
+
+impl http_body::Body for HeldBody {
+    type Data = Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        if self.sent {
+            return Poll::Ready(None);
+        }
+        match self.signal.poll(cx) {
+            Poll::Ready(()) => {
+                self.sent = true;
+                Poll::Ready(Some(Ok(Frame::data(Bytes::from_static(b"done")))))
+            }
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// ConcurrencyLimitLayer.
+
+/// `/slow` (header `x-slot: i` picks the signal ending its body) and `/fast`, keyed by the
+/// `x-client` header, at most 2 in flight per client; the handler counts its entries.
+fn concurrency_app(
+    limiter: &Arc<ConcurrencyLimiter<LimitKey>>,
+    signals: &[Signal],
+    entered: &Arc<AtomicUsize>,
+) -> Router {
+    let (signals, entered) = (signals.to_vec(), Arc::clone(entered));
+    let slow = move |headers: HeaderMap| {
+        let slot: usize = headers["x-slot"].to_str().unwrap().parse().unwrap();
+        let signal = signals[slot].clone();
+        entered.fetch_add(1, Ordering::SeqCst);
+        async move {
+            Body::new(HeldBody {
+                signal,
+                sent: false,
+            })
+        }
+    };
+    Router::new()
+        .route("/slow", get(slow))
+        .route("/fast", get(|| async { "ok" }))
+        .layer(
+            ConcurrencyLimitLayer::new(Arc::clone(limiter))
+                .key(HeaderKey::new("x-client").unwrap()),
+        )
+}
+
+fn fast(addr: SocketAddr, client: &str) -> Reply {
+    send(addr, "GET", "/fast", &[("x-client", client)])
+}
+
+#[test]
+fn a_key_with_two_bodies_in_flight_is_refused_until_one_ends() {
+    let limiter = Arc::new(ConcurrencyLimiter::new(2));
+    let signals = [Signal::default(), Signal::default()];
+    let entered = Arc::new(AtomicUsize::new(0));
+    let addr = serve(concurrency_app(&limiter, &signals, &entered));
+    let alice = LimitKey::digest(b"alice");
+
+    // Two slow requests for alice, each read by its own thread.
+    let slow = |slot: &'static str| {
+        thread::spawn(move || {
+            send(
+                addr,
+                "GET",
+                "/slow",
+                &[("x-client", "alice"), ("x-slot", slot)],
+            )
+        })
+    };
+    let first = slow("0");
+    let second = slow("1");
+    // Both handlers have returned; their bodies are still in flight.
+    wait_until("both slow requests entered", || {
+        entered.load(Ordering::SeqCst) == 2
+    });
+    assert_eq!(limiter.in_flight(&alice), 2);
+
+    let refused = fast(addr, "alice");
+    assert_eq!(refused.status, 429, "{refused:?}");
+    assert_eq!(
+        refused.header("content-type"),
+        Some("application/problem+json")
+    );
+    assert!(
+        refused.body.contains("\"status\":429") && refused.body.contains("2 requests"),
+        "{}",
+        refused.body
+    );
+    assert!(!refused.has("retry-after"));
+    // Another client is not held back by alice.
+    assert_eq!(fast(addr, "bob").status, 200);
+
+    // The first body ends: its place is given back, and alice is admitted again.
+    signals[0].fire();
+    let reply = first.join().unwrap();
+    assert_eq!(reply.status, 200);
+    assert!(reply.body.contains("done"), "{reply:?}");
+    wait_until("the first body's permit released", || {
+        limiter.in_flight(&alice) == 1
+    });
+    assert_eq!(fast(addr, "alice").status, 200);
+
+    signals[1].fire();
+    assert_eq!(second.join().unwrap().status, 200);
+    wait_until("every permit released", || limiter.in_flight(&alice) == 0);
+}
+
+#[test]
+fn a_dropped_body_or_future_gives_its_place_back() {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let limiter = Arc::new(ConcurrencyLimiter::new(1));
+        let signal = Signal::default();
+        let held = signal.clone();
+        let router = Router::new().route(
+            "/",
+            get(move || {
+                let signal = held.clone();
+                async move {
+                    Body::new(HeldBody {
+                        signal,
+                        sent: false,
+                    })
+                }
+            }),
+        );
+        let mut service = ConcurrencyLimitLayer::new(Arc::clone(&limiter))
+            .key(GlobalKey)
+            .layer(router);
+        let mut call = || {
+            let request = Request::new(Body::empty());
+            Service::<Request<Body>>::call(&mut service, request)
+        };
+
+        let response = call().await.unwrap();
+        assert_eq!(limiter.in_flight(&LimitKey::Global), 1);
+        assert_eq!(call().await.unwrap().status(), 429);
+        // The client went away: the body is dropped unread.
+        drop(response);
+        assert_eq!(limiter.in_flight(&LimitKey::Global), 0);
+
+        // A future dropped before the inner service answered releases its permit too.
+        let pending = call();
+        assert_eq!(limiter.in_flight(&LimitKey::Global), 1);
+        drop(pending);
+        assert_eq!(limiter.in_flight(&LimitKey::Global), 0);
+        assert_eq!(call().await.unwrap().status(), 200);
+    });
+}
+
+// ---------------------------------------------------------------------------------------
+// LoginLayer.
+
+#[test]
+fn five_failures_lock_the_account_for_strangers_and_not_for_a_known_device() {
+    let guard = Arc::new(LoginGuard::new()); // 5 failures per account per 15 minutes
+    let handled = Arc::new(AtomicUsize::new(0));
+    let calls = Arc::clone(&handled);
+    let login = move |headers: HeaderMap| {
+        calls.fetch_add(1, Ordering::SeqCst);
+        async move {
+            if headers["x-password"] == "right" {
+                http::StatusCode::OK
+            } else {
+                http::StatusCode::UNAUTHORIZED
+            }
+        }
+    };
+    let layer = LoginLayer::new(Arc::clone(&guard), |head| {
+        head.headers()
+            .get("x-account")?
+            .to_str()
+            .ok()
+            .map(str::to_owned)
+    })
+    // Every test client is 127.0.0.1: a device cookie tells them apart.
+    .client(HeaderKey::new("x-device").unwrap());
+    let addr = serve(
+        Router::new()
+            .route("/login", post(login))
+            .route_layer(layer),
+    );
+    let attempt = |device: &str, password: &str| {
+        send(
+            addr,
+            "POST",
+            "/login",
+            &[
+                ("x-account", "alice"),
+                ("x-device", device),
+                ("x-password", password),
+                ("content-length", "0"),
+            ],
+        )
+    };
+
+    // Alice's laptop logs in: it is now known for alice.
+    assert_eq!(attempt("laptop", "right").status, 200);
+    for _ in 0..5 {
+        assert_eq!(attempt("stranger", "guess").status, 401);
+    }
+    assert_eq!(handled.load(Ordering::SeqCst), 6);
+    let refused = attempt("stranger", "right");
+    assert_eq!(refused.status, 429, "{refused:?}");
+    let retry: u64 = refused.header("retry-after").unwrap().parse().unwrap();
+    assert!((1..=900).contains(&retry), "Retry-After {retry}");
+    assert_eq!(
+        refused.header("content-type"),
+        Some("application/problem+json")
+    );
+    // Refused before the handler.
+    assert_eq!(handled.load(Ordering::SeqCst), 6);
+    // The known laptop still gets in.
+    assert_eq!(attempt("laptop", "right").status, 200);
+    assert_eq!(handled.load(Ordering::SeqCst), 7);
+    // A request naming no account is not an attempt the guard can judge.
+    let anonymous = send(
+        addr,
+        "POST",
+        "/login",
+        &[("x-device", "x"), ("content-length", "0")],
+    );
+    assert_eq!(anonymous.status, 400);
+    assert_eq!(handled.load(Ordering::SeqCst), 7);
+}
