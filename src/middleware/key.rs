@@ -8,6 +8,8 @@ use std::hash::{BuildHasher, Hasher};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, OnceLock};
 
+use siphasher::sip128::SipHasher24;
+
 use http::header::AUTHORIZATION;
 use http::{Extensions, HeaderMap, HeaderName, Method, Request, Uri};
 
@@ -55,7 +57,8 @@ impl LimitKey {
     /// give two independent 64-bit halves. Clients cannot predict it, so they cannot choose
     /// two tokens that collide to spend another client's budget, and the limiter never stores
     /// the token itself. The key changes with every process: digests are not meant to be
-    /// stored or shared between servers.
+    /// stored or shared between servers (for that, see
+    /// [`digest_with_secret`](LimitKey::digest_with_secret)).
     ///
     /// # Examples
     ///
@@ -80,6 +83,29 @@ impl LimitKey {
         out[..8].copy_from_slice(&half(0));
         out[8..].copy_from_slice(&half(1));
         LimitKey::Digest(out)
+    }
+
+    /// A digest of `material` under `secret`, the same in every process given the same
+    /// secret: SipHash-2-4 with a 128-bit output, a keyed hash with a fixed definition. Servers
+    /// that share one Redis and one secret file a client's token under one Redis key, while
+    /// clients, who do not know the secret, still cannot choose tokens that collide.
+    ///
+    /// Keep the secret as secret as the tokens it hashes (16 random bytes from your
+    /// configuration); changing it starts every client's Redis state afresh.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::middleware::LimitKey;
+    ///
+    /// let secret = *b"0123456789abcdef";
+    /// let a = LimitKey::digest_with_secret(&secret, b"api-key-123");
+    /// assert_eq!(a, LimitKey::digest_with_secret(&secret, b"api-key-123"));
+    /// assert_ne!(a, LimitKey::digest_with_secret(b"fedcba9876543210", b"api-key-123"));
+    /// ```
+    #[must_use]
+    pub fn digest_with_secret(secret: &[u8; 16], material: &[u8]) -> LimitKey {
+        LimitKey::Digest(SipHasher24::new_with_key(secret).hash(material).as_bytes())
     }
 }
 
@@ -561,6 +587,10 @@ impl KeyExtractor for PeerIp {
 /// limiter's memory per key is fixed and clients cannot aim tokens at each other's budget.
 /// A header that appears more than once is [`KeyError::Malformed`] (which one would count?).
 ///
+/// With Redis-backed rules on several servers, give every server the same
+/// [`shared_secret`](HeaderKey::shared_secret): by default each process draws its own key,
+/// so one token would be a different Redis key on each server.
+///
 /// **Only key by a token that has been checked.** Anyone can invent a new token per
 /// request; keyed by unchecked tokens, each gets a fresh budget. Place this layer after your
 /// authentication, or cap the keys with `RateLimiter::max_keys` and add a per-IP layer.
@@ -585,6 +615,8 @@ pub struct HeaderKey {
     name: HeaderName,
     bearer: bool,
     max_len: usize,
+    /// The digest's key when it must agree between servers; the process's own otherwise.
+    secret: Option<[u8; 16]>,
 }
 
 impl HeaderKey {
@@ -616,6 +648,7 @@ impl HeaderKey {
             name,
             bearer: false,
             max_len: Self::DEFAULT_MAX_LEN,
+            secret: None,
         })
     }
 
@@ -633,6 +666,7 @@ impl HeaderKey {
             name: AUTHORIZATION,
             bearer: true,
             max_len: Self::DEFAULT_MAX_LEN,
+            secret: None,
         }
     }
 
@@ -656,6 +690,31 @@ impl HeaderKey {
     #[must_use]
     pub fn max_len(mut self, max_len: usize) -> Self {
         self.max_len = max_len;
+        self
+    }
+
+    /// Digests the key material under `secret` ([`LimitKey::digest_with_secret`]) instead of
+    /// the process's own random key, so every server given the same secret turns one token
+    /// into the same key: what Redis-backed rules shared by several servers need.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use http::Request;
+    /// use tollgate::middleware::{HeaderKey, KeyExtractor, LimitKey, RequestHead};
+    ///
+    /// let secret = *b"16 random bytes!";
+    /// let server_a = HeaderKey::bearer().shared_secret(secret);
+    /// let server_b = HeaderKey::bearer().shared_secret(secret);
+    /// let request = Request::get("/").header("authorization", "Bearer abc").body(())?;
+    /// let head = RequestHead::new(&request);
+    /// assert_eq!(server_a.extract(&head)?, server_b.extract(&head)?);
+    /// assert_eq!(server_a.extract(&head)?, LimitKey::digest_with_secret(&secret, b"abc"));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[must_use]
+    pub fn shared_secret(mut self, secret: [u8; 16]) -> Self {
+        self.secret = Some(secret);
         self
     }
 }
@@ -684,7 +743,10 @@ impl KeyExtractor for HeaderKey {
                 max: self.max_len,
             });
         }
-        Ok(LimitKey::digest(material))
+        Ok(match &self.secret {
+            Some(secret) => LimitKey::digest_with_secret(secret, material),
+            None => LimitKey::digest(material),
+        })
     }
 }
 
@@ -721,6 +783,20 @@ mod tests {
         assert_eq!(bearer_token(b"Bearerabc"), None);
         assert_eq!(bearer_token(b"Bear"), None);
         assert_eq!(bearer_token(b"Bearer "), Some(&b""[..]));
+    }
+
+    #[test]
+    fn shared_secret_digests_are_siphash_2_4_128() {
+        // The reference implementation's first 128-bit test vector: key 00..0f, empty input.
+        let key: [u8; 16] = std::array::from_fn(|i| i as u8);
+        let want = [
+            0xa3, 0x81, 0x7f, 0x04, 0xba, 0x25, 0xa8, 0xe6, 0x6d, 0xf6, 0x72, 0x14, 0xc7, 0x55,
+            0x02, 0x93,
+        ];
+        assert_eq!(
+            LimitKey::digest_with_secret(&key, b""),
+            LimitKey::Digest(want)
+        );
     }
 
     #[test]
