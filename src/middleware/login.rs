@@ -17,7 +17,7 @@ use super::body::RateLimitBody;
 use super::future::ResponseFuture;
 use super::headers::{self, Fields};
 use super::key::{KeyExtractor, LimitKey, PeerIp, RequestHead};
-use super::layer::MissingKey;
+use super::rules::MissingKey;
 use crate::{Clock, LoginClient, LoginDecision, LoginGuard};
 
 /// A login guard as the layer sees it: any clock.

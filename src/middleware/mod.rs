@@ -57,6 +57,7 @@ mod headers;
 mod key;
 mod layer;
 mod login;
+mod rules;
 mod service;
 
 pub use body::RateLimitBody;
@@ -68,6 +69,7 @@ pub use forwarded::ClientIp;
 pub use future::ResponseFuture;
 pub use headers::HeaderStyle;
 pub use key::{GlobalKey, HeaderKey, KeyExtractor, LimitKey, PeerIp, RequestHead};
-pub use layer::{Backend, MissingKey, RateLimitLayer, Route};
+pub use layer::RateLimitLayer;
 pub use login::{Login, LoginFuture, LoginLayer, LoginOutcome};
+pub use rules::{Backend, MissingKey, Route};
 pub use service::RateLimit;

@@ -11,7 +11,7 @@ use super::body::RateLimitBody;
 use super::future::ResponseFuture;
 #[cfg(feature = "redis")]
 use super::future::Step;
-use super::layer::{Config, Outcome, Verdict};
+use super::rules::{Config, Outcome, Verdict};
 
 /// Rate-limits requests before they reach `S`; built by
 /// [`RateLimitLayer`](super::RateLimitLayer).

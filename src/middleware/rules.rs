@@ -1,0 +1,671 @@
+//! The per-request rules of a [`RateLimitLayer`](super::RateLimitLayer): the limiters a rule
+//! can be decided by ([`Backend`]), which rule a request takes ([`Route`]), what a request
+//! without a key gets ([`MissingKey`]), and the decision itself ([`Config`]), shared through
+//! an `Arc` by every service the layer builds.
+
+use std::fmt;
+use std::hash::BuildHasher;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::{Method, Request, Response, StatusCode};
+
+use super::error::ConfigError;
+use super::headers::{self, Fields, HeaderStyle, Rendered};
+use super::key::{KeyExtractor, LimitKey, RequestHead};
+#[cfg(doc)]
+use super::RateLimitLayer;
+use crate::{Clock, CostError, Decision, Policy, RateLimiter};
+
+/// An in-process limiter as the layer sees it: any clock, any hasher.
+pub(super) trait Local: Send + Sync {
+    fn try_acquire(&self, key: &LimitKey) -> Decision;
+    fn try_acquire_n(&self, key: &LimitKey, cost: u64) -> Result<Decision, CostError>;
+    fn policy(&self) -> Option<Policy>;
+}
+
+impl<C, S> Local for RateLimiter<LimitKey, C, S>
+where
+    C: Clock + 'static,
+    S: BuildHasher + Clone + Send + Sync + 'static,
+{
+    #[inline]
+    fn try_acquire(&self, key: &LimitKey) -> Decision {
+        RateLimiter::try_acquire(self, key)
+    }
+
+    fn try_acquire_n(&self, key: &LimitKey, cost: u64) -> Result<Decision, CostError> {
+        RateLimiter::try_acquire_n(self, key, cost)
+    }
+
+    fn policy(&self) -> Option<Policy> {
+        RateLimiter::policy(self)
+    }
+}
+
+/// What decides a rule's requests: a limiter given to [`RateLimitLayer::new`] or
+/// [`RateLimitLayer::route`], converted from
+///
+/// * a `RateLimiter<LimitKey, C, S>` or an `Arc` of one (in process: decided at once, in
+///   `call`; keep an `Arc` to call `evict_idle`, read `stats` or `set_policy`), or
+/// * with feature `redis`, a [`RedisLimiter`](crate::redis::RedisLimiter): every server
+///   sharing the Redis and the prefix shares one limit per key. The decision is awaited in
+///   the response future (`poll_ready` stays the inner service's); each [`LimitKey`] becomes
+///   the Redis key of its [`Display`](LimitKey#impl-Display-for-LimitKey) form
+///   (`ip:192.0.2.1`, `digest:<32 hex digits>`...). The limiter's
+///   [`FailurePolicy`](crate::redis::FailurePolicy) decides while Redis is down; an error
+///   it lets through (`FailurePolicy::Error`, or an error reply about the call) is answered
+///   `503 Service Unavailable` with a problem document (gRPC `UNAVAILABLE`), never let
+///   through. Deny-cache refusals are answered like any other refusal.
+///
+/// # Examples
+///
+/// ```
+/// use std::sync::Arc;
+/// use tollgate::middleware::{Backend, LimitKey};
+/// use tollgate::RateLimiter;
+///
+/// let shared: Arc<RateLimiter<LimitKey>> = Arc::new(RateLimiter::new("5/1s".parse()?));
+/// let backend = Backend::from(Arc::clone(&shared));
+/// # Ok::<(), tollgate::PolicyError>(())
+/// ```
+#[derive(Clone)]
+pub struct Backend(pub(super) Limiter);
+
+#[derive(Clone)]
+pub(super) enum Limiter {
+    Local(Arc<dyn Local>),
+    #[cfg(feature = "redis")]
+    Redis(crate::redis::RedisLimiter),
+}
+
+impl Limiter {
+    fn policy(&self) -> Option<Policy> {
+        match self {
+            Limiter::Local(limiter) => limiter.policy(),
+            #[cfg(feature = "redis")]
+            Limiter::Redis(limiter) => Some(limiter.policy()),
+        }
+    }
+}
+
+impl<C, S> From<RateLimiter<LimitKey, C, S>> for Backend
+where
+    C: Clock + 'static,
+    S: BuildHasher + Clone + Send + Sync + 'static,
+{
+    fn from(limiter: RateLimiter<LimitKey, C, S>) -> Self {
+        Backend::from(Arc::new(limiter))
+    }
+}
+
+impl<C, S> From<Arc<RateLimiter<LimitKey, C, S>>> for Backend
+where
+    C: Clock + 'static,
+    S: BuildHasher + Clone + Send + Sync + 'static,
+{
+    fn from(limiter: Arc<RateLimiter<LimitKey, C, S>>) -> Self {
+        Backend(Limiter::Local(limiter))
+    }
+}
+
+#[cfg(feature = "redis")]
+impl From<crate::redis::RedisLimiter> for Backend {
+    fn from(limiter: crate::redis::RedisLimiter) -> Self {
+        Backend(Limiter::Redis(limiter))
+    }
+}
+
+impl fmt::Debug for Backend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.0 {
+            Limiter::Local(limiter) => f
+                .debug_struct("Backend::Local")
+                .field("policy", &limiter.policy())
+                .finish(),
+            #[cfg(feature = "redis")]
+            Limiter::Redis(limiter) => f.debug_tuple("Backend::Redis").field(limiter).finish(),
+        }
+    }
+}
+
+/// What to do with a request whose key cannot be extracted ([`KeyError`](super::KeyError)).
+///
+/// The default is `Reject(400 Bad Request)`: the request lacks what the service requires of
+/// it (a token, a forwarding entry from the trusted proxy, a peer address), so it is the
+/// client's request that cannot be served, and answering 500 would page someone for every
+/// malformed request an attacker cares to send. Letting such requests through unlimited
+/// ([`Allow`](MissingKey::Allow)) would make "strip the header" a way around the limit.
+///
+/// # Examples
+///
+/// ```
+/// use http::StatusCode;
+/// use tollgate::middleware::{MissingKey, RateLimitLayer};
+/// use tollgate::RateLimiter;
+///
+/// assert_eq!(MissingKey::default(), MissingKey::Reject(StatusCode::BAD_REQUEST));
+/// let layer = RateLimitLayer::new(RateLimiter::new("100/min".parse()?))
+///     .on_missing_key(MissingKey::Reject(StatusCode::UNAUTHORIZED));
+/// # Ok::<(), tollgate::PolicyError>(())
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MissingKey {
+    /// Answer with this status and an `application/problem+json` body naming what was
+    /// missing (for gRPC requests, the nearest `grpc-status`).
+    Reject(StatusCode),
+    /// Count every such request against one shared key: together they get one key's budget.
+    Shared,
+    /// Let the request through unlimited, with no rate-limit fields and no `Decision`.
+    Allow,
+}
+
+impl Default for MissingKey {
+    fn default() -> Self {
+        MissingKey::Reject(StatusCode::BAD_REQUEST)
+    }
+}
+
+impl MissingKey {
+    /// The key `extractor` takes from `head`, or, when it finds none, what this answer
+    /// makes of that: the shared key, `None` (let through unlimited), or the rejection.
+    #[allow(
+        clippy::result_large_err,
+        reason = "the answer is returned once per request and sent as is; boxing it would allocate"
+    )]
+    pub(crate) fn key(
+        self,
+        extractor: &dyn KeyExtractor,
+        head: &RequestHead<'_>,
+        grpc: bool,
+    ) -> Result<Option<LimitKey>, Response<Bytes>> {
+        match extractor.extract(head) {
+            Ok(key) => Ok(Some(key)),
+            Err(error) => match self {
+                MissingKey::Reject(status) => Err(headers::error_response(
+                    status,
+                    &error.to_string(),
+                    None,
+                    grpc,
+                )),
+                MissingKey::Shared => Ok(Some(LimitKey::Global)),
+                MissingKey::Allow => Ok(None),
+            },
+        }
+    }
+}
+
+/// Which requests a per-route rule applies to: an optional method and a path prefix.
+///
+/// The prefix matches whole path segments: `/api` matches `/api`, `/api/` and `/api/users`,
+/// not `/apix`; a prefix ending in `/` matches any path that starts with it. Matching is on
+/// the path exactly as received (case-sensitive, percent-escapes not decoded), so if your
+/// router normalises paths, attach the layer to the route itself (axum's `route_layer`)
+/// rather than relying on prefixes.
+///
+/// # Examples
+///
+/// ```
+/// use http::Method;
+/// use tollgate::middleware::{ClientIp, Route};
+///
+/// let login = Route::new(Method::POST, "/login").key(ClientIp::trusted_hops(1));
+/// let api = Route::any("/api").name("api")?;
+/// # Ok::<(), tollgate::middleware::ConfigError>(())
+/// ```
+#[derive(Clone)]
+pub struct Route {
+    pub(super) method: Option<Method>,
+    pub(super) prefix: String,
+    pub(super) name: Option<String>,
+    pub(super) extractor: Option<Arc<dyn KeyExtractor>>,
+    /// Permits each request spends (1 unless [`Route::cost`] says otherwise).
+    pub(super) cost: u64,
+}
+
+impl Route {
+    /// Requests with this method under `prefix`.
+    ///
+    /// A `GET` route also matches `HEAD` requests: axum and hyper routers answer `HEAD` with
+    /// the `GET` handler, so a `HEAD` costs what the `GET` does, counted against the same
+    /// limiter, and cannot reach the resource around the route's limit. A route built for
+    /// `HEAD` matches `HEAD` only, and wins over every `GET` (or any-method) route for a
+    /// `HEAD` request whatever the order they were added in: the exception to "the first
+    /// match decides".
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use http::Method;
+    /// use tollgate::middleware::Route;
+    ///
+    /// let login = Route::new(Method::POST, "/login");
+    /// // Limits `GET /export` and `HEAD /export` alike.
+    /// let export = Route::new(Method::GET, "/export");
+    /// ```
+    #[must_use]
+    pub fn new(method: Method, prefix: &str) -> Self {
+        Route {
+            method: Some(method),
+            ..Route::any(prefix)
+        }
+    }
+
+    /// Requests of any method under `prefix`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let api = tollgate::middleware::Route::any("/api");
+    /// ```
+    #[must_use]
+    pub fn any(prefix: &str) -> Self {
+        let prefix = if prefix.starts_with('/') {
+            prefix.to_owned()
+        } else {
+            format!("/{prefix}")
+        };
+        Route {
+            method: None,
+            prefix,
+            name: None,
+            extractor: None,
+            cost: 1,
+        }
+    }
+
+    /// Names this rule's policy in the `RateLimit-Policy` field (default: the layer's
+    /// [`policy_name`](RateLimitLayer::policy_name)).
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::InvalidPolicyName`] unless `name` is non-empty printable ASCII.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let uploads = tollgate::middleware::Route::any("/upload").name("uploads")?;
+    /// # Ok::<(), tollgate::middleware::ConfigError>(())
+    /// ```
+    pub fn name(mut self, name: &str) -> Result<Self, ConfigError> {
+        self.name = Some(headers::sf_string(name)?);
+        Ok(self)
+    }
+
+    /// Takes this rule's keys with `extractor` instead of the layer's.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::middleware::{HeaderKey, Route};
+    ///
+    /// let api = Route::any("/api").key(HeaderKey::bearer());
+    /// ```
+    #[must_use]
+    pub fn key(mut self, extractor: impl KeyExtractor) -> Self {
+        self.extractor = Some(Arc::new(extractor));
+        self
+    }
+
+    /// Makes each request of this rule spend `permits` instead of 1: an export or a search
+    /// that costs the backend ten times a plain read can cost ten times the quota. Give
+    /// several routes the same limiter (one `Arc`) for one budget that requests draw on by
+    /// weight. Ignored for exempt routes.
+    ///
+    /// A request is refused (429, `Retry-After` saying when `permits` are available) unless
+    /// all of them are; a refusal spends none. A cost above the policy's permits (the
+    /// smallest band's, for a composite policy) could never be admitted: such a request is
+    /// answered `500 Internal Server Error` with a problem+json naming the cost and the
+    /// limit, since it is the configuration, not the client, that is wrong (in shadow mode
+    /// it is let through, like every request).
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::InvalidCost`] for 0.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use tollgate::middleware::{LimitKey, RateLimitLayer, Route};
+    /// use tollgate::RateLimiter;
+    ///
+    /// // One budget of 600 per minute: a read costs 1, an export 20.
+    /// let quota: Arc<RateLimiter<LimitKey>> = Arc::new(RateLimiter::new("600/min".parse()?));
+    /// let layer = RateLimitLayer::new(quota.clone())
+    ///     .route(Route::any("/export").cost(20)?, quota);
+    /// assert!(Route::any("/export").cost(0).is_err());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn cost(mut self, permits: u64) -> Result<Self, ConfigError> {
+        if permits == 0 {
+            return Err(ConfigError::InvalidCost { cost: permits });
+        }
+        self.cost = permits;
+        Ok(self)
+    }
+
+    fn matches(&self, method: &Method, path: &str) -> bool {
+        // A GET handler serves HEAD too (see `Route::new`).
+        let served_by =
+            |route: &Method| route == method || (*route == Method::GET && *method == Method::HEAD);
+        if self.method.as_ref().is_some_and(|m| !served_by(m)) {
+            return false;
+        }
+        match path.strip_prefix(self.prefix.as_str()) {
+            Some(rest) => self.prefix.ends_with('/') || rest.is_empty() || rest.starts_with('/'),
+            None => false,
+        }
+    }
+}
+
+impl fmt::Debug for Route {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Route")
+            .field("method", &self.method)
+            .field("prefix", &self.prefix)
+            .field("name", &self.name)
+            .field("custom_key", &self.extractor.is_some())
+            .field("cost", &self.cost)
+            .finish()
+    }
+}
+
+/// One limiter and how its requests are keyed and named.
+#[derive(Clone)]
+pub(super) struct Rule {
+    pub(super) limiter: Limiter,
+    pub(super) extractor: Option<Arc<dyn KeyExtractor>>,
+    /// The rule's own name (quoted); `None`: the layer's.
+    pub(super) name: Option<String>,
+    /// The `RateLimit-Policy` rendering for the limiter's policy when configured.
+    pub(super) rendered: Rendered,
+    /// Permits each request spends.
+    pub(super) cost: u64,
+}
+
+impl Rule {
+    pub(super) fn new(limiter: Limiter, name: Option<String>, base: &str) -> Self {
+        let rendered = Rendered::new(name.as_deref().unwrap_or(base), limiter.policy());
+        Rule {
+            limiter,
+            extractor: None,
+            name,
+            rendered,
+            cost: 1,
+        }
+    }
+
+    pub(super) fn rename(&mut self, base: &str) {
+        if self.name.is_none() {
+            self.rendered = Rendered::new(base, self.limiter.policy());
+        }
+    }
+}
+
+#[derive(Clone)]
+pub(super) enum Target {
+    Exempt,
+    Limit(Box<Rule>),
+}
+
+/// Everything a [`RateLimit`] service needs, shared by all its clones.
+#[derive(Clone)]
+pub(crate) struct Config {
+    pub(super) default: Rule,
+    pub(super) routes: Vec<(Route, Target)>,
+    pub(super) extractor: Arc<dyn KeyExtractor>,
+    /// The layer's policy name, quoted.
+    pub(super) name: String,
+    pub(super) style: HeaderStyle,
+    pub(super) missing: MissingKey,
+    pub(super) exempt_options: bool,
+    pub(super) shadow: bool,
+    pub(super) grpc: bool,
+}
+
+/// Which rule of a [`Config`] decides a request.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum RuleId {
+    Default,
+    Route(usize),
+}
+
+/// What the service does with one request, once decided.
+pub(crate) enum Verdict {
+    /// Call the inner service; put the decision (if any) in the request's extensions and the
+    /// fields on its response.
+    Pass(Option<Decision>, Fields),
+    /// Answer at once.
+    Respond(Response<Bytes>),
+}
+
+/// How a request is decided: at once (in-process limiters, exemptions, missing keys), or by
+/// Redis, awaited in the response future.
+#[allow(
+    clippy::large_enum_variant,
+    reason = "returned by value once per request; boxing the common variant would allocate on the hot path"
+)]
+pub(crate) enum Outcome {
+    Now(Verdict),
+    #[cfg(feature = "redis")]
+    Remote(Remote),
+}
+
+impl From<Verdict> for Outcome {
+    fn from(verdict: Verdict) -> Self {
+        Outcome::Now(verdict)
+    }
+}
+
+/// A request whose rule is decided by Redis: everything [`Config::decide_remote`] needs.
+#[cfg(feature = "redis")]
+pub(crate) struct Remote {
+    rule: RuleId,
+    limiter: crate::redis::RedisLimiter,
+    key: LimitKey,
+    grpc: bool,
+}
+
+/// Why a limiter gave no decision.
+enum Failure {
+    /// The rule's cost can never be admitted: a configuration error (500).
+    Cost(CostError),
+    /// Redis could not decide and its failure policy let the error through (503).
+    #[cfg(feature = "redis")]
+    Backend(crate::redis::BackendError),
+}
+
+impl Failure {
+    fn response(&self, grpc: bool) -> Response<Bytes> {
+        let (status, detail) = match self {
+            Failure::Cost(error) => (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("this route's cost cannot be admitted: {error}"),
+            ),
+            #[cfg(feature = "redis")]
+            Failure::Backend(error) => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("the rate limiter cannot decide: {error}"),
+            ),
+        };
+        headers::error_response(status, &detail, None, grpc)
+    }
+}
+
+impl Config {
+    /// The index of the route deciding `method path`: the first that matches, except that a
+    /// `HEAD` request takes the first matching route built for `HEAD` when there is one, so
+    /// that an explicit `HEAD` rule is not shadowed by an earlier `GET` rule serving `HEAD`
+    /// too (`Route::new`).
+    fn route_for(&self, method: &Method, path: &str) -> Option<usize> {
+        let first = |explicit_head: bool| {
+            self.routes.iter().position(|(route, _)| {
+                (!explicit_head || route.method.as_ref() == Some(&Method::HEAD))
+                    && route.matches(method, path)
+            })
+        };
+        (method == Method::HEAD)
+            .then(|| first(true))
+            .flatten()
+            .or_else(|| first(false))
+    }
+
+    fn rule(&self, id: RuleId) -> &Rule {
+        match id {
+            RuleId::Route(i) => match &self.routes[i].1 {
+                Target::Limit(rule) => rule,
+                Target::Exempt => &self.default,
+            },
+            RuleId::Default => &self.default,
+        }
+    }
+
+    /// Decides `request`: matches its rule, extracts its key, asks an in-process limiter at
+    /// once, or hands the key to the response future for Redis.
+    pub(crate) fn decide<B>(&self, request: &Request<B>) -> Outcome {
+        let method = request.method();
+        if self.exempt_options && method == Method::OPTIONS {
+            return Verdict::Pass(None, Fields::default()).into();
+        }
+        let id = match self.route_for(method, request.uri().path()) {
+            Some(i) if matches!(self.routes[i].1, Target::Exempt) => {
+                return Verdict::Pass(None, Fields::default()).into()
+            }
+            Some(i) => RuleId::Route(i),
+            None => RuleId::Default,
+        };
+        let rule = self.rule(id);
+        let extractor = rule.extractor.as_deref().unwrap_or(&*self.extractor);
+        let grpc = self.is_grpc(request);
+        let key = match self
+            .missing
+            .key(extractor, &RequestHead::new(request), grpc)
+        {
+            Ok(Some(key)) => key,
+            Ok(None) => return Verdict::Pass(None, Fields::default()).into(),
+            Err(response) => return Verdict::Respond(response).into(),
+        };
+        let result = match &rule.limiter {
+            Limiter::Local(limiter) if rule.cost == 1 => Ok(limiter.try_acquire(&key)),
+            Limiter::Local(limiter) => limiter
+                .try_acquire_n(&key, rule.cost)
+                .map_err(Failure::Cost),
+            #[cfg(feature = "redis")]
+            Limiter::Redis(limiter) => {
+                return Outcome::Remote(Remote {
+                    rule: id,
+                    limiter: limiter.clone(),
+                    key,
+                    grpc,
+                })
+            }
+        };
+        self.conclude(rule, result, grpc).into()
+    }
+
+    /// Decides a request by Redis: its key's [`Display`](fmt::Display) form is the Redis key.
+    #[cfg(feature = "redis")]
+    pub(crate) async fn decide_remote(&self, remote: Remote) -> Verdict {
+        use crate::redis::BackendError;
+
+        let rule = self.rule(remote.rule);
+        let key = remote.key.to_string();
+        let result = match remote.limiter.try_acquire_n(&key, rule.cost).await {
+            Ok(decision) => Ok(decision),
+            Err(BackendError::Cost(error)) => Err(Failure::Cost(error)),
+            Err(error) => Err(Failure::Backend(error)),
+        };
+        self.conclude(rule, result, remote.grpc)
+    }
+
+    /// What a rule's limiter said becomes the answer: pass with the fields, or refuse.
+    fn conclude(&self, rule: &Rule, result: Result<Decision, Failure>, grpc: bool) -> Verdict {
+        let decision = match result {
+            Ok(decision) => decision,
+            // Shadow mode refuses nothing: a misconfigured cost or a failed backend included.
+            Err(_) if self.shadow => return Verdict::Pass(None, Fields::default()),
+            Err(failure) => return Verdict::Respond(failure.response(grpc)),
+        };
+        if self.shadow {
+            return Verdict::Pass(Some(decision), Fields::default());
+        }
+        let fields = self.fields(rule, &decision);
+        if decision.is_allowed() {
+            Verdict::Pass(Some(decision), fields)
+        } else {
+            Verdict::Respond(headers::refusal(&decision, fields, grpc))
+        }
+    }
+
+    fn fields(&self, rule: &Rule, decision: &Decision) -> Fields {
+        if self.style != HeaderStyle::Draft {
+            return headers::fields(self.style, &rule.rendered, decision);
+        }
+        let policy = rule.limiter.policy();
+        if policy == rule.rendered.policy() {
+            headers::fields(self.style, &rule.rendered, decision)
+        } else {
+            // The policy was changed live (`set_policy`): render the new one.
+            let name = rule.name.as_deref().unwrap_or(&self.name);
+            headers::fields(self.style, &Rendered::new(name, policy), decision)
+        }
+    }
+
+    fn is_grpc<B>(&self, request: &Request<B>) -> bool {
+        self.grpc && headers::is_grpc(request.headers())
+    }
+}
+
+impl fmt::Debug for Config {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Config")
+            .field(
+                "routes",
+                &self.routes.iter().map(|(r, _)| r).collect::<Vec<_>>(),
+            )
+            .field("name", &self.name)
+            .field("style", &self.style)
+            .field("missing", &self.missing)
+            .field("exempt_options", &self.exempt_options)
+            .field("shadow", &self.shadow)
+            .field("grpc", &self.grpc)
+            .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn routes_match_whole_segments() {
+        let api = Route::any("/api");
+        for path in ["/api", "/api/", "/api/users"] {
+            assert!(api.matches(&Method::GET, path), "{path}");
+        }
+        for path in ["/apix", "/ap", "/", "/v1/api"] {
+            assert!(!api.matches(&Method::GET, path), "{path}");
+        }
+        let slash = Route::any("/static/");
+        assert!(slash.matches(&Method::GET, "/static/app.js"));
+        assert!(!slash.matches(&Method::GET, "/static"));
+        assert!(Route::any("/").matches(&Method::GET, "/anything"));
+        assert!(Route::any("login").matches(&Method::GET, "/login"));
+        let post = Route::new(Method::POST, "/login");
+        assert!(post.matches(&Method::POST, "/login"));
+        assert!(!post.matches(&Method::GET, "/login"));
+        assert!(!post.matches(&Method::HEAD, "/login"));
+    }
+
+    #[test]
+    fn get_routes_match_head_requests_and_head_routes_only_head() {
+        let get = Route::new(Method::GET, "/export");
+        assert!(get.matches(&Method::GET, "/export"));
+        assert!(get.matches(&Method::HEAD, "/export"));
+        assert!(!get.matches(&Method::POST, "/export"));
+        let head = Route::new(Method::HEAD, "/export");
+        assert!(head.matches(&Method::HEAD, "/export"));
+        assert!(!head.matches(&Method::GET, "/export"));
+    }
+}
