@@ -9,6 +9,7 @@
 use std::borrow::Borrow;
 use std::fmt;
 use std::hash::{BuildHasher, Hash};
+use std::marker::PhantomData;
 use std::sync::atomic::{fence, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -19,13 +20,10 @@ use scc::{AtomicShared, Guard, Shared, Tag};
 use crate::any_state::AnyState;
 use crate::bounded::{sweep_step, Swept};
 use crate::clock::Fixed;
-use crate::composite::CompositeCell;
-use crate::sliding_counter::CounterCell;
-use crate::sliding_log::LogCell;
+use crate::dispatch::{with_state, Build, Erased, Family};
 use crate::state::{Carry, RateState};
 use crate::stats::Counters;
-use crate::token_bucket::GcraCell;
-use crate::{Algorithm, Clock, CostError, Decision, KeyHasher, Policy, Stats, SystemClock, Wait};
+use crate::{Clock, CostError, Decision, KeyHasher, Policy, Stats, SystemClock, Wait};
 
 /// How a limiter built with [`RateLimiter::with_resolver`] chooses each key's policy.
 pub type Resolver<K> = dyn Fn(&K) -> Policy + Send + Sync;
@@ -175,24 +173,25 @@ enum Rules<K> {
 
 /// One map per kind of state, chosen once per generation: a single predictable branch per
 /// call, and each map stores its state inline with no enum padding.
-// One per generation: the composite's inline band parameters cost nothing per key.
-#[allow(clippy::large_enum_variant)]
 enum Registry<K, S: BuildHasher> {
-    TokenBucket(Keyed<K, GcraCell, S>),
-    SlidingLog(Keyed<K, LogCell, S>),
-    SlidingCounter(Keyed<K, CounterCell, S>),
-    Composite(Keyed<K, CompositeCell, S>),
+    /// One policy for every key: the map of its algorithm's state.
+    Uniform(Erased<Maps<K, S>>),
+    /// A policy per key: each state keeps its parameters.
     PerKey(Keyed<K, AnyState, S>),
+}
+
+/// A generation's map for one algorithm's state.
+struct Maps<K, S>(PhantomData<(K, S)>);
+
+impl<K, S: BuildHasher> Family for Maps<K, S> {
+    type Of<St: RateState> = Keyed<K, St, S>;
 }
 
 /// Runs `$body` with `$keyed` bound to whichever map the registry holds.
 macro_rules! with_keyed {
     ($registry:expr, $keyed:ident => $body:expr) => {
         match $registry {
-            Registry::TokenBucket($keyed) => $body,
-            Registry::SlidingLog($keyed) => $body,
-            Registry::SlidingCounter($keyed) => $body,
-            Registry::Composite($keyed) => $body,
+            Registry::Uniform(uniform) => with_state!(uniform, $keyed => $body),
             Registry::PerKey($keyed) => $body,
         }
     };
@@ -219,7 +218,8 @@ trait Slot<K>: Sized + Send + Sync {
     ) -> Option<Decision>;
     fn peek<C: Clock + ?Sized>(&self, params: &Self::Params, clock: &C) -> Option<Decision>;
     fn is_at_rest(&self, params: &Self::Params, now: u64) -> bool;
-    fn carry(&self, params: &Self::Params, now: u64, retire: bool) -> Option<Carry>;
+    /// The permits in use at `now` (see `RateState::carry`).
+    fn carry(&self, params: &Self::Params, now: u64) -> Option<Carry>;
 
     /// What a new state for a key is built from: nothing for a uniform policy, the key's
     /// policy under a resolver.
@@ -295,8 +295,8 @@ impl<K, St: RateState> Slot<K> for St {
         RateState::is_at_rest(self, params, now)
     }
 
-    fn carry(&self, params: &St::Params, now: u64, retire: bool) -> Option<Carry> {
-        RateState::carry(self, params, now, retire)
+    fn carry(&self, params: &St::Params, now: u64) -> Option<Carry> {
+        RateState::carry(self, params, now)
     }
 
     /// Every key's state is built from the policy's parameters alone.
@@ -310,10 +310,7 @@ impl<K, St: RateState> Slot<K> for St {
     }
 
     fn build(params: &St::Params, (): &(), carry: Option<&Carry>, now: u64) -> Self {
-        match carry {
-            Some(carry) => St::from_carry(params, carry, now),
-            None => St::fresh(params),
-        }
+        St::new(params, carry, now)
     }
 
     /// One state shared by every overflowing key.
@@ -372,8 +369,8 @@ impl<K> Slot<K> for AnyState {
         AnyState::is_at_rest(self, now)
     }
 
-    fn carry(&self, _: &Self::Params, now: u64, retire: bool) -> Option<Carry> {
-        AnyState::carry(self, now, retire)
+    fn carry(&self, _: &Self::Params, now: u64) -> Option<Carry> {
+        AnyState::carry(self, now)
     }
 
     /// The policy the resolver chose for the key.
@@ -521,22 +518,15 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> Generation<K, S> {
 
 impl<K: Hash + Eq + 'static, S: BuildHasher + 'static> Registry<K, S> {
     fn new(rules: &Rules<K>, hasher: S) -> Self {
+        struct New<S>(S);
+        impl<K: Hash + Eq, S: BuildHasher> Build<Maps<K, S>> for New<S> {
+            fn build<St: RateState>(self, params: St::Params) -> Keyed<K, St, S> {
+                Keyed::new(params, self.0)
+            }
+        }
         match rules {
             Rules::PerKey(resolver) => Registry::PerKey(Keyed::new(resolver.clone(), hasher)),
-            Rules::Uniform(policy) if policy.is_composite() => {
-                Registry::Composite(Keyed::new(CompositeCell::params(policy), hasher))
-            }
-            Rules::Uniform(policy) => match policy.algorithm() {
-                Algorithm::TokenBucket => {
-                    Registry::TokenBucket(Keyed::new(GcraCell::params(policy), hasher))
-                }
-                Algorithm::SlidingLog => {
-                    Registry::SlidingLog(Keyed::new(LogCell::params(policy), hasher))
-                }
-                Algorithm::SlidingCounter => {
-                    Registry::SlidingCounter(Keyed::new(CounterCell::params(policy), hasher))
-                }
-            },
+            Rules::Uniform(policy) => Registry::Uniform(Erased::new(policy, New(hasher))),
         }
     }
 }
@@ -1031,22 +1021,13 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
                 }
                 match state.try_acquire(&keyed.params, &self.clock, cost) {
                     Some(decision) => Ok(decision),
-                    None => unreachable!("a state in the map under its exclusive lock is live"),
+                    // No registry path retires a state it leaves in a map: eviction and moves
+                    // remove states under the bucket's exclusive lock instead.
+                    None => unreachable!("a state in the map is never retired"),
                 }
             };
             let entry = match entry {
-                Entry::Occupied(mut entry) => {
-                    if entry.get().peek(&keyed.params, &self.clock).is_none() {
-                        // Retired in place: replace it (never revive it). No registry path
-                        // leaves a retired state in a map today (eviction unlinks without
-                        // retiring, and a moved key's state is removed, then counted, never
-                        // retired); this keeps it so if one ever does. No reader can still be
-                        // inside: we hold the bucket exclusively.
-                        let now = self.clock.now();
-                        *entry.get_mut() = St::build(&keyed.params, &spec, None, now);
-                    }
-                    return Step::Done(decide(entry.get()));
-                }
+                Entry::Occupied(entry) => return Step::Done(decide(entry.get())),
                 Entry::Vacant(entry) => entry,
             };
             // A cost that could never be admitted creates nothing and moves nothing (a key
@@ -1155,7 +1136,7 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
                     .remove_sync(key)
                     // Removed, so owned here: nothing else can reach it, and its permits
                     // are counted without retiring it (which would be a CAS for nothing).
-                    .map(|(_, state)| Slot::<K>::carry(&state, &keyed.params, now, false))
+                    .map(|(_, state)| Slot::<K>::carry(&state, &keyed.params, now))
             })
         })
         // The key keeps its place in `tracked`: the caller inserts it here.
@@ -1358,7 +1339,7 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
             with_keyed!(&old.registry, keyed => {
                 keyed
                     .map
-                    .read_sync(key, |_, state| Slot::<K>::carry(state, &keyed.params, now, false))
+                    .read_sync(key, |_, state| Slot::<K>::carry(state, &keyed.params, now))
             })
         })
         .flatten()

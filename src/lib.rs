@@ -64,6 +64,7 @@ mod concurrency;
 mod config;
 mod decision;
 mod direct;
+mod dispatch;
 mod error;
 mod hasher;
 mod ip;
@@ -82,6 +83,7 @@ mod stats;
 mod sync;
 mod token_bucket;
 mod wait;
+mod word;
 
 #[cfg(tollgate_loom)]
 #[doc(hidden)]
