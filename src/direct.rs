@@ -7,8 +7,8 @@ use std::sync::Mutex;
 use crossbeam_utils::{Backoff, CachePadded};
 use scc::{AtomicShared, Guard, Shared, Tag};
 
-use crate::dispatch::{with_state, Build, Erased, Family};
-use crate::state::{Carry, RateState};
+use crate::engine::dispatch::{with_state, Build, Erased, Family};
+use crate::engine::state::{Carry, RateState};
 use crate::{Clock, CostError, Decision, Policy, SystemClock, Wait};
 
 /// A rate limiter for a single key: a global limit, one upstream's quota, one hot tenant.

@@ -17,11 +17,11 @@ use crossbeam_utils::CachePadded;
 use scc::hash_map::Entry;
 use scc::{AtomicShared, Guard, Shared, Tag};
 
-use crate::any_state::AnyState;
 use crate::bounded::{sweep_step, Swept};
 use crate::clock::Fixed;
-use crate::dispatch::{with_state, Build, Erased, Family};
-use crate::state::{Carry, RateState};
+use crate::engine::any_state::AnyState;
+use crate::engine::dispatch::{with_state, Build, Erased, Family};
+use crate::engine::state::{Carry, RateState};
 use crate::stats::Counters;
 use crate::{Clock, CostError, Decision, KeyHasher, Policy, Stats, SystemClock, Wait};
 

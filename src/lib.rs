@@ -54,17 +54,15 @@
 #![deny(missing_docs)]
 #![warn(rust_2018_idioms, unreachable_pub)]
 
-mod any_state;
 mod bounded;
 mod clock;
 mod coarse_clock;
-mod composite;
 mod concurrency;
 #[cfg(feature = "serde")]
 mod config;
 mod decision;
 mod direct;
-mod dispatch;
+mod engine;
 mod error;
 mod hasher;
 mod ip;
@@ -75,15 +73,8 @@ pub mod middleware;
 mod policy;
 #[cfg(feature = "redis")]
 pub mod redis;
-mod seqlock;
-mod sliding_counter;
-mod sliding_log;
-mod state;
 mod stats;
-mod sync;
-mod token_bucket;
 mod wait;
-mod word;
 
 #[cfg(tollgate_loom)]
 #[doc(hidden)]

@@ -4,7 +4,7 @@
 //! [`ModelCell`] exposes one per-key state machine with its raw retire step, so a model can
 //! race requests against eviction on the very code the limiters run.
 
-use crate::any_state::AnyState;
+use crate::engine::any_state::AnyState;
 use crate::{Clock, Decision, Policy};
 
 pub use crate::concurrency::ModelGauge;

@@ -19,9 +19,9 @@
 //! [`Log`] is the pure arithmetic over any time-ordered [`Entries`]; [`LogCell`] owns the
 //! ring and serialises its writers with a sequence word (a seqlock).
 
-use crate::seqlock::{SeqLock, WriteGuard};
-use crate::state::{in_use, single_from_carry, Carry, RateState, Verdict};
-use crate::sync::{AtomicU64, Ordering};
+use crate::engine::seqlock::{SeqLock, WriteGuard};
+use crate::engine::state::{in_use, single_from_carry, Carry, RateState, Verdict};
+use crate::engine::sync::{AtomicU64, Ordering};
 use crate::{Clock, Decision, Policy};
 
 /// A read-only view of a log: its entries oldest first, in non-decreasing time order.

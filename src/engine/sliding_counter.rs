@@ -37,9 +37,9 @@
 //! [`Counter`] is the pure arithmetic on a [`Snapshot`]; [`CounterCell`] packs the snapshot
 //! into one 128-bit atomic word and runs the compare-and-swap loop.
 
-use crate::state::{in_use, single_from_carry, Carry, RateState, Verdict};
-use crate::sync::AtomicU128;
-use crate::word::{live, update, Retired, Update};
+use crate::engine::state::{in_use, single_from_carry, Carry, RateState, Verdict};
+use crate::engine::sync::AtomicU128;
+use crate::engine::word::{live, update, Retired, Update};
 use crate::{Clock, Decision, Policy};
 
 /// Where the current window's count sits in the packed word.
@@ -274,7 +274,7 @@ impl Counter {
 /// Memory per key: 16 bytes, aligned to 16.
 ///
 /// Orderings: the word is the whole state, so every access is `Relaxed` and the
-/// compare-and-swap loop is [`update`]'s (see `crate::word` for why that is exact).
+/// compare-and-swap loop is [`update`]'s (see `crate::engine::word` for why that is exact).
 #[derive(Debug)]
 pub(crate) struct CounterCell {
     word: AtomicU128,

@@ -12,9 +12,9 @@
 //!
 //! [`Gcra`] is the pure arithmetic; [`GcraCell`] owns the atomic word and the CAS loop.
 
-use crate::state::{in_use, single_from_carry, Carry, RateState, Verdict};
-use crate::sync::AtomicU64;
-use crate::word::{live, update, Retired, Update};
+use crate::engine::state::{in_use, single_from_carry, Carry, RateState, Verdict};
+use crate::engine::sync::AtomicU64;
+use crate::engine::word::{live, update, Retired, Update};
 use crate::{Clock, Decision, Policy};
 
 /// GCRA parameters derived from a policy, and the pure decision function.
@@ -103,7 +103,7 @@ impl Gcra {
 /// | `u64::MAX` | retired: never admits, never revived |
 ///
 /// Orderings: the TAT is the whole state, so every access is `Relaxed` and the
-/// compare-and-swap loop is [`update`]'s (see `crate::word` for why that is exact).
+/// compare-and-swap loop is [`update`]'s (see `crate::engine::word` for why that is exact).
 #[derive(Debug)]
 pub(crate) struct GcraCell {
     tat: AtomicU64,

@@ -7,11 +7,11 @@
 //! keeps its own layout (a keyed map stores its states inline, with no enum around each)
 //! while the enumeration, the choice from a policy and the match are written once, here.
 
-use crate::composite::CompositeCell;
-use crate::sliding_counter::CounterCell;
-use crate::sliding_log::LogCell;
-use crate::state::RateState;
-use crate::token_bucket::GcraCell;
+use crate::engine::composite::CompositeCell;
+use crate::engine::sliding_counter::CounterCell;
+use crate::engine::sliding_log::LogCell;
+use crate::engine::state::RateState;
+use crate::engine::token_bucket::GcraCell;
 use crate::{Algorithm, Policy};
 
 /// What a user stores for the algorithm whose state type is `St`.
@@ -62,10 +62,10 @@ impl<F: Family> Erased<F> {
 macro_rules! with_state {
     ($erased:expr, $value:pat => $body:expr) => {
         match $erased {
-            $crate::dispatch::Erased::TokenBucket($value) => $body,
-            $crate::dispatch::Erased::SlidingLog($value) => $body,
-            $crate::dispatch::Erased::SlidingCounter($value) => $body,
-            $crate::dispatch::Erased::Composite($value) => $body,
+            $crate::engine::dispatch::Erased::TokenBucket($value) => $body,
+            $crate::engine::dispatch::Erased::SlidingLog($value) => $body,
+            $crate::engine::dispatch::Erased::SlidingCounter($value) => $body,
+            $crate::engine::dispatch::Erased::Composite($value) => $body,
         }
     };
 }

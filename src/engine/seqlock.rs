@@ -26,8 +26,8 @@
 //! its torn read as consistent. No user code runs inside a write section (a request reads
 //! its clock before entering).
 
-use crate::sync::{fence, AtomicU64, Backoff, Ordering};
-use crate::word::Retired;
+use crate::engine::sync::{fence, AtomicU64, Backoff, Ordering};
+use crate::engine::word::Retired;
 
 /// How one read section ended.
 enum Read<R> {

@@ -4,8 +4,8 @@
 use std::borrow::Borrow;
 use std::fmt;
 
-use crate::dispatch::{with_state, Build, Erased, Family};
-use crate::state::{Carry, RateState};
+use crate::engine::dispatch::{with_state, Build, Erased, Family};
+use crate::engine::state::{Carry, RateState};
 use crate::{Clock, Decision, Policy};
 
 /// One key's state and the parameters of the policy it was created under.

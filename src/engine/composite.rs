@@ -24,17 +24,17 @@
 //!
 //! [`Composite`] holds the bands' parameters inline (so it is `Copy`); [`CompositeCell`]
 //! holds every band's state in one array of words behind one sequence word: the sliding
-//! log's seqlock ([`LogCell`](crate::sliding_log::LogCell)), generalised to several bands.
+//! log's seqlock ([`LogCell`](crate::engine::sliding_log::LogCell)), generalised to several bands.
 //! Its type docs give the word layout; memory per key is 24 bytes inline plus 8 bytes per
 //! word on the heap (1 word per token bucket band, 2 per sliding counter band, `N + 1` per
 //! sliding log band of N permits).
 
-use crate::seqlock::{SeqLock, WriteGuard};
-use crate::sliding_counter::{Counter, Snapshot};
-use crate::sliding_log::{self, Log, Ring};
-use crate::state::{in_use, Carry, RateState, Verdict};
-use crate::sync::{AtomicU64, Ordering};
-use crate::token_bucket::Gcra;
+use crate::engine::seqlock::{SeqLock, WriteGuard};
+use crate::engine::sliding_counter::{Counter, Snapshot};
+use crate::engine::sliding_log::{self, Log, Ring};
+use crate::engine::state::{in_use, Carry, RateState, Verdict};
+use crate::engine::sync::{AtomicU64, Ordering};
+use crate::engine::token_bucket::Gcra;
 use crate::{Algorithm, Clock, Decision, Policy};
 
 /// One band's parameters: its algorithm's pure arithmetic.
@@ -374,7 +374,7 @@ impl Placed {
 }
 
 /// One key's state under a composite policy: every band's state in one array of words,
-/// behind one sequence word (a seqlock, as [`LogCell`](crate::sliding_log::LogCell)).
+/// behind one sequence word (a seqlock, as [`LogCell`](crate::engine::sliding_log::LogCell)).
 ///
 /// | word | band | holds |
 /// |---|---|---|
@@ -803,9 +803,9 @@ mod tests {
     fn matches_the_bands_decided_alone_all_or_nothing() {
         // A pseudo-random trace against the three single-band cells, each peeked and then
         // spent only when all allow.
-        use crate::sliding_counter::CounterCell;
-        use crate::sliding_log::LogCell;
-        use crate::token_bucket::GcraCell;
+        use crate::engine::sliding_counter::CounterCell;
+        use crate::engine::sliding_log::LogCell;
+        use crate::engine::token_bucket::GcraCell;
         let policy: Policy = "sliding-log 3/1s & sliding-counter 5/3s & token-bucket 7/10s"
             .parse()
             .unwrap();

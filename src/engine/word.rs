@@ -7,7 +7,7 @@
 //! value, so two requests never both spend the same permits, and a retiring CAS to
 //! [`Retired::RETIRED`] and a request's CAS cannot both succeed from the same value.
 
-use crate::sync::{AtomicU128, AtomicU64, Ordering};
+use crate::engine::sync::{AtomicU128, AtomicU64, Ordering};
 
 /// The value of a retired state in a word of this width: all ones. A retired state never
 /// decides again and is never revived; no live state of any algorithm reaches all ones (each
