@@ -254,7 +254,7 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
     /// The overflow rule: when a new key finds the limiter full, the limiter first sweeps a
     /// slice of the map for states at rest and takes a freed place if there is one. If there
     /// is none, the key's request is decided by a **state shared by all overflowing keys**
-    /// (one per policy), and the decision says so ([`Decision::is_overflow`]); no state is
+    /// (one per policy), and the decision says so ([`Decision::is_overflow`](crate::Decision::is_overflow)); no state is
     /// created for the key. Keys already tracked keep their exact limits. So a flood of new
     /// keys can never exceed the cap, never resets a tracked key's spent permits (as evicting
     /// live states would), and never admits any key beyond its policy: the overflowing keys

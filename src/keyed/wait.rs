@@ -70,7 +70,7 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
     /// Waits asynchronously until a request of cost 1 for `key` is admitted (feature
     /// `tokio`): the async twin of [`acquire_blocking`](RateLimiter::acquire_blocking),
     /// sleeping with tokio's timer. Give the limiter a clock that follows tokio's time
-    /// ([`SystemClock`] in production, [`TokioClock`](crate::TokioClock) in tests with paused
+    /// ([`SystemClock`](crate::SystemClock) in production, [`TokioClock`](crate::TokioClock) in tests with paused
     /// time).
     ///
     /// # Examples
