@@ -313,8 +313,8 @@ impl RateState for CounterCell {
         let now = clock.now();
         update(&self.word, |word| {
             match counter.decide(Snapshot::unpack(word), now, cost) {
-                Verdict::Deny(decision) => Update::Keep(decision),
-                Verdict::Allow(decision, next) => Update::Write(next.pack(), decision),
+                Verdict::Deny(decision) => Update::keep(decision),
+                Verdict::Allow(decision, next) => Update::write(next.pack(), decision),
             }
         })
     }
@@ -345,7 +345,7 @@ impl RateState for CounterCell {
     fn retire_with_carry(&self, counter: &Counter, now: u64) -> Option<Carry> {
         // A CAS to the retired value from the exact word the carry was counted from.
         update(&self.word, |word| {
-            Update::Write(u128::RETIRED, counter.carry(Snapshot::unpack(word), now))
+            Update::write(u128::RETIRED, counter.carry(Snapshot::unpack(word), now))
         })
     }
 
@@ -358,9 +358,9 @@ impl RateState for CounterCell {
         // that admitted in between changed the word, and the word it left is not at rest.
         update(&self.word, |word| {
             if counter.is_at_rest(Snapshot::unpack(word), now) {
-                Update::Write(u128::RETIRED, true)
+                Update::write(u128::RETIRED, true)
             } else {
-                Update::Keep(false)
+                Update::keep(false)
             }
         })
         .unwrap_or(false)

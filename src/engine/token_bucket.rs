@@ -147,8 +147,8 @@ impl RateState for GcraCell {
         // newer one, since TATs only grow while a state is live.
         let now = clock.now();
         update(&self.tat, |tat| match gcra.decide(tat, now, cost) {
-            Verdict::Deny(decision) => Update::Keep(decision),
-            Verdict::Allow(decision, new_tat) => Update::Write(new_tat, decision),
+            Verdict::Deny(decision) => Update::keep(decision),
+            Verdict::Allow(decision, new_tat) => Update::write(new_tat, decision),
         })
     }
 
@@ -174,7 +174,7 @@ impl RateState for GcraCell {
     fn retire_with_carry(&self, gcra: &Gcra, now: u64) -> Option<Carry> {
         // A CAS to the retired value from the exact TAT the carry was counted from.
         update(&self.tat, |tat| {
-            Update::Write(u64::RETIRED, gcra.carry(tat, now))
+            Update::write(u64::RETIRED, gcra.carry(tat, now))
         })
     }
 
@@ -187,9 +187,9 @@ impl RateState for GcraCell {
         // that admitted in between changed the value, and the value it left is not at rest.
         update(&self.tat, |tat| {
             if Gcra::is_at_rest(tat, now) {
-                Update::Write(u64::RETIRED, true)
+                Update::write(u64::RETIRED, true)
             } else {
-                Update::Keep(false)
+                Update::keep(false)
             }
         })
         .unwrap_or(false)
