@@ -16,8 +16,8 @@ use std::hash::{BuildHasher, Hash};
 use std::sync::Arc;
 
 use crate::bounded::BoundedMap;
+use crate::engine::sync::{AtomicU64, Ordering};
 use crate::hasher::KeyHasher;
-use crate::sync::{AtomicU64, Ordering};
 
 /// The count of a gauge retired by eviction. No live count reaches it: a limit is at most
 /// [`ConcurrencyLimiter::MAX_LIMIT`] `= RETIRED - 1` and a count never exceeds its limit.

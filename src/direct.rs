@@ -7,12 +7,9 @@ use std::sync::Mutex;
 use crossbeam_utils::{Backoff, CachePadded};
 use scc::{AtomicShared, Guard, Shared, Tag};
 
-use crate::composite::CompositeCell;
-use crate::sliding_counter::CounterCell;
-use crate::sliding_log::LogCell;
-use crate::state::{Carry, RateState};
-use crate::token_bucket::GcraCell;
-use crate::{Algorithm, Clock, CostError, Decision, Policy, SystemClock, Wait};
+use crate::engine::dispatch::{with_state, Build, Erased, Family};
+use crate::engine::state::{Carry, RateState};
+use crate::{Clock, CostError, Decision, Policy, SystemClock, Wait};
 
 /// A rate limiter for a single key: a global limit, one upstream's quota, one hot tenant.
 ///
@@ -55,24 +52,14 @@ struct Generation {
     state: State,
 }
 
-// One per limiter (or per policy change): inline, so the fast path chases no pointer.
-#[allow(clippy::large_enum_variant)]
-enum State {
-    TokenBucket(Direct<GcraCell>),
-    SlidingLog(Direct<LogCell>),
-    SlidingCounter(Direct<CounterCell>),
-    Composite(Direct<CompositeCell>),
-}
+/// The state deciding for one policy: inline, so the fast path chases no pointer.
+struct State(Erased<Padded>);
 
-macro_rules! with_direct {
-    ($state:expr, $direct:ident => $body:expr) => {
-        match $state {
-            State::TokenBucket($direct) => $body,
-            State::SlidingLog($direct) => $body,
-            State::SlidingCounter($direct) => $body,
-            State::Composite($direct) => $body,
-        }
-    };
+/// A state alone on its cache line, beside its parameters.
+struct Padded;
+
+impl Family for Padded {
+    type Of<St: RateState> = Direct<St>;
 }
 
 struct Direct<St: RateState> {
@@ -81,18 +68,6 @@ struct Direct<St: RateState> {
 }
 
 impl<St: RateState> Direct<St> {
-    fn new(policy: &Policy, carry: Option<&Carry>, now: u64) -> Self {
-        let params = St::params(policy);
-        let cell = match carry {
-            Some(carry) => St::from_carry(&params, carry, now),
-            None => St::fresh(&params),
-        };
-        Direct {
-            cell: CachePadded::new(cell),
-            params,
-        }
-    }
-
     /// `None` when the state was retired by a policy change.
     #[inline(always)]
     fn try_acquire<C: Clock>(&self, clock: &C, cost: u64) -> Option<Result<Decision, CostError>> {
@@ -106,31 +81,34 @@ impl<St: RateState> Direct<St> {
 
 impl State {
     fn new(policy: &Policy, carry: Option<&Carry>, now: u64) -> Self {
-        if policy.is_composite() {
-            return State::Composite(Direct::new(policy, carry, now));
+        struct New<'a>(Option<&'a Carry>, u64);
+        impl Build<Padded> for New<'_> {
+            fn build<St: RateState>(self, params: St::Params) -> Direct<St> {
+                Direct {
+                    cell: CachePadded::new(St::new(&params, self.0, self.1)),
+                    params,
+                }
+            }
         }
-        match policy.algorithm() {
-            Algorithm::TokenBucket => State::TokenBucket(Direct::new(policy, carry, now)),
-            Algorithm::SlidingLog => State::SlidingLog(Direct::new(policy, carry, now)),
-            Algorithm::SlidingCounter => State::SlidingCounter(Direct::new(policy, carry, now)),
-        }
+        State(Erased::new(policy, New(carry, now)))
     }
 
     #[inline(always)]
     fn try_acquire<C: Clock>(&self, clock: &C, cost: u64) -> Option<Result<Decision, CostError>> {
-        with_direct!(self, direct => direct.try_acquire(clock, cost))
+        with_state!(&self.0, direct => direct.try_acquire(clock, cost))
     }
 
     fn peek<C: Clock>(&self, clock: &C) -> Option<Decision> {
-        with_direct!(self, direct => direct.cell.peek(&direct.params, clock, 1))
+        with_state!(&self.0, direct => direct.cell.peek(&direct.params, clock, 1))
     }
 
     fn is_at_rest(&self, now: u64) -> bool {
-        with_direct!(self, direct => direct.cell.is_at_rest(&direct.params, now))
+        with_state!(&self.0, direct => direct.cell.is_at_rest(&direct.params, now))
     }
 
-    fn carry(&self, now: u64) -> Option<Carry> {
-        with_direct!(self, direct => direct.cell.carry(&direct.params, now, true))
+    /// Retires the state for a policy change, returning the permits it had in use.
+    fn retire_with_carry(&self, now: u64) -> Option<Carry> {
+        with_state!(&self.0, direct => direct.cell.retire_with_carry(&direct.params, now))
     }
 }
 
@@ -192,7 +170,7 @@ impl<C: Clock> DirectLimiter<C> {
         if !self.replaced.load(Ordering::Relaxed) {
             // The token bucket's cost-1 check is the hottest path of the crate: straight to
             // the cell, with no cost check (1 is within every policy) and no Result to unwrap.
-            if let State::TokenBucket(direct) = &self.first.state {
+            if let Erased::TokenBucket(direct) = &self.first.state.0 {
                 if let Some(decision) = direct.cell.try_acquire(&direct.params, &self.clock, 1) {
                     return decision;
                 }
@@ -450,7 +428,7 @@ impl<C: Clock> DirectLimiter<C> {
         // Retire the state in force, taking the permits it has in use. Only this call (under
         // the mutex) retires states, so it is live and the carry is there.
         let old = self.settled(&guard);
-        let carry = old.state.carry(now);
+        let carry = old.state.retire_with_carry(now);
         let generation = Generation {
             policy,
             state: State::new(&policy, carry.as_ref(), now),

@@ -57,16 +57,15 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(rust_2018_idioms, unreachable_pub)]
 
-mod any_state;
 mod bounded;
 mod clock;
 mod coarse_clock;
-mod composite;
 mod concurrency;
 #[cfg(feature = "serde")]
 mod config;
 mod decision;
 mod direct;
+mod engine;
 mod error;
 mod hasher;
 mod ip;
@@ -77,13 +76,7 @@ pub mod middleware;
 mod policy;
 #[cfg(feature = "redis")]
 pub mod redis;
-mod seqlock;
-mod sliding_counter;
-mod sliding_log;
-mod state;
 mod stats;
-mod sync;
-mod token_bucket;
 mod wait;
 
 #[cfg(tollgate_loom)]

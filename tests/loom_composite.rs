@@ -1,5 +1,5 @@
 //! Loom models of the composite state machine: several bands behind one seqlock
-//! (`src/composite.rs`), every interleaving of two threads explored.
+//! (`src/engine/composite.rs`), every interleaving of two threads explored.
 //!
 //! Run with:
 //!

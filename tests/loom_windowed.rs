@@ -1,6 +1,6 @@
 //! Loom models of the windowed state machines: the sliding log's seqlock and the sliding
 //! counter's 128-bit compare-and-swap (checked as a protocol over an indivisible word; see
-//! `src/sync.rs`).
+//! `src/engine/sync.rs`).
 //!
 //! Run with:
 //!

@@ -2,8 +2,8 @@
 //! account for a while, and is then judged by a failure budget of its own. Each account
 //! keeps a short list of its known clients.
 
-use crate::any_state::AnyState;
 use crate::clock::Fixed;
+use crate::engine::any_state::AnyState;
 use crate::{Clock, Decision, Policy};
 
 /// The most clients an account keeps known at once; a success from one more replaces the

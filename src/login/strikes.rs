@@ -3,7 +3,7 @@
 
 #[cfg(tollgate_loom)]
 use super::LoginConfig;
-use crate::sync::{AtomicU128, Ordering};
+use crate::engine::sync::{AtomicU128, Ordering};
 
 /// The lockout escalation as pure arithmetic on a [`Streak`] and `now`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -12,13 +12,10 @@
 //!
 //! [`Gcra`] is the pure arithmetic; [`GcraCell`] owns the atomic word and the CAS loop.
 
-use crate::state::{in_use, single_from_carry, Carry, RateState};
-use crate::sync::{AtomicU64, Ordering};
+use crate::engine::state::{in_use, single_from_carry, Carry, RateState, Verdict};
+use crate::engine::sync::AtomicU64;
+use crate::engine::word::{live, update, Retired, Update};
 use crate::{Clock, Decision, Policy};
-
-/// The TAT value of a retired state (see `RateState`). No live TAT reaches it: live TATs are
-/// clamped below it (a clock would have to read 584 years for the clamp to matter).
-const RETIRED: u64 = u64::MAX;
 
 /// GCRA parameters derived from a policy, and the pure decision function.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -32,15 +29,6 @@ pub(crate) struct Gcra {
     limit: u64,
     /// W, the policy's window in ns (what a policy change compares bands by).
     window: u64,
-}
-
-/// What [`Gcra::decide`] concluded.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Verdict {
-    /// Admit, and store this TAT.
-    Allow(Decision, u64),
-    /// Refuse; the state stays as it was.
-    Deny(Decision),
 }
 
 impl Gcra {
@@ -64,13 +52,15 @@ impl Gcra {
     /// the furthest a valid state can be, so a faulty clock never stretches a retry_after
     /// beyond what the policy could need.
     #[inline(always)]
-    pub(crate) fn decide(&self, tat: u64, now: u64, cost: u64) -> Verdict {
+    pub(crate) fn decide(&self, tat: u64, now: u64, cost: u64) -> Verdict<u64> {
         // debt = max(tat, now) - now, clamped to the burst allowance.
         let debt = tat.saturating_sub(now).min(self.burst);
         // debt <= B and cost * T <= B < 2^63, so the sum cannot overflow.
         let new_debt = debt + cost.saturating_mul(self.interval).min(self.burst);
         if new_debt <= self.burst {
-            let new_tat = now.saturating_add(new_debt).min(RETIRED - 1);
+            // Clamped below the retired value, which no live TAT reaches (a clock would have
+            // to read 584 years for the clamp to matter).
+            let new_tat = now.saturating_add(new_debt).min(u64::RETIRED - 1);
             let remaining = (self.burst - new_debt) / self.interval;
             Verdict::Allow(Decision::allow(remaining, self.limit, new_debt), new_tat)
         } else {
@@ -97,6 +87,12 @@ impl Gcra {
     pub(crate) fn is_at_rest(tat: u64, now: u64) -> bool {
         tat <= now
     }
+
+    /// The permits a state holding `tat` has in use at `now`.
+    fn carry(&self, tat: u64, now: u64) -> Carry {
+        let probe = self.decide(tat, now, 1).decision();
+        Carry::single(self.window, in_use(self.limit, &probe))
+    }
 }
 
 /// One key's GCRA state: the TAT in a single atomic word, updated by compare-and-swap.
@@ -106,11 +102,8 @@ impl Gcra {
 /// | `0 ..= u64::MAX - 1` | live: the theoretical arrival time, ns on the limiter's clock |
 /// | `u64::MAX` | retired: never admits, never revived |
 ///
-/// Orderings: the TAT is the whole state and no other memory is published through it, so
-/// every access is `Relaxed`. Exactness comes from the compare-and-swap alone: all writes
-/// to one atomic form a single modification order, and a CAS succeeds only on the latest
-/// value, so two requests can never both spend the same permits, and a retiring CAS to
-/// `RETIRED` and a request's CAS cannot both succeed from the same value.
+/// Orderings: the TAT is the whole state, so every access is `Relaxed` and the
+/// compare-and-swap loop is [`update`]'s (see `crate::engine::word` for why that is exact).
 #[derive(Debug)]
 pub(crate) struct GcraCell {
     tat: AtomicU64,
@@ -118,6 +111,7 @@ pub(crate) struct GcraCell {
 
 impl RateState for GcraCell {
     type Params = Gcra;
+    type Kept = Gcra;
 
     fn params(policy: &Policy) -> Gcra {
         Gcra::new(policy)
@@ -149,77 +143,39 @@ impl RateState for GcraCell {
         // exact: the state only ever moves on from the value the CAS succeeds on, and an older
         // `now` only makes `new_tat - now` larger, so it can refuse where a later reading
         // would admit (the caller's request arrived before that reading) but never admit more.
+        // A refusal made from a stale (older, hence smaller) TAT would also be made from the
+        // newer one, since TATs only grow while a state is live.
         let now = clock.now();
-        // Relaxed: see the type's docs. A stale read only makes the CAS below fail; a refusal
-        // made from a stale (older, hence smaller) TAT would also be made from the newer one,
-        // since TATs only grow while a state is live.
-        let mut tat = self.tat.load(Ordering::Relaxed);
-        loop {
-            if tat == RETIRED {
-                return None;
-            }
-            match gcra.decide(tat, now, cost) {
-                Verdict::Deny(decision) => return Some(decision),
-                Verdict::Allow(decision, new_tat) => {
-                    // Relaxed on both outcomes: the CAS itself is the linearisation point.
-                    match self.tat.compare_exchange_weak(
-                        tat,
-                        new_tat,
-                        Ordering::Relaxed,
-                        Ordering::Relaxed,
-                    ) {
-                        Ok(_) => return Some(decision),
-                        Err(actual) => tat = actual,
-                    }
-                }
-            }
-        }
-    }
-
-    #[inline]
-    fn peek<C: Clock + ?Sized>(&self, gcra: &Gcra, clock: &C, cost: u64) -> Option<Decision> {
-        // Relaxed: the one word is the whole snapshot; nothing is written.
-        let tat = self.tat.load(Ordering::Relaxed);
-        if tat == RETIRED {
-            return None;
-        }
-        Some(match gcra.decide(tat, clock.now(), cost) {
-            Verdict::Allow(decision, _) | Verdict::Deny(decision) => decision,
+        update(&self.tat, |tat| match gcra.decide(tat, now, cost) {
+            Verdict::Deny(decision) => Update::keep(decision),
+            Verdict::Allow(decision, new_tat) => Update::write(new_tat, decision),
         })
     }
 
     #[inline]
-    fn is_at_rest(&self, _: &Gcra, now: u64) -> bool {
-        // Relaxed: a snapshot is all a reader needs. Eviction calls this under the map's
-        // exclusive bucket lock, whose Acquire orders it after every admission made under
-        // the lock before; `try_retire` re-checks with a CAS where no lock is held.
-        let tat = self.tat.load(Ordering::Relaxed);
-        tat != RETIRED && Gcra::is_at_rest(tat, now)
+    fn peek<C: Clock + ?Sized>(&self, gcra: &Gcra, clock: &C, cost: u64) -> Option<Decision> {
+        // The one word is the whole snapshot; nothing is written.
+        let tat = live(&self.tat)?;
+        Some(gcra.decide(tat, clock.now(), cost).decision())
     }
 
-    fn carry(&self, gcra: &Gcra, now: u64, retire: bool) -> Option<Carry> {
-        // Relaxed throughout, as for every access to the TAT (see the type's docs); retiring
-        // is a CAS from the exact value the carry was computed from.
-        let mut tat = self.tat.load(Ordering::Relaxed);
-        loop {
-            if tat == RETIRED {
-                return None;
-            }
-            let probe = match gcra.decide(tat, now, 1) {
-                Verdict::Allow(decision, _) | Verdict::Deny(decision) => decision,
-            };
-            let carry = Carry::single(gcra.window, in_use(gcra.limit, &probe));
-            if !retire {
-                return Some(carry);
-            }
-            match self
-                .tat
-                .compare_exchange(tat, RETIRED, Ordering::Relaxed, Ordering::Relaxed)
-            {
-                Ok(_) => return Some(carry),
-                Err(actual) => tat = actual,
-            }
-        }
+    #[inline]
+    fn is_at_rest(&self, _: &Gcra, now: u64) -> bool {
+        // A snapshot is all a reader needs. Eviction calls this under the map's exclusive
+        // bucket lock, whose Acquire orders it after every admission made under the lock
+        // before; `try_retire` re-checks with a CAS where no lock is held.
+        live(&self.tat).is_some_and(|tat| Gcra::is_at_rest(tat, now))
+    }
+
+    fn carry(&self, gcra: &Gcra, now: u64) -> Option<Carry> {
+        live(&self.tat).map(|tat| gcra.carry(tat, now))
+    }
+
+    fn retire_with_carry(&self, gcra: &Gcra, now: u64) -> Option<Carry> {
+        // A CAS to the retired value from the exact TAT the carry was counted from.
+        update(&self.tat, |tat| {
+            Update::write(u64::RETIRED, gcra.carry(tat, now))
+        })
     }
 
     fn from_carry(gcra: &Gcra, carry: &Carry, now: u64) -> Self {
@@ -227,15 +183,16 @@ impl RateState for GcraCell {
     }
 
     fn try_retire(&self, _: &Gcra, now: u64) -> bool {
-        let tat = self.tat.load(Ordering::Relaxed);
-        if tat == RETIRED || !Gcra::is_at_rest(tat, now) {
-            return false;
-        }
-        // Relaxed: the CAS from the exact at-rest value we read is what makes retiring exact;
-        // a request that admitted in between changed the value and makes this CAS fail.
-        self.tat
-            .compare_exchange(tat, RETIRED, Ordering::Relaxed, Ordering::Relaxed)
-            .is_ok()
+        // The CAS from the exact at-rest value read is what makes retiring exact: a request
+        // that admitted in between changed the value, and the value it left is not at rest.
+        update(&self.tat, |tat| {
+            if Gcra::is_at_rest(tat, now) {
+                Update::write(u64::RETIRED, true)
+            } else {
+                Update::keep(false)
+            }
+        })
+        .unwrap_or(false)
     }
 }
 
@@ -251,14 +208,14 @@ mod tests {
         Gcra::new(&Policy::new(Algorithm::TokenBucket, permits, window).unwrap())
     }
 
-    fn allowed(v: Verdict) -> (u64, u64) {
+    fn allowed(v: Verdict<u64>) -> (u64, u64) {
         match v {
             Verdict::Allow(d, tat) => (d.remaining(), tat),
             Verdict::Deny(d) => panic!("expected an admission, got {d:?}"),
         }
     }
 
-    fn denied(v: Verdict) -> Decision {
+    fn denied(v: Verdict<u64>) -> Decision {
         match v {
             Verdict::Deny(d) => d,
             Verdict::Allow(d, _) => panic!("expected a refusal, got {d:?}"),
@@ -329,7 +286,7 @@ mod tests {
     fn extreme_clock_readings_do_not_overflow() {
         let g = gcra(1, Policy::MAX_WINDOW);
         let (_, tat) = allowed(g.decide(0, u64::MAX - 1, 1));
-        assert!(tat < RETIRED);
+        assert!(tat < u64::RETIRED);
         let g = gcra(u64::MAX >> 2, Policy::MAX_WINDOW);
         allowed(g.decide(0, u64::MAX - 1, u64::MAX >> 2));
     }

@@ -19,9 +19,9 @@
 //! [`Log`] is the pure arithmetic over any time-ordered [`Entries`]; [`LogCell`] owns the
 //! ring and serialises its writers with a sequence word (a seqlock).
 
-use crate::seqlock::{SeqLock, WriteGuard};
-use crate::state::{in_use, single_from_carry, Carry, RateState};
-use crate::sync::{AtomicU64, Ordering};
+use crate::engine::seqlock::{SeqLock, WriteGuard};
+use crate::engine::state::{in_use, single_from_carry, Carry, RateState, Verdict};
+use crate::engine::sync::{AtomicU64, Ordering};
 use crate::{Clock, Decision, Policy};
 
 /// A read-only view of a log: its entries oldest first, in non-decreasing time order.
@@ -39,15 +39,6 @@ pub(crate) struct Log {
     limit: u64,
     /// W in nanoseconds: at least 1, at most 2^62.
     window: u64,
-}
-
-/// What [`Log::decide`] concluded.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Verdict {
-    /// Admit, and append `cost` entries holding this timestamp.
-    Allow(Decision, u64),
-    /// Refuse; the log stays as it was.
-    Deny(Decision),
 }
 
 impl Log {
@@ -72,7 +63,12 @@ impl Log {
     /// garbage that the caller discards, but this never panics or loops: every index it
     /// reads stays below `entries.count() <= limit`, and no subtraction can underflow.
     #[inline]
-    pub(crate) fn decide<E: Entries + ?Sized>(&self, entries: &E, now: u64, cost: u64) -> Verdict {
+    pub(crate) fn decide<E: Entries + ?Sized>(
+        &self,
+        entries: &E,
+        now: u64,
+        cost: u64,
+    ) -> Verdict<u64> {
         let len = entries.count().min(self.limit);
         // The first live entry: liveness is monotone in ring order because the entries are.
         let (mut lo, mut hi) = (0, len);
@@ -122,6 +118,12 @@ impl Log {
         }
     }
 
+    /// The permits `entries` have in use at `now`.
+    fn carry<E: Entries + ?Sized>(&self, entries: &E, now: u64) -> Carry {
+        let probe = self.decide(entries, now, 1).decision();
+        Carry::single(self.window, in_use(self.limit, &probe))
+    }
+
     /// `true` when `entries` decide exactly as an empty log from `now` on: no entry, or the
     /// newest one at least `W` old.
     #[inline]
@@ -137,8 +139,8 @@ impl Log {
 }
 
 /// The last `min(written, N)` entries of a ring, read with `Relaxed` loads inside a seqlock
-/// read section.
-struct Ring<'a> {
+/// read section: a sliding log's, alone ([`LogCell`]) or as a band of a composite policy.
+pub(crate) struct Ring<'a> {
     slots: &'a [AtomicU64],
     /// `min(written, N)`, where `written` counts the entries ever written.
     count: u64,
@@ -147,8 +149,10 @@ struct Ring<'a> {
 }
 
 impl<'a> Ring<'a> {
+    /// The view of `slots` after `written` entries. Any `written` gives a view whose indices
+    /// stay in the ring, so a torn read of the count is harmless (and discarded).
     #[inline]
-    fn new(slots: &'a [AtomicU64], written: u64) -> Self {
+    pub(crate) fn new(slots: &'a [AtomicU64], written: u64) -> Self {
         let count = written.min(slots.len() as u64);
         Ring {
             slots,
@@ -278,6 +282,7 @@ impl LogCell {
 
 impl RateState for LogCell {
     type Params = Log;
+    type Kept = Log;
 
     fn params(policy: &Policy) -> Log {
         Log::new(policy)
@@ -323,22 +328,26 @@ impl RateState for LogCell {
         let (_, verdict) = self
             .seq
             .read_consistent(|seq| log.decide(&self.ring(seq), clock.now(), cost))?;
-        match verdict {
-            Verdict::Allow(decision, _) | Verdict::Deny(decision) => Some(decision),
-        }
+        Some(verdict.decision())
     }
 
     fn is_at_rest(&self, log: &Log, now: u64) -> bool {
         self.at_rest_seq(log, now).is_some()
     }
 
-    fn carry(&self, log: &Log, now: u64, retire: bool) -> Option<Carry> {
+    fn carry(&self, log: &Log, now: u64) -> Option<Carry> {
+        self.seq
+            .read_consistent(|seq| log.carry(&self.ring(seq), now))
+            .map(|(_, carry)| carry)
+    }
+
+    fn retire_with_carry(&self, log: &Log, now: u64) -> Option<Carry> {
         loop {
-            let (seq, Verdict::Allow(probe, _) | Verdict::Deny(probe)) = self
+            let (seq, carry) = self
                 .seq
-                .read_consistent(|seq| log.decide(&self.ring(seq), now, 1))?;
-            let carry = Carry::single(log.window, in_use(log.limit, &probe));
-            if !retire || self.seq.try_retire(seq) {
+                .read_consistent(|seq| log.carry(&self.ring(seq), now))?;
+            // Retired from exactly the snapshot counted, or read again.
+            if self.seq.try_retire(seq) {
                 return Some(carry);
             }
         }
@@ -389,7 +398,7 @@ mod tests {
             }
         }
 
-        fn decide(&mut self, now: u64, cost: u64) -> Verdict {
+        fn decide(&mut self, now: u64, cost: u64) -> Verdict<u64> {
             let verdict = self.log.decide(&self.entries[..], now, cost);
             if let Verdict::Allow(_, stamp) = verdict {
                 self.entries.extend((0..cost).map(|_| stamp));

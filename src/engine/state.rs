@@ -5,15 +5,51 @@
 //! (snapshot, now, cost) -> (decision, new snapshot), and a cell that owns the atomic word(s)
 //! and runs the compare-and-swap loop. This trait is the cell's side.
 
+use std::borrow::Borrow;
+
 use crate::clock::Fixed;
 use crate::{Clock, Decision, Policy};
 
+/// What an algorithm's pure arithmetic concluded about a request: the one verdict of the
+/// token bucket, the sliding log, the sliding counter and the composite.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Verdict<W> {
+    /// Admit, and write `W` (the algorithm's new state: a TAT, the stamp of new log
+    /// entries, a counter snapshot, every band's write).
+    Allow(Decision, W),
+    /// Refuse; the state stays as it was.
+    Deny(Decision),
+}
+
+impl<W> Verdict<W> {
+    /// The decision, whichever way it went.
+    #[inline]
+    pub(crate) fn decision(self) -> Decision {
+        match self {
+            Verdict::Allow(decision, _) | Verdict::Deny(decision) => decision,
+        }
+    }
+
+    /// The same verdict, with `f` applied to what an admission writes.
+    #[inline]
+    pub(crate) fn map<X>(self, f: impl FnOnce(W) -> X) -> Verdict<X> {
+        match self {
+            Verdict::Allow(decision, write) => Verdict::Allow(decision, f(write)),
+            Verdict::Deny(decision) => Verdict::Deny(decision),
+        }
+    }
+}
+
 /// One key's state: created at rest, updated lock-free, retired at most once: by a policy
-/// change that moves its permits elsewhere (`carry`), or, with a map whose readers take no
-/// lock, by eviction (`try_retire`).
-pub(crate) trait RateState: Sized + Send + Sync {
+/// change that moves its permits elsewhere (`retire_with_carry`), or, with a map whose
+/// readers take no lock, by eviction (`try_retire`).
+pub(crate) trait RateState: Sized + Send + Sync + std::fmt::Debug {
     /// Everything the arithmetic needs from the policy, computed once per limiter.
     type Params: Copy + Send + Sync + std::fmt::Debug;
+
+    /// How a state keeps its parameters beside it when every key has its own policy
+    /// (`AnyState`): inline, or boxed when they are large (a composite's).
+    type Kept: From<Self::Params> + Borrow<Self::Params> + Send + Sync + std::fmt::Debug;
 
     /// Derives the parameters from a policy whose algorithm matches this state.
     fn params(policy: &Policy) -> Self::Params;
@@ -23,6 +59,15 @@ pub(crate) trait RateState: Sized + Send + Sync {
 
     /// A state at rest: it decides exactly as a key never seen before.
     fn fresh(params: &Self::Params) -> Self;
+
+    /// A new state: fresh, or with the permits of `carry` already spent at `now`.
+    #[inline]
+    fn new(params: &Self::Params, carry: Option<&Carry>, now: u64) -> Self {
+        match carry {
+            Some(carry) => Self::from_carry(params, carry, now),
+            None => Self::fresh(params),
+        }
+    }
 
     /// Decides a request of `cost` permits (already checked to be within
     /// `1..=max_cost`), reading `clock` once per call, before the state (a retry after a
@@ -55,18 +100,25 @@ pub(crate) trait RateState: Sized + Send + Sync {
     /// changes nothing) when the state is not at rest or a request changed it first.
     ///
     /// The keyed registry does not call it: its map's bucket locks already keep eviction
-    /// exact, and a CAS per evicted key made a sweep of 1,000,000 keys 2.7x slower (see
-    /// docs/ARCHITECTURE.md, "Eviction stays exact"). It is the eviction step a map whose
-    /// readers take no lock would need, and the loom models keep proving it, with `carry`'s
-    /// retirement (which `set_policy` uses) sharing its retired values.
+    /// exact, so it removes states instead of retiring them, and no map ever holds a retired
+    /// state (a CAS per evicted key also made a sweep of 1,000,000 keys 2.7x slower; see
+    /// docs/ARCHITECTURE.md, "Eviction stays exact"). It is the eviction step of a map whose
+    /// readers take no lock, where a request that meets a retired state looks the key up
+    /// again; the loom models keep proving it, with [`RateState::retire_with_carry`] (the
+    /// direct limiter's policy change) sharing its retired values.
     #[cfg_attr(not(any(test, tollgate_loom)), allow(dead_code))]
     fn try_retire(&self, params: &Self::Params, now: u64) -> bool;
 
-    /// The permits in use at `now`, band by band, read from one consistent snapshot. With
-    /// `retire`, the state is atomically retired from exactly that snapshot (whatever it
-    /// holds), so the permits counted are never spent again behind the caller's back.
-    /// `None` when the state was already retired.
-    fn carry(&self, params: &Self::Params, now: u64, retire: bool) -> Option<Carry>;
+    /// The permits in use at `now`, band by band, read from one consistent snapshot, changing
+    /// nothing: for a state its caller owns (removed from its map) or only looks at (a peek).
+    /// `None` when the state was retired.
+    fn carry(&self, params: &Self::Params, now: u64) -> Option<Carry>;
+
+    /// [`RateState::carry`], and the state atomically retired from exactly the snapshot
+    /// counted (whatever it holds), so the permits counted are never spent again behind the
+    /// caller's back: a policy change of a state that requests may still reach (the direct
+    /// limiter's). `None` when the state was already retired.
+    fn retire_with_carry(&self, params: &Self::Params, now: u64) -> Option<Carry>;
 
     /// A state with the permits of `carry` already spent at `now`: each band takes the
     /// permits its own window can vouch for ([`Carry::spent_within`]), capped at its limit.

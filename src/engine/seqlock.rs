@@ -7,7 +7,7 @@
 //! |---|---|
 //! | even | the data published by the last writer is complete; readers may read it |
 //! | odd, below `u64::MAX` | a writer is between its compare-and-swap and its publishing store |
-//! | `u64::MAX` (`RETIRED`) | retired (see `RateState`): never read or written again |
+//! | `u64::MAX` (`u64::RETIRED`, odd) | retired (see `RateState`): never read or written again |
 //!
 //! Even values only grow (each writer publishes a larger even value than the one it started
 //! from, or the same one when it stored nothing), so a sequence read twice with the same value
@@ -26,10 +26,8 @@
 //! its torn read as consistent. No user code runs inside a write section (a request reads
 //! its clock before entering).
 
-use crate::sync::{fence, AtomicU64, Backoff, Ordering};
-
-/// The value of a retired state. Odd, so no writer's even publication ever reaches it.
-const RETIRED: u64 = u64::MAX;
+use crate::engine::sync::{fence, AtomicU64, Backoff, Ordering};
+use crate::engine::word::Retired;
 
 /// How one read section ended.
 enum Read<R> {
@@ -64,7 +62,7 @@ impl SeqLock {
         // Acquire: pairs with the Release store that published this value, so every word
         // stored before it is visible to the Relaxed loads in `f`.
         let seq = self.seq.load(Ordering::Acquire);
-        if seq == RETIRED {
+        if seq == u64::RETIRED {
             return Read::Retired;
         }
         if seq & 1 == 1 {
@@ -148,9 +146,9 @@ impl SeqLock {
     pub(crate) fn try_retire(&self, seq: u64) -> bool {
         // Relaxed: success from the exact even value the snapshot was read at proves no
         // writer came in between (a writer first moves the sequence to `seq + 1`), and after
-        // `RETIRED` nobody reads or writes the data again, so nothing is published.
+        // the retired value nobody reads or writes the data again, so nothing is published.
         self.seq
-            .compare_exchange(seq, RETIRED, Ordering::Relaxed, Ordering::Relaxed)
+            .compare_exchange(seq, u64::RETIRED, Ordering::Relaxed, Ordering::Relaxed)
             .is_ok()
     }
 
@@ -179,7 +177,7 @@ impl WriteGuard<'_> {
     /// the last value named is ever stored.
     #[inline]
     pub(crate) fn publish_at(&mut self, next: u64) {
-        // Even, so never the odd `RETIRED`.
+        // Even, so never the odd retired value.
         debug_assert!(next & 1 == 0 && next >= self.next);
         self.next = next;
     }

@@ -68,6 +68,11 @@ mod loom_shim {
             *self.value.lock().unwrap()
         }
 
+        /// Stores `value`.
+        pub(crate) fn store(&self, value: u128, _: Ordering) {
+            *self.value.lock().unwrap() = value;
+        }
+
         /// Stores `new` if the word holds `current`; returns the value it held.
         pub(crate) fn compare_exchange(
             &self,

@@ -24,17 +24,17 @@
 //!
 //! [`Composite`] holds the bands' parameters inline (so it is `Copy`); [`CompositeCell`]
 //! holds every band's state in one array of words behind one sequence word: the sliding
-//! log's seqlock ([`LogCell`](crate::sliding_log::LogCell)), generalised to several bands.
+//! log's seqlock ([`LogCell`](crate::engine::sliding_log::LogCell)), generalised to several bands.
 //! Its type docs give the word layout; memory per key is 24 bytes inline plus 8 bytes per
 //! word on the heap (1 word per token bucket band, 2 per sliding counter band, `N + 1` per
 //! sliding log band of N permits).
 
-use crate::seqlock::{SeqLock, WriteGuard};
-use crate::sliding_counter::{self, Counter, Snapshot};
-use crate::sliding_log::{self, Entries, Log};
-use crate::state::{in_use, Carry, RateState};
-use crate::sync::{AtomicU64, Ordering};
-use crate::token_bucket::{self, Gcra};
+use crate::engine::seqlock::{SeqLock, WriteGuard};
+use crate::engine::sliding_counter::{Counter, Snapshot};
+use crate::engine::sliding_log::{self, Log, Ring};
+use crate::engine::state::{in_use, Carry, RateState, Verdict};
+use crate::engine::sync::{AtomicU64, Ordering};
+use crate::engine::token_bucket::Gcra;
 use crate::{Algorithm, Clock, Decision, Policy};
 
 /// One band's parameters: its algorithm's pure arithmetic.
@@ -93,66 +93,6 @@ enum Write {
         /// The timestamp of the new entries.
         stamp: u64,
     },
-}
-
-/// What [`Composite::decide`] concluded.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Verdict {
-    /// Every band allows: admit, and write `writes[..len]`.
-    Allow(Decision, [Write; Policy::MAX_BANDS]),
-    /// Some band refuses: the state stays as it was.
-    Deny(Decision),
-}
-
-/// A sliding log band's entries inside a read section: the last `min(written, N)` entries of
-/// its ring, read with `Relaxed` loads.
-struct Ring<'a> {
-    slots: &'a [AtomicU64],
-    /// `min(written, N)`.
-    count: u64,
-    /// The slot of the oldest of those entries.
-    oldest: u64,
-}
-
-impl<'a> Ring<'a> {
-    /// The view of `slots` after `written` entries. Any `written` gives a view whose indices
-    /// stay in the ring, so a torn read of the count word is harmless (and discarded).
-    #[inline]
-    fn new(slots: &'a [AtomicU64], written: u64) -> Self {
-        let len = slots.len() as u64;
-        let count = written.min(len);
-        Ring {
-            slots,
-            count,
-            oldest: (written - count) % len,
-        }
-    }
-}
-
-/// The slot of entry `written + i`: entry `j` lives in slot `j mod N`.
-#[inline]
-fn slot(slots: &[AtomicU64], first: u64, i: u64) -> &AtomicU64 {
-    let len = slots.len() as u64;
-    // first < len and i < len, so the sum is below 2 * len and one subtraction wraps it.
-    let mut index = first + i;
-    if index >= len {
-        index -= len;
-    }
-    &slots[index as usize]
-}
-
-impl Entries for Ring<'_> {
-    #[inline]
-    fn count(&self) -> u64 {
-        self.count
-    }
-
-    #[inline]
-    fn get(&self, i: u64) -> u64 {
-        // Relaxed: a load inside a seqlock read section, validated afterwards: see
-        // `SeqLock::read`.
-        slot(self.slots, self.oldest, i).load(Ordering::Relaxed)
-    }
 }
 
 /// One band's state as seen inside a read section.
@@ -259,12 +199,17 @@ impl Composite {
     /// caller discards, but this never panics or loops, as each band's arithmetic accepts any
     /// snapshot and every index stays inside the band's words.
     #[inline]
-    fn decide(&self, words: &[AtomicU64], now: u64, cost: u64) -> Verdict {
+    fn decide(
+        &self,
+        words: &[AtomicU64],
+        now: u64,
+        cost: u64,
+    ) -> Verdict<[Write; Policy::MAX_BANDS]> {
         let mut writes = [Write::Tat(0); Policy::MAX_BANDS];
         let mut merge = Merge::new();
         for (i, placed) in self.bands().iter().enumerate() {
             match placed.decide(&placed.view(words), now, cost) {
-                (decision, Some(write)) => {
+                Verdict::Allow(decision, write) => {
                     writes[i] = write;
                     merge.band(
                         i,
@@ -275,7 +220,7 @@ impl Composite {
                     );
                 }
                 // Some band refuses: nothing will be written; merge the refusal.
-                (_, None) => return Verdict::Deny(self.refusal(words, now, cost)),
+                Verdict::Deny(_) => return Verdict::Deny(self.refusal(words, now, cost)),
             }
         }
         Verdict::Allow(
@@ -290,25 +235,23 @@ impl Composite {
         let mut merge = Merge::new();
         for (i, placed) in self.bands().iter().enumerate() {
             let view = placed.view(words);
-            let (decision, write) = placed.decide(&view, now, cost);
-            if write.is_some() {
+            match placed.decide(&view, now, cost) {
                 // Available now: what the admission would have left, plus what it would
                 // take; and the band's reset_after as it stands, without the admission.
-                merge.band(
+                Verdict::Allow(decision, _) => merge.band(
                     i,
                     decision.remaining() + cost,
                     decision.limit(),
                     0,
                     placed.reset_after(&view, now),
-                );
-            } else {
-                merge.band(
+                ),
+                Verdict::Deny(decision) => merge.band(
                     i,
                     decision.remaining(),
                     decision.limit(),
                     nanos(decision.retry_after()),
                     nanos(decision.reset_after()),
-                );
+                ),
             }
         }
         Decision::deny(merge.remaining, merge.limit, merge.retry, merge.reset).in_band(merge.index)
@@ -326,7 +269,7 @@ impl Composite {
     fn carry(&self, words: &[AtomicU64], now: u64) -> Carry {
         let mut carry = Carry::default();
         for placed in self.bands() {
-            let (probe, _) = placed.decide(&placed.view(words), now, 1);
+            let probe = placed.decide(&placed.view(words), now, 1).decision();
             carry.push(placed.window, in_use(placed.limit, &probe));
         }
         carry
@@ -359,29 +302,19 @@ impl Placed {
 
     /// The band's own decision on `view`, and what it would write when it allows.
     #[inline]
-    fn decide(&self, view: &View<'_>, now: u64, cost: u64) -> (Decision, Option<Write>) {
+    fn decide(&self, view: &View<'_>, now: u64, cost: u64) -> Verdict<Write> {
         match (self.band, view) {
-            (Band::TokenBucket(gcra), &View::Tat(tat)) => match gcra.decide(tat, now, cost) {
-                token_bucket::Verdict::Allow(d, tat) => (d, Some(Write::Tat(tat))),
-                token_bucket::Verdict::Deny(d) => (d, None),
-            },
+            (Band::TokenBucket(gcra), &View::Tat(tat)) => {
+                gcra.decide(tat, now, cost).map(Write::Tat)
+            }
             (Band::SlidingCounter(counter), &View::Counter(snap)) => {
-                match counter.decide(snap, now, cost) {
-                    sliding_counter::Verdict::Allow(d, next) => (d, Some(Write::Counter(next))),
-                    sliding_counter::Verdict::Deny(d) => (d, None),
-                }
+                counter.decide(snap, now, cost).map(Write::Counter)
             }
             (Band::SlidingLog { log, .. }, View::Log(ring, written)) => {
-                match log.decide(ring, now, cost) {
-                    sliding_log::Verdict::Allow(d, stamp) => (
-                        d,
-                        Some(Write::Log {
-                            written: *written,
-                            stamp,
-                        }),
-                    ),
-                    sliding_log::Verdict::Deny(d) => (d, None),
-                }
+                log.decide(ring, now, cost).map(|stamp| Write::Log {
+                    written: *written,
+                    stamp,
+                })
             }
             _ => unreachable!("a band's view follows its algorithm"),
         }
@@ -441,7 +374,7 @@ impl Placed {
 }
 
 /// One key's state under a composite policy: every band's state in one array of words,
-/// behind one sequence word (a seqlock, as [`LogCell`](crate::sliding_log::LogCell)).
+/// behind one sequence word (a seqlock, as [`LogCell`](crate::engine::sliding_log::LogCell)).
 ///
 /// | word | band | holds |
 /// |---|---|---|
@@ -548,6 +481,9 @@ impl CompositeCell {
 
 impl RateState for CompositeCell {
     type Params = Composite;
+    /// Boxed beside a key's state: up to four bands' parameters, inline, would make every
+    /// per-key state as large as the largest.
+    type Kept = Box<Composite>;
 
     fn params(policy: &Policy) -> Composite {
         Composite::new(policy)
@@ -602,9 +538,7 @@ impl RateState for CompositeCell {
         let (_, verdict) = self
             .seq
             .read_consistent(|_| params.decide(&self.words, clock.now(), cost))?;
-        match verdict {
-            Verdict::Allow(decision, _) | Verdict::Deny(decision) => Some(decision),
-        }
+        Some(verdict.decision())
     }
 
     fn is_at_rest(&self, params: &Composite, now: u64) -> bool {
@@ -616,12 +550,19 @@ impl RateState for CompositeCell {
             .is_some_and(|seq| self.seq.try_retire(seq))
     }
 
-    fn carry(&self, params: &Composite, now: u64, retire: bool) -> Option<Carry> {
+    fn carry(&self, params: &Composite, now: u64) -> Option<Carry> {
+        self.seq
+            .read_consistent(|_| params.carry(&self.words, now))
+            .map(|(_, carry)| carry)
+    }
+
+    fn retire_with_carry(&self, params: &Composite, now: u64) -> Option<Carry> {
         loop {
             let (seq, carry) = self
                 .seq
                 .read_consistent(|_| params.carry(&self.words, now))?;
-            if !retire || self.seq.try_retire(seq) {
+            // Retired from exactly the snapshot counted, or read again.
+            if self.seq.try_retire(seq) {
                 return Some(carry);
             }
         }
@@ -637,7 +578,8 @@ impl RateState for CompositeCell {
             // Each band on its own: a fresh band admits any cost up to its limit. Nobody else
             // can see this state yet, so plain Relaxed stores suffice; whoever shares it
             // (the registry's map) publishes it.
-            if let (_, Some(write)) = placed.decide(&placed.view(&state.words), now, spent) {
+            if let Verdict::Allow(_, write) = placed.decide(&placed.view(&state.words), now, spent)
+            {
                 placed.store(&state.words, write, spent);
             }
         }
@@ -835,7 +777,7 @@ mod tests {
         assert!(!cell.try_retire(&params, 1_800 * SEC));
         assert_eq!(cell.try_acquire(&params, &clock, 1), None);
         assert_eq!(cell.peek(&params, &clock, 1), None);
-        assert_eq!(cell.carry(&params, 0, false), None);
+        assert_eq!(cell.carry(&params, 0), None);
     }
 
     #[test]
@@ -843,10 +785,10 @@ mod tests {
         let (cell, params, clock) = cell("sliding-log 3/1s & sliding-counter 10/1m");
         assert!(acquire(&cell, &params, &clock, 2).is_allowed());
         assert!(acquire(&cell, &params, at(&clock, 2 * SEC), 1).is_allowed());
-        let carry = cell.carry(&params, 2 * SEC, false).unwrap();
+        let carry = cell.carry(&params, 2 * SEC).unwrap();
         assert_eq!(carry.spent_within(SEC), 1);
         assert_eq!(carry.spent_within(60 * SEC), 3);
-        let carry = cell.carry(&params, 2 * SEC, true).unwrap();
+        let carry = cell.retire_with_carry(&params, 2 * SEC).unwrap();
         assert_eq!(cell.try_acquire(&params, &clock, 1), None);
         // A state built from it: the log band has 1 spent, the counter band 3.
         let next = CompositeCell::from_carry(&params, &carry, 2 * SEC);
@@ -861,9 +803,9 @@ mod tests {
     fn matches_the_bands_decided_alone_all_or_nothing() {
         // A pseudo-random trace against the three single-band cells, each peeked and then
         // spent only when all allow.
-        use crate::sliding_counter::CounterCell;
-        use crate::sliding_log::LogCell;
-        use crate::token_bucket::GcraCell;
+        use crate::engine::sliding_counter::CounterCell;
+        use crate::engine::sliding_log::LogCell;
+        use crate::engine::token_bucket::GcraCell;
         let policy: Policy = "sliding-log 3/1s & sliding-counter 5/3s & token-bucket 7/10s"
             .parse()
             .unwrap();

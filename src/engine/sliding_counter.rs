@@ -37,14 +37,10 @@
 //! [`Counter`] is the pure arithmetic on a [`Snapshot`]; [`CounterCell`] packs the snapshot
 //! into one 128-bit atomic word and runs the compare-and-swap loop.
 
-use crate::state::{in_use, single_from_carry, Carry, RateState};
-use crate::sync::{AtomicU128, Ordering};
+use crate::engine::state::{in_use, single_from_carry, Carry, RateState, Verdict};
+use crate::engine::sync::AtomicU128;
+use crate::engine::word::{live, update, Retired, Update};
 use crate::{Clock, Decision, Policy};
-
-/// The packed word of a retired state (see `RateState`). Its counts (`u32::MAX`) are above any
-/// valid policy's permits (`Policy::MAX_COUNTER_PERMITS` is `2^31 - 1`), so no live state
-/// packs to it.
-const RETIRED: u128 = u128::MAX;
 
 /// Where the current window's count sits in the packed word.
 const CURRENT_SHIFT: u32 = 64;
@@ -93,15 +89,6 @@ pub(crate) struct Counter {
     limit: u64,
     /// W in nanoseconds: at least 1 (and at least N), at most 2^62.
     window: u64,
-}
-
-/// What [`Counter::decide`] concluded.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Verdict {
-    /// Admit, and store this snapshot.
-    Allow(Decision, Snapshot),
-    /// Refuse; the state stays as it was.
-    Deny(Decision),
 }
 
 /// A snapshot rolled forward to the window holding `now`.
@@ -182,7 +169,7 @@ impl Counter {
 
     /// Decides a request of `cost` (1..=limit) at `now` against `snap`.
     #[inline]
-    pub(crate) fn decide(&self, snap: Snapshot, now: u64, cost: u64) -> Verdict {
+    pub(crate) fn decide(&self, snap: Snapshot, now: u64, cost: u64) -> Verdict<Snapshot> {
         let r = self.roll(snap, now);
         let left = self.window - r.elapsed;
         let used = r.current + self.carried(r.previous, left);
@@ -262,6 +249,12 @@ impl Counter {
         let r = self.roll(snap, now);
         r.current == 0 && r.previous == 0
     }
+
+    /// The permits `snap` has in use at `now`.
+    fn carry(&self, snap: Snapshot, now: u64) -> Carry {
+        let probe = self.decide(snap, now, 1).decision();
+        Carry::single(self.window, in_use(self.limit, &probe))
+    }
 }
 
 /// One key's sliding counter: window index and both counts packed in one 128-bit atomic word,
@@ -272,7 +265,7 @@ impl Counter {
 /// | `0..64` | index | the window the counts belong to (`now / W` at the last admission) |
 /// | `64..96` | current | permits admitted in window `index` |
 /// | `96..128` | previous | permits admitted in window `index - 1` |
-/// | all ones | retired | retired: never admits, never revived |
+/// | all ones | retired | retired: never admits, never revived (no live state packs to it: its counts, `u32::MAX`, are above any valid policy's permits, `Policy::MAX_COUNTER_PERMITS = 2^31 - 1`) |
 ///
 /// A fresh state is all zeros. 64 bits cannot hold a full window index and both counts for
 /// every valid policy: `W` may be 1 ns, so the index needs all 64 bits of a nanosecond clock,
@@ -280,11 +273,8 @@ impl Counter {
 /// 128 bits (`portable-atomic`: one `cmpxchg16b` on x86-64, `casp` on AArch64 with LSE).
 /// Memory per key: 16 bytes, aligned to 16.
 ///
-/// Orderings: the word is the whole state and no other memory is published through it, so
-/// every access is `Relaxed`. Exactness comes from the compare-and-swap alone: all writes to
-/// one atomic form a single modification order and a CAS succeeds only on the latest value,
-/// so two requests never both spend the same permits, and a retiring CAS to `RETIRED` and a
-/// request's CAS cannot both succeed from the same value.
+/// Orderings: the word is the whole state, so every access is `Relaxed` and the
+/// compare-and-swap loop is [`update`]'s (see `crate::engine::word` for why that is exact).
 #[derive(Debug)]
 pub(crate) struct CounterCell {
     word: AtomicU128,
@@ -292,6 +282,7 @@ pub(crate) struct CounterCell {
 
 impl RateState for CounterCell {
     type Params = Counter;
+    type Kept = Counter;
 
     fn params(policy: &Policy) -> Counter {
         Counter::new(policy)
@@ -320,78 +311,42 @@ impl RateState for CounterCell {
         // already moved past counts as zero time elapsed in the word's window (see
         // `Counter::decide`), which can only refuse more, never admit more.
         let now = clock.now();
-        // Relaxed: see the type's docs. A stale read only makes the CAS below fail; a refusal
-        // made from it is the decision as of the moment that word was current (the load is
-        // the linearisation point), and a refusal writes and admits nothing.
-        let mut word = self.word.load(Ordering::Relaxed);
-        loop {
-            if word == RETIRED {
-                return None;
-            }
+        update(&self.word, |word| {
             match counter.decide(Snapshot::unpack(word), now, cost) {
-                Verdict::Deny(decision) => return Some(decision),
-                Verdict::Allow(decision, next) => {
-                    // Relaxed on both outcomes: the CAS itself is the linearisation point.
-                    match self.word.compare_exchange(
-                        word,
-                        next.pack(),
-                        Ordering::Relaxed,
-                        Ordering::Relaxed,
-                    ) {
-                        Ok(_) => return Some(decision),
-                        Err(actual) => word = actual,
-                    }
-                }
+                Verdict::Deny(decision) => Update::keep(decision),
+                Verdict::Allow(decision, next) => Update::write(next.pack(), decision),
             }
-        }
+        })
     }
 
     #[inline]
     fn peek<C: Clock + ?Sized>(&self, counter: &Counter, clock: &C, cost: u64) -> Option<Decision> {
-        // Relaxed: the one word is the whole snapshot; nothing is written.
-        let word = self.word.load(Ordering::Relaxed);
-        if word == RETIRED {
-            return None;
-        }
+        // The one word is the whole snapshot; nothing is written.
+        let word = live(&self.word)?;
         Some(
-            match counter.decide(Snapshot::unpack(word), clock.now(), cost) {
-                Verdict::Allow(decision, _) | Verdict::Deny(decision) => decision,
-            },
+            counter
+                .decide(Snapshot::unpack(word), clock.now(), cost)
+                .decision(),
         )
     }
 
     #[inline]
     fn is_at_rest(&self, counter: &Counter, now: u64) -> bool {
-        // Relaxed: a snapshot is all a reader needs. Eviction calls this under the map's
-        // exclusive bucket lock, whose Acquire orders it after every admission made under
-        // the lock before; `try_retire` re-checks with a CAS where no lock is held.
-        let word = self.word.load(Ordering::Relaxed);
-        word != RETIRED && counter.is_at_rest(Snapshot::unpack(word), now)
+        // A snapshot is all a reader needs. Eviction calls this under the map's exclusive
+        // bucket lock, whose Acquire orders it after every admission made under the lock
+        // before; `try_retire` re-checks with a CAS where no lock is held.
+        live(&self.word).is_some_and(|word| counter.is_at_rest(Snapshot::unpack(word), now))
     }
 
-    fn carry(&self, counter: &Counter, now: u64, retire: bool) -> Option<Carry> {
-        // Relaxed throughout, as for every access to the word (see the type's docs);
-        // retiring is a CAS from the exact value the carry was computed from.
-        let mut word = self.word.load(Ordering::Relaxed);
-        loop {
-            if word == RETIRED {
-                return None;
-            }
-            let probe = match counter.decide(Snapshot::unpack(word), now, 1) {
-                Verdict::Allow(decision, _) | Verdict::Deny(decision) => decision,
-            };
-            let carry = Carry::single(counter.window, in_use(counter.limit, &probe));
-            if !retire {
-                return Some(carry);
-            }
-            match self
-                .word
-                .compare_exchange(word, RETIRED, Ordering::Relaxed, Ordering::Relaxed)
-            {
-                Ok(_) => return Some(carry),
-                Err(actual) => word = actual,
-            }
-        }
+    fn carry(&self, counter: &Counter, now: u64) -> Option<Carry> {
+        live(&self.word).map(|word| counter.carry(Snapshot::unpack(word), now))
+    }
+
+    fn retire_with_carry(&self, counter: &Counter, now: u64) -> Option<Carry> {
+        // A CAS to the retired value from the exact word the carry was counted from.
+        update(&self.word, |word| {
+            Update::write(u128::RETIRED, counter.carry(Snapshot::unpack(word), now))
+        })
     }
 
     fn from_carry(counter: &Counter, carry: &Carry, now: u64) -> Self {
@@ -399,16 +354,16 @@ impl RateState for CounterCell {
     }
 
     fn try_retire(&self, counter: &Counter, now: u64) -> bool {
-        // Relaxed: the at-rest check is only a filter; the CAS below decides.
-        let word = self.word.load(Ordering::Relaxed);
-        if word == RETIRED || !counter.is_at_rest(Snapshot::unpack(word), now) {
-            return false;
-        }
-        // Relaxed: the CAS from the exact at-rest word we read is what makes retiring exact;
-        // a request that admitted in between changed the word and makes this CAS fail.
-        self.word
-            .compare_exchange(word, RETIRED, Ordering::Relaxed, Ordering::Relaxed)
-            .is_ok()
+        // The CAS from the exact at-rest word read is what makes retiring exact: a request
+        // that admitted in between changed the word, and the word it left is not at rest.
+        update(&self.word, |word| {
+            if counter.is_at_rest(Snapshot::unpack(word), now) {
+                Update::write(u128::RETIRED, true)
+            } else {
+                Update::keep(false)
+            }
+        })
+        .unwrap_or(false)
     }
 }
 
@@ -443,7 +398,7 @@ mod tests {
             }
         }
 
-        fn decide(&mut self, now: u64, cost: u64) -> Verdict {
+        fn decide(&mut self, now: u64, cost: u64) -> Verdict<Snapshot> {
             let verdict = self.counter.decide(self.snap, now, cost);
             if let Verdict::Allow(_, next) = verdict {
                 self.snap = next;
@@ -487,7 +442,7 @@ mod tests {
             previous: Policy::MAX_COUNTER_PERMITS as u32,
         };
         assert_eq!(Snapshot::unpack(snap.pack()), snap);
-        assert_ne!(snap.pack(), RETIRED);
+        assert_ne!(snap.pack(), u128::RETIRED);
         assert_eq!(Snapshot::default().pack(), 0);
         let snap = Snapshot {
             index: 7,

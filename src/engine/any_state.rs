@@ -1,0 +1,91 @@
+//! A state of any algorithm carrying its own parameters: what a keyed limiter stores per key
+//! when each key may have a different policy (`RateLimiter::with_resolver`).
+
+use std::borrow::Borrow;
+use std::fmt;
+
+use crate::engine::dispatch::{with_state, Build, Erased, Family};
+use crate::engine::state::{Carry, RateState};
+use crate::{Clock, Decision, Policy};
+
+/// One key's state and the parameters of the policy it was created under.
+///
+/// Larger than a uniform limiter's state (it keeps its parameters: 32 to 48 bytes inline,
+/// a composite's behind a box), which is the price of a policy per key.
+pub(crate) struct AnyState(Erased<WithParams>);
+
+/// A state beside its parameters, as `RateState::Kept` keeps them.
+pub(crate) struct WithParams;
+
+impl Family for WithParams {
+    type Of<St: RateState> = (St, St::Kept);
+}
+
+/// Runs `$body` with `$state` and `$params` bound to the state and its parameters.
+macro_rules! with_any {
+    ($any:expr, ($state:ident, $params:ident) => $body:expr) => {
+        with_state!(&$any.0, ($state, kept) => {
+            let $params = kept.borrow();
+            $body
+        })
+    };
+}
+
+impl AnyState {
+    /// A state for `policy`: fresh, or with the permits of `carry` spent at `now`.
+    pub(crate) fn new(policy: &Policy, carry: Option<&Carry>, now: u64) -> Self {
+        struct New<'a>(Option<&'a Carry>, u64);
+        impl Build<WithParams> for New<'_> {
+            fn build<St: RateState>(self, params: St::Params) -> (St, St::Kept) {
+                (St::new(&params, self.0, self.1), params.into())
+            }
+        }
+        AnyState(Erased::new(policy, New(carry, now)))
+    }
+
+    pub(crate) fn max_cost(&self) -> u64 {
+        fn of<St: RateState>(_: &St, params: &St::Params) -> u64 {
+            St::max_cost(params)
+        }
+        with_any!(self, (state, params) => of(state, params))
+    }
+
+    #[inline]
+    pub(crate) fn try_acquire<C: Clock + ?Sized>(&self, clock: &C, cost: u64) -> Option<Decision> {
+        with_any!(self, (state, params) => state.try_acquire(params, clock, cost))
+    }
+
+    pub(crate) fn peek<C: Clock + ?Sized>(&self, clock: &C, cost: u64) -> Option<Decision> {
+        with_any!(self, (state, params) => state.peek(params, clock, cost))
+    }
+
+    pub(crate) fn is_at_rest(&self, now: u64) -> bool {
+        with_any!(self, (state, params) => state.is_at_rest(params, now))
+    }
+
+    pub(crate) fn carry(&self, now: u64) -> Option<Carry> {
+        with_any!(self, (state, params) => state.carry(params, now))
+    }
+
+    /// See `RateState::retire_with_carry`.
+    #[cfg(tollgate_loom)]
+    pub(crate) fn retire_with_carry(&self, now: u64) -> Option<Carry> {
+        with_any!(self, (state, params) => state.retire_with_carry(params, now))
+    }
+
+    /// See `RateState::try_retire`.
+    #[cfg(tollgate_loom)]
+    pub(crate) fn try_retire(&self, now: u64) -> bool {
+        with_any!(self, (state, params) => state.try_retire(params, now))
+    }
+}
+
+impl fmt::Debug for AnyState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        with_state!(&self.0, (state, params) => f
+            .debug_tuple("AnyState")
+            .field(state)
+            .field(params)
+            .finish())
+    }
+}

@@ -1,0 +1,347 @@
+//! Policy changes: each starts a new generation (a new map); a key moves into it on its next
+//! request, carrying the permits it has in use, and a generation that has drained is unlinked.
+
+use std::borrow::Borrow;
+use std::hash::{BuildHasher, Hash};
+use std::sync::atomic::{fence, Ordering};
+use std::sync::{Arc, Mutex};
+
+use scc::{AtomicShared, Guard, Shared, Tag};
+
+use crate::engine::dispatch::with_state;
+use crate::engine::state::Carry;
+use crate::{Clock, Policy};
+
+use super::slot::{with_keyed, Registry, Slot};
+use super::sweep::sweep_grace;
+use super::{RateLimiter, Resolver};
+
+/// The keys' states under one policy (or one resolver), and the generation it replaced.
+pub(super) struct Generation<K, S: BuildHasher> {
+    pub(super) rules: Rules<K>,
+    pub(super) registry: Registry<K, S>,
+    /// The previous generation while it may still hold states; null once it has drained.
+    pub(super) older: AtomicShared<Generation<K, S>>,
+    /// Where the incremental sweep stopped: the next step starts at this key (or at the
+    /// beginning). `try_lock`ed, so one thread sweeps a generation at a time.
+    pub(super) sweep_cursor: Mutex<Option<K>>,
+    /// How long a state must have been at rest before routine sweeping removes it: the
+    /// policy's longest window, so a key used now and then is not removed and re-created
+    /// over and over. (`evict_idle` and a full limiter remove any state at rest.)
+    pub(super) sweep_grace: u64,
+}
+
+/// The first answer `found` gives for the generations older than `generation`, newest first.
+pub(super) fn first_in_older<K, S: BuildHasher, R>(
+    generation: &Generation<K, S>,
+    guard: &Guard,
+    mut found: impl FnMut(&Generation<K, S>) -> Option<R>,
+) -> Option<R> {
+    // Acquire: pairs with the Release swap that linked each older generation.
+    let mut older = generation.older.load(Ordering::Acquire, guard);
+    while let Some(old) = older.as_ref() {
+        if let Some(answer) = found(old) {
+            return Some(answer);
+        }
+        older = old.older.load(Ordering::Acquire, guard);
+    }
+    None
+}
+
+pub(super) enum Rules<K> {
+    Uniform(Policy),
+    PerKey(Arc<Resolver<K>>),
+}
+
+impl<K: Hash + Eq + Clone, S: BuildHasher> Generation<K, S> {
+    /// Whether this generation, already replaced, holds no state and never will again.
+    ///
+    /// Why "never again": a generation gains a state only in `RateLimiter::create_in`, from a
+    /// request that holds the key's bucket exclusively and found the generation current
+    /// *after* taking the bucket. This check runs after the swap that replaced the generation (the
+    /// caller reached it through a newer generation's link) and takes every bucket of the map
+    /// in turn (`begin_sync` on a map without entries visits them all, as `retain_sync`
+    /// does). For each such request, either this pass took the bucket after the request let
+    /// go of it, and then sees the state it inserted; or the pass took it first, and then the
+    /// request took it after the pass, so after the swap, and found the generation replaced.
+    /// The one outcome that would break this, the request's load of `current` missing the
+    /// swap while this pass misses the request's hold of the bucket, is what the two SeqCst
+    /// fences forbid (here between learning of the swap and the pass, in `RateLimiter::create_in`
+    /// between taking the bucket and loading `current`). So a generation found drained
+    /// stays empty: unlinking it loses no key's spent permits, and readers still inside it
+    /// are protected by their epoch guards.
+    pub(super) fn is_drained(&self) -> bool {
+        // SeqCst: see above; pairs with the fence in `RateLimiter::create_in`.
+        fence(Ordering::SeqCst);
+        with_keyed!(&self.registry, keyed => keyed.map.begin_sync().is_none())
+    }
+
+    /// Unlinks every generation older than this one that has drained, so that no request
+    /// walks it again and its map is freed. The caller holds the limiter's `config` lock,
+    /// which serialises every change of the links.
+    pub(super) fn unlink_drained(&self, guard: &Guard) {
+        let mut newer = self;
+        // Acquire: pairs with the Release that linked each older generation, so its map is
+        // seen whole.
+        while let Some(old) = newer.older.load(Ordering::Acquire, guard).as_ref() {
+            if old.is_drained() {
+                // AcqRel: publishes the new link to walkers that load it with Acquire. A
+                // walker still on the old link reaches the same generations through `old`.
+                newer.older.swap(
+                    (old.older.get_shared(Ordering::Acquire, guard), Tag::None),
+                    Ordering::AcqRel,
+                );
+            } else {
+                newer = old;
+            }
+        }
+    }
+}
+
+impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
+    RateLimiter<K, C, S>
+{
+    pub(super) fn is_current(&self, generation: &Generation<K, S>, guard: &Guard) -> bool {
+        std::ptr::eq(self.generation(guard), generation)
+    }
+
+    /// Removes `key` from the older generations, if one still holds it, retiring its state
+    /// and returning the permits it had in use at `now`. The caller holds the key's bucket in
+    /// the current generation exclusively, so no other request can create the key meanwhile.
+    pub(super) fn take_from_older<Q>(
+        &self,
+        generation: &Generation<K, S>,
+        key: &Q,
+        now: u64,
+        guard: &Guard,
+    ) -> Option<Carry>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        first_in_older(generation, guard, |old| {
+            with_keyed!(&old.registry, keyed => {
+                keyed
+                    .map
+                    .remove_sync(key)
+                    // Removed, so owned here: nothing else can reach it, and its permits
+                    // are counted without retiring it (which would be a CAS for nothing).
+                    .map(|(_, state)| Slot::<K>::carry(&state, &keyed.params, now))
+            })
+        })
+        // The key keeps its place in `tracked`: the caller inserts it here.
+        .flatten()
+    }
+
+    pub(super) fn peek_older<Q>(
+        &self,
+        generation: &Generation<K, S>,
+        key: &Q,
+        now: u64,
+        guard: &Guard,
+    ) -> Option<Carry>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        first_in_older(generation, guard, |old| {
+            with_keyed!(&old.registry, keyed => {
+                keyed
+                    .map
+                    .read_sync(key, |_, state| Slot::<K>::carry(state, &keyed.params, now))
+            })
+        })
+        .flatten()
+    }
+
+    /// Enforces `policy` on every key from now on, without a restart.
+    ///
+    /// The rule for keys already tracked: **permits already spent stay spent, and no key
+    /// gains more than the new policy allows.** Each key moves to the new policy on its next
+    /// request (or stays behind until eviction finds it at rest): its state under the old
+    /// policy is retired, the permits it has in use are counted (for the token bucket, the
+    /// permits not yet refilled, rounded up; for the log, the live entries; for the counter,
+    /// the weighted estimate, rounded up), and its new state starts with that many spent at
+    /// that instant, capped at the new limit. A band of the new policy counts the permits of
+    /// old bands whose window is no longer than its own (those were all spent within its
+    /// window); a longer old window says nothing about a shorter new one and is not counted.
+    /// A limiter built with a resolver enforces the one `policy` from then on.
+    ///
+    /// Reloads cost nothing over time: re-applying the policy in force changes nothing (a
+    /// service may apply its configuration every minute), and the map of a replaced policy
+    /// is dropped as soon as it holds no key (at once if it never held one, else by
+    /// [`evict_idle`](RateLimiter::evict_idle) or the automatic sweep once its keys have
+    /// moved or come to rest), so new keys never pay for past reloads.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::{FakeClock, RateLimiter};
+    ///
+    /// let limiter: RateLimiter<String, FakeClock> =
+    ///     RateLimiter::with_clock("10/min".parse()?, FakeClock::new());
+    /// for _ in 0..4 {
+    ///     limiter.try_acquire("alice");
+    /// }
+    /// limiter.set_policy("5/min".parse()?); // tighter: alice has 4 of 5 spent
+    /// assert_eq!(limiter.try_acquire("alice").remaining(), 0);
+    /// assert!(!limiter.try_acquire("alice").is_allowed());
+    /// assert_eq!(limiter.try_acquire("bob").remaining(), 4); // new keys: the new policy
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    pub fn set_policy(&self, policy: Policy) {
+        self.replace_rules(Rules::Uniform(policy));
+    }
+
+    /// Chooses every key's policy with `resolver` from now on, under the same rule for keys
+    /// already tracked as [`set_policy`](RateLimiter::set_policy).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::{FakeClock, Policy, RateLimiter};
+    ///
+    /// let limiter: RateLimiter<String, FakeClock> =
+    ///     RateLimiter::with_clock("10/min".parse()?, FakeClock::new());
+    /// let vip: Policy = "100/min".parse()?;
+    /// let rest: Policy = "10/min".parse()?;
+    /// limiter.set_resolver(move |user: &String| if user == "vip" { vip } else { rest });
+    /// assert_eq!(limiter.try_acquire("vip").limit(), 100);
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    pub fn set_resolver(&self, resolver: impl Fn(&K) -> Policy + Send + Sync + 'static) {
+        self.replace_rules(Rules::PerKey(Arc::new(resolver)));
+    }
+
+    pub(super) fn replace_rules(&self, rules: Rules<K>) {
+        let _config = self.lock_config();
+        let guard = Guard::new();
+        if let (Rules::Uniform(new), Rules::Uniform(in_force)) =
+            (&rules, &self.generation(&guard).rules)
+        {
+            if new == in_force {
+                // Re-applying the policy in force: nothing to move, and the overflow keeps
+                // its budget.
+                return;
+            }
+        }
+        let older = self.current.get_shared(Ordering::Acquire, &guard);
+        let registry = Registry::new(&rules, self.hasher.clone());
+        let grace = sweep_grace(&rules);
+        let generation = Generation {
+            rules,
+            registry,
+            older: older.map_or_else(AtomicShared::null, AtomicShared::from),
+            sweep_cursor: Mutex::new(None),
+            sweep_grace: grace,
+        };
+        // Release: publishes the new generation's contents to requests that load it with
+        // Acquire. The old one stays reachable through `older` until it drains.
+        self.current
+            .swap((Some(Shared::new(generation)), Tag::None), Ordering::AcqRel);
+        // A generation replaced before it held a key (a reload soon after another) is
+        // unlinked now, so reloads never grow the chain new keys walk.
+        self.generation(&guard).unlink_drained(&guard);
+    }
+}
+
+#[cfg(test)]
+impl<K, C, S: BuildHasher> RateLimiter<K, C, S> {
+    /// How many generations are linked now, the current one included: what a new key's
+    /// request may walk.
+    fn generations(&self) -> usize {
+        let guard = Guard::new();
+        let mut linked = 0;
+        // Acquire: as every walk of the chain.
+        let mut generation = self.current.load(Ordering::Acquire, &guard);
+        while let Some(g) = generation.as_ref() {
+            linked += 1;
+            generation = g.older.load(Ordering::Acquire, &guard);
+        }
+        linked
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::RateLimiter;
+    use crate::{FakeClock, Policy};
+
+    fn policy(s: &str) -> Policy {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn reapplying_the_policy_in_force_builds_nothing() {
+        let limiter: RateLimiter<u64, FakeClock> =
+            RateLimiter::with_clock(policy("5/1h"), FakeClock::new());
+        let _ = limiter.try_acquire(&1);
+        for _ in 0..10 {
+            limiter.set_policy(policy("5/1h"));
+        }
+        assert_eq!(limiter.generations(), 1);
+        assert_eq!(limiter.try_acquire(&1).remaining(), 3);
+    }
+
+    #[test]
+    fn alternating_reloads_keep_the_chain_short() {
+        let (a, b) = (policy("token-bucket 5/1h"), policy("sliding-log 5/1h"));
+        let limiter: RateLimiter<u64, FakeClock> = RateLimiter::with_clock(a, FakeClock::new());
+        for key in 0..1_000 {
+            let _ = limiter.try_acquire(&key);
+        }
+        for i in 0..100_000 {
+            limiter.set_policy(if i % 2 == 0 { b } else { a });
+            // The current generation and the one holding the 1,000 keys; every map replaced
+            // in between held nothing.
+            assert!(
+                limiter.generations() <= 2,
+                "{} linked",
+                limiter.generations()
+            );
+        }
+        assert_eq!(limiter.len(), 1_000);
+        // The keys kept their spent permit across every reload.
+        assert_eq!(limiter.try_acquire(&7).remaining(), 3);
+        assert_eq!(limiter.try_acquire(&1_000).remaining(), 4);
+    }
+
+    #[test]
+    fn the_sweep_unlinks_a_generation_drained_by_moves() {
+        let limiter: RateLimiter<u64, FakeClock> =
+            RateLimiter::with_clock(policy("5/1h"), FakeClock::new());
+        for key in 0..100 {
+            let _ = limiter.try_acquire(&key);
+        }
+        limiter.set_policy(policy("6/1h"));
+        assert_eq!(limiter.generations(), 2);
+        // Every key moves to the new generation; the last move's sweep finds the old one
+        // empty.
+        for key in 0..100 {
+            assert_eq!(limiter.try_acquire(&key).remaining(), 4);
+        }
+        let _ = limiter.try_acquire(&100);
+        assert_eq!(limiter.generations(), 1);
+        assert_eq!(limiter.len(), 101);
+    }
+
+    #[test]
+    fn the_sweep_unlinks_a_generation_drained_by_eviction() {
+        let clock = FakeClock::new();
+        let limiter: RateLimiter<u64, FakeClock> =
+            RateLimiter::with_clock(policy("5/1s"), clock.clone());
+        for key in 0..100 {
+            let _ = limiter.try_acquire(&key);
+        }
+        limiter.set_policy(policy("6/1s"));
+        clock.advance(Duration::from_secs(3));
+        // New keys sweep 8 entries each: the old keys, at rest, go; then their map does.
+        for key in 100..200 {
+            let _ = limiter.try_acquire(&key);
+        }
+        assert_eq!(limiter.len(), 100);
+        assert_eq!(limiter.generations(), 1);
+    }
+}

@@ -1,0 +1,340 @@
+//! Deciding a request: a small inline hit for a key already tracked, and one cold miss that
+//! goes straight to the map's entry API to create the key's state.
+
+use std::borrow::Borrow;
+use std::hash::{BuildHasher, Hash};
+use std::sync::atomic::{fence, Ordering};
+
+use scc::hash_map::Entry;
+use scc::Guard;
+
+use crate::clock::Fixed;
+use crate::engine::dispatch::with_state;
+use crate::{Clock, CostError, Decision};
+
+use super::generations::Generation;
+use super::slot::{with_keyed, Keyed, Registry, Slot};
+use super::sweep::FULL_SWEEP_SLICE;
+use super::RateLimiter;
+
+/// How far one attempt at a decision got.
+enum Step {
+    /// Decided (or the cost refused).
+    Done(Result<Decision, CostError>),
+    /// Decided on a state just created for the key.
+    Created(Result<Decision, CostError>),
+    /// The generation was replaced: start over in the new one.
+    Stale,
+}
+
+impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
+    RateLimiter<K, C, S>
+{
+    /// Decides a request of cost 1 for `key`.
+    ///
+    /// An existing key costs a map lookup (shared lock on one bucket) and a compare-and-swap;
+    /// nothing is allocated. A new key allocates its entry (and clones the key) once.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::{FakeClock, RateLimiter};
+    ///
+    /// let limiter: RateLimiter<String, FakeClock> =
+    ///     RateLimiter::with_clock("5/1s".parse()?, FakeClock::new());
+    /// let decision = limiter.try_acquire("alice"); // &str finds the String key
+    /// assert!(decision.is_allowed());
+    /// assert_eq!(decision.remaining(), 4);
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    #[inline]
+    pub fn try_acquire<Q>(&self, key: &Q) -> Decision
+    where
+        K: Borrow<Q> + From<Q::Owned>,
+        Q: Hash + Eq + ToOwned + ?Sized,
+    {
+        if let Some(decision) = self.hit_of_cost_one(key) {
+            return self.finish(decision);
+        }
+        match self.miss(key, 1) {
+            Ok(decision) => self.finish(decision),
+            // Every policy has at least one permit, so a cost of 1 is always acceptable.
+            Err(_) => unreachable!("a cost of 1 is within every policy"),
+        }
+    }
+
+    /// The most common request, straight to the state: cost 1 (within every policy, so no
+    /// cost check) for a key already tracked in the current generation, under a shared
+    /// bucket lock for the duration of the state's CAS loop. `None` for a key not in the
+    /// current generation's map, which [`RateLimiter::miss`] then handles.
+    #[inline(always)]
+    fn hit_of_cost_one<Q>(&self, key: &Q) -> Option<Decision>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let guard = Guard::new();
+        let generation = self.generation(&guard);
+        with_keyed!(&generation.registry, keyed => {
+            keyed
+                .map
+                .read_sync(key, |_, state| {
+                    Slot::<K>::try_acquire(state, &keyed.params, &self.clock, 1)
+                })
+                .flatten()
+        })
+    }
+
+    /// Decides a request of cost `n` for `key`: allowed only if `n` permits are available,
+    /// and then all `n` are spent.
+    ///
+    /// # Errors
+    ///
+    /// [`CostError::Zero`] for `n == 0` and [`CostError::ExceedsLimit`] for `n` above the
+    /// key's policy's permits (the smallest band's, for a composite policy). A refused cost
+    /// creates and changes nothing.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::{CostError, FakeClock, RateLimiter};
+    ///
+    /// let limiter: RateLimiter<String, FakeClock> =
+    ///     RateLimiter::with_clock("5/1s".parse()?, FakeClock::new());
+    /// assert_eq!(limiter.try_acquire_n("export", 3)?.remaining(), 2);
+    /// assert!(!limiter.try_acquire_n("export", 3)?.is_allowed());
+    /// assert_eq!(limiter.try_acquire_n("export", 0), Err(CostError::Zero));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[inline]
+    pub fn try_acquire_n<Q>(&self, key: &Q, n: u64) -> Result<Decision, CostError>
+    where
+        K: Borrow<Q> + From<Q::Owned>,
+        Q: Hash + Eq + ToOwned + ?Sized,
+    {
+        if n == 0 {
+            return Err(CostError::Zero);
+        }
+        let result = match self.hit(key, n) {
+            Some(result) => result,
+            None => self.miss(key, n),
+        };
+        result.map(|decision| self.finish(decision))
+    }
+
+    /// [`RateLimiter::hit_of_cost_one`] for any cost: the cost is checked against the key's
+    /// policy first.
+    #[inline(always)]
+    fn hit<Q>(&self, key: &Q, cost: u64) -> Option<Result<Decision, CostError>>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let guard = Guard::new();
+        let generation = self.generation(&guard);
+        with_keyed!(&generation.registry, keyed => {
+            keyed
+                .map
+                .read_sync(key, |_, state| {
+                    let limit = Slot::<K>::max_cost(state, &keyed.params);
+                    if cost > limit {
+                        return Some(Err(CostError::ExceedsLimit { cost, limit }));
+                    }
+                    Slot::<K>::try_acquire(state, &keyed.params, &self.clock, cost).map(Ok)
+                })
+                .flatten()
+        })
+    }
+
+    /// A key not in the current generation's map: straight to the map's entry API, which
+    /// looks the key up once and decides on the state it finds or creates. Starts over in
+    /// the new generation when a policy change replaced the one it looked in.
+    #[cold]
+    #[inline(never)]
+    fn miss<Q>(&self, key: &Q, cost: u64) -> Result<Decision, CostError>
+    where
+        K: Borrow<Q> + From<Q::Owned>,
+        Q: Hash + Eq + ToOwned + ?Sized,
+    {
+        // Held across the attempts, so the map's own guard inside is a cheap nested one.
+        let guard = Guard::new();
+        loop {
+            let generation = self.generation(&guard);
+            let step = with_keyed!(&generation.registry, keyed => {
+                self.create_in(generation, keyed, key, cost, &guard)
+            });
+            match step {
+                Step::Done(result) => return result,
+                Step::Created(result) => {
+                    // Pay for a few steps of the incremental sweep, now that no lock is held.
+                    if self.sweep_slice > 0 {
+                        self.sweep(generation, self.sweep_slice, true, &guard);
+                    }
+                    return result;
+                }
+                // The generation was replaced while we looked: decide in the new one.
+                Step::Stale => {}
+            }
+        }
+    }
+
+    /// Under the key's bucket in `generation`'s map, held exclusively: decides on the key's
+    /// state if a racing first request created it meanwhile (the entry API gives both the
+    /// same state), else creates it, carrying permits from an older generation if the key is
+    /// still there, then decides.
+    ///
+    /// The resolver (if any) runs first, before any bucket is taken, and once for this
+    /// attempt: a slow one delays only this request, and one that asks the limiter about
+    /// other keys cannot wait on a lock its own request holds. Racing first requests for the
+    /// key may each call it; the first to insert decides the state's policy.
+    fn create_in<Q, St: Slot<K>>(
+        &self,
+        generation: &Generation<K, S>,
+        keyed: &Keyed<K, St, S>,
+        key: &Q,
+        cost: u64,
+        guard: &Guard,
+    ) -> Step
+    where
+        K: Borrow<Q> + From<Q::Owned>,
+        Q: Hash + Eq + ToOwned + ?Sized,
+    {
+        let mut owned = K::from(key.to_owned());
+        let spec = St::resolve(&keyed.params, &owned);
+        let mut swept = false;
+        loop {
+            let entry = keyed.map.entry_sync(owned);
+            // We hold the bucket exclusively. A generation found no longer current gains no
+            // state from here. One that was current when checked may still gain this key after
+            // a swap: the key is moved out later under this same lock, and the generation is
+            // not unlinked meanwhile, because the pass that confirms it drained waits for this
+            // lock (`Generation::is_drained`).
+            // SeqCst: pairs with the fence in `is_drained`; either our load of `current` sees
+            // the swap, or that pass sees our hold of the bucket.
+            fence(Ordering::SeqCst);
+            if !self.is_current(generation, guard) {
+                return Step::Stale;
+            }
+            let decide = |state: &St| {
+                let limit = state.max_cost(&keyed.params);
+                if cost > limit {
+                    return Err(CostError::ExceedsLimit { cost, limit });
+                }
+                match state.try_acquire(&keyed.params, &self.clock, cost) {
+                    Some(decision) => Ok(decision),
+                    // No registry path retires a state it leaves in a map: eviction and moves
+                    // remove states under the bucket's exclusive lock instead.
+                    None => unreachable!("a state in the map is never retired"),
+                }
+            };
+            let entry = match entry {
+                Entry::Occupied(entry) => return Step::Done(decide(entry.get())),
+                Entry::Vacant(entry) => entry,
+            };
+            // A cost that could never be admitted creates nothing and moves nothing (a key
+            // still in an older generation stays there).
+            let limit = St::max_cost_for(&keyed.params, &spec);
+            if cost > limit {
+                return Step::Done(Err(CostError::ExceedsLimit { cost, limit }));
+            }
+            let now = self.clock.now();
+            // A key still in an older generation moves here: its place is already counted, so
+            // it takes no new one.
+            let carry = self.take_from_older(generation, key, now, guard);
+            if carry.is_none() && !self.reserve() {
+                if !swept {
+                    // Full: let go of the bucket (the sweep may need it), sweep a larger slice
+                    // for states at rest, then try once more with the same spec.
+                    owned = entry.into_key();
+                    self.sweep(generation, FULL_SWEEP_SLICE, false, guard);
+                    swept = true;
+                    continue;
+                }
+                let shared =
+                    St::overflow_acquire(&keyed.overflow, &keyed.params, &spec, &self.clock, cost);
+                return Step::Done(shared.map(Decision::overflowed));
+            }
+            let state = St::build(&keyed.params, &spec, carry.as_ref(), now);
+            let entry = entry.insert_entry(state);
+            return Step::Created(decide(entry.get()));
+        }
+    }
+
+    /// Takes a place for a new key, if the limiter is below `max_keys`.
+    fn reserve(&self) -> bool {
+        // Relaxed: `tracked` is only a count; the exclusive bucket lock held by the caller
+        // orders the insertion that follows. It is incremented before an insertion and
+        // decremented after a removal, so it never falls below the keys present: the cap holds
+        // however requests, sweeps and evictions interleave.
+        if self.max_keys == usize::MAX {
+            self.tracked.fetch_add(1, Ordering::Relaxed);
+            return true;
+        }
+        self.tracked
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+                (n < self.max_keys).then_some(n + 1)
+            })
+            .is_ok()
+    }
+
+    /// What a request of cost 1 for `key` would get now, changing nothing and creating no
+    /// state. Any number of peeks leave every later decision as it would have been.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::{FakeClock, RateLimiter};
+    ///
+    /// let limiter: RateLimiter<String, FakeClock> =
+    ///     RateLimiter::with_clock("2/1s".parse()?, FakeClock::new());
+    /// assert_eq!(limiter.peek("alice").remaining(), 1); // what the first request would get
+    /// assert_eq!(limiter.len(), 0);
+    /// limiter.try_acquire("alice");
+    /// assert_eq!(limiter.peek("alice").remaining(), 0);
+    /// assert!(limiter.try_acquire("alice").is_allowed());
+    /// assert!(!limiter.peek("alice").is_allowed());
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    pub fn peek<Q>(&self, key: &Q) -> Decision
+    where
+        K: Borrow<Q> + From<Q::Owned>,
+        Q: Hash + Eq + ToOwned + ?Sized,
+    {
+        let guard = Guard::new();
+        let generation = self.generation(&guard);
+        with_keyed!(&generation.registry, keyed => self.peek_in(generation, keyed, key, &guard))
+    }
+
+    fn peek_in<Q, St: Slot<K>>(
+        &self,
+        generation: &Generation<K, S>,
+        keyed: &Keyed<K, St, S>,
+        key: &Q,
+        guard: &Guard,
+    ) -> Decision
+    where
+        K: Borrow<Q> + From<Q::Owned>,
+        Q: Hash + Eq + ToOwned + ?Sized,
+    {
+        let now = self.clock.now();
+        let at_now = Fixed(now);
+        if let Some(Some(decision)) = keyed
+            .map
+            .read_sync(key, |_, state| state.peek(&keyed.params, &at_now))
+        {
+            return decision;
+        }
+        // Not tracked here (or removed under us): decide on the state the key's next request
+        // would create, built aside and dropped.
+        let carry = self.peek_older(generation, key, now, guard);
+        let spec = St::resolve(&keyed.params, &K::from(key.to_owned()));
+        if carry.is_none() && self.len() >= self.max_keys {
+            return St::overflow_peek(&keyed.overflow, &keyed.params, &spec, &at_now).overflowed();
+        }
+        let state = St::build(&keyed.params, &spec, carry.as_ref(), now);
+        match state.peek(&keyed.params, &at_now) {
+            Some(decision) => decision,
+            None => unreachable!("a state just built is live"),
+        }
+    }
+}

@@ -1,0 +1,306 @@
+//! What a generation's map stores per key: one map type per algorithm, so each state sits
+//! inline in its map with no enum around it, plus the map of a per-key policy's states.
+
+use std::hash::{BuildHasher, Hash};
+use std::marker::PhantomData;
+use std::sync::Arc;
+
+use crossbeam_utils::CachePadded;
+
+use crate::engine::any_state::AnyState;
+use crate::engine::dispatch::{Build, Erased, Family};
+use crate::engine::state::{Carry, RateState};
+use crate::{Clock, CostError, Decision, Policy};
+
+use super::generations::Rules;
+use super::Resolver;
+
+/// One map per kind of state, chosen once per generation: a single predictable branch per
+/// call, and each map stores its state inline with no enum padding.
+pub(super) enum Registry<K, S: BuildHasher> {
+    /// One policy for every key: the map of its algorithm's state.
+    Uniform(Erased<Maps<K, S>>),
+    /// A policy per key: each state keeps its parameters.
+    PerKey(Keyed<K, AnyState, S>),
+}
+
+/// A generation's map for one algorithm's state.
+pub(super) struct Maps<K, S>(PhantomData<(K, S)>);
+
+impl<K, S: BuildHasher> Family for Maps<K, S> {
+    type Of<St: RateState> = Keyed<K, St, S>;
+}
+
+/// Runs `$body` with `$keyed` bound to whichever map the registry holds.
+macro_rules! with_keyed {
+    ($registry:expr, $keyed:ident => $body:expr) => {
+        match $registry {
+            Registry::Uniform(uniform) => with_state!(uniform, $keyed => $body),
+            Registry::PerKey($keyed) => $body,
+        }
+    };
+}
+pub(super) use with_keyed;
+
+pub(super) struct Keyed<K, St: Slot<K>, S: BuildHasher> {
+    pub(super) map: scc::HashMap<K, St, S>,
+    pub(super) params: St::Params,
+    /// What new keys share once the limiter tracks `max_keys` keys.
+    pub(super) overflow: St::Overflow,
+}
+
+/// What the registry stores per key: a state machine and how to build one for a key.
+pub(super) trait Slot<K>: Sized + Send + Sync {
+    /// Shared by every key of the map: the policy's parameters, or the resolver.
+    type Params: Send + Sync;
+
+    fn max_cost(&self, params: &Self::Params) -> u64;
+    fn try_acquire<C: Clock + ?Sized>(
+        &self,
+        params: &Self::Params,
+        clock: &C,
+        cost: u64,
+    ) -> Option<Decision>;
+    fn peek<C: Clock + ?Sized>(&self, params: &Self::Params, clock: &C) -> Option<Decision>;
+    fn is_at_rest(&self, params: &Self::Params, now: u64) -> bool;
+    /// The permits in use at `now` (see `RateState::carry`).
+    fn carry(&self, params: &Self::Params, now: u64) -> Option<Carry>;
+
+    /// What a new state for a key is built from: nothing for a uniform policy, the key's
+    /// policy under a resolver.
+    type Spec;
+    /// The spec of a new state for `key`. Runs the resolver, if any: called before any
+    /// bucket is taken, once per creation attempt, and the result passed on.
+    fn resolve(params: &Self::Params, key: &K) -> Self::Spec;
+    /// The most a new state of `spec` would accept: checked before anything is created.
+    fn max_cost_for(params: &Self::Params, spec: &Self::Spec) -> u64;
+    /// A new state of `spec`: fresh, or carrying permits from an older generation.
+    fn build(params: &Self::Params, spec: &Self::Spec, carry: Option<&Carry>, now: u64) -> Self;
+
+    /// The state(s) shared by new keys that find the limiter full.
+    type Overflow: Send + Sync;
+    fn new_overflow(params: &Self::Params) -> Self::Overflow;
+    /// Decides a request of a new key of `spec` on the shared overflow state.
+    fn overflow_acquire<C: Clock + ?Sized>(
+        overflow: &Self::Overflow,
+        params: &Self::Params,
+        spec: &Self::Spec,
+        clock: &C,
+        cost: u64,
+    ) -> Result<Decision, CostError>;
+    /// What a request of a new key of `spec` would get from the overflow state now.
+    fn overflow_peek<C: Clock + ?Sized>(
+        overflow: &Self::Overflow,
+        params: &Self::Params,
+        spec: &Self::Spec,
+        clock: &C,
+    ) -> Decision;
+}
+
+/// Decides on a state that is never retired (an overflow state), checking the cost first.
+fn decide_live<St: RateState, C: Clock + ?Sized>(
+    state: &St,
+    params: &St::Params,
+    clock: &C,
+    cost: u64,
+) -> Result<Decision, CostError> {
+    let limit = St::max_cost(params);
+    if cost > limit {
+        return Err(CostError::ExceedsLimit { cost, limit });
+    }
+    match state.try_acquire(params, clock, cost) {
+        Some(decision) => Ok(decision),
+        None => unreachable!("overflow states are never retired"),
+    }
+}
+
+impl<K, St: RateState> Slot<K> for St {
+    type Params = St::Params;
+
+    #[inline(always)]
+    fn max_cost(&self, params: &St::Params) -> u64 {
+        St::max_cost(params)
+    }
+
+    #[inline(always)]
+    fn try_acquire<C: Clock + ?Sized>(
+        &self,
+        params: &St::Params,
+        clock: &C,
+        cost: u64,
+    ) -> Option<Decision> {
+        RateState::try_acquire(self, params, clock, cost)
+    }
+
+    fn peek<C: Clock + ?Sized>(&self, params: &St::Params, clock: &C) -> Option<Decision> {
+        RateState::peek(self, params, clock, 1)
+    }
+
+    fn is_at_rest(&self, params: &St::Params, now: u64) -> bool {
+        RateState::is_at_rest(self, params, now)
+    }
+
+    fn carry(&self, params: &St::Params, now: u64) -> Option<Carry> {
+        RateState::carry(self, params, now)
+    }
+
+    /// Every key's state is built from the policy's parameters alone.
+    type Spec = ();
+
+    #[inline(always)]
+    fn resolve(_: &St::Params, _: &K) {}
+
+    fn max_cost_for(params: &St::Params, (): &()) -> u64 {
+        St::max_cost(params)
+    }
+
+    fn build(params: &St::Params, (): &(), carry: Option<&Carry>, now: u64) -> Self {
+        St::new(params, carry, now)
+    }
+
+    /// One state shared by every overflowing key.
+    type Overflow = CachePadded<St>;
+
+    fn new_overflow(params: &St::Params) -> CachePadded<St> {
+        CachePadded::new(St::fresh(params))
+    }
+
+    fn overflow_acquire<C: Clock + ?Sized>(
+        overflow: &CachePadded<St>,
+        params: &St::Params,
+        (): &(),
+        clock: &C,
+        cost: u64,
+    ) -> Result<Decision, CostError> {
+        decide_live(&**overflow, params, clock, cost)
+    }
+
+    fn overflow_peek<C: Clock + ?Sized>(
+        overflow: &CachePadded<St>,
+        params: &St::Params,
+        (): &(),
+        clock: &C,
+    ) -> Decision {
+        match overflow.peek(params, clock, 1) {
+            Some(decision) => decision,
+            None => unreachable!("overflow states are never retired"),
+        }
+    }
+}
+
+impl<K> Slot<K> for AnyState {
+    type Params = Arc<Resolver<K>>;
+
+    #[inline]
+    fn max_cost(&self, _: &Self::Params) -> u64 {
+        AnyState::max_cost(self)
+    }
+
+    #[inline]
+    fn try_acquire<C: Clock + ?Sized>(
+        &self,
+        _: &Self::Params,
+        clock: &C,
+        cost: u64,
+    ) -> Option<Decision> {
+        AnyState::try_acquire(self, clock, cost)
+    }
+
+    fn peek<C: Clock + ?Sized>(&self, _: &Self::Params, clock: &C) -> Option<Decision> {
+        AnyState::peek(self, clock, 1)
+    }
+
+    fn is_at_rest(&self, _: &Self::Params, now: u64) -> bool {
+        AnyState::is_at_rest(self, now)
+    }
+
+    fn carry(&self, _: &Self::Params, now: u64) -> Option<Carry> {
+        AnyState::carry(self, now)
+    }
+
+    /// The policy the resolver chose for the key.
+    type Spec = Policy;
+
+    fn resolve(resolver: &Self::Params, key: &K) -> Policy {
+        resolver(key)
+    }
+
+    fn max_cost_for(_: &Self::Params, policy: &Policy) -> u64 {
+        policy.max_cost()
+    }
+
+    fn build(_: &Self::Params, policy: &Policy, carry: Option<&Carry>, now: u64) -> Self {
+        AnyState::new(policy, carry, now)
+    }
+
+    /// One shared state per policy the resolver returns for overflowing keys.
+    type Overflow = scc::HashMap<Policy, AnyState>;
+
+    fn new_overflow(_: &Self::Params) -> Self::Overflow {
+        scc::HashMap::new()
+    }
+
+    fn overflow_acquire<C: Clock + ?Sized>(
+        overflow: &Self::Overflow,
+        _: &Self::Params,
+        policy: &Policy,
+        clock: &C,
+        cost: u64,
+    ) -> Result<Decision, CostError> {
+        let limit = policy.max_cost();
+        if cost > limit {
+            return Err(CostError::ExceedsLimit { cost, limit });
+        }
+        let decide = |state: &AnyState| match state.try_acquire(clock, cost) {
+            Some(decision) => decision,
+            None => unreachable!("overflow states are never retired"),
+        };
+        if let Some(decision) = overflow.read_sync(policy, |_, state| decide(state)) {
+            return Ok(decision);
+        }
+        let entry = overflow
+            .entry_sync(*policy)
+            .or_insert_with(|| AnyState::new(policy, None, 0));
+        Ok(decide(entry.get()))
+    }
+
+    fn overflow_peek<C: Clock + ?Sized>(
+        overflow: &Self::Overflow,
+        _: &Self::Params,
+        policy: &Policy,
+        clock: &C,
+    ) -> Decision {
+        let peek = |state: &AnyState| match state.peek(clock, 1) {
+            Some(decision) => decision,
+            None => unreachable!("overflow states are never retired"),
+        };
+        overflow
+            .read_sync(policy, |_, state| peek(state))
+            .unwrap_or_else(|| peek(&AnyState::new(policy, None, 0)))
+    }
+}
+
+impl<K: Hash + Eq, St: Slot<K>, S: BuildHasher> Keyed<K, St, S> {
+    pub(super) fn new(params: St::Params, hasher: S) -> Self {
+        Keyed {
+            map: scc::HashMap::with_hasher(hasher),
+            overflow: St::new_overflow(&params),
+            params,
+        }
+    }
+}
+
+impl<K: Hash + Eq + 'static, S: BuildHasher + 'static> Registry<K, S> {
+    pub(super) fn new(rules: &Rules<K>, hasher: S) -> Self {
+        struct New<S>(S);
+        impl<K: Hash + Eq, S: BuildHasher> Build<Maps<K, S>> for New<S> {
+            fn build<St: RateState>(self, params: St::Params) -> Keyed<K, St, S> {
+                Keyed::new(params, self.0)
+            }
+        }
+        match rules {
+            Rules::PerKey(resolver) => Registry::PerKey(Keyed::new(resolver.clone(), hasher)),
+            Rules::Uniform(policy) => Registry::Uniform(Erased::new(policy, New(hasher))),
+        }
+    }
+}

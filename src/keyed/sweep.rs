@@ -1,0 +1,216 @@
+//! Removing states at rest, exactly, while requests run: the incremental sweep each new key
+//! pays a few steps of, [`RateLimiter::evict_idle`] and [`RateLimiter::reset`].
+
+use std::borrow::Borrow;
+use std::hash::{BuildHasher, Hash};
+use std::sync::atomic::Ordering;
+
+use scc::Guard;
+
+use crate::bounded::{sweep_step, Swept};
+use crate::engine::dispatch::with_state;
+use crate::Clock;
+
+use super::generations::{Generation, Rules};
+use super::slot::{with_keyed, Keyed, Registry, Slot};
+use super::RateLimiter;
+
+/// The routine sweep's grace period for `rules`: the longest band window of a uniform
+/// policy; a minute for per-key policies, whose windows vary.
+pub(super) fn sweep_grace<K>(rules: &Rules<K>) -> u64 {
+    match rules {
+        Rules::Uniform(policy) => policy
+            .bands()
+            .map(|band| band.window().as_nanos() as u64)
+            .max()
+            .unwrap_or(0),
+        Rules::PerKey(_) => 60_000_000_000,
+    }
+}
+
+/// Entries each new key's insertion sweeps by default.
+pub(super) const DEFAULT_SWEEP_SLICE: usize = 8;
+
+/// Entries swept when a new key finds the limiter full.
+pub(super) const FULL_SWEEP_SLICE: usize = 64;
+
+impl<K: Hash + Eq, St: Slot<K>, S: BuildHasher> Keyed<K, St, S> {
+    /// Removes every state at rest at `now`; returns how many.
+    pub(super) fn evict_idle(&self, now: u64) -> usize {
+        let mut removed = 0;
+        // `retain_sync` holds each bucket's lock exclusively while it runs the predicate, and
+        // a request touches a state only under its bucket's lock (shared in `read_sync`,
+        // exclusive in `entry_sync` and `remove_sync`): no request is inside the state while
+        // it is checked and unlinked, and none can reach it afterwards. So the state at rest
+        // is removed as it is; retiring it first (a CAS per key) would add nothing but time.
+        self.map.retain_sync(|_, state| {
+            let idle = state.is_at_rest(&self.params, now);
+            removed += usize::from(idle);
+            !idle
+        });
+        removed
+    }
+}
+
+impl<K: Hash + Eq + Clone, S: BuildHasher> Generation<K, S> {
+    /// Up to `slice` entries of `keyed` (this generation's map) from the cursor on, removing
+    /// the states at rest at `now`.
+    pub(super) fn sweep_step<St: Slot<K>>(
+        &self,
+        keyed: &Keyed<K, St, S>,
+        slice: usize,
+        now: u64,
+    ) -> Swept {
+        // Each step holds one bucket exclusively at a time (as `retain_sync` does), so, as
+        // for `evict_idle`, no request is inside a state while it is checked and removed.
+        sweep_step(&keyed.map, &self.sweep_cursor, slice, |state| {
+            state.is_at_rest(&keyed.params, now)
+        })
+    }
+}
+
+impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
+    RateLimiter<K, C, S>
+{
+    /// One step of the incremental sweep: up to `slice` entries of each generation, starting
+    /// where the last step stopped, removing states at rest. Never blocks on
+    /// another sweeper (it skips a generation someone else is sweeping).
+    /// With `grace`, only states at rest for at least their generation's grace period are
+    /// removed; without, any state at rest.
+    pub(super) fn sweep(
+        &self,
+        generation: &Generation<K, S>,
+        slice: usize,
+        grace: bool,
+        guard: &Guard,
+    ) {
+        let now = self.clock.now();
+        let mut removed = 0;
+        let mut older_empty = false;
+        let mut current = Some(generation);
+        while let Some(g) = current {
+            // A state at rest at an earlier instant is at rest now (time only brings states
+            // closer to rest), so removing it as of that instant is exact.
+            let as_of = if grace {
+                now.saturating_sub(g.sweep_grace)
+            } else {
+                now
+            };
+            let swept = with_keyed!(&g.registry, keyed => g.sweep_step(keyed, slice, as_of));
+            removed += swept.removed;
+            older_empty |= swept.empty && !std::ptr::eq(g, generation);
+            // Acquire: as every walk of the chain.
+            current = g.older.load(Ordering::Acquire, guard).as_ref();
+        }
+        // Relaxed: a statistic, decremented after the removals.
+        self.tracked.fetch_sub(removed, Ordering::Relaxed);
+        if older_empty {
+            // A replaced generation looked empty: unlink it, unless a reload holds the lock
+            // (a request never waits for one; a later sweep sees the empty map again).
+            if let Some(_config) = self.try_lock_config() {
+                self.generation(guard).unlink_drained(guard);
+            }
+        }
+    }
+
+    /// Removes every key whose state is at rest (it would decide exactly as a key never seen),
+    /// and returns how many it removed.
+    ///
+    /// Safe to run while requests are being decided, from any thread: no request racing it is
+    /// ever admitted beyond the policy. It visits the whole map, locking one bucket at a time,
+    /// so call it from a timer rather than per request. It also drops the maps of replaced
+    /// policies once they hold no key.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{FakeClock, RateLimiter};
+    ///
+    /// let clock = FakeClock::new();
+    /// let limiter: RateLimiter<String, FakeClock> =
+    ///     RateLimiter::with_clock("5/1s".parse()?, clock.clone());
+    /// limiter.try_acquire("alice");
+    /// assert_eq!(limiter.evict_idle(), 0); // alice still owes 200 ms of refill
+    /// clock.advance(Duration::from_millis(200));
+    /// assert_eq!(limiter.evict_idle(), 1);
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    pub fn evict_idle(&self) -> usize {
+        let guard = Guard::new();
+        let now = self.clock.now();
+        let generation = self.generation(&guard);
+        let mut removed = with_keyed!(&generation.registry, keyed => keyed.evict_idle(now));
+        // Acquire: as every walk of the chain.
+        let mut older = generation.older.load(Ordering::Acquire, &guard);
+        let replaced = !older.is_null();
+        while let Some(old) = older.as_ref() {
+            removed += with_keyed!(&old.registry, keyed => keyed.evict_idle(now));
+            older = old.older.load(Ordering::Acquire, &guard);
+        }
+        // Relaxed: a statistic.
+        self.tracked.fetch_sub(removed, Ordering::Relaxed);
+        if replaced {
+            let _config = self.lock_config();
+            self.generation(&guard).unlink_drained(&guard);
+        }
+        removed
+    }
+
+    /// Forgets `key`'s state, in whatever generation it is: its next request starts fresh
+    /// under the policy in force (or that the resolver now returns for it). Returns whether
+    /// a state was removed. Use it to move a key to another tier, or to clear a record (a
+    /// successful login clearing failed attempts).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::{FakeClock, RateLimiter};
+    ///
+    /// let limiter: RateLimiter<String, FakeClock> =
+    ///     RateLimiter::with_clock("1/min".parse()?, FakeClock::new());
+    /// limiter.try_acquire("alice");
+    /// assert!(!limiter.try_acquire("alice").is_allowed());
+    /// assert!(limiter.reset("alice"));
+    /// assert!(limiter.try_acquire("alice").is_allowed());
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    pub fn reset<Q>(&self, key: &Q) -> bool
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let guard = Guard::new();
+        let mut removed = 0;
+        loop {
+            let current = self.generation(&guard);
+            let mut chain = vec![current];
+            while let Some(older) = chain[chain.len() - 1]
+                .older
+                .load(Ordering::Acquire, &guard)
+                .as_ref()
+            {
+                chain.push(older);
+            }
+            // Oldest first: a key only ever moves from an older generation to the current one
+            // (under the current bucket's lock, see `RateLimiter::create_in`), so walking
+            // towards the current generation meets it wherever it is when it moves. Walking newest first
+            // could look in the current map just before the key arrives there and in the old
+            // one just after it left.
+            for generation in chain.iter().rev() {
+                // Removal takes the bucket exclusively: no request is inside the state.
+                removed += with_keyed!(&generation.registry, keyed => {
+                    usize::from(keyed.map.remove_sync(key).is_some())
+                });
+            }
+            // A policy change meanwhile made a newer generation the key could have moved to:
+            // walk again.
+            if std::ptr::eq(self.generation(&guard), current) {
+                break;
+            }
+        }
+        // Relaxed: a statistic.
+        self.tracked.fetch_sub(removed, Ordering::Relaxed);
+        removed > 0
+    }
+}
