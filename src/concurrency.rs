@@ -17,11 +17,12 @@ use std::sync::Arc;
 
 use crate::bounded::BoundedMap;
 use crate::engine::sync::{AtomicU64, Ordering};
+use crate::engine::word::Retired;
 use crate::hasher::KeyHasher;
 
 /// The count of a gauge retired by eviction. No live count reaches it: a limit is at most
 /// [`ConcurrencyLimiter::MAX_LIMIT`] `= RETIRED - 1` and a count never exceeds its limit.
-const RETIRED: u64 = u64::MAX;
+const RETIRED: u64 = <u64 as Retired>::RETIRED;
 
 /// How a limiter built with [`ConcurrencyLimiter::with_resolver`] chooses each key's limit.
 type LimitResolver<K> = dyn Fn(&K) -> u64 + Send + Sync;

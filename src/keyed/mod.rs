@@ -161,9 +161,10 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock> RateLimiter<K, C, KeyHasher> {
     ///
     /// The resolver runs when a key's state is created (and again only if the key's state is
     /// evicted or [`reset`](RateLimiter::reset)), never for a key already tracked. It runs
-    /// before the limiter takes any lock, once per attempt to create the state: a slow
-    /// resolver (a database lookup of the customer's tier) delays only the new key's own
-    /// request, and a resolver may ask its own limiter about *other* keys. Two first requests
+    /// before the limiter takes any lock or holds back any memory reclamation, once per
+    /// attempt to create the state: a slow resolver (a database lookup of the customer's
+    /// tier) delays only the new key's own request, and a resolver may ask its own limiter
+    /// about *other* keys. Two first requests
     /// for the same key that race each other may each call it once; the state is built from
     /// the answer of the one that creates it. A [`peek`](RateLimiter::peek) at a key not
     /// tracked calls it once too. To move a key to another tier,

@@ -4,6 +4,7 @@
 use std::borrow::Borrow;
 use std::hash::{BuildHasher, Hash};
 use std::sync::atomic::{fence, Ordering};
+use std::sync::Arc;
 
 use scc::hash_map::Entry;
 use scc::Guard;
@@ -12,8 +13,8 @@ use crate::clock::Fixed;
 use crate::engine::dispatch::with_state;
 use crate::{Clock, CostError, Decision};
 
-use super::generations::Generation;
-use super::slot::{with_keyed, Keyed, Registry, Slot};
+use super::generations::{Generation, Rules};
+use super::slot::{with_keyed, Keyed, Registry, Resolved, Slot};
 use super::sweep::FULL_SWEEP_SLICE;
 use super::RateLimiter;
 
@@ -156,12 +157,14 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
         K: Borrow<Q> + From<Q::Owned>,
         Q: Hash + Eq + ToOwned + ?Sized,
     {
-        // Held across the attempts, so the map's own guard inside is a cheap nested one.
-        let guard = Guard::new();
+        let mut resolved = None;
         loop {
+            resolved = self.resolve(key, resolved);
+            // Held across the attempt, so the map's own guard inside is a cheap nested one.
+            let guard = Guard::new();
             let generation = self.generation(&guard);
             let step = with_keyed!(&generation.registry, keyed => {
-                self.create_in(generation, keyed, key, cost, &guard)
+                self.create_in(generation, keyed, key, cost, resolved.as_ref(), &guard)
             });
             match step {
                 Step::Done(result) => return result,
@@ -183,24 +186,25 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
     /// same state), else creates it, carrying permits from an older generation if the key is
     /// still there, then decides.
     ///
-    /// The resolver (if any) runs first, before any bucket is taken, and once for this
-    /// attempt: a slow one delays only this request, and one that asks the limiter about
-    /// other keys cannot wait on a lock its own request holds. Racing first requests for the
-    /// key may each call it; the first to insert decides the state's policy.
+    /// `resolved` is the answer of the resolver (if any), which ran before any of this (see
+    /// [`resolve`](Self::resolve)); a policy change that came in since makes the attempt stale.
     fn create_in<Q, St: Slot<K>>(
         &self,
         generation: &Generation<K, S>,
         keyed: &Keyed<K, St, S>,
         key: &Q,
         cost: u64,
+        resolved: Option<&Resolved<K>>,
         guard: &Guard,
     ) -> Step
     where
         K: Borrow<Q> + From<Q::Owned>,
         Q: Hash + Eq + ToOwned + ?Sized,
     {
+        let Some(spec) = St::spec(&keyed.params, resolved) else {
+            return Step::Stale;
+        };
         let mut owned = K::from(key.to_owned());
-        let spec = St::resolve(&keyed.params, &owned);
         let mut swept = false;
         loop {
             let entry = keyed.map.entry_sync(owned);
@@ -260,6 +264,36 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
         }
     }
 
+    /// The per-key resolver's answer for `key`, when the limiter has one: `previous` when the
+    /// resolver in force is the one that gave it, else a new call.
+    ///
+    /// It runs before any bucket is taken and outside the epoch guard of the maps, and once
+    /// per creation attempt: a slow resolver (a database lookup of the customer's tier) delays
+    /// only this request and holds back neither another key nor the reclamation of memory the
+    /// maps free, and one that asks the limiter about other keys cannot wait on a lock its own
+    /// request holds. Racing first requests for the key may each call it; the first to insert
+    /// decides the state's policy.
+    fn resolve<Q>(&self, key: &Q, previous: Option<Resolved<K>>) -> Option<Resolved<K>>
+    where
+        K: Borrow<Q> + From<Q::Owned>,
+        Q: Hash + Eq + ToOwned + ?Sized,
+    {
+        let resolver = {
+            let guard = Guard::new();
+            match &self.generation(&guard).rules {
+                Rules::Uniform(_) => return None,
+                Rules::PerKey(resolver) => Arc::clone(resolver),
+            }
+        };
+        match previous {
+            Some(previous) if Arc::ptr_eq(&previous.resolver, &resolver) => Some(previous),
+            _ => {
+                let policy = resolver(&K::from(key.to_owned()));
+                Some(Resolved { resolver, policy })
+            }
+        }
+    }
+
     /// Takes a place for a new key, if the limiter is below `max_keys`.
     fn reserve(&self) -> bool {
         // Relaxed: `tracked` is only a count; the exclusive bucket lock held by the caller
@@ -300,18 +334,34 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
         K: Borrow<Q> + From<Q::Owned>,
         Q: Hash + Eq + ToOwned + ?Sized,
     {
-        let guard = Guard::new();
-        let generation = self.generation(&guard);
-        with_keyed!(&generation.registry, keyed => self.peek_in(generation, keyed, key, &guard))
+        let mut resolved = None;
+        loop {
+            {
+                let guard = Guard::new();
+                let generation = self.generation(&guard);
+                let peeked = with_keyed!(&generation.registry, keyed => {
+                    self.peek_in(generation, keyed, key, resolved.as_ref(), &guard)
+                });
+                if let Some(decision) = peeked {
+                    return decision;
+                }
+            }
+            // An untracked key under a per-key resolver: ask it, outside the guard, and look
+            // again (a tracked key never gets here).
+            resolved = self.resolve(key, resolved);
+        }
     }
 
+    /// What `key` would get now; `None` when it is not tracked and `resolved` is not the
+    /// answer of this map's resolver.
     fn peek_in<Q, St: Slot<K>>(
         &self,
         generation: &Generation<K, S>,
         keyed: &Keyed<K, St, S>,
         key: &Q,
+        resolved: Option<&Resolved<K>>,
         guard: &Guard,
-    ) -> Decision
+    ) -> Option<Decision>
     where
         K: Borrow<Q> + From<Q::Owned>,
         Q: Hash + Eq + ToOwned + ?Sized,
@@ -322,18 +372,20 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
             .map
             .read_sync(key, |_, state| state.peek(&keyed.params, &at_now))
         {
-            return decision;
+            return Some(decision);
         }
         // Not tracked here (or removed under us): decide on the state the key's next request
         // would create, built aside and dropped.
+        let spec = St::spec(&keyed.params, resolved)?;
         let carry = self.peek_older(generation, key, now, guard);
-        let spec = St::resolve(&keyed.params, &K::from(key.to_owned()));
         if carry.is_none() && self.len() >= self.max_keys {
-            return St::overflow_peek(&keyed.overflow, &keyed.params, &spec, &at_now).overflowed();
+            return Some(
+                St::overflow_peek(&keyed.overflow, &keyed.params, &spec, &at_now).overflowed(),
+            );
         }
         let state = St::build(&keyed.params, &spec, carry.as_ref(), now);
         match state.peek(&keyed.params, &at_now) {
-            Some(decision) => decision,
+            Some(decision) => Some(decision),
             None => unreachable!("a state just built is live"),
         }
     }

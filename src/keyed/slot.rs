@@ -15,6 +15,12 @@ use crate::{Clock, CostError, Decision, Policy};
 use super::generations::Rules;
 use super::Resolver;
 
+/// A resolver's answer for one key, with the resolver that gave it.
+pub(super) struct Resolved<K> {
+    pub(super) resolver: Arc<Resolver<K>>,
+    pub(super) policy: Policy,
+}
+
 /// One map per kind of state, chosen once per generation: a single predictable branch per
 /// call, and each map stores its state inline with no enum padding.
 pub(super) enum Registry<K, S: BuildHasher> {
@@ -69,9 +75,10 @@ pub(super) trait Slot<K>: Sized + Send + Sync {
     /// What a new state for a key is built from: nothing for a uniform policy, the key's
     /// policy under a resolver.
     type Spec;
-    /// The spec of a new state for `key`. Runs the resolver, if any: called before any
-    /// bucket is taken, once per creation attempt, and the result passed on.
-    fn resolve(params: &Self::Params, key: &K) -> Self::Spec;
+    /// The spec of a new state from `resolved`, the answer of the resolver in force when the
+    /// request looked (see `RateLimiter::resolve`): `None` when this map's resolver is not the
+    /// one that answered (a policy change came in between), so the caller asks again.
+    fn spec(params: &Self::Params, resolved: Option<&Resolved<K>>) -> Option<Self::Spec>;
     /// The most a new state of `spec` would accept: checked before anything is created.
     fn max_cost_for(params: &Self::Params, spec: &Self::Spec) -> u64;
     /// A new state of `spec`: fresh, or carrying permits from an older generation.
@@ -148,7 +155,9 @@ impl<K, St: RateState> Slot<K> for St {
     type Spec = ();
 
     #[inline(always)]
-    fn resolve(_: &St::Params, _: &K) {}
+    fn spec(_: &St::Params, _: Option<&Resolved<K>>) -> Option<()> {
+        Some(())
+    }
 
     fn max_cost_for(params: &St::Params, (): &()) -> u64 {
         St::max_cost(params)
@@ -221,8 +230,10 @@ impl<K> Slot<K> for AnyState {
     /// The policy the resolver chose for the key.
     type Spec = Policy;
 
-    fn resolve(resolver: &Self::Params, key: &K) -> Policy {
-        resolver(key)
+    fn spec(resolver: &Self::Params, resolved: Option<&Resolved<K>>) -> Option<Policy> {
+        resolved
+            .filter(|resolved| Arc::ptr_eq(&resolved.resolver, resolver))
+            .map(|resolved| resolved.policy)
     }
 
     fn max_cost_for(_: &Self::Params, policy: &Policy) -> u64 {

@@ -161,13 +161,7 @@ impl StrikeCell {
     pub(crate) fn clear(&self) {
         // Relaxed: see the type's docs; a strike racing the clear lands either before it
         // (and is forgotten) or after it (and counts).
-        let mut current = self.word.load(Ordering::Relaxed);
-        while let Err(actual) =
-            self.word
-                .compare_exchange(current, 0, Ordering::Relaxed, Ordering::Relaxed)
-        {
-            current = actual;
-        }
+        self.word.store(0, Ordering::Relaxed);
     }
 
     /// The record now.

@@ -298,6 +298,60 @@ fn a_slow_resolver_stalls_no_tracked_key() {
     assert_eq!(decision.remaining(), 3);
 }
 
+/// Whether the process-wide epoch of the maps' memory reclamation moves on three times while
+/// another thread runs this: it cannot while any thread holds a guard of the epoch.
+fn epoch_moves_on_from_another_thread() -> bool {
+    thread::spawn(|| {
+        // Garbage to reclaim, so the collector tries to move the epoch on.
+        let churn: scc::HashIndex<u64, u64> = scc::HashIndex::default();
+        let mut seen = scc::Guard::new().epoch();
+        let mut moves = 0;
+        for i in 0..1_000_000 {
+            let _ = churn.insert_sync(i % 64, i);
+            let _ = churn.remove_sync(&(i % 64));
+            let now = scc::Guard::new().epoch();
+            if now != seen {
+                seen = now;
+                moves += 1;
+                if moves == 3 {
+                    return true;
+                }
+            }
+        }
+        false
+    })
+    .join()
+    .unwrap()
+}
+
+#[test]
+fn a_slow_resolver_holds_back_no_memory_reclamation() {
+    use std::sync::Mutex;
+    assert!(
+        epoch_moves_on_from_another_thread(),
+        "the probe itself works"
+    );
+    let moved_on = Arc::new(Mutex::new(Vec::new()));
+    let limiter: RateLimiter<String, FakeClock> = RateLimiter::with_resolver(
+        {
+            let moved_on = moved_on.clone();
+            move |_: &String| {
+                // While the resolver runs (a database lookup, say), memory the maps free must
+                // still be reclaimed: the request holds no epoch guard here.
+                moved_on
+                    .lock()
+                    .unwrap()
+                    .push(epoch_moves_on_from_another_thread());
+                policy("5/1h")
+            }
+        },
+        FakeClock::new(),
+    );
+    assert!(limiter.try_acquire("new").is_allowed());
+    assert!(limiter.peek("other").is_allowed());
+    assert_eq!(*moved_on.lock().unwrap(), [true, true]);
+}
+
 // ---------------------------------------------------------------- live reconfiguration
 
 #[test]
