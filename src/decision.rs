@@ -307,6 +307,9 @@ impl std::fmt::Debug for Decision {
             .field("reset_after_nanos", &self.reset_after_nanos)
             .field("overflow", &self.is_overflow())
             .field("would_refuse", &self.would_refuse())
+            // Part of equality: two decisions of one composite policy that name different
+            // bands differ, and the output says why.
+            .field("band", &self.band())
             .finish()
     }
 }
@@ -333,7 +336,9 @@ mod tests {
         assert_eq!(
             format!("{denied:?}"),
             "Decision { allowed: false, remaining: 0, limit: 5, retry_after_nanos: 11, \
-             reset_after_nanos: 13, overflow: false, would_refuse: false }"
+             reset_after_nanos: 13, overflow: false, would_refuse: false, band: 0 }"
         );
+        assert_ne!(denied, denied.in_band(1), "the band is part of equality");
+        assert!(format!("{:?}", denied.in_band(1)).ends_with("band: 1 }"));
     }
 }
