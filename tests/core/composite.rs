@@ -1,6 +1,6 @@
 //! Composite policies ("3 per second and 5 per hour") through the public API: a request is
 //! allowed only if every band allows it, a refused request spends nothing in any band, and
-//! the decision merges the bands (`src/composite.rs` has the table).
+//! the decision merges the bands (`src/engine/composite.rs` has the table).
 //!
 //! Exactness under racing threads and eviction follows tests/core/races.rs, with composite
 //! policies of one and of mixed algorithms.

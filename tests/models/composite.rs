@@ -4,7 +4,7 @@
 //!
 //! The combined model peeks every band's model (a clone decides, the model itself is left
 //! alone); only when every band allows does it commit the request to all of them. Its
-//! decision follows the table in `src/composite.rs`: allowed, the smallest remaining and its
+//! decision follows the table in `src/engine/composite.rs`: allowed, the smallest remaining and its
 //! band's limit, the largest reset_after; refused, the smallest of the permits available now,
 //! the largest retry_after among the refusing bands, and the largest reset_after as the bands
 //! stand (for a band that would allow, found from the model's own `is_at_rest`).
