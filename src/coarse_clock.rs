@@ -13,7 +13,9 @@ use std::time::{Duration, Instant};
 
 use crossbeam_utils::CachePadded;
 
-use crate::{Clock, ClockError, SystemClock};
+use crate::clock::{Clock, SystemClock};
+
+use crate::error::ClockError;
 
 /// A clock that trades precision for speed: readings come from a word that a background
 /// thread refreshes every `resolution`, so reading it is one load instead of a counter read.

@@ -65,8 +65,8 @@ impl Decision {
     }
 
     /// The position in `Policy::bands` of the band whose `remaining` and `limit` this
-    /// decision reports: 0 for a single-band policy. (Read by the HTTP middleware's fields.)
-    #[cfg(feature = "tower")]
+    /// decision reports: 0 for a single-band policy. (Read by the HTTP middleware's fields,
+    /// and shown by `Debug`.)
     #[inline]
     pub(crate) const fn band(&self) -> usize {
         ((self.flags & Self::BAND_MASK) >> Self::BAND_SHIFT) as usize

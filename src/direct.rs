@@ -7,9 +7,13 @@ use std::sync::Mutex;
 use crossbeam_utils::{Backoff, CachePadded};
 use scc::{AtomicShared, Guard, Shared, Tag};
 
+use crate::clock::{Clock, SystemClock};
+use crate::decision::Decision;
 use crate::engine::dispatch::{with_state, Build, Erased, Family};
 use crate::engine::state::{Carry, RateState};
-use crate::{Clock, CostError, Decision, Policy, SystemClock, Wait};
+use crate::error::CostError;
+use crate::policy::Policy;
+use crate::wait::Wait;
 
 /// A rate limiter for a single key: a global limit, one upstream's quota, one hot tenant.
 ///

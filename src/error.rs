@@ -4,7 +4,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use crate::Algorithm;
+use crate::policy::Algorithm;
 
 /// Why a [`Policy`](crate::Policy) could not be built or parsed.
 ///

@@ -4,8 +4,10 @@
 //! [`ModelCell`] exposes one per-key state machine with its raw retire step, so a model can
 //! race requests against eviction on the very code the limiters run.
 
+use crate::clock::Clock;
+use crate::decision::Decision;
 use crate::engine::any_state::AnyState;
-use crate::{Clock, Decision, Policy};
+use crate::policy::Policy;
 
 pub use crate::concurrency::ModelGauge;
 pub use crate::login::ModelStrikes;

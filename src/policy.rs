@@ -7,7 +7,7 @@ use std::fmt;
 use std::time::Duration;
 
 use crate::clock::duration_to_nanos;
-use crate::PolicyError;
+use crate::error::PolicyError;
 
 /// Which algorithm decides.
 ///

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use crossbeam_utils::CachePadded;
 
-use crate::Decision;
+use crate::decision::Decision;
 
 /// What a limiter has decided since it was built, and how many keys it tracks.
 ///

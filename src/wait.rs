@@ -15,7 +15,8 @@ use std::hash::BuildHasher;
 use std::time::Duration;
 
 use crate::clock::duration_to_nanos;
-use crate::{Clock, Decision};
+use crate::clock::Clock;
+use crate::decision::Decision;
 
 /// How a waiting acquire waits: an optional timeout and optional jitter.
 ///

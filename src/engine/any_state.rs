@@ -4,9 +4,11 @@
 use std::borrow::Borrow;
 use std::fmt;
 
+use crate::clock::Clock;
+use crate::decision::Decision;
 use crate::engine::dispatch::{with_state, Build, Erased, Family};
 use crate::engine::state::{Carry, RateState};
-use crate::{Clock, Decision, Policy};
+use crate::policy::Policy;
 
 /// One key's state and the parameters of the policy it was created under.
 ///

@@ -29,13 +29,15 @@
 //! word on the heap (1 word per token bucket band, 2 per sliding counter band, `N + 1` per
 //! sliding log band of N permits).
 
+use crate::clock::Clock;
+use crate::decision::Decision;
 use crate::engine::seqlock::{SeqLock, WriteGuard};
 use crate::engine::sliding_counter::{Counter, Snapshot};
 use crate::engine::sliding_log::{self, Log, Ring};
 use crate::engine::state::{in_use, Carry, RateState, Verdict};
 use crate::engine::sync::{AtomicU64, Ordering};
 use crate::engine::token_bucket::Gcra;
-use crate::{Algorithm, Clock, Decision, Policy};
+use crate::policy::{Algorithm, Policy};
 
 /// One band's parameters: its algorithm's pure arithmetic.
 #[derive(Clone, Copy, Debug)]
@@ -590,7 +592,7 @@ impl RateState for CompositeCell {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::FakeClock;
+    use crate::clock::FakeClock;
     use std::time::Duration;
 
     const MS: u64 = 1_000_000;

@@ -12,7 +12,7 @@ use crate::engine::sliding_counter::CounterCell;
 use crate::engine::sliding_log::LogCell;
 use crate::engine::state::RateState;
 use crate::engine::token_bucket::GcraCell;
-use crate::{Algorithm, Policy};
+use crate::policy::{Algorithm, Policy};
 
 /// What a user stores for the algorithm whose state type is `St`.
 pub(crate) trait Family {

@@ -37,10 +37,12 @@
 //! [`Counter`] is the pure arithmetic on a [`Snapshot`]; [`CounterCell`] packs the snapshot
 //! into one 128-bit atomic word and runs the compare-and-swap loop.
 
+use crate::clock::Clock;
+use crate::decision::Decision;
 use crate::engine::state::{in_use, single_from_carry, Carry, RateState, Verdict};
 use crate::engine::sync::AtomicU128;
 use crate::engine::word::{live, update, Retired, Update};
-use crate::{Clock, Decision, Policy};
+use crate::policy::Policy;
 
 /// Where the current window's count sits in the packed word.
 const CURRENT_SHIFT: u32 = 64;
@@ -370,7 +372,7 @@ impl RateState for CounterCell {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::Algorithm;
+    use crate::policy::Algorithm;
     use std::time::Duration;
 
     const SEC: u64 = 1_000_000_000;

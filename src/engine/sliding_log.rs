@@ -19,10 +19,12 @@
 //! [`Log`] is the pure arithmetic over any time-ordered [`Entries`]; [`LogCell`] owns the
 //! ring and serialises its writers with a sequence word (a seqlock).
 
+use crate::clock::Clock;
+use crate::decision::Decision;
 use crate::engine::seqlock::{SeqLock, WriteGuard};
 use crate::engine::state::{in_use, single_from_carry, Carry, RateState, Verdict};
 use crate::engine::sync::{AtomicU64, Ordering};
-use crate::{Clock, Decision, Policy};
+use crate::policy::Policy;
 
 /// A read-only view of a log: its entries oldest first, in non-decreasing time order.
 pub(crate) trait Entries {
@@ -368,7 +370,7 @@ impl RateState for LogCell {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::Algorithm;
+    use crate::policy::Algorithm;
     use std::time::Duration;
 
     const MS: u64 = 1_000_000;

@@ -7,8 +7,10 @@
 
 use std::borrow::Borrow;
 
+use crate::clock::Clock;
 use crate::clock::Fixed;
-use crate::{Clock, Decision, Policy};
+use crate::decision::Decision;
+use crate::policy::Policy;
 
 /// What an algorithm's pure arithmetic concluded about a request: the one verdict of the
 /// token bucket, the sliding log, the sliding counter and the composite.

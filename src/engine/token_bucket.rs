@@ -12,10 +12,12 @@
 //!
 //! [`Gcra`] is the pure arithmetic; [`GcraCell`] owns the atomic word and the CAS loop.
 
+use crate::clock::Clock;
+use crate::decision::Decision;
 use crate::engine::state::{in_use, single_from_carry, Carry, RateState, Verdict};
 use crate::engine::sync::AtomicU64;
 use crate::engine::word::{live, update, Retired, Update};
-use crate::{Clock, Decision, Policy};
+use crate::policy::Policy;
 
 /// GCRA parameters derived from a policy, and the pure decision function.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -199,7 +201,7 @@ impl RateState for GcraCell {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::Algorithm;
+    use crate::policy::Algorithm;
     use std::time::Duration;
 
     const MS: u64 = 1_000_000;

@@ -8,9 +8,10 @@ use std::sync::{Arc, Mutex};
 
 use scc::{AtomicShared, Guard, Shared, Tag};
 
+use crate::clock::Clock;
 use crate::engine::dispatch::with_state;
 use crate::engine::state::Carry;
-use crate::{Clock, Policy};
+use crate::policy::Policy;
 
 use super::slot::{with_keyed, Registry, Slot};
 use super::sweep::sweep_grace;
@@ -267,7 +268,8 @@ mod tests {
     use std::time::Duration;
 
     use super::RateLimiter;
-    use crate::{FakeClock, Policy};
+    use crate::clock::FakeClock;
+    use crate::policy::Policy;
 
     fn policy(s: &str) -> Policy {
         s.parse().unwrap()

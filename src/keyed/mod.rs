@@ -24,8 +24,10 @@ use std::sync::{Arc, Mutex};
 use crossbeam_utils::CachePadded;
 use scc::{AtomicShared, Guard};
 
+use crate::clock::{Clock, SystemClock};
+use crate::hasher::KeyHasher;
+use crate::policy::Policy;
 use crate::stats::Counters;
-use crate::{Clock, KeyHasher, Policy, SystemClock};
 
 use self::generations::{Generation, Rules};
 use self::slot::Registry;

@@ -9,9 +9,11 @@ use std::sync::Arc;
 use scc::hash_map::Entry;
 use scc::Guard;
 
+use crate::clock::Clock;
 use crate::clock::Fixed;
+use crate::decision::Decision;
 use crate::engine::dispatch::with_state;
-use crate::{Clock, CostError, Decision};
+use crate::error::CostError;
 
 use super::generations::{Generation, Rules};
 use super::slot::{with_keyed, Keyed, Registry, Resolved, Slot};

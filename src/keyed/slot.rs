@@ -7,10 +7,13 @@ use std::sync::Arc;
 
 use crossbeam_utils::CachePadded;
 
+use crate::clock::Clock;
+use crate::decision::Decision;
 use crate::engine::any_state::AnyState;
 use crate::engine::dispatch::{Build, Erased, Family};
 use crate::engine::state::{Carry, RateState};
-use crate::{Clock, CostError, Decision, Policy};
+use crate::error::CostError;
+use crate::policy::Policy;
 
 use super::generations::Rules;
 use super::Resolver;

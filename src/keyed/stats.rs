@@ -2,8 +2,10 @@
 
 use std::hash::{BuildHasher, Hash};
 
+use crate::clock::Clock;
+use crate::decision::Decision;
 use crate::stats::Counters;
-use crate::{Clock, Decision, Stats};
+use crate::stats::Stats;
 
 use super::RateLimiter;
 

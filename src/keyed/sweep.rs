@@ -8,8 +8,8 @@ use std::sync::atomic::Ordering;
 use scc::Guard;
 
 use crate::bounded::{sweep_step, Swept};
+use crate::clock::Clock;
 use crate::engine::dispatch::with_state;
-use crate::Clock;
 
 use super::generations::{Generation, Rules};
 use super::slot::{with_keyed, Keyed, Registry, Slot};

@@ -3,7 +3,11 @@
 use std::borrow::Borrow;
 use std::hash::{BuildHasher, Hash};
 
-use crate::{Clock, Decision, Wait};
+use crate::clock::Clock;
+
+use crate::decision::Decision;
+
+use crate::wait::Wait;
 
 use super::RateLimiter;
 

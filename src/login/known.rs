@@ -2,9 +2,11 @@
 //! account for a while, and is then judged by a failure budget of its own. Each account
 //! keeps a short list of its known clients.
 
+use crate::clock::Clock;
 use crate::clock::Fixed;
+use crate::decision::Decision;
 use crate::engine::any_state::AnyState;
-use crate::{Clock, Decision, Policy};
+use crate::policy::Policy;
 
 /// The most clients an account keeps known at once; a success from one more replaces the
 /// client whose latest success is the oldest. It bounds what one account (an attacker's own

@@ -20,7 +20,7 @@ use super::future::ResponseFuture;
 use super::headers::{self, Fields};
 use super::key::{KeyExtractor, LimitKey, PeerIp, RequestHead};
 use super::rules::MissingKey;
-use crate::{AtCapacity, ConcurrencyLimiter, Permit};
+use crate::concurrency::{AtCapacity, ConcurrencyLimiter, Permit};
 
 /// A concurrency limiter as the layer sees it: any hasher.
 trait Gate: Send + Sync {

@@ -9,7 +9,8 @@ use http::header::{CONTENT_TYPE, RETRY_AFTER};
 use http::{HeaderMap, HeaderName, HeaderValue, Response, StatusCode};
 
 use super::error::ConfigError;
-use crate::{Decision, Policy};
+use crate::decision::Decision;
+use crate::policy::Policy;
 
 /// Which rate-limit header fields go on responses (allowed and refused alike).
 ///

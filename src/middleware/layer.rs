@@ -12,7 +12,7 @@ use super::key::{KeyExtractor, PeerIp};
 use super::rules::{Backend, Config, MissingKey, Route, Rule, Target};
 use super::service::RateLimit;
 #[cfg(doc)]
-use crate::Decision;
+use crate::decision::Decision;
 
 /// A tower [`Layer`] that rate-limits requests before they reach the service it wraps, for
 /// axum, hyper, tonic or any tower stack.

@@ -18,7 +18,8 @@ use super::future::ResponseFuture;
 use super::headers::{self, Fields};
 use super::key::{KeyExtractor, LimitKey, PeerIp, RequestHead};
 use super::rules::MissingKey;
-use crate::{Clock, LoginClient, LoginDecision, LoginGuard};
+use crate::clock::Clock;
+use crate::login::{LoginClient, LoginDecision, LoginGuard};
 
 /// A login guard as the layer sees it: any clock.
 trait Guard: Send + Sync {

@@ -15,7 +15,11 @@ use super::headers::{self, Fields, HeaderStyle, Rendered};
 use super::key::{KeyExtractor, LimitKey, RequestHead};
 #[cfg(doc)]
 use super::RateLimitLayer;
-use crate::{Clock, CostError, Decision, Policy, RateLimiter};
+use crate::clock::Clock;
+use crate::decision::Decision;
+use crate::error::CostError;
+use crate::keyed::RateLimiter;
+use crate::policy::Policy;
 
 /// An in-process limiter as the layer sees it: any clock, any hasher.
 pub(super) trait Local: Send + Sync {

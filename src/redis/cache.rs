@@ -53,7 +53,9 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use scc::HashMap;
 
-use crate::{Decision, KeyHasher};
+use crate::decision::Decision;
+
+use crate::hasher::KeyHasher;
 
 /// One cached refusal.
 #[derive(Clone, Copy, Debug)]

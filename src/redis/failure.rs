@@ -5,7 +5,7 @@ use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::RateLimiter;
+use crate::keyed::RateLimiter;
 
 /// What decides when Redis does not answer within the limiter's timeout, or cannot be
 /// reached.

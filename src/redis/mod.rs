@@ -65,7 +65,13 @@ use std::time::Duration;
 use ::redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use ::redis::cluster::ClusterClientBuilder;
 
-use crate::{Clock, CostError, Decision, Policy, SystemClock};
+use crate::clock::{Clock, SystemClock};
+
+use crate::decision::Decision;
+
+use crate::error::CostError;
+
+use crate::policy::Policy;
 
 use self::cache::DenyCache;
 use self::conn::Conn;

@@ -8,7 +8,9 @@
 use std::fmt::Write as _;
 use std::time::Duration;
 
-use crate::{Algorithm, Decision, Policy};
+use crate::decision::Decision;
+
+use crate::policy::{Algorithm, Policy};
 
 use super::BackendError;
 
