@@ -127,7 +127,7 @@ pub use decision::Decision;
 pub use direct::DirectLimiter;
 pub use error::{ClockError, CostError, PolicyError};
 pub use hasher::KeyHasher;
-pub use keyed::{RateLimiter, Resolver};
+pub use keyed::RateLimiter;
 pub use login::{LoginClient, LoginConfig, LoginConfigError, LoginDecision, LoginGuard};
 pub use policy::{Algorithm, Policy};
 pub use stats::Stats;

@@ -41,7 +41,7 @@ mod sweep;
 mod wait;
 
 /// How a limiter built with [`RateLimiter::with_resolver`] chooses each key's policy.
-pub type Resolver<K> = dyn Fn(&K) -> Policy + Send + Sync;
+pub(crate) type Resolver<K> = dyn Fn(&K) -> Policy + Send + Sync;
 
 /// A rate limiter with one independent state per key (user id, API key, IP address...).
 ///
