@@ -53,6 +53,7 @@ mod concurrency;
 mod error;
 mod forwarded;
 mod future;
+mod header_key;
 mod headers;
 mod key;
 mod layer;
@@ -67,8 +68,9 @@ pub use concurrency::{
 pub use error::{ConfigError, KeyError};
 pub use forwarded::ClientIp;
 pub use future::ResponseFuture;
+pub use header_key::HeaderKey;
 pub use headers::HeaderStyle;
-pub use key::{GlobalKey, HeaderKey, KeyExtractor, LimitKey, PeerIp, RequestHead};
+pub use key::{GlobalKey, KeyExtractor, LimitKey, PeerIp, RequestHead};
 pub use layer::RateLimitLayer;
 pub use login::{Login, LoginFuture, LoginLayer, LoginOutcome};
 pub use rules::{Backend, MissingKey, Route};

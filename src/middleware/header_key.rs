@@ -1,0 +1,204 @@
+//! [`HeaderKey`]: a request counted against the value of one header, or the token of an
+//! `Authorization: Bearer` header, hashed into a fixed-size key.
+
+use http::header::AUTHORIZATION;
+use http::HeaderName;
+
+use super::error::{ConfigError, KeyError};
+use super::key::{trim, KeyExtractor, LimitKey, RequestHead};
+
+/// The key is the value of one header, or the token of an `Authorization: Bearer` header,
+/// hashed into a fixed-size [`LimitKey::Digest`].
+///
+/// The value is **length-bounded** (4096 bytes by default; longer values are
+/// [`KeyError::TooLong`]) and **hashed with a secret key** ([`LimitKey::digest`]), so the
+/// limiter's memory per key is fixed and clients cannot aim tokens at each other's budget.
+/// A header that appears more than once is [`KeyError::Malformed`] (which one would count?).
+///
+/// With Redis-backed rules on several servers, give every server the same
+/// [`shared_secret`](HeaderKey::shared_secret): by default each process draws its own key,
+/// so one token would be a different Redis key on each server.
+///
+/// **Only key by a token that has been checked.** Anyone can invent a new token per
+/// request; keyed by unchecked tokens, each gets a fresh budget. Place this layer after your
+/// authentication, or cap the keys with `RateLimiter::max_keys` and add a per-IP layer.
+///
+/// # Examples
+///
+/// ```
+/// use http::Request;
+/// use tollgate::middleware::{HeaderKey, KeyExtractor, LimitKey, RequestHead};
+///
+/// let bearer = HeaderKey::bearer();
+/// let request = Request::get("/").header("authorization", "Bearer abc.def").body(())?;
+/// assert_eq!(bearer.extract(&RequestHead::new(&request))?, LimitKey::digest(b"abc.def"));
+///
+/// let api_key = HeaderKey::new("x-api-key")?.max_len(64);
+/// let request = Request::get("/").header("x-api-key", "k-123").body(())?;
+/// assert_eq!(api_key.extract(&RequestHead::new(&request))?, LimitKey::digest(b"k-123"));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone, Debug)]
+pub struct HeaderKey {
+    name: HeaderName,
+    bearer: bool,
+    max_len: usize,
+    /// The digest's key when it must agree between servers; the process's own otherwise.
+    secret: Option<[u8; 16]>,
+}
+
+impl HeaderKey {
+    /// The default bound on the key's length, in bytes.
+    pub const DEFAULT_MAX_LEN: usize = 4096;
+
+    /// Keys by the whole value of the header `name` (case-insensitive).
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::InvalidHeaderName`] when `name` is not a valid header name.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::middleware::HeaderKey;
+    ///
+    /// let api_key = HeaderKey::new("X-Api-Key")?;
+    /// assert!(HeaderKey::new("bad name").is_err());
+    /// # Ok::<(), tollgate::middleware::ConfigError>(())
+    /// ```
+    pub fn new(name: &str) -> Result<Self, ConfigError> {
+        let name = HeaderName::from_bytes(name.as_bytes()).map_err(|_| {
+            ConfigError::InvalidHeaderName {
+                name: name.to_owned(),
+            }
+        })?;
+        Ok(HeaderKey {
+            name,
+            bearer: false,
+            max_len: Self::DEFAULT_MAX_LEN,
+            secret: None,
+        })
+    }
+
+    /// Keys by the token of `Authorization: Bearer <token>` (the scheme is matched without
+    /// regard to case). Another scheme is [`KeyError::Malformed`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let bearer = tollgate::middleware::HeaderKey::bearer();
+    /// ```
+    #[must_use]
+    pub fn bearer() -> Self {
+        HeaderKey {
+            name: AUTHORIZATION,
+            bearer: true,
+            max_len: Self::DEFAULT_MAX_LEN,
+            secret: None,
+        }
+    }
+
+    /// Refuses key material longer than `max_len` bytes (default
+    /// [`DEFAULT_MAX_LEN`](HeaderKey::DEFAULT_MAX_LEN)).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use http::Request;
+    /// use tollgate::middleware::{HeaderKey, KeyError, KeyExtractor, RequestHead};
+    ///
+    /// let short = HeaderKey::new("x-api-key")?.max_len(4);
+    /// let request = Request::get("/").header("x-api-key", "12345").body(())?;
+    /// assert!(matches!(
+    ///     short.extract(&RequestHead::new(&request)),
+    ///     Err(KeyError::TooLong { len: 5, max: 4, .. })
+    /// ));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[must_use]
+    pub fn max_len(mut self, max_len: usize) -> Self {
+        self.max_len = max_len;
+        self
+    }
+
+    /// Digests the key material under `secret` ([`LimitKey::digest_with_secret`]) instead of
+    /// the process's own random key, so every server given the same secret turns one token
+    /// into the same key: what Redis-backed rules shared by several servers need.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use http::Request;
+    /// use tollgate::middleware::{HeaderKey, KeyExtractor, LimitKey, RequestHead};
+    ///
+    /// let secret = *b"16 random bytes!";
+    /// let server_a = HeaderKey::bearer().shared_secret(secret);
+    /// let server_b = HeaderKey::bearer().shared_secret(secret);
+    /// let request = Request::get("/").header("authorization", "Bearer abc").body(())?;
+    /// let head = RequestHead::new(&request);
+    /// assert_eq!(server_a.extract(&head)?, server_b.extract(&head)?);
+    /// assert_eq!(server_a.extract(&head)?, LimitKey::digest_with_secret(&secret, b"abc"));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[must_use]
+    pub fn shared_secret(mut self, secret: [u8; 16]) -> Self {
+        self.secret = Some(secret);
+        self
+    }
+}
+
+impl KeyExtractor for HeaderKey {
+    fn extract(&self, head: &RequestHead<'_>) -> Result<LimitKey, KeyError> {
+        let mut values = head.headers().get_all(&self.name).iter();
+        let value = values
+            .next()
+            .ok_or_else(|| KeyError::MissingHeader(self.name.clone()))?;
+        if values.next().is_some() {
+            return Err(KeyError::Malformed(self.name.clone()));
+        }
+        let mut material = trim(value.as_bytes());
+        if self.bearer {
+            material =
+                bearer_token(material).ok_or_else(|| KeyError::Malformed(self.name.clone()))?;
+        }
+        if material.is_empty() {
+            return Err(KeyError::MissingHeader(self.name.clone()));
+        }
+        if material.len() > self.max_len {
+            return Err(KeyError::TooLong {
+                header: self.name.clone(),
+                len: material.len(),
+                max: self.max_len,
+            });
+        }
+        Ok(match &self.secret {
+            Some(secret) => LimitKey::digest_with_secret(secret, material),
+            None => LimitKey::digest(material),
+        })
+    }
+}
+
+/// The token of a `Bearer` credential, or `None` for another scheme.
+fn bearer_token(value: &[u8]) -> Option<&[u8]> {
+    const SCHEME: &[u8] = b"bearer";
+    let (scheme, rest) = value.split_at_checked(SCHEME.len())?;
+    if !scheme.eq_ignore_ascii_case(SCHEME) || rest.first() != Some(&b' ') {
+        return None;
+    }
+    Some(trim(rest))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bearer_tokens() {
+        assert_eq!(bearer_token(b"Bearer abc"), Some(&b"abc"[..]));
+        assert_eq!(bearer_token(b"bEaReR   abc "), Some(&b"abc"[..]));
+        assert_eq!(bearer_token(b"Basic abc"), None);
+        assert_eq!(bearer_token(b"Bearerabc"), None);
+        assert_eq!(bearer_token(b"Bear"), None);
+        assert_eq!(bearer_token(b"Bearer "), Some(&b""[..]));
+    }
+}
