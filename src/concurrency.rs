@@ -714,7 +714,7 @@ impl<K, S: BuildHasher> fmt::Debug for ConcurrencyLimiter<K, S> {
     }
 }
 
-/// One gauge with its raw retire step, for the loom models in `tests/loom_concurrency.rs`;
+/// One gauge with its raw retire step, for the loom models in `tests/loom_models/concurrency.rs`;
 /// compiled only under `--cfg tollgate_loom` (re-exported from `tollgate::model`).
 #[cfg(tollgate_loom)]
 #[doc(hidden)]

@@ -1,4 +1,4 @@
-//! Entry points for the loom models in `tests/loom*.rs`; compiled only under
+//! Entry points for the loom models in `tests/loom_models/`; compiled only under
 //! `--cfg tollgate_loom`, never part of the public API.
 //!
 //! [`ModelCell`] exposes one per-key state machine with its raw retire step, so a model can

@@ -1,7 +1,7 @@
 //! The atomics the per-key state machines use, from `std` / `portable-atomic` or from `loom`.
 //!
 //! Every state cell imports its atomics from here and nowhere else, so the loom models in
-//! `tests/loom.rs` and `tests/loom_windowed.rs` check the very code the limiters run. The
+//! the loom models (`tests/loom_models/`) check the very code the limiters run. The
 //! switch is the namespaced cfg `tollgate_loom` (`RUSTFLAGS="--cfg tollgate_loom"`): a bare
 //! `loom` cfg would also change other crates in the build.
 //!

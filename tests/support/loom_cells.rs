@@ -1,5 +1,5 @@
-//! Shared by the loom models of the multi-word and windowed states (tests/loom_windowed.rs,
-//! tests/loom_composite.rs, tests/loom_peek.rs, tests/loom_carry.rs).
+//! Shared by the loom models of the multi-word and windowed states (tests/loom_models/:
+//! windowed, composite, peek, carry).
 //!
 //! The clock is a frozen `FakeClock` (a plain atomic loom does not track: it never moves),
 //! so every admission stays live and capacities are exact. It reads 10 s, not 0: an entry or

@@ -9,18 +9,15 @@
 //!
 //! ```text
 //! LOOM_MAX_PREEMPTIONS=3 RUSTFLAGS="--cfg tollgate_loom" CARGO_TARGET_DIR=target/loom \
-//!     cargo test --release --test loom_carry
+//!     cargo test --release --test loom_models carry::
 //! ```
-#![cfg(tollgate_loom)]
 
 use loom::sync::Arc;
 use loom::thread;
 use tollgate::model::ModelCell;
 use tollgate::Policy;
 
-#[path = "support/loom_cells.rs"]
-mod support;
-use support::{frozen_clock, NOW, STATE_MACHINES as POLICIES};
+use crate::support::{frozen_clock, NOW, STATE_MACHINES as POLICIES};
 
 /// A request racing the retirement either got in first, and is carried (2 in use), or met
 /// the retired state (`None`), and is not (1 in use): never both, never neither.

@@ -6,12 +6,11 @@
 //!
 //! ```text
 //! LOOM_MAX_PREEMPTIONS=3 RUSTFLAGS="--cfg tollgate_loom" CARGO_TARGET_DIR=target/loom \
-//!     cargo test --release --test loom_concurrency
+//!     cargo test --release --test loom_models concurrency::
 //! ```
 //!
 //! The gauge's count is a loom atomic (through the crate's `sync` shim); the permit's `Arc`
 //! is the standard one, whose correctness is taken as given.
-#![cfg(tollgate_loom)]
 
 use loom::sync::atomic::{AtomicU64, Ordering};
 use loom::sync::Arc;

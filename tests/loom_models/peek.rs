@@ -8,22 +8,19 @@
 //!
 //! ```text
 //! LOOM_MAX_PREEMPTIONS=3 RUSTFLAGS="--cfg tollgate_loom" CARGO_TARGET_DIR=target/loom \
-//!     cargo test --release --test loom_peek
+//!     cargo test --release --test loom_models peek::
 //! ```
 //!
-//! As in `tests/loom_windowed.rs`, the clock is frozen at 10 s and each state first holds a
+//! As in `windowed.rs`, the clock is frozen at 10 s and each state first holds a
 //! full window admitted at time 0, long expired: the admission racing the peek then
 //! overwrites words (log slots, the counter's window, a TAT) that the peek may be reading.
-#![cfg(tollgate_loom)]
 
 use loom::sync::Arc;
 use loom::thread;
 use tollgate::model::ModelCell;
 use tollgate::{Decision, FakeClock, Policy};
 
-#[path = "support/loom_cells.rs"]
-mod support;
-use support::{frozen_clock, STATE_MACHINES as POLICIES};
+use crate::support::{frozen_clock, STATE_MACHINES as POLICIES};
 
 /// A state of `policy` holding 2 permits admitted at time 0.
 fn expired_state(policy: &str) -> ModelCell {

@@ -1,9 +1,8 @@
 //! Loom models of the GCRA state machine: every interleaving of two threads is explored.
 //!
-//! Run with `RUSTFLAGS="--cfg tollgate_loom" cargo test --release --test loom`. The models
+//! Run with `RUSTFLAGS="--cfg tollgate_loom" cargo test --release --test loom_models gcra::`. The models
 //! drive `tollgate::model::ModelCell`, which wraps the very cell the limiters use, with its
 //! atomics swapped for loom's by the crate's `sync` shim.
-#![cfg(tollgate_loom)]
 
 use std::time::Duration;
 

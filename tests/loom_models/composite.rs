@@ -5,28 +5,25 @@
 //!
 //! ```text
 //! LOOM_MAX_PREEMPTIONS=3 RUSTFLAGS="--cfg tollgate_loom" CARGO_TARGET_DIR=target/loom \
-//!     cargo test --release --test loom_composite
+//!     cargo test --release --test loom_models composite::
 //! ```
 //!
 //! The models drive `tollgate::model::ModelCell`, which holds the very `CompositeCell` the
 //! limiters use for a policy of several bands, with its atomics swapped for loom's by the
 //! crate's `sync` shim.
 //!
-//! As in `tests/loom_windowed.rs`, the clock is a frozen `FakeClock` reading 10 s: every
+//! As in `windowed.rs`, the clock is a frozen `FakeClock` reading 10 s: every
 //! admission stays live, so capacities are exact, and with `expired` the state first holds
 //! full bands admitted at time 0, long gone at 10 s, so writers overwrite words (log slots,
 //! the counter's window) that racing readers may be reading. A word read stale (or torn)
 //! and taken as consistent then shows up as an extra admission or a wrong `remaining`.
-#![cfg(tollgate_loom)]
 
 use loom::sync::Arc;
 use loom::thread;
 use tollgate::model::ModelCell;
 use tollgate::{FakeClock, Policy};
 
-#[path = "support/loom_cells.rs"]
-mod support;
-use support::{admitted, frozen_clock, race_for_capacity, NOW};
+use crate::support::{admitted, frozen_clock, race_for_capacity, NOW};
 
 fn cell(policy: &str) -> ModelCell {
     let policy: Policy = policy.parse().unwrap();

@@ -6,7 +6,7 @@
 //!
 //! ```text
 //! RUSTFLAGS="--cfg tollgate_loom" CARGO_TARGET_DIR=target/loom \
-//!     cargo test --release --test loom_windowed
+//!     cargo test --release --test loom_models windowed::
 //! ```
 //!
 //! (A target directory of its own keeps the cfg change from rebuilding the main one.)
@@ -15,7 +15,6 @@
 //! so every admission stays live and capacities are exact. It reads 10 s, not 0: a log
 //! entry read stale (its slot's initial 0) would then look expired, so a missing ordering
 //! shows up as an extra admission.
-#![cfg(tollgate_loom)]
 
 use std::time::Duration;
 
@@ -23,9 +22,7 @@ use loom::sync::Arc;
 use loom::thread;
 use tollgate::{Algorithm, FakeClock, Policy};
 
-#[path = "support/loom_cells.rs"]
-mod support;
-use support::{admitted, cell, frozen_clock, race_for_capacity, NOW};
+use crate::support::{admitted, cell, frozen_clock, race_for_capacity, NOW};
 
 const WINDOWED: [Algorithm; 2] = [Algorithm::SlidingLog, Algorithm::SlidingCounter];
 

@@ -1,0 +1,20 @@
+//! Loom models of every per-key state machine (`RUSTFLAGS="--cfg tollgate_loom"`): every
+//! interleaving of two threads, up to `LOOM_MAX_PREEMPTIONS` preemptions. One test binary, a
+//! module per family of models, the shared cells and clock compiled once.
+//!
+//! ```text
+//! LOOM_MAX_PREEMPTIONS=3 RUSTFLAGS="--cfg tollgate_loom" CARGO_TARGET_DIR=target/loom \
+//!     cargo test --release --test loom_models
+//! ```
+
+#![cfg(tollgate_loom)]
+
+#[path = "../support/loom_cells.rs"]
+mod support;
+
+mod carry;
+mod composite;
+mod concurrency;
+mod gcra;
+mod peek;
+mod windowed;
