@@ -17,12 +17,7 @@ use std::sync::Arc;
 
 use crate::bounded::BoundedMap;
 use crate::engine::sync::{AtomicU64, Ordering};
-use crate::engine::word::Retired;
 use crate::hasher::KeyHasher;
-
-/// The count of a gauge retired by eviction. No live count reaches it: a limit is at most
-/// [`ConcurrencyLimiter::MAX_LIMIT`] `= RETIRED - 1` and a count never exceeds its limit.
-const RETIRED: u64 = <u64 as Retired>::RETIRED;
 
 /// How a limiter built with [`ConcurrencyLimiter::with_resolver`] chooses each key's limit.
 type LimitResolver<K> = dyn Fn(&K) -> u64 + Send + Sync;
@@ -50,9 +45,8 @@ type LimitResolver<K> = dyn Fn(&K) -> u64 + Send + Sync;
 ///
 /// | count | meaning |
 /// |---|---|
-/// | `0` | live, nothing in flight: idle, may be evicted |
-/// | `1 ..= limit` | live, that many permits held |
-/// | `u64::MAX` | retired by eviction: never hands out a permit, never revived |
+/// | `0` | nothing in flight: idle, may be evicted |
+/// | `1 ..= limit` | that many permits held |
 ///
 /// * **Acquire** runs inside the map's shared bucket lock: load the count, refuse if it is
 ///   at the limit (writing nothing), else compare-and-swap it to one more. A count is only
@@ -62,12 +56,12 @@ type LimitResolver<K> = dyn Fn(&K) -> u64 + Send + Sync;
 /// * **Release** is a `fetch_sub` on the gauge the permit holds (its own `Arc`), with no map
 ///   lookup and no lock, so dropping a permit never waits on anything.
 /// * **Eviction** (and the sweep that each new key's creation runs) holds each bucket
-///   exclusively and retires a gauge by CAS `0 -> RETIRED` as it unlinks it. A permit
-///   holder's gauge has a count of at least 1 for as long as the permit lives, so that CAS
-///   fails on it: **a gauge with a permit out can never be retired**, and a permit always
-///   releases into a live gauge that is still the key's. An acquirer cannot be inside a
-///   gauge while it is retired (the exclusive lock keeps it out), and no retired gauge stays
-///   in the map.
+///   exclusively and removes the gauges whose count is 0. Under that lock no acquirer is
+///   inside the bucket's gauges, and a count of 0 means no permit is out (each holds one
+///   place until it drops), so nobody can raise it while it is checked and removed: **a
+///   gauge with a permit out is never removed**, a permit always releases into the gauge
+///   that is still its key's, and a removed gauge is reached by nobody again. The map's lock
+///   is the whole protocol; the gauge needs no retired value.
 ///
 /// Why an `Arc` per key rather than the count inline in the map entry: the map moves entries
 /// when it resizes, so an inline count may only be touched under the bucket lock, and a
@@ -111,7 +105,7 @@ impl<K> Limits<K> {
     fn for_key(&self, key: &K) -> u64 {
         match self {
             Limits::Uniform(limit) => *limit,
-            Limits::PerKey(resolver) => resolver(key).min(RETIRED - 1),
+            Limits::PerKey(resolver) => resolver(key),
         }
     }
 }
@@ -122,10 +116,9 @@ impl<K> Limits<K> {
 /// whatever a holder did before dropping its permit happens-before whatever the thread that
 /// takes the freed place does after acquiring, so a permit can guard a resource (a
 /// connection, a slot of a buffer), not only a count. Everything else is `Relaxed`: a
-/// refusal and a retire publish nothing, and exactness comes from the compare-and-swap alone
-/// (all writes to the count form one modification order, and a CAS succeeds only on the
-/// latest value, so two acquirers never take the same place and a retire never succeeds
-/// from a count a permit still holds).
+/// refusal publishes nothing, and exactness comes from the compare-and-swap alone (all
+/// writes to the count form one modification order, and a CAS succeeds only on the latest
+/// value, so two acquirers never take the same place).
 #[derive(Debug)]
 pub(crate) struct Gauge {
     count: AtomicU64,
@@ -139,8 +132,6 @@ enum Acquire {
     Acquired,
     /// At the limit; nothing was written.
     Full,
-    /// Retired by eviction: look the key up again.
-    Retired,
 }
 
 impl Gauge {
@@ -157,16 +148,12 @@ impl Gauge {
         // (and retry with the fresh one) or refuses from a count the key really had.
         let mut count = self.count.load(Ordering::Relaxed);
         loop {
-            if count == RETIRED {
-                return Acquire::Retired;
-            }
             if count >= self.limit {
                 return Acquire::Full;
             }
             // Acquire on success: pairs with the Release in `release`, so the work of the
             // permit whose place we take happens-before ours. Relaxed on failure: we only
-            // retry from the value read. `count < limit <= RETIRED - 1`: no overflow, and
-            // the new count is never RETIRED.
+            // retry from the value read. `count < limit`: no overflow.
             match self.count.compare_exchange_weak(
                 count,
                 count + 1,
@@ -183,38 +170,16 @@ impl Gauge {
     #[inline]
     fn release(&self) {
         // Release: publishes the holder's work to the next acquirer (see the type's docs).
-        // The count is at least 1 here (this permit's place), so it is live and no retire
-        // can have happened: the result is a live count, never RETIRED - 1 wrapped around.
+        // The count is at least 1 here (this permit's place), so it never wraps.
         let before = self.count.fetch_sub(1, Ordering::Release);
-        debug_assert!(
-            before >= 1 && before != RETIRED,
-            "release of count {before}"
-        );
+        debug_assert!(before >= 1, "release of count {before}");
     }
 
-    /// Retires the gauge if nothing is in flight. `true` when it did.
-    fn try_retire(&self) -> bool {
-        // Relaxed: the CAS from exactly 0 is the whole protocol; it fails if any permit is
-        // out (count >= 1) or an acquire got in first. Nothing is published through it.
-        self.count
-            .compare_exchange(0, RETIRED, Ordering::Relaxed, Ordering::Relaxed)
-            .is_ok()
-    }
-
-    /// Permits held now (0 for a retired gauge).
+    /// Permits held now.
     fn in_flight(&self) -> u64 {
-        // Relaxed: a snapshot for statistics and tests.
-        match self.count.load(Ordering::Relaxed) {
-            RETIRED => 0,
-            count => count,
-        }
-    }
-
-    /// Whether the gauge was retired (for the unit tests and the loom models).
-    #[cfg(any(test, tollgate_loom))]
-    fn is_retired(&self) -> bool {
-        // Relaxed: see `in_flight`.
-        self.count.load(Ordering::Relaxed) == RETIRED
+        // Relaxed: a snapshot for statistics and tests; under the bucket's exclusive lock
+        // (eviction), a 0 read here cannot be raised by anyone (see the type's docs).
+        self.count.load(Ordering::Relaxed)
     }
 }
 
@@ -381,8 +346,7 @@ impl std::error::Error for AtCapacity {}
 impl<K: Hash + Eq + Clone> ConcurrencyLimiter<K, KeyHasher> {
     /// A limiter allowing `limit` requests in flight per key.
     ///
-    /// A limit of 0 refuses every request (and tracks no key). Limits above
-    /// [`MAX_LIMIT`](ConcurrencyLimiter::MAX_LIMIT) are treated as `MAX_LIMIT`.
+    /// A limit of 0 refuses every request (and tracks no key).
     ///
     /// # Examples
     ///
@@ -428,9 +392,9 @@ impl<K: Hash + Eq + Clone> ConcurrencyLimiter<K, KeyHasher> {
 }
 
 impl<K: Hash + Eq + Clone, S: BuildHasher> ConcurrencyLimiter<K, S> {
-    /// The largest limit a key can have, `2^64 - 2` (the count's top value marks a retired
-    /// gauge).
-    pub const MAX_LIMIT: u64 = RETIRED - 1;
+    /// The largest limit a key can have: any `u64` (a count stays below its limit before it
+    /// is raised, so it never overflows).
+    pub const MAX_LIMIT: u64 = u64::MAX;
 
     /// A limiter with a hasher of your choice for its keys (see [`KeyHasher`] for the
     /// default and why).
@@ -446,7 +410,7 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> ConcurrencyLimiter<K, S> {
     /// ```
     #[must_use]
     pub fn with_hasher(limit: u64, hasher: S) -> Self {
-        Self::build(Limits::Uniform(limit.min(Self::MAX_LIMIT)), hasher)
+        Self::build(Limits::Uniform(limit), hasher)
     }
 
     fn build(limits: Limits<K>, hasher: S) -> Self {
@@ -531,32 +495,29 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> ConcurrencyLimiter<K, S> {
         K: Borrow<Q> + From<Q::Owned>,
         Q: Hash + Eq + ToOwned + ?Sized,
     {
-        let hit = self.map.read(key, |gauge| Self::acquire_on(gauge, false));
-        match hit {
-            Some(Some(result)) => result,
-            // Not tracked, or (never with this map, see the type's docs) retired: the slow path.
-            _ => self.acquire_slow(key),
+        match self.map.read(key, |gauge| Self::acquire_on(gauge, false)) {
+            Some(result) => result,
+            None => self.acquire_slow(key),
         }
     }
 
-    /// Decides on a gauge; `None` when it is retired.
+    /// Decides on a gauge.
     #[inline]
-    fn acquire_on(gauge: &Arc<Gauge>, overflow: bool) -> Option<Result<Permit, AtCapacity>> {
+    fn acquire_on(gauge: &Arc<Gauge>, overflow: bool) -> Result<Permit, AtCapacity> {
         match gauge.try_acquire() {
-            Acquire::Acquired => Some(Ok(Permit {
+            Acquire::Acquired => Ok(Permit {
                 gauge: Arc::clone(gauge),
                 overflow,
-            })),
-            Acquire::Full => Some(Err(AtCapacity {
+            }),
+            Acquire::Full => Err(AtCapacity {
                 limit: gauge.limit,
                 overflow,
-            })),
-            Acquire::Retired => None,
+            }),
         }
     }
 
-    /// A key not in the map (or whose gauge was retired): create its gauge under the
-    /// bucket's exclusive lock, then decide. Two racing first requests meet here and the
+    /// A key not in the map: create its gauge under the bucket's exclusive lock, then
+    /// decide. Two racing first requests meet here and the
     /// entry API gives both the same gauge.
     #[cold]
     #[inline(never)]
@@ -575,27 +536,21 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> ConcurrencyLimiter<K, S> {
                 overflow: false,
             });
         }
-        // Eviction and sweeping retire a gauge and unlink it in one step under the bucket's
-        // exclusive lock, so a gauge found in the map is live.
         let decided = self.map.get_or_insert(
             key,
             || Arc::new(Gauge::new(limit)),
-            |gauge| gauge.try_retire(),
+            |gauge| gauge.in_flight() == 0,
             |gauge| Self::acquire_on(gauge, false),
         );
         match decided {
-            Some(Some(result)) => result,
-            Some(None) => unreachable!("a gauge in the map is live"),
+            Some(result) => result,
             None => self.acquire_overflow(limit),
         }
     }
 
     /// A permit from the gauge shared by new keys of `limit` while the map is full.
     fn acquire_overflow(&self, limit: u64) -> Result<Permit, AtCapacity> {
-        let acquire = |gauge: &Arc<Gauge>| match Self::acquire_on(gauge, true) {
-            Some(result) => result,
-            None => unreachable!("overflow gauges are never retired"),
-        };
+        let acquire = |gauge: &Arc<Gauge>| Self::acquire_on(gauge, true);
         if let Some(result) = self.overflow.read_sync(&limit, |_, gauge| acquire(gauge)) {
             return result;
         }
@@ -648,9 +603,8 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> ConcurrencyLimiter<K, S> {
     /// ```
     pub fn evict_idle(&self) -> usize {
         // Each bucket is held exclusively while its gauges are checked: no acquirer is inside
-        // a gauge while it is retired and unlinked. Releases need no lock, but a gauge with a
-        // permit out has a count of at least 1 and is not retired.
-        self.map.evict(|gauge| gauge.try_retire())
+        // them, and a count of 0 has no permit out to change it (see the type's docs).
+        self.map.evict(|gauge| gauge.in_flight() == 0)
     }
 
     /// How many keys are tracked now.
@@ -714,8 +668,8 @@ impl<K, S: BuildHasher> fmt::Debug for ConcurrencyLimiter<K, S> {
     }
 }
 
-/// One gauge with its raw retire step, for the loom models in `tests/loom_models/concurrency.rs`;
-/// compiled only under `--cfg tollgate_loom` (re-exported from `tollgate::model`).
+/// One gauge, for the loom models in `tests/loom_models/concurrency.rs`; compiled only under
+/// `--cfg tollgate_loom` (re-exported from `tollgate::model`).
 #[cfg(tollgate_loom)]
 #[doc(hidden)]
 #[derive(Debug)]
@@ -723,29 +677,19 @@ pub struct ModelGauge(Arc<Gauge>);
 
 #[cfg(tollgate_loom)]
 impl ModelGauge {
-    /// A live gauge with nothing in flight.
+    /// A gauge with nothing in flight.
     pub fn new(limit: u64) -> Self {
         ModelGauge(Arc::new(Gauge::new(limit)))
     }
 
-    /// What the limiter's hit path does on this gauge; `None` when it is retired.
-    pub fn try_acquire(&self) -> Option<Result<Permit, AtCapacity>> {
+    /// What the limiter's hit path does on this gauge.
+    pub fn try_acquire(&self) -> Result<Permit, AtCapacity> {
         ConcurrencyLimiter::<String>::acquire_on(&self.0, false)
     }
 
-    /// The evictor's step: retire if nothing is in flight.
-    pub fn try_retire(&self) -> bool {
-        self.0.try_retire()
-    }
-
-    /// Permits held now (0 when retired).
+    /// Permits held now.
     pub fn in_flight(&self) -> u64 {
         self.0.in_flight()
-    }
-
-    /// Whether the gauge was retired.
-    pub fn is_retired(&self) -> bool {
-        self.0.is_retired()
     }
 }
 
@@ -766,30 +710,18 @@ mod tests {
     }
 
     #[test]
-    fn retire_only_from_zero_and_never_revived() {
-        let gauge = Gauge::new(1);
-        assert_eq!(gauge.try_acquire(), Acquire::Acquired);
-        assert!(!gauge.try_retire(), "a held place must block retirement");
-        gauge.release();
-        assert!(gauge.try_retire());
-        assert!(gauge.is_retired());
-        assert_eq!(gauge.in_flight(), 0);
-        assert_eq!(gauge.try_acquire(), Acquire::Retired);
-        assert!(!gauge.try_retire(), "retired once");
-    }
-
-    #[test]
     fn zero_limit_always_full() {
         assert_eq!(Gauge::new(0).try_acquire(), Acquire::Full);
     }
 
     #[test]
-    fn the_largest_limit_never_reaches_the_retired_value() {
-        let gauge = Gauge::new(RETIRED - 1);
-        gauge.count.store(RETIRED - 2, Ordering::Relaxed);
+    fn the_largest_limit_counts_to_the_top_without_overflow() {
+        let gauge = Gauge::new(u64::MAX);
+        gauge.count.store(u64::MAX - 1, Ordering::Relaxed);
         assert_eq!(gauge.try_acquire(), Acquire::Acquired);
-        assert_eq!(gauge.in_flight(), RETIRED - 1);
+        assert_eq!(gauge.in_flight(), u64::MAX);
         assert_eq!(gauge.try_acquire(), Acquire::Full);
-        assert!(!gauge.is_retired());
+        gauge.release();
+        assert_eq!(gauge.in_flight(), u64::MAX - 1);
     }
 }
