@@ -303,3 +303,105 @@ fn five_failures_lock_the_account_for_strangers_and_not_for_a_known_device() {
     assert_eq!(anonymous.status, 400);
     assert_eq!(handled.load(Ordering::SeqCst), 7);
 }
+
+/// A login handler that never answers: the attempt's future is dropped unfinished.
+#[derive(Clone)]
+struct NeverAnswers;
+
+impl Service<Request<()>> for NeverAnswers {
+    type Response = http::Response<()>;
+    type Error = std::convert::Infallible;
+    type Future = std::future::Pending<Result<http::Response<()>, Self::Error>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, _: Request<()>) -> Self::Future {
+        std::future::pending()
+    }
+}
+
+fn account_header(head: &tollgate::middleware::RequestHead<'_>) -> Option<String> {
+    head.headers()
+        .get("x-account")?
+        .to_str()
+        .ok()
+        .map(str::to_owned)
+}
+
+fn login_request(account: &str) -> Request<()> {
+    let mut request = Request::post("/login")
+        .header("x-account", account)
+        .body(())
+        .unwrap();
+    request
+        .extensions_mut()
+        .insert(SocketAddr::from(([192, 0, 2, 9], 4000)));
+    request
+}
+
+#[test]
+fn an_attempt_cancelled_before_its_answer_counts_as_a_failure() {
+    let guard = Arc::new(LoginGuard::new());
+    let mut service = LoginLayer::new(Arc::clone(&guard), account_header).layer(NeverAnswers);
+    // Five guesses whose answers are slow to come, each cancelled by the client.
+    for _ in 0..5 {
+        drop(service.call(login_request("alice")));
+    }
+    assert!(
+        !guard.check("alice", "192.0.2.77").is_allowed(),
+        "cancelled attempts were free"
+    );
+}
+
+#[test]
+fn grpc_logins_are_classified_by_grpc_status_and_long_accounts_refused() {
+    let guard = Arc::new(LoginGuard::new());
+    // A gRPC login that fails answers HTTP 200 with `grpc-status: 16` (UNAUTHENTICATED).
+    let handler = |_: HeaderMap| async {
+        (
+            [("grpc-status", "16"), ("content-type", "application/grpc")],
+            "",
+        )
+    };
+    let addr = serve(
+        Router::new().route("/login", post(handler)).route_layer(
+            LoginLayer::new(Arc::clone(&guard), account_header)
+                .client(HeaderKey::new("x-device").unwrap()),
+        ),
+    );
+    let attempt = |account: &str| {
+        send(
+            addr,
+            "POST",
+            "/login",
+            &[
+                ("x-account", account),
+                ("x-device", "d-1"),
+                ("content-type", "application/grpc"),
+                ("content-length", "0"),
+            ],
+        )
+    };
+    for _ in 0..5 {
+        let answer = attempt("alice");
+        assert_eq!(answer.status, 200);
+        assert_eq!(
+            answer.header("grpc-status"),
+            Some("16"),
+            "the handler's answer"
+        );
+    }
+    assert_eq!(
+        guard.strikes("alice"),
+        1,
+        "five failures, not five successes"
+    );
+    assert!(!guard.check("alice", "198.51.100.1").is_allowed());
+    // An account longer than the layer's bound never reaches the guard.
+    let long = "a".repeat(LoginLayer::DEFAULT_MAX_ACCOUNT_LEN + 1);
+    let refused = attempt(&long);
+    assert_ne!(refused.header("grpc-status"), Some("16"), "{refused:?}");
+    assert_ne!(refused.header("grpc-status"), Some("0"), "{refused:?}");
+}

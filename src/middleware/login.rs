@@ -87,6 +87,29 @@ impl LoginOutcome {
             _ => LoginOutcome::Ignore,
         }
     }
+
+    /// How a gRPC response is classified, from its `grpc-status` code: `UNAUTHENTICATED`
+    /// (16) and `PERMISSION_DENIED` (7) are failures, `OK` (0) a success, anything else
+    /// ignored. A gRPC response without `grpc-status` in its headers (the status comes in the
+    /// trailers, after the body) is ignored: its HTTP status is 200 whatever happened.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::middleware::LoginOutcome;
+    ///
+    /// assert_eq!(LoginOutcome::from_grpc_status(Some("16")), LoginOutcome::Failure);
+    /// assert_eq!(LoginOutcome::from_grpc_status(Some("0")), LoginOutcome::Success);
+    /// assert_eq!(LoginOutcome::from_grpc_status(None), LoginOutcome::Ignore);
+    /// ```
+    #[must_use]
+    pub fn from_grpc_status(code: Option<&str>) -> Self {
+        match code.map(str::trim) {
+            Some("16" | "7") => LoginOutcome::Failure,
+            Some("0") => LoginOutcome::Success,
+            _ => LoginOutcome::Ignore,
+        }
+    }
 }
 
 /// Reads the account an attempt is for from the request's head.
@@ -103,6 +126,7 @@ struct Config {
     missing: MissingKey,
     classify: Arc<Classify>,
     grpc: bool,
+    max_account_len: usize,
 }
 
 /// An attempt let through: whom to record its outcome for.
@@ -110,6 +134,8 @@ struct Attempt {
     config: Arc<Config>,
     account: String,
     client: LimitKey,
+    /// The request was gRPC: its outcome is read from `grpc-status`.
+    grpc: bool,
 }
 
 impl Attempt {
@@ -119,6 +145,21 @@ impl Attempt {
         match self.client {
             LimitKey::Ip(ip) => f(LoginClient::from(ip)),
             key => f(LoginClient::Token(&key.to_string())),
+        }
+    }
+
+    /// Records `outcome` for the attempt.
+    fn record(&self, outcome: LoginOutcome) {
+        self.with_client(|client| self.config.guard.record(&self.account, client, outcome));
+    }
+
+    /// The attempt's outcome as `response` tells it.
+    fn outcome_of<B>(&self, response: &Response<B>) -> LoginOutcome {
+        if self.grpc {
+            let code = response.headers().get("grpc-status");
+            LoginOutcome::from_grpc_status(code.and_then(|code| code.to_str().ok()))
+        } else {
+            (self.config.classify)(response.status())
         }
     }
 }
@@ -146,6 +187,15 @@ impl Config {
                 grpc,
             ));
         };
+        if account.len() > config.max_account_len {
+            // The guard keeps the account as a key: a bound keeps each key's memory bounded.
+            return Err(headers::error_response(
+                StatusCode::BAD_REQUEST,
+                "the account in the login request is too long",
+                None,
+                grpc,
+            ));
+        }
         let Some(client) = config.missing.key(&*config.client, &head, grpc)? else {
             return Ok(None);
         };
@@ -153,6 +203,7 @@ impl Config {
             config: Arc::clone(config),
             account,
             client,
+            grpc,
         };
         let decision = attempt.with_client(|client| config.guard.check(&attempt.account, client));
         if decision.is_allowed() {
@@ -194,9 +245,21 @@ impl Config {
 /// When the inner service's response arrives, its status is
 /// [classified](LoginLayer::classify) (default [`LoginOutcome::from_status`]: 401/403 a
 /// failure, 2xx a success) and recorded with [`LoginGuard::record_failure`] or
-/// [`LoginGuard::record_success`]. The guard's check-then-record race applies (see
-/// [`LoginGuard`]): attempts racing on one account may verify a few more passwords than
-/// the limit.
+/// [`LoginGuard::record_success`]. A gRPC request's outcome is read from the response's
+/// `grpc-status` header instead ([`LoginOutcome::from_grpc_status`]), since a failed RPC
+/// answers HTTP 200. An attempt that ends without a response (the client cancelled it, a
+/// timeout dropped it, the handler failed or panicked) counts as a **failure**, so that
+/// cancelling a guess whose answer is slow cannot make it free. The default classification
+/// suits APIs that answer a wrong password with 401; a page that re-renders its form with
+/// 200, or redirects, needs its own [`classify`](LoginLayer::classify).
+///
+/// The guard's check-then-record race applies (see [`LoginGuard`]): attempts on one account
+/// that run in parallel all pass the check before the first records its failure, so an
+/// attacker running many at once verifies about as many guesses per window as it runs in
+/// parallel. Put a [`ConcurrencyLimitLayer`](super::ConcurrencyLimitLayer) keyed by the
+/// account, with a limit of 1, in front of this layer to run one attempt per account at a
+/// time. Accounts longer than
+/// [`max_account_len`](LoginLayer::max_account_len) are refused with `400`.
 ///
 /// Put it on the login route only (axum's `route_layer`): every response it sees is read
 /// as a login attempt.
@@ -226,6 +289,9 @@ pub struct LoginLayer {
 }
 
 impl LoginLayer {
+    /// The default bound on an account's length, in bytes (an e-mail address is at most 254).
+    pub const DEFAULT_MAX_ACCOUNT_LEN: usize = 256;
+
     /// A layer guarding attempts with `guard`, reading each attempt's account with
     /// `account` (`None` or empty: no account, answered 400), its client with [`PeerIp`].
     ///
@@ -256,6 +322,7 @@ impl LoginLayer {
                 missing: MissingKey::default(),
                 classify: Arc::new(LoginOutcome::from_status),
                 grpc: true,
+                max_account_len: Self::DEFAULT_MAX_ACCOUNT_LEN,
             }),
         }
     }
@@ -320,6 +387,25 @@ impl LoginLayer {
         classify: impl Fn(StatusCode) -> LoginOutcome + Send + Sync + 'static,
     ) -> Self {
         Arc::make_mut(&mut self.config).classify = Arc::new(classify);
+        self
+    }
+
+    /// Refuses (with `400`) an account longer than `max` bytes (default
+    /// [`DEFAULT_MAX_ACCOUNT_LEN`](LoginLayer::DEFAULT_MAX_ACCOUNT_LEN)): the guard keeps each
+    /// account it records as a key, so the bound is what one key can cost.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use tollgate::middleware::LoginLayer;
+    /// use tollgate::LoginGuard;
+    ///
+    /// let layer = LoginLayer::new(Arc::new(LoginGuard::new()), |_| None).max_account_len(64);
+    /// ```
+    #[must_use]
+    pub fn max_account_len(mut self, max: usize) -> Self {
+        Arc::make_mut(&mut self.config).max_account_len = max;
         self
     }
 
@@ -469,6 +555,17 @@ pin_project! {
         inner: ResponseFuture<F>,
         attempt: Option<Attempt>,
     }
+
+    impl<F> PinnedDrop for LoginFuture<F> {
+        fn drop(this: Pin<&mut Self>) {
+            // Dropped before its response: the client went away, a timeout fired, the
+            // handler panicked. Counted as a failure, so that cancelling an attempt whose
+            // answer is slow to come (a wrong password, often) cannot make a guess free.
+            if let Some(attempt) = this.project().attempt.take() {
+                attempt.record(LoginOutcome::Failure);
+            }
+        }
+    }
 }
 
 impl<F, B, E> Future for LoginFuture<F>
@@ -479,18 +576,17 @@ where
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
-        // An error from the inner service says nothing about the password: nothing recorded.
-        let response = ready!(this.inner.poll(cx))?;
+        let response = ready!(this.inner.poll(cx));
         if let Some(attempt) = this.attempt.take() {
-            let outcome = (attempt.config.classify)(response.status());
-            attempt.with_client(|client| {
-                attempt
-                    .config
-                    .guard
-                    .record(&attempt.account, client, outcome);
-            });
+            // An error instead of a response counts as a failure, as a dropped attempt does:
+            // otherwise a guess that makes the service fail would cost nothing.
+            let outcome = match &response {
+                Ok(response) => attempt.outcome_of(response),
+                Err(_) => LoginOutcome::Failure,
+            };
+            attempt.record(outcome);
         }
-        Poll::Ready(Ok(response))
+        Poll::Ready(response)
     }
 }
 

@@ -488,10 +488,15 @@ impl Failure {
                 format!("this route's cost cannot be admitted: {error}"),
             ),
             #[cfg(feature = "redis")]
-            Failure::Backend(error) => (
-                StatusCode::SERVICE_UNAVAILABLE,
-                format!("the rate limiter cannot decide: {error}"),
-            ),
+            Failure::Backend(error) => {
+                // The cause (an OS error, a cluster node's address) is for the operator's log,
+                // not for the client.
+                log::warn!("rate limit store unavailable, answering 503: {error}");
+                (
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "the rate limiter cannot decide now".to_owned(),
+                )
+            }
         };
         headers::error_response(status, &detail, None, grpc)
     }
