@@ -6,20 +6,7 @@ use std::time::Duration;
 
 use tollgate::{FakeClock, Policy, RateLimiter};
 
-use crate::ALLOC;
-
-/// A simple deterministic stream of distinct-looking random keys.
-struct Keys(u64);
-
-impl Iterator for Keys {
-    type Item = u64;
-    fn next(&mut self) -> Option<u64> {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        Some(self.0)
-    }
-}
+use crate::{Keys, ALLOC};
 
 #[test]
 fn a_million_random_keys_never_exceed_the_cap_or_grow_memory() {

@@ -9,23 +9,10 @@ use std::time::Duration;
 
 use tollgate::{ConcurrencyLimiter, FakeClock, LoginDecision, LoginGuard};
 
-use crate::ALLOC;
+use crate::{Keys, ALLOC};
 
 const CAP: usize = 10_000;
 const FLOOD: u64 = 1_000_000;
-
-/// A deterministic stream of distinct-looking keys.
-struct Keys(u64);
-
-impl Iterator for Keys {
-    type Item = u64;
-    fn next(&mut self) -> Option<u64> {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        Some(self.0)
-    }
-}
 
 fn ip_of(n: u64) -> String {
     format!(

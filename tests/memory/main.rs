@@ -15,6 +15,19 @@ fn one_at_a_time() -> MutexGuard<'static, ()> {
         .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
+/// A deterministic stream of distinct-looking keys (xorshift64), for floods of new keys.
+struct Keys(u64);
+
+impl Iterator for Keys {
+    type Item = u64;
+    fn next(&mut self) -> Option<u64> {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        Some(self.0)
+    }
+}
+
 mod bounded;
 mod bounded_guards;
 mod reload_memory;
