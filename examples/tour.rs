@@ -339,20 +339,23 @@ fn login_and_concurrency() -> Result<(), Box<dyn std::error::Error>> {
             other => format!("{other:?}"),
         };
         println!("    t={:>4} min  {outcome}", clock.now() / 60_000_000_000);
+        if round == 6 {
+            // During the latest lockout: the owner's device is judged by its own budget.
+            println!(
+                "    during this lockout, alice's own laptop (known): {:?}",
+                guard.check("alice", "alice-laptop")
+            );
+            println!(
+                "    and a client never seen before: {:?}",
+                guard.check("alice", "192.0.2.1")
+            );
+        }
         clock.advance(last.retry_after());
     }
     let cap = guard.config().lockout_after(10).unwrap_or_default();
     println!(
         "    ... doubling with each strike, up to {} h",
         cap.as_secs() / 3600
-    );
-    println!(
-        "  meanwhile alice's own laptop (known): {:?}",
-        guard.check("alice", "alice-laptop")
-    );
-    println!(
-        "  and a client never seen before: {:?}",
-        guard.check("alice", "192.0.2.1")
     );
 
     let jobs: ConcurrencyLimiter<String> = ConcurrencyLimiter::new(2); // 2 running per tenant
