@@ -14,7 +14,6 @@ use std::time::{Duration, Instant};
 use crossbeam_utils::CachePadded;
 
 use crate::clock::{Clock, SystemClock};
-
 use crate::error::ClockError;
 
 /// A clock that trades precision for speed: readings come from a word that a background

@@ -106,8 +106,8 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
         std::ptr::eq(self.generation(guard), generation)
     }
 
-    /// Removes `key` from the older generations, if one still holds it, retiring its state
-    /// and returning the permits it had in use at `now`. The caller holds the key's bucket in
+    /// Removes `key` from the older generations, if one still holds it, and returns the
+    /// permits its state had in use at `now`. The caller holds the key's bucket in
     /// the current generation exclusively, so no other request can create the key meanwhile.
     pub(super) fn take_from_older<Q>(
         &self,

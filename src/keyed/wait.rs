@@ -4,9 +4,7 @@ use std::borrow::Borrow;
 use std::hash::{BuildHasher, Hash};
 
 use crate::clock::Clock;
-
 use crate::decision::Decision;
-
 use crate::wait::Wait;
 
 use super::RateLimiter;

@@ -54,7 +54,6 @@ use std::sync::{Arc, Mutex, PoisonError};
 use scc::HashMap;
 
 use crate::decision::Decision;
-
 use crate::hasher::KeyHasher;
 
 /// One cached refusal.

@@ -4,7 +4,6 @@ use std::fmt;
 use std::time::Duration;
 
 use crate::error::CostError;
-
 use crate::policy::Policy;
 
 /// Why a [`RedisLimiter`](super::RedisLimiter) could not be built or could not decide.

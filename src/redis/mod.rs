@@ -66,11 +66,8 @@ use ::redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use ::redis::cluster::ClusterClientBuilder;
 
 use crate::clock::{Clock, SystemClock};
-
 use crate::decision::Decision;
-
 use crate::error::CostError;
-
 use crate::policy::Policy;
 
 use self::cache::DenyCache;

@@ -9,7 +9,6 @@ use std::fmt::Write as _;
 use std::time::Duration;
 
 use crate::decision::Decision;
-
 use crate::policy::{Algorithm, Policy};
 
 use super::BackendError;
