@@ -32,26 +32,33 @@ struct KnownClient {
     failures: AnyState,
 }
 
-impl KnownClients {
-    /// The client's verdict at `now` when it is known, spending nothing.
-    pub(crate) fn peek(&self, client: &str, now: u64) -> Option<Decision> {
-        let known = self.find(client, now)?;
-        match known.failures.peek(&Fixed(now), 1) {
-            Some(decision) => Some(decision),
+impl KnownClient {
+    /// What the client's next attempt gets at `clock`'s reading, spending nothing.
+    fn next<C: Clock + ?Sized>(&self, clock: &C) -> Decision {
+        match self.failures.peek(clock, 1) {
+            Some(decision) => decision,
             None => unreachable!("a known client's budget is never retired"),
         }
     }
+}
+
+impl KnownClients {
+    /// The client's verdict at `now` when it is known, spending nothing.
+    pub(crate) fn peek(&self, client: &str, now: u64) -> Option<Decision> {
+        Some(self.find(client, now)?.next(&Fixed(now)))
+    }
 
     /// Spends one failure from the client's own budget when it is known (a full budget stays
-    /// as it is); whether it is known.
-    pub(crate) fn fail<C: Clock + ?Sized>(&self, client: &str, clock: &C, now: u64) -> bool {
-        match self.find(client, now) {
-            Some(known) => {
-                let _ = known.failures.try_acquire(clock, 1);
-                true
-            }
-            None => false,
-        }
+    /// as it is), and returns what its next attempt gets; `None` when it is not known.
+    pub(crate) fn fail<C: Clock + ?Sized>(
+        &self,
+        client: &str,
+        clock: &C,
+        now: u64,
+    ) -> Option<Decision> {
+        let known = self.find(client, now)?;
+        let _ = known.failures.try_acquire(clock, 1);
+        Some(known.next(clock))
     }
 
     /// Makes `client` known until `until`, with a fresh budget under `policy`: in its own

@@ -376,12 +376,12 @@ impl<C: Clock> LoginGuard<C> {
         let now = self.clock().now();
         if self.remember > 0 {
             let known_key = client.known_key();
-            let known = self
+            let own = self
                 .known
                 .read(account, |known| known.fail(&known_key, self.clock(), now))
-                .unwrap_or(false);
-            if known {
-                return self.check(account, client);
+                .flatten();
+            if let Some(own) = own {
+                return LoginDecision::known(own);
             }
         }
         let spent = self.accounts.try_acquire(account);
