@@ -6,13 +6,23 @@
 //! cargo run --release --example hot_path -- 31 2000000
 //! ```
 //!
+//! Contestants: tollgate, governor and, in every keyed case but the cached-clock ones,
+//! `mutex_fast`: the version a user would write by hand, the same GCRA (tollgate's
+//! arithmetic, `remaining` and the wait included) in a `parking_lot::Mutex<HashMap<K, u64>>`
+//! with foldhash, String keys looked up by `&str`. It is the benchmarks' own code
+//! (benches/limiters/baseline.rs). The ratio columns are tollgate's speed-up, the other's
+//! time over tollgate's (above 1x, tollgate is faster); `tg/floor` is tollgate's time over
+//! the floor's.
+//!
 //! Every contestant is called through a function that is never inlined, so all pay the same
 //! call; each row is the fastest repetition, in ns per decision. Interference from other
 //! processes only ever adds time, so the minimum is the closest to what the code costs.
-//! Contestants take turns, one repetition each per round. The thread rows start 2 threads
-//! together and report wall time / (2 x calls), ns per decision of aggregate throughput, as
-//! the median of the repetitions in which the two threads really ran side by side (the
-//! fastest would be one where they did not).
+//! Contestants take turns, one repetition each per round. The thread rows start 2 or 4
+//! threads together and report wall time / (threads x calls), ns per decision of aggregate
+//! throughput, as the median of the repetitions in which all the threads' spans overlapped
+//! (the fastest would be one where they did not run side by side). On 2 cores, 4 threads
+//! oversubscribe: they run time-sliced, and may be preempted holding a lock; as they cannot
+//! all run side by side, their rows are the median of every repetition.
 
 use std::borrow::Borrow;
 use std::hash::Hash;
@@ -27,6 +37,13 @@ use governor::middleware::NoOpMiddleware;
 use governor::state::keyed::DashMapStateStore;
 use governor::state::{InMemoryState, NotKeyed};
 use tollgate::{Clock, CoarseClock, Decision, DirectLimiter, Policy, RateLimiter, SystemClock};
+
+// The benchmarks' lock baselines; only the hand-written mutex version is used here.
+#[path = "../benches/limiters/baseline.rs"]
+#[allow(dead_code)]
+mod baseline;
+
+use baseline::{MutexFast, Verdict};
 
 type GovKeyed<K> = governor::DefaultKeyedRateLimiter<K>;
 type GovCachedDirect = governor::RateLimiter<NotKeyed, InMemoryState, QuantaUpkeepClock>;
@@ -85,6 +102,15 @@ fn gov_keyed<K: Hash + Eq + Clone, C: governor::clock::Clock>(
     l.check_key(k).is_ok()
 }
 
+#[inline(never)]
+fn mutex_fast<K, Q>(l: &MutexFast<K>, k: &Q) -> Verdict
+where
+    K: Hash + Eq + Send + Borrow<Q> + From<Q::Owned>,
+    Q: Hash + Eq + ToOwned + ?Sized,
+{
+    l.check(k)
+}
+
 struct Bench {
     reps: usize,
     calls: u64,
@@ -109,16 +135,22 @@ impl Bench {
         best
     }
 
-    /// The median of `reps` runs of 2 threads x `calls` calls of each contestant, taking
-    /// turns as in `single`, in ns per decision of aggregate throughput. Not the fastest:
-    /// a run in which the two threads hardly overlapped (one was descheduled) looks like a
-    /// single thread's and would win. Runs whose threads overlapped for less than 90% of
-    /// their wall time are left out, and the count kept is printed.
-    fn two_threads<const N: usize>(&self, fs: [&(dyn Fn() + Sync); N]) -> [(f64, usize); N] {
+    /// The median of `reps` runs of `threads` threads x `calls` calls of each contestant,
+    /// taking turns as in `single`, in ns per decision of aggregate throughput. Not the
+    /// fastest: a run in which the threads hardly overlapped (one was descheduled) looks
+    /// like fewer threads' and would win. Runs in which the span all threads shared was less
+    /// than 90% of the wall time are left out, and the count kept is printed. With more
+    /// threads than cores they cannot all run side by side, so every run is kept.
+    fn threads<const N: usize>(
+        &self,
+        threads: usize,
+        fs: [&(dyn Fn() + Sync); N],
+    ) -> [(f64, usize); N] {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         let mut runs: [Vec<f64>; N] = std::array::from_fn(|_| Vec::new());
         for _ in 0..self.reps {
             for (f, runs) in fs.iter().zip(runs.iter_mut()) {
-                let barrier = Barrier::new(2);
+                let barrier = Barrier::new(threads);
                 let spans: Vec<(Instant, Instant)> = std::thread::scope(|s| {
                     let run = || {
                         barrier.wait();
@@ -128,18 +160,20 @@ impl Bench {
                         }
                         (start, Instant::now())
                     };
-                    let a = s.spawn(run);
-                    let b = s.spawn(run);
-                    vec![a.join().expect("thread"), b.join().expect("thread")]
+                    let handles: Vec<_> = (0..threads).map(|_| s.spawn(run)).collect();
+                    handles
+                        .into_iter()
+                        .map(|h| h.join().expect("thread"))
+                        .collect()
                 });
-                let start = spans.iter().map(|s| s.0).min().expect("two spans");
-                let end = spans.iter().map(|s| s.1).max().expect("two spans");
-                let overlap_start = spans.iter().map(|s| s.0).max().expect("two spans");
-                let overlap_end = spans.iter().map(|s| s.1).min().expect("two spans");
+                let start = spans.iter().map(|s| s.0).min().expect("spans");
+                let end = spans.iter().map(|s| s.1).max().expect("spans");
+                let overlap_start = spans.iter().map(|s| s.0).max().expect("spans");
+                let overlap_end = spans.iter().map(|s| s.1).min().expect("spans");
                 let wall = (end - start).as_secs_f64();
                 let overlap = overlap_end.saturating_duration_since(overlap_start);
-                if overlap.as_secs_f64() >= 0.9 * wall {
-                    runs.push(wall * 1e9 / (2 * self.calls) as f64);
+                if threads > cores || overlap.as_secs_f64() >= 0.9 * wall {
+                    runs.push(wall * 1e9 / (threads as u64 * self.calls) as f64);
                 }
             }
         }
@@ -168,11 +202,18 @@ fn shuffled(n: usize) -> Vec<usize> {
     order
 }
 
-fn row(case: &str, tollgate: f64, governor: f64, floor: Option<f64>) {
-    let floor = floor.map_or(String::from("-"), |f| format!("{:.2}x", tollgate / f));
+/// One row of the table: the times in ns per decision, tollgate's speed-up against governor
+/// and against the mutex version (their time over tollgate's), tollgate's time over the
+/// floor's. `-` where a case has no mutex version (not keyed) or no floor.
+fn row(case: &str, tollgate: f64, governor: f64, mutex: Option<f64>, floor: Option<f64>) {
+    let time = |t: Option<f64>| t.map_or(String::from("-"), |t| format!("{t:.2}"));
+    let ratio = |r: Option<f64>| r.map_or(String::from("-"), |r| format!("{r:.2}x"));
     println!(
-        "{case:<30} {tollgate:>9.2} {governor:>9.2} {:>13.2}x {floor:>10}",
-        governor / tollgate
+        "{case:<30} {tollgate:>9.2} {governor:>9.2} {:>10} {:>12} {:>13} {:>9}",
+        time(mutex),
+        ratio(Some(governor / tollgate)),
+        ratio(mutex.map(|m| m / tollgate)),
+        ratio(floor.map(|f| tollgate / f)),
     );
 }
 
@@ -190,8 +231,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         bench.reps, bench.calls
     );
     println!(
-        "{:<30} {:>9} {:>9} {:>14} {:>10}",
-        "case", "tollgate", "governor", "tg speed-up", "tg/floor"
+        "{:<30} {:>9} {:>9} {:>10} {:>12} {:>13} {:>9}",
+        "case", "tollgate", "governor", "mutex_fast", "vs governor", "vs mutex_fast", "tg/floor"
     );
 
     let fl = Floor {
@@ -212,33 +253,44 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         },
     ]);
     println!("{:<30} {f:>9.2}", "floor");
-    row("direct", t, g, Some(f));
+    row("direct", t, g, None, Some(f));
+
+    // The mutex version's policy: the same 10^9 permits per 10^9 ns.
+    let (permits, window_nanos) = (1_000_000_000, 1_000_000_000);
 
     let k: RateLimiter<u64> = RateLimiter::new(policy);
     let gk: GovKeyed<u64> = governor::RateLimiter::keyed(quota);
+    let mk: MutexFast<u64> = MutexFast::new(permits, window_nanos);
     let key = 42_u64;
-    let [t, g] = bench.single([
+    let [t, g, m] = bench.single([
         &mut || {
             let _ = black_box(keyed(black_box(&k), black_box(&key)));
         },
         &mut || {
             black_box(gov_keyed(black_box(&gk), black_box(&key)));
         },
+        &mut || {
+            black_box(mutex_fast(black_box(&mk), black_box(&key)));
+        },
     ]);
-    row("keyed hot u64", t, g, Some(f));
+    row("keyed hot u64", t, g, Some(m), Some(f));
 
     let s: RateLimiter<String> = RateLimiter::new(policy);
     let gs: GovKeyed<String> = governor::RateLimiter::keyed(quota);
+    let ms: MutexFast<String> = MutexFast::new(permits, window_nanos);
     let owned = String::from("user-000042");
-    let [t, g] = bench.single([
+    let [t, g, m] = bench.single([
         &mut || {
             let _ = black_box(keyed(black_box(&s), black_box(owned.as_str())));
         },
         &mut || {
             black_box(gov_keyed(black_box(&gs), black_box(&owned)));
         },
+        &mut || {
+            black_box(mutex_fast(black_box(&ms), black_box(owned.as_str())));
+        },
     ]);
-    row("keyed hot String by &str", t, g, Some(f));
+    row("keyed hot String by &str", t, g, Some(m), Some(f));
 
     let n = 100_000;
     let order = shuffled(n);
@@ -246,6 +298,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     for key in &u64_keys {
         assert!(keyed(&k, key).is_allowed());
         assert!(gov_keyed(&gk, key));
+        assert!(mutex_fast(&mk, key).allowed);
     }
     // Each contestant walks the keys in the same shuffled order with a cursor of its own.
     let cursor = |n: usize| {
@@ -255,44 +308,54 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             i
         }
     };
-    let (mut next_t, mut next_g) = (cursor(n), cursor(n));
-    let [t, g] = bench.single([
+    let (mut next_t, mut next_g, mut next_m) = (cursor(n), cursor(n), cursor(n));
+    let [t, g, m] = bench.single([
         &mut || {
             let _ = black_box(keyed(&k, &u64_keys[next_t()]));
         },
         &mut || {
             black_box(gov_keyed(&gk, &u64_keys[next_g()]));
         },
+        &mut || {
+            black_box(mutex_fast(&mk, &u64_keys[next_m()]));
+        },
     ]);
-    row("100k u64 keys, random", t, g, None);
+    row("100k u64 keys, random", t, g, Some(m), None);
 
     let strings: Vec<String> = order.iter().map(|i| format!("user-{i:06}")).collect();
     for key in &strings {
         assert!(keyed(&s, key).is_allowed());
         assert!(gov_keyed(&gs, key));
+        assert!(mutex_fast(&ms, key.as_str()).allowed);
     }
-    let (mut next_t, mut next_g) = (cursor(n), cursor(n));
-    let [t, g] = bench.single([
+    let (mut next_t, mut next_g, mut next_m) = (cursor(n), cursor(n), cursor(n));
+    let [t, g, m] = bench.single([
         &mut || {
             let _ = black_box(keyed(&s, &strings[next_t()]));
         },
         &mut || {
             black_box(gov_keyed(&gs, &strings[next_g()]));
         },
+        &mut || {
+            black_box(mutex_fast(&ms, strings[next_m()].as_str()));
+        },
     ]);
-    row("100k String keys, random", t, g, None);
+    row("100k String keys, random", t, g, Some(m), None);
 
-    // The same keys held as `Box<str>` (no capacity word) by both limiters; tollgate is
-    // still asked by `&str`, governor by `&Box<str>`.
+    // The same keys held as `Box<str>` (no capacity word) by all three; tollgate and
+    // governor are asked by `&Box<str>`, the mutex version by `&str` (the same bytes hashed).
     let b: RateLimiter<Box<str>> = RateLimiter::new(policy);
     let gb: GovKeyed<Box<str>> = governor::RateLimiter::keyed(quota);
+    let mb: MutexFast<Box<str>> = MutexFast::new(permits, window_nanos);
     let boxed: Vec<Box<str>> = strings.iter().map(|s| s.as_str().into()).collect();
     for key in &boxed {
         assert!(keyed(&b, key).is_allowed());
         assert!(gov_keyed(&gb, key));
+        assert!(mutex_fast(&mb, &**key).allowed);
     }
-    let (mut next_t, mut next_g, mut next_s) = (cursor(n), cursor(n), cursor(n));
-    let [t, g, gs_time] = bench.single([
+    let (mut next_t, mut next_g, mut next_m, mut next_s) =
+        (cursor(n), cursor(n), cursor(n), cursor(n));
+    let [t, g, m, gs_time] = bench.single([
         &mut || {
             let _ = black_box(keyed(&b, &boxed[next_t()]));
         },
@@ -300,37 +363,57 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             black_box(gov_keyed(&gb, &boxed[next_g()]));
         },
         &mut || {
+            black_box(mutex_fast(&mb, &*boxed[next_m()]));
+        },
+        &mut || {
             black_box(gov_keyed(&gs, &strings[next_s()]));
         },
     ]);
-    row("100k Box<str> keys, random", t, g, None);
-    row("  tollgate Box<str>, gov String", t, gs_time, None);
+    row("100k Box<str> keys, random", t, g, Some(m), None);
+    row("  tollgate Box<str>, gov String", t, gs_time, None, None);
 
-    let [(t, tn), (g, gn)] = bench.two_threads([
-        &|| {
-            let _ = black_box(direct(black_box(&d)));
-        },
-        &|| {
-            black_box(gov_direct(black_box(&gd)));
-        },
-    ]);
-    row("2 threads, direct *", t, g, None);
-    let mut kept = vec![tn, gn];
+    // The thread rows: the label of each and the runs kept per contestant.
+    let mut kept: Vec<(&str, Vec<usize>)> = Vec::new();
+    let [(t, tn), (g, gn)] = bench.threads(
+        2,
+        [
+            &|| {
+                let _ = black_box(direct(black_box(&d)));
+            },
+            &|| {
+                black_box(gov_direct(black_box(&gd)));
+            },
+        ],
+    );
+    row("2 threads, direct *", t, g, None, None);
+    kept.push(("2 threads, direct", vec![tn, gn]));
 
-    let [(t, tn), (g, gn)] = bench.two_threads([
-        &|| {
-            let _ = black_box(keyed(&k, black_box(&key)));
-        },
-        &|| {
-            black_box(gov_keyed(&gk, black_box(&key)));
-        },
-    ]);
-    row("2 threads, one u64 key *", t, g, None);
-    kept.extend([tn, gn]);
+    for (threads, case) in [
+        (2, "2 threads, one u64 key *"),
+        (4, "4 threads, one u64 key *"),
+    ] {
+        let [(t, tn), (g, gn), (m, mn)] = bench.threads(
+            threads,
+            [
+                &|| {
+                    let _ = black_box(keyed(&k, black_box(&key)));
+                },
+                &|| {
+                    black_box(gov_keyed(&gk, black_box(&key)));
+                },
+                &|| {
+                    black_box(mutex_fast(&mk, black_box(&key)));
+                },
+            ],
+        );
+        row(case, t, g, Some(m), None);
+        kept.push((case.trim_end_matches(" *"), vec![tn, gn, mn]));
+    }
 
     // Both limiters on their opt-in cached clocks refreshed every millisecond (tollgate's
     // CoarseClock, governor's QuantaUpkeepClock) and on their default clocks, all fresh and
-    // holding one key, all in the same rounds.
+    // holding one key, all in the same rounds. A comparison of clocks: the mutex version,
+    // on the default clock only, is in the rows above.
     println!("\ncached clocks ({CACHED_RESOLUTION:?} resolution), all in one set of rounds:");
     let coarse = CoarseClock::new(CACHED_RESOLUTION)?;
     let upkeep = QuantaUpkeepClock::from_interval(CACHED_RESOLUTION)?;
@@ -389,15 +472,22 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .zip(times.chunks(4))
     {
         let [cached, gov_cached, default, gov_default] = [t[0], t[1], t[2], t[3]];
-        row(&format!("{case}, cached"), cached, gov_cached, None);
-        row("  both on default clocks", default, gov_default, None);
-        row("  tg cached, gov default", cached, gov_default, None);
+        row(&format!("{case}, cached"), cached, gov_cached, None, None);
+        row("  both on default clocks", default, gov_default, None, None);
+        row("  tg cached, gov default", cached, gov_default, None, None);
     }
 
+    let kept: Vec<String> = kept
+        .iter()
+        .map(|(case, n)| format!("{case} {n:?}"))
+        .collect();
     println!(
-        "\n* median of the runs whose 2 threads overlapped for >= 90% of their wall time \
-         (kept per contestant: {kept:?} of {})",
-        bench.reps
+        "\n* median of the runs in which all threads' spans overlapped for >= 90% of the wall \
+         time (of all runs where there are more threads than the {} cores); runs kept of {} \
+         per contestant (tollgate, governor, mutex_fast): {}",
+        std::thread::available_parallelism().map_or(1, |n| n.get()),
+        bench.reps,
+        kept.join(", ")
     );
     Ok(())
 }

@@ -53,6 +53,7 @@ CONTESTANTS = [
     "governor",
     "std_mutex",
     "parking_lot",
+    "mutex_fast",
     "floor",
     "tollgate_default_clock",
     "governor_default_clock",
@@ -192,6 +193,7 @@ COLORS = {
     "tollgate_foldhash": "#6cc3a0",
     "governor": "#8a8a8a",
     "parking_lot": "#c98a2b",
+    "mutex_fast": "#b5523b",
     "floor": "#3b5fa8",
 }
 

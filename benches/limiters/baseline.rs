@@ -4,10 +4,16 @@
 //! Every contestant reads the same clock (`tollgate::SystemClock`, i.e. `quanta`) and the
 //! lock baselines run tollgate's own arithmetic (debt clamped to the burst, remaining permits
 //! computed on every admission), so the only difference left is how the state is shared.
+//!
+//! The keyed baselines are one `HashMap` of TATs behind one lock: with SipHash (the standard
+//! default) behind `std::sync::Mutex` or `parking_lot::Mutex` (`std_mutex`, `parking_lot`),
+//! and [`MutexFast`] (`mutex_fast`), the version a user would write by hand with a fast hash:
+//! `parking_lot::Mutex<HashMap<K, u64, foldhash::fast::RandomState>>`.
 
 use std::borrow::Borrow;
+use std::collections::hash_map::RandomState;
 use std::collections::HashMap;
-use std::hash::Hash;
+use std::hash::{BuildHasher, Hash};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crossbeam_utils::CachePadded;
@@ -118,30 +124,46 @@ impl<L: Lock<u64>> LockedDirect<L> {
     }
 }
 
-/// A keyed GCRA: one `std::collections::HashMap` (SipHash, the standard default) of TATs
-/// behind one lock, the limiter most services write first.
-pub struct LockedKeyed<K, L> {
+/// A keyed GCRA: one `HashMap` of TATs behind one lock, the limiter most services write
+/// first. `S` is the map's hasher: SipHash (`std`'s `RandomState`, the standard default)
+/// unless given.
+pub struct LockedKeyed<K, L, S = RandomState> {
     map: L,
     gcra: Gcra,
     clock: SystemClock,
-    _key: std::marker::PhantomData<K>,
+    _key: std::marker::PhantomData<(K, S)>,
 }
 
-impl<K: Hash + Eq + Send, L: Lock<HashMap<K, u64>>> LockedKeyed<K, L> {
+/// The hasher of [`MutexFast`]: foldhash's fast variant, randomly seeded.
+pub type FastHash = foldhash::fast::RandomState;
+
+/// The hand-written mutex version with a fast hash (`mutex_fast` in the `keyed_hot`,
+/// `keyed_many` and `threads` groups): a `HashMap` of TATs with [`FastHash`] behind
+/// `parking_lot::Mutex`, String keys looked up by `&str`.
+pub type MutexFast<K> = LockedKeyed<K, PlMutex<HashMap<K, u64, FastHash>>, FastHash>;
+
+impl<K, L, S> LockedKeyed<K, L, S>
+where
+    K: Hash + Eq + Send,
+    L: Lock<HashMap<K, u64, S>>,
+    S: BuildHasher + Default,
+{
     pub fn new(permits: u64, window_nanos: u64) -> Self {
         LockedKeyed {
-            map: L::new(HashMap::new()),
+            map: L::new(HashMap::with_hasher(S::default())),
             gcra: Gcra::new(permits, window_nanos),
             clock: SystemClock::new(),
             _key: std::marker::PhantomData,
         }
     }
 
+    /// Decides for `key`, inserting it on its first request. Any borrowed form of the key
+    /// will do (`&str` for `String` and `Box<str>` keys), as with tollgate's `try_acquire`.
     #[inline]
     pub fn check<Q>(&self, key: &Q) -> Verdict
     where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+        K: Borrow<Q> + From<Q::Owned>,
+        Q: Hash + Eq + ToOwned + ?Sized,
     {
         self.map.with(|map| {
             let now = self.clock.now();
@@ -149,7 +171,7 @@ impl<K: Hash + Eq + Send, L: Lock<HashMap<K, u64>>> LockedKeyed<K, L> {
                 Some(tat) => self.gcra.decide(tat, now),
                 None => self
                     .gcra
-                    .decide(map.entry(key.to_owned()).or_insert(0), now),
+                    .decide(map.entry(K::from(key.to_owned())).or_insert(0), now),
             }
         })
     }

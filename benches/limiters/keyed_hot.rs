@@ -5,14 +5,16 @@
 //! `&str`; governor's `check_key` takes `&K`, so it gets a `&String`, the best it can do).
 //! Contestants: tollgate with its default hasher (aHash) and with foldhash, governor keyed
 //! (its default: DashMap + SipHash), the same GCRA in one `HashMap` (SipHash) behind
-//! `std::sync::Mutex` and `parking_lot::Mutex`, and the direct floor for reference.
+//! `std::sync::Mutex` and `parking_lot::Mutex`, the hand-written mutex version with a fast
+//! hash (`mutex_fast`: `parking_lot::Mutex` around a `HashMap` with foldhash), and the
+//! direct floor for reference.
 
 use std::hint::black_box;
 
 use criterion::Criterion;
 use tollgate::{RateLimiter, SystemClock};
 
-use crate::baseline::{Floor, LockedKeyed, PlMutex, StdMutex};
+use crate::baseline::{Floor, LockedKeyed, MutexFast, PlMutex, StdMutex};
 use crate::common::{self, FAST, FAST_PERMITS, FAST_WINDOW_NANOS};
 
 pub fn bench(c: &mut Criterion) {
@@ -53,6 +55,11 @@ fn hot_u64(c: &mut Criterion) {
         b.iter(|| black_box(parking_lot.check(black_box(&key))).allowed)
     });
 
+    let mutex_fast = MutexFast::<u64>::new(FAST_PERMITS, FAST_WINDOW_NANOS);
+    g.bench_function("mutex_fast", |b| {
+        b.iter(|| black_box(mutex_fast.check(black_box(&key))).allowed)
+    });
+
     let floor = Floor::new();
     g.bench_function("floor", |b| b.iter(|| black_box(floor.check())));
     g.finish();
@@ -90,6 +97,11 @@ fn hot_str(c: &mut Criterion) {
     let parking_lot = LockedKeyed::<String, PlMutex<_>>::new(FAST_PERMITS, FAST_WINDOW_NANOS);
     g.bench_function("parking_lot", |b| {
         b.iter(|| black_box(parking_lot.check(black_box(key))).allowed)
+    });
+
+    let mutex_fast = MutexFast::<String>::new(FAST_PERMITS, FAST_WINDOW_NANOS);
+    g.bench_function("mutex_fast", |b| {
+        b.iter(|| black_box(mutex_fast.check(black_box(key))).allowed)
     });
 
     let floor = Floor::new();

@@ -6,13 +6,16 @@
 //! `keyed_many_u64_1m_seq`, `keyed_many_u64_1m_random` (keys `0..n`, visited in key order or
 //! in a fixed shuffle) and `keyed_many_string_100k_random` (11-byte `user-000042` keys,
 //! shuffled; tollgate looks up by `&str`, governor by `&String`).
+//! Contestants: tollgate with aHash and with foldhash, governor keyed, and the same GCRA in
+//! one `HashMap` behind `parking_lot::Mutex`, with SipHash (`parking_lot`) and with foldhash
+//! (`mutex_fast`, the hand-written mutex version with a fast hash; `&str` lookups).
 
 use std::hint::black_box;
 
 use criterion::{BenchmarkGroup, Criterion};
 use tollgate::{RateLimiter, SystemClock};
 
-use crate::baseline::{LockedKeyed, PlMutex};
+use crate::baseline::{LockedKeyed, MutexFast, PlMutex};
 use crate::common::{self, Cycle, FAST, FAST_PERMITS, FAST_WINDOW_NANOS};
 
 type Group<'a> = BenchmarkGroup<'a, criterion::measurement::WallTime>;
@@ -88,6 +91,15 @@ fn u64_keys(g: &mut Group<'_>, keys: &[u64], order: &[u64]) {
             b.iter(|| black_box(parking_lot.check(walk.next())).allowed)
         });
     }
+    {
+        let mutex_fast = MutexFast::<u64>::new(FAST_PERMITS, FAST_WINDOW_NANOS);
+        keys.iter()
+            .for_each(|k| assert!(mutex_fast.check(k).allowed));
+        let mut walk = Cycle::new(order, 0);
+        g.bench_function("mutex_fast", |b| {
+            b.iter(|| black_box(mutex_fast.check(walk.next())).allowed)
+        });
+    }
 }
 
 fn string_keys(g: &mut Group<'_>, keys: &[String], order: &[&str], order_owned: &[&String]) {
@@ -129,6 +141,15 @@ fn string_keys(g: &mut Group<'_>, keys: &[String], order: &[&str], order_owned: 
         let mut walk = Cycle::new(order, 0);
         g.bench_function("parking_lot", |b| {
             b.iter(|| black_box(parking_lot.check(*walk.next())).allowed)
+        });
+    }
+    {
+        let mutex_fast = MutexFast::<String>::new(FAST_PERMITS, FAST_WINDOW_NANOS);
+        keys.iter()
+            .for_each(|k| assert!(mutex_fast.check(k.as_str()).allowed));
+        let mut walk = Cycle::new(order, 0);
+        g.bench_function("mutex_fast", |b| {
+            b.iter(|| black_box(mutex_fast.check(*walk.next())).allowed)
         });
     }
 }

@@ -13,15 +13,17 @@
 //! | `direct` | `direct`, `direct_denied` |
 //! | `keyed_hot` | `keyed_hot_u64`, `keyed_hot_str` |
 //! | `keyed_many` | `keyed_many_{u64_100k,u64_1m}_{seq,random}`, `keyed_many_string_100k_random` |
-//! | `threads` | `threads_one_key`, `threads_many_keys` (1, 2, 8 threads) |
+//! | `threads` | `threads_one_key`, `threads_many_keys` (1, 2, 4, 8 threads) |
 //! | `algorithms` | `algorithms_direct`, `algorithms_keyed_hot` |
 //! | `evict` | `evict_1m` |
 //! | `cached_clock` | `cached_clock_direct`, `cached_clock_keyed_hot_str`: both on their opt-in cached clocks |
 //! | `primitives` | `primitives`, `maps_hot_u64`: the parts, timed alone |
 //!
 //! Contestant names are the same everywhere: `tollgate`, `tollgate_foldhash`, `governor`,
-//! `std_mutex`, `parking_lot` (the same GCRA behind a lock, in `baseline`), `floor` (one
-//! clock read, one load, one compare-and-swap). See docs/BENCHMARKS.md for the results.
+//! `std_mutex`, `parking_lot` (the same GCRA behind a lock, keyed ones in a SipHash
+//! `HashMap`, in `baseline`), `mutex_fast` (in `keyed_hot`, `keyed_many` and `threads`: the
+//! version a user would write by hand, `parking_lot::Mutex<HashMap>` with foldhash), `floor`
+//! (one clock read, one load, one compare-and-swap). See docs/BENCHMARKS.md for the results.
 
 mod algorithms;
 mod baseline;

@@ -1,5 +1,6 @@
-//! `threads`: 1, 2 and 8 threads deciding at once (the machine the numbers in
-//! docs/BENCHMARKS.md come from has 2 cores, so 8 threads measure oversubscription).
+//! `threads`: 1, 2, 4 and 8 threads deciding at once (the machine the numbers in
+//! docs/BENCHMARKS.md come from has 2 cores, so 4 and 8 threads measure oversubscription:
+//! threads preempted while they hold a lock or between a load and its compare-and-swap).
 //!
 //! Convention: each sample spawns `T` threads that wait on a barrier, then each makes
 //! `iters` decisions. The wall time from the first thread's start to the last thread's end
@@ -11,7 +12,9 @@
 //! map bucket are shared by all) and `threads_many_keys` (100,000 `u64` keys pre-inserted,
 //! each thread walking the same shuffled order from its own offset). The value in each
 //! benchmark id is the thread count. Contestants: tollgate (default hasher), governor keyed,
-//! and, on one key, the same GCRA in a `HashMap` behind `parking_lot::Mutex`.
+//! the hand-written mutex version with a fast hash (`mutex_fast`: the same GCRA in one
+//! `HashMap` with foldhash behind `parking_lot::Mutex`), and, on one key, the same with
+//! SipHash (`parking_lot`).
 
 use std::hint::black_box;
 use std::sync::Barrier;
@@ -20,10 +23,10 @@ use std::time::{Duration, Instant};
 use criterion::{BenchmarkId, Criterion};
 use tollgate::RateLimiter;
 
-use crate::baseline::{LockedKeyed, PlMutex};
+use crate::baseline::{LockedKeyed, MutexFast, PlMutex};
 use crate::common::{self, Cycle, FAST, FAST_PERMITS, FAST_WINDOW_NANOS};
 
-const THREADS: [usize; 3] = [1, 2, 8];
+const THREADS: [usize; 4] = [1, 2, 4, 8];
 const MANY: usize = 100_000;
 
 /// Runs `work(thread, iters)` on `threads` threads started together; returns the wall time
@@ -104,6 +107,17 @@ fn one_key(c: &mut Criterion) {
                 })
             })
         });
+
+        let mutex_fast = MutexFast::<u64>::new(FAST_PERMITS, FAST_WINDOW_NANOS);
+        g.bench_function(BenchmarkId::new("mutex_fast", threads), |b| {
+            b.iter_custom(|iters| {
+                run(threads, iters, |_, iters| {
+                    for _ in 0..iters {
+                        black_box(mutex_fast.check(&key).allowed);
+                    }
+                })
+            })
+        });
     }
     g.finish();
 }
@@ -115,9 +129,11 @@ fn many_keys(c: &mut Criterion) {
         .collect();
     let tollgate: RateLimiter<u64> = RateLimiter::new(common::policy(FAST));
     let governor = governor::RateLimiter::<u64, _, _>::keyed(common::governor_fast());
+    let mutex_fast = MutexFast::<u64>::new(FAST_PERMITS, FAST_WINDOW_NANOS);
     for k in 0..MANY as u64 {
         assert!(tollgate.try_acquire(&k).is_allowed());
         assert!(governor.check_key(&k).is_ok());
+        assert!(mutex_fast.check(&k).allowed);
     }
 
     let mut g = common::slow_group(c, "threads_many_keys", 30);
@@ -138,6 +154,16 @@ fn many_keys(c: &mut Criterion) {
                     let mut walk = Cycle::new(&order, t * MANY / threads);
                     for _ in 0..iters {
                         black_box(governor.check_key(walk.next()).is_ok());
+                    }
+                })
+            })
+        });
+        g.bench_function(BenchmarkId::new("mutex_fast", threads), |b| {
+            b.iter_custom(|iters| {
+                run(threads, iters, |t, iters| {
+                    let mut walk = Cycle::new(&order, t * MANY / threads);
+                    for _ in 0..iters {
+                        black_box(mutex_fast.check(walk.next()).allowed);
                     }
                 })
             })
