@@ -806,7 +806,8 @@ impl RedisLimiter {
     fn fallback(&self, key: &str, cost: u64, err: BackendError) -> Result<Decision, BackendError> {
         let inner = &*self.inner;
         bump(&inner.counters.failure_decisions);
-        let limit = inner.policy.permits();
+        // Open and Closed read no band's state: they report the shortest window's permits.
+        let limit = inner.policy.first_band().permits();
         let wait = u64::try_from(inner.breaker.probe_interval().as_nanos()).unwrap_or(u64::MAX);
         match &inner.failure {
             FailurePolicy::Error => Err(err),
