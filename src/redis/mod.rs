@@ -117,7 +117,8 @@ struct Inner {
     failure: FailurePolicy,
     breaker: Breaker,
     cache: Option<DenyCache>,
-    /// The injected clock whose readings replace Redis `TIME` (tests only).
+    /// The injected clock whose readings replace Redis `TIME` (tests only: see
+    /// `RedisLimiterBuilder::test_clock`); always `None` without the `test-util` feature.
     test_clock: Option<Arc<dyn Clock>>,
     /// The deny cache's clock: the test clock, or a monotonic one.
     clock: Arc<dyn Clock>,
@@ -162,6 +163,7 @@ pub struct RedisLimiterBuilder {
     probe_interval: Duration,
     failure: FailurePolicy,
     deny_cache: usize,
+    /// Set only by `test_clock` (feature `test-util`).
     test_clock: Option<Arc<dyn Clock>>,
 }
 
@@ -271,8 +273,8 @@ impl RedisLimiterBuilder {
         self
     }
 
-    /// **For tests only.** Decide at this clock's readings (rounded down to microseconds)
-    /// instead of Redis `TIME`, so that a test can drive time, as with a
+    /// **For tests only** (feature `test-util`). Decide at this clock's readings (rounded
+    /// down to microseconds) instead of Redis `TIME`, so that a test can drive time, as with a
     /// [`FakeClock`](crate::FakeClock) in process. Every limiter that shares keys must then
     /// share this clock, and keys get no expiry (Redis expires keys on its own clock, which
     /// an injected time does not follow). Readings must stay below 2^52 µs.
@@ -285,6 +287,7 @@ impl RedisLimiterBuilder {
     ///     .test_clock(FakeClock::new());
     /// # Ok::<(), tollgate::PolicyError>(())
     /// ```
+    #[cfg(feature = "test-util")]
     pub fn test_clock(mut self, clock: impl Clock + 'static) -> Self {
         self.test_clock = Some(Arc::new(clock));
         self
