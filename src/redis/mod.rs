@@ -75,7 +75,7 @@ use self::conn::Conn;
 pub use self::error::BackendError;
 use self::failure::{bump, Breaker, Counters};
 pub use self::failure::{BackendStats, FailurePolicy};
-use self::script::Bands;
+use self::script::{Ask, Bands};
 
 /// A rate limiter whose per-key state lives in Redis or a Redis Cluster: every server that
 /// shares the Redis and the key prefix shares one limit per key.
@@ -530,7 +530,7 @@ impl RedisLimiter {
     /// # }
     /// ```
     pub async fn try_acquire(&self, key: &str) -> Result<Decision, BackendError> {
-        self.decide(key, 1).await
+        self.decide(key, Ask::Acquire(1)).await
     }
 
     /// Decides a request of cost `n` for `key`: allowed only if `n` permits are available in
@@ -563,7 +563,7 @@ impl RedisLimiter {
         if n > limit {
             return Err(CostError::ExceedsLimit { cost: n, limit }.into());
         }
-        self.decide(key, n).await
+        self.decide(key, Ask::Acquire(n)).await
     }
 
     /// What a request of cost 1 for `key` would get now, changing nothing in Redis (the script
@@ -588,7 +588,7 @@ impl RedisLimiter {
     /// # }
     /// ```
     pub async fn peek(&self, key: &str) -> Result<Decision, BackendError> {
-        self.decide(key, 0).await
+        self.decide(key, Ask::Peek).await
     }
 
     /// Deletes `key`'s state in Redis (all bands) and its refusal in this limiter's deny
@@ -711,11 +711,11 @@ impl RedisLimiter {
         self.inner.breaker.is_failing()
     }
 
-    /// Decides a request of `cost` (0: a peek) for `key`.
-    async fn decide(&self, key: &str, cost: u64) -> Result<Decision, BackendError> {
+    /// Decides what `ask` asks for `key`.
+    async fn decide(&self, key: &str, ask: Ask) -> Result<Decision, BackendError> {
         let inner = &*self.inner;
         // A peek is a request of cost 1 that writes nothing: the deny cache treats it so.
-        let cover = cost.max(1);
+        let cover = ask.cost();
         // Read before anything is sent: the deny cache measures Redis's retry_after from here.
         let (now_micros, now) = match &inner.test_clock {
             Some(clock) => {
@@ -733,10 +733,10 @@ impl RedisLimiter {
             ticket = cache.ticket();
         }
         if !inner.breaker.should_try() {
-            return self.fallback(key, cost, BackendError::Unavailable);
+            return self.fallback(key, ask, BackendError::Unavailable);
         }
         let keys = inner.bands.keys(&inner.prefix, key);
-        let args = inner.bands.args(now_micros, cost);
+        let args = inner.bands.args(now_micros, ask);
         let call = conn::eval(
             &inner.conn,
             &inner.sha,
@@ -752,7 +752,7 @@ impl RedisLimiter {
                 bump(&inner.counters.redis_decisions);
                 if let Some(cache) = &inner.cache {
                     if decision.is_allowed() {
-                        if cost > 0 {
+                        if let Ask::Acquire(_) = ask {
                             // An admission may lengthen a cached refusal of another cost.
                             cache.remove(key);
                         }
@@ -764,7 +764,7 @@ impl RedisLimiter {
             }
             Ok(Err(err)) if conn::is_unavailable(&err) => {
                 bump(&inner.counters.unavailable);
-                self.failed(key, cost, BackendError::Redis(err))
+                self.failed(key, ask, BackendError::Redis(err))
             }
             Ok(Err(err)) => {
                 // Redis answered: it is up, and the error is about this call.
@@ -773,7 +773,7 @@ impl RedisLimiter {
             }
             Err(_) => {
                 bump(&inner.counters.timeouts);
-                self.failed(key, cost, BackendError::Timeout(inner.timeout))
+                self.failed(key, ask, BackendError::Timeout(inner.timeout))
             }
         }
     }
@@ -791,7 +791,7 @@ impl RedisLimiter {
     }
 
     /// A call to Redis failed with `err`: switch to the failure policy and let it decide.
-    fn failed(&self, key: &str, cost: u64, err: BackendError) -> Result<Decision, BackendError> {
+    fn failed(&self, key: &str, ask: Ask, err: BackendError) -> Result<Decision, BackendError> {
         let inner = &*self.inner;
         if inner.breaker.failed() {
             bump(&inner.counters.switches_to_failure);
@@ -802,11 +802,11 @@ impl RedisLimiter {
                 inner.breaker.probe_interval()
             );
         }
-        self.fallback(key, cost, err)
+        self.fallback(key, ask, err)
     }
 
-    /// The failure policy's decision of a request of `cost` (0: a peek) for `key`.
-    fn fallback(&self, key: &str, cost: u64, err: BackendError) -> Result<Decision, BackendError> {
+    /// The failure policy's decision of what `ask` asks for `key`.
+    fn fallback(&self, key: &str, ask: Ask, err: BackendError) -> Result<Decision, BackendError> {
         let inner = &*self.inner;
         bump(&inner.counters.failure_decisions);
         // Open and Closed read no band's state: they report the shortest window's permits.
@@ -816,12 +816,11 @@ impl RedisLimiter {
             FailurePolicy::Error => Err(err),
             FailurePolicy::Open => Ok(Decision::allow(0, limit, 0)),
             FailurePolicy::Closed => Ok(Decision::deny(0, limit, wait, 0)),
-            FailurePolicy::Local(local) => Ok(if cost == 0 {
-                local.peek(key)
-            } else {
-                local
+            FailurePolicy::Local(local) => Ok(match ask {
+                Ask::Peek => local.peek(key),
+                Ask::Acquire(cost) => local
                     .try_acquire_n(key, cost)
-                    .unwrap_or(Decision::deny(0, limit, wait, 0))
+                    .unwrap_or(Decision::deny(0, limit, wait, 0)),
             }),
         }
     }
