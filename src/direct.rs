@@ -450,7 +450,7 @@ impl<C: Clock> DirectLimiter<C> {
     ///
     /// ```
     /// let limiter = tollgate::DirectLimiter::with_clock("5/s".parse()?, tollgate::FakeClock::new());
-    /// assert_eq!(limiter.policy().permits(), 5);
+    /// assert_eq!(limiter.policy().first_band().permits(), 5);
     /// # Ok::<(), tollgate::PolicyError>(())
     /// ```
     #[must_use]

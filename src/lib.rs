@@ -6,7 +6,7 @@
 //!
 //! | type | role |
 //! |---|---|
-//! | [`Policy`] | `permits` per `window` under an [`Algorithm`]; parsed from `"5/1s"`, `"100/min"`, `"sliding-log 5 per 15m"` |
+//! | [`Policy`], [`Band`] | `permits` per `window` under an [`Algorithm`] (a band), or several bands at once; parsed from `"5/1s"`, `"100/min"`, `"sliding-log 5 per 15m"`, `"10/s & 1000/day"` |
 //! | [`RateLimiter`] | one state per key (user, API key, IP) in a concurrent map |
 //! | [`DirectLimiter`] | one state, no map: a global or single hot key |
 //! | [`Decision`] | allowed, remaining, retry_after, reset_after, limit |
@@ -129,6 +129,6 @@ pub use error::{ClockError, CostError, PolicyError};
 pub use hasher::KeyHasher;
 pub use keyed::RateLimiter;
 pub use login::{LoginClient, LoginConfig, LoginConfigError, LoginDecision, LoginGuard};
-pub use policy::{Algorithm, Policy};
+pub use policy::{Algorithm, Band, Policy};
 pub use stats::Stats;
 pub use wait::Wait;

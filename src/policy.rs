@@ -1,5 +1,5 @@
-//! What a limiter enforces: [`Policy`] (an [`Algorithm`], a number of permits and a window),
-//! validated once at construction.
+//! What a limiter enforces: [`Policy`], one or more [`Band`]s (an [`Algorithm`], a number of
+//! permits and a window), validated once at construction.
 
 mod parse;
 
@@ -66,7 +66,7 @@ impl fmt::Display for Algorithm {
 }
 
 /// A validated rate limit: `permits` per `window`, decided by one [`Algorithm`], or several
-/// such limits (bands) that must all allow a request.
+/// such limits ([`Band`]s) that must all allow a request.
 ///
 /// Build it with [`Policy::new`] or parse it from a string such as `"5/1s"`, `"100/min"`,
 /// `"5 per 15m"`, `"token-bucket 5/1s"` or `"sliding-log 3/s"`. Units: `ns`, `us`, `ms`,
@@ -103,21 +103,150 @@ pub struct Policy {
     len: u8,
 }
 
-/// One limit of a policy: `permits` per `window_nanos` under `algorithm`. Field order gives
-/// the canonical band order: shortest window first.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-struct Band {
+/// One limit of a [`Policy`]: `permits` per `window`, decided by one [`Algorithm`].
+///
+/// A policy built by [`Policy::new`] (or parsed from a string without `&`) has exactly one
+/// band; [`Policy::and`] combines several, and [`Policy::bands`] lists them. A band is valid
+/// by construction: it only comes out of a validated policy. `Display` prints it as a
+/// single-band policy prints, and [`Policy::from`] turns it back into one.
+///
+/// Bands order by window (shortest first), then permits, then algorithm: the order in which
+/// [`Policy::bands`] yields them.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate::{Algorithm, Band, Policy};
+///
+/// let policy: Policy = "1000/day & sliding-log 10/s".parse()?;
+/// let band: Band = policy.first_band();
+/// assert_eq!(band.algorithm(), Algorithm::SlidingLog);
+/// assert_eq!(band.permits(), 10);
+/// assert_eq!(band.window(), Duration::from_secs(1));
+/// assert_eq!(band.to_string(), "sliding-log 10/1s");
+/// assert_eq!(format!("{band:?}"), "Band(\"sliding-log 10/1s\")");
+/// assert_eq!(Policy::from(band), "sliding-log 10/s".parse()?);
+/// # Ok::<(), tollgate::PolicyError>(())
+/// ```
+// Field order gives the canonical band order: shortest window first.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Band {
     window_nanos: u64,
     permits: u64,
     algorithm: Algorithm,
 }
 
 impl Band {
+    /// The filler of a policy's unused band slots.
     const UNUSED: Band = Band {
         window_nanos: 0,
         permits: 0,
         algorithm: Algorithm::TokenBucket,
     };
+
+    /// The algorithm that decides this band.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let p: tollgate::Policy = "sliding-counter 100/min".parse()?;
+    /// assert_eq!(p.first_band().algorithm(), tollgate::Algorithm::SlidingCounter);
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    #[must_use]
+    pub const fn algorithm(self) -> Algorithm {
+        self.algorithm
+    }
+
+    /// The permits per window (N): the burst size of a token bucket, the most admissions in
+    /// any window for the windowed algorithms.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let p: tollgate::Policy = "100/min".parse()?;
+    /// assert_eq!(p.first_band().permits(), 100);
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    #[must_use]
+    pub const fn permits(self) -> u64 {
+        self.permits
+    }
+
+    /// The window (W).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let p: tollgate::Policy = "5 per 15m".parse()?;
+    /// assert_eq!(p.first_band().window(), std::time::Duration::from_secs(900));
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    #[must_use]
+    pub const fn window(self) -> Duration {
+        Duration::from_nanos(self.window_nanos)
+    }
+
+    /// The window in nanoseconds.
+    pub(crate) const fn window_nanos(self) -> u64 {
+        self.window_nanos
+    }
+}
+
+impl fmt::Display for Band {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        const UNITS: [(u64, &str); 7] = [
+            (86_400_000_000_000, "d"),
+            (3_600_000_000_000, "h"),
+            (60_000_000_000, "m"),
+            (1_000_000_000, "s"),
+            (1_000_000, "ms"),
+            (1_000, "us"),
+            (1, "ns"),
+        ];
+        let w = self.window_nanos;
+        // The last unit divides everything, so the search always succeeds.
+        let (size, unit) = UNITS
+            .iter()
+            .copied()
+            .find(|(size, _)| w.is_multiple_of(*size))
+            .unwrap_or((1, "ns"));
+        write!(
+            f,
+            "{} {}/{}{}",
+            self.algorithm,
+            self.permits,
+            w / size,
+            unit
+        )
+    }
+}
+
+impl fmt::Debug for Band {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Band(\"{self}\")")
+    }
+}
+
+/// The single-band policy of `band`.
+///
+/// # Examples
+///
+/// ```
+/// use tollgate::Policy;
+///
+/// let policy: Policy = "10/s & 1000/day".parse()?;
+/// let singles: Vec<Policy> = policy.bands().map(Policy::from).collect();
+/// assert_eq!(singles, ["10/s".parse::<Policy>()?, "1000/day".parse()?]);
+/// # Ok::<(), tollgate::PolicyError>(())
+/// ```
+impl From<Band> for Policy {
+    fn from(band: Band) -> Policy {
+        let mut bands = [Band::UNUSED; Policy::MAX_BANDS];
+        bands[0] = band;
+        Policy { bands, len: 1 }
+    }
 }
 
 impl Policy {
@@ -155,7 +284,7 @@ impl Policy {
     /// use tollgate::{Algorithm, Policy, PolicyError};
     ///
     /// let p = Policy::new(Algorithm::SlidingLog, 5, Duration::from_secs(15 * 60))?;
-    /// assert_eq!(p.permits(), 5);
+    /// assert_eq!(p.first_band().permits(), 5);
     /// assert!(matches!(
     ///     Policy::new(Algorithm::TokenBucket, 5, Duration::ZERO),
     ///     Err(PolicyError::ZeroWindow)
@@ -188,13 +317,11 @@ impl Policy {
                 max: max_permits,
             });
         }
-        let mut bands = [Band::UNUSED; Self::MAX_BANDS];
-        bands[0] = Band {
+        Ok(Policy::from(Band {
             window_nanos,
             permits,
             algorithm,
-        };
-        Ok(Policy { bands, len: 1 })
+        }))
     }
 
     /// A policy that allows a request only when both `self` and `other` allow it: "10 per
@@ -240,8 +367,8 @@ impl Policy {
         })
     }
 
-    /// Each band of the policy as a single-limit policy, shortest window first. A policy
-    /// built by [`Policy::new`] has exactly one band: itself.
+    /// The policy's bands, shortest window first (see [`Band`] for the order). A policy built
+    /// by [`Policy::new`] has exactly one band.
     ///
     /// # Examples
     ///
@@ -251,14 +378,38 @@ impl Policy {
     /// let policy: Policy = "1000/day & 10/s".parse()?;
     /// let bands: Vec<String> = policy.bands().map(|b| b.to_string()).collect();
     /// assert_eq!(bands, ["token-bucket 10/1s", "token-bucket 1000/1d"]);
+    /// let permits: Vec<u64> = policy.bands().map(|b| b.permits()).collect();
+    /// assert_eq!(permits, [10, 1000]);
     /// # Ok::<(), tollgate::PolicyError>(())
     /// ```
-    pub fn bands(&self) -> impl ExactSizeIterator<Item = Policy> + '_ {
-        self.bands[..usize::from(self.len)].iter().map(|&band| {
-            let mut bands = [Band::UNUSED; Self::MAX_BANDS];
-            bands[0] = band;
-            Policy { bands, len: 1 }
-        })
+    pub fn bands(&self) -> impl ExactSizeIterator<Item = Band> + '_ {
+        self.bands[..usize::from(self.len)].iter().copied()
+    }
+
+    /// The band with the shortest window: the first of [`Policy::bands`]. A policy built by
+    /// [`Policy::new`] has exactly one band, so `first_band()` is that policy's limit; a
+    /// composite policy's other bands are not described by it.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{Algorithm, Policy};
+    ///
+    /// let single: Policy = "sliding-log 5 per 15m".parse()?;
+    /// let band = single.first_band();
+    /// assert_eq!(
+    ///     (band.algorithm(), band.permits(), band.window()),
+    ///     (Algorithm::SlidingLog, 5, Duration::from_secs(900))
+    /// );
+    ///
+    /// let composite: Policy = "1000/day & 10/s".parse()?;
+    /// assert_eq!(composite.first_band().to_string(), "token-bucket 10/1s");
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    #[must_use]
+    pub const fn first_band(&self) -> Band {
+        self.bands[0]
     }
 
     /// `true` when the policy combines several bands.
@@ -284,91 +435,15 @@ impl Policy {
             .min()
             .unwrap_or(0)
     }
-
-    const fn first(&self) -> &Band {
-        &self.bands[0]
-    }
-
-    /// The algorithm that decides (for a composite policy, the first band's: the one with
-    /// the shortest window; see [`Policy::bands`]).
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// let p: tollgate::Policy = "sliding-counter 100/min".parse()?;
-    /// assert_eq!(p.algorithm(), tollgate::Algorithm::SlidingCounter);
-    /// # Ok::<(), tollgate::PolicyError>(())
-    /// ```
-    #[must_use]
-    pub const fn algorithm(&self) -> Algorithm {
-        self.first().algorithm
-    }
-
-    /// The permits per window (N): the burst size of a token bucket, the most admissions in
-    /// any window for the windowed algorithms (for a composite policy, the first band's).
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// let p: tollgate::Policy = "100/min".parse()?;
-    /// assert_eq!(p.permits(), 100);
-    /// # Ok::<(), tollgate::PolicyError>(())
-    /// ```
-    #[must_use]
-    pub const fn permits(&self) -> u64 {
-        self.first().permits
-    }
-
-    /// The window (W) (for a composite policy, the first band's: the shortest).
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// let p: tollgate::Policy = "5 per 15m".parse()?;
-    /// assert_eq!(p.window(), std::time::Duration::from_secs(900));
-    /// # Ok::<(), tollgate::PolicyError>(())
-    /// ```
-    #[must_use]
-    pub const fn window(&self) -> Duration {
-        Duration::from_nanos(self.first().window_nanos)
-    }
-
-    /// The window in nanoseconds (the first band's).
-    pub(crate) const fn window_nanos(&self) -> u64 {
-        self.first().window_nanos
-    }
 }
 
 impl fmt::Display for Policy {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        const UNITS: [(u64, &str); 7] = [
-            (86_400_000_000_000, "d"),
-            (3_600_000_000_000, "h"),
-            (60_000_000_000, "m"),
-            (1_000_000_000, "s"),
-            (1_000_000, "ms"),
-            (1_000, "us"),
-            (1, "ns"),
-        ];
-        for (i, band) in self.bands[..usize::from(self.len)].iter().enumerate() {
+        for (i, band) in self.bands().enumerate() {
             if i > 0 {
                 f.write_str(" & ")?;
             }
-            let w = band.window_nanos;
-            // The last unit divides everything, so the search always succeeds.
-            let (size, unit) = UNITS
-                .iter()
-                .copied()
-                .find(|(size, _)| w.is_multiple_of(*size))
-                .unwrap_or((1, "ns"));
-            write!(
-                f,
-                "{} {}/{}{}",
-                band.algorithm,
-                band.permits,
-                w / size,
-                unit
-            )?;
+            fmt::Display::fmt(&band, f)?;
         }
         Ok(())
     }

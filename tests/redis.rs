@@ -4,7 +4,7 @@
 //!
 //! Needs `redis-server` on PATH (`scripts/install-redis.sh`); without it every test fails
 //! saying so.
-#![cfg(feature = "redis")]
+#![cfg(all(feature = "redis", feature = "test-util"))]
 
 #[path = "support/redis_server.rs"]
 mod redis_server;

@@ -5,7 +5,7 @@
 //!
 //! Needs `redis-server` and `redis-cli` on PATH (`scripts/install-redis.sh`); without them
 //! the test fails saying so.
-#![cfg(feature = "redis")]
+#![cfg(all(feature = "redis", feature = "test-util"))]
 
 #[path = "support/redis_server.rs"]
 mod redis_server;

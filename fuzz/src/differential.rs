@@ -199,9 +199,9 @@ impl Setup {
     }
 }
 
-/// The window of a single-band policy, in nanoseconds.
-fn window_nanos(policy: &Policy) -> u64 {
-    u64::try_from(policy.window().as_nanos()).unwrap()
+/// The window of a policy's band, in nanoseconds.
+fn window_nanos(band: tollgate::Band) -> u64 {
+    u64::try_from(band.window().as_nanos()).unwrap()
 }
 
 /// One key's reference model: an algorithm's model, or the combined model of several bands.
@@ -216,7 +216,9 @@ trait KeyModel: Clone + Debug {
 
 impl<M: Model + Clone + Debug> KeyModel for M {
     fn fresh(policy: &Policy) -> Self {
-        M::new(policy.permits(), window_nanos(policy))
+        // A single-band policy: its first band is its only one.
+        let band = policy.first_band();
+        M::new(band.permits(), window_nanos(band))
     }
     fn acquire(&mut self, now: u64, cost: u64) -> Outcome {
         Model::acquire(self, now, cost)
@@ -247,7 +249,7 @@ pub fn run(input: &Input) {
     if policy.is_composite() {
         return drive::<CompositeModel>(setup, policy, ops);
     }
-    match policy.algorithm() {
+    match policy.first_band().algorithm() {
         Algorithm::TokenBucket => drive::<GcraModel>(setup, policy, ops),
         Algorithm::SlidingLog => drive::<LogModel>(setup, policy, ops),
         Algorithm::SlidingCounter => drive::<CounterModel>(setup, policy, ops),
@@ -267,7 +269,7 @@ enum Held<M> {
 }
 
 fn drive<M: KeyModel>(setup: Setup, policy: Policy, ops: &[Op]) {
-    let windows: Vec<u64> = policy.bands().map(|b| window_nanos(&b)).collect();
+    let windows: Vec<u64> = policy.bands().map(window_nanos).collect();
     // Bands come shortest window first.
     let (short, long) = (windows[0], windows[windows.len() - 1]);
     let max_cost = policy.bands().map(|b| b.permits()).min().unwrap();

@@ -155,16 +155,16 @@ impl Composite {
         let mut bands = [None; Policy::MAX_BANDS];
         for (slot, band) in bands.iter_mut().zip(policy.bands()) {
             let (params, size) = match band.algorithm() {
-                Algorithm::TokenBucket => (Band::TokenBucket(Gcra::new(&band)), 1),
+                Algorithm::TokenBucket => (Band::TokenBucket(Gcra::new(band)), 1),
                 // permits <= Policy::MAX_LOG_PERMITS = 2^16: fits in u32.
                 Algorithm::SlidingLog => (
                     Band::SlidingLog {
-                        log: Log::new(&band),
+                        log: Log::new(band),
                         ring: band.permits() as u32,
                     },
                     1 + band.permits() as u32,
                 ),
-                Algorithm::SlidingCounter => (Band::SlidingCounter(Counter::new(&band)), 2),
+                Algorithm::SlidingCounter => (Band::SlidingCounter(Counter::new(band)), 2),
             };
             *slot = Some(Placed {
                 band: params,

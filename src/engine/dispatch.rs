@@ -47,7 +47,8 @@ impl<F: Family> Erased<F> {
         if policy.is_composite() {
             return Erased::Composite(build.build(CompositeCell::params(policy)));
         }
-        match policy.algorithm() {
+        // One band: the first is the policy's only one.
+        match policy.first_band().algorithm() {
             Algorithm::TokenBucket => Erased::TokenBucket(build.build(GcraCell::params(policy))),
             Algorithm::SlidingLog => Erased::SlidingLog(build.build(LogCell::params(policy))),
             Algorithm::SlidingCounter => {

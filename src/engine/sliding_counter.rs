@@ -42,7 +42,7 @@ use crate::decision::Decision;
 use crate::engine::state::{in_use, single_from_carry, Carry, RateState, Verdict};
 use crate::engine::sync::AtomicU128;
 use crate::engine::word::{live, update, Retired, Update};
-use crate::policy::Policy;
+use crate::policy::{Band, Policy};
 
 /// Where the current window's count sits in the packed word.
 const CURRENT_SHIFT: u32 = 64;
@@ -107,11 +107,11 @@ struct Rolled {
 }
 
 impl Counter {
-    /// Parameters for `policy` (any algorithm; only permits and window are read).
-    pub(crate) fn new(policy: &Policy) -> Self {
+    /// Parameters for `band` (any algorithm; only permits and window are read).
+    pub(crate) fn new(band: Band) -> Self {
         Counter {
-            limit: policy.permits(),
-            window: policy.window_nanos(),
+            limit: band.permits(),
+            window: band.window_nanos(),
         }
     }
 
@@ -287,7 +287,7 @@ impl RateState for CounterCell {
     type Kept = Counter;
 
     fn params(policy: &Policy) -> Counter {
-        Counter::new(policy)
+        Counter::new(policy.first_band())
     }
 
     fn max_cost(counter: &Counter) -> u64 {
@@ -383,7 +383,7 @@ mod tests {
             permits,
             Duration::from_nanos(window),
         );
-        Counter::new(&policy.unwrap())
+        Counter::new(policy.unwrap().first_band())
     }
 
     /// The pure arithmetic driving a plain snapshot.
@@ -616,7 +616,12 @@ mod tests {
     #[test]
     fn cell_follows_the_arithmetic_and_retires_exactly() {
         let clock = crate::FakeClock::new();
-        let counter = Counter::new(&"sliding-counter 10/min".parse().unwrap());
+        let counter = Counter::new(
+            "sliding-counter 10/min"
+                .parse::<Policy>()
+                .unwrap()
+                .first_band(),
+        );
         let cell = CounterCell::fresh(&counter);
         assert!(cell.is_at_rest(&counter, 0));
         clock.set(Duration::from_secs(50));

@@ -24,7 +24,7 @@ use crate::decision::Decision;
 use crate::engine::seqlock::{SeqLock, WriteGuard};
 use crate::engine::state::{in_use, single_from_carry, Carry, RateState, Verdict};
 use crate::engine::sync::{AtomicU64, Ordering};
-use crate::policy::Policy;
+use crate::policy::{Band, Policy};
 
 /// A read-only view of a log: its entries oldest first, in non-decreasing time order.
 pub(crate) trait Entries {
@@ -44,11 +44,11 @@ pub(crate) struct Log {
 }
 
 impl Log {
-    /// Parameters for `policy` (any algorithm; only permits and window are read).
-    pub(crate) fn new(policy: &Policy) -> Self {
+    /// Parameters for `band` (any algorithm; only permits and window are read).
+    pub(crate) fn new(band: Band) -> Self {
         Log {
-            limit: policy.permits(),
-            window: policy.window_nanos(),
+            limit: band.permits(),
+            window: band.window_nanos(),
         }
     }
 
@@ -287,7 +287,7 @@ impl RateState for LogCell {
     type Kept = Log;
 
     fn params(policy: &Policy) -> Log {
-        Log::new(policy)
+        Log::new(policy.first_band())
     }
 
     fn max_cost(log: &Log) -> u64 {
@@ -395,7 +395,7 @@ mod tests {
         fn new(permits: u64, window: u64) -> Self {
             let policy = Policy::new(Algorithm::SlidingLog, permits, Duration::from_nanos(window));
             Sim {
-                log: Log::new(&policy.unwrap()),
+                log: Log::new(policy.unwrap().first_band()),
                 entries: Vec::new(),
             }
         }
@@ -509,8 +509,8 @@ mod tests {
     #[test]
     fn binary_search_over_a_large_ring() {
         let n = Policy::MAX_LOG_PERMITS;
-        let log =
-            Log::new(&Policy::new(Algorithm::SlidingLog, n, Duration::from_nanos(n)).unwrap());
+        let policy = Policy::new(Algorithm::SlidingLog, n, Duration::from_nanos(n)).unwrap();
+        let log = Log::new(policy.first_band());
         let entries: Vec<u64> = (0..n).collect();
         // At now = n + k, entries 0..=k have left.
         for k in [0, 1, 100, n / 2, n - 2] {
@@ -557,7 +557,7 @@ mod tests {
     #[test]
     fn an_append_above_n_keeps_the_last_n_and_publishes() {
         let clock = crate::FakeClock::new();
-        let log = Log::new(&"sliding-log 3/s".parse().unwrap());
+        let log = Log::new("sliding-log 3/s".parse::<Policy>().unwrap().first_band());
         let cell = LogCell::fresh(&log);
         assert!(cell.try_acquire(&log, &clock, 2).unwrap().is_allowed());
         // Two entries written, so the next ones start in the last slot and a cost of 5
@@ -578,7 +578,7 @@ mod tests {
     #[test]
     fn cell_follows_the_arithmetic_and_retires_exactly() {
         let clock = crate::FakeClock::new();
-        let log = Log::new(&"sliding-log 3/s".parse().unwrap());
+        let log = Log::new("sliding-log 3/s".parse::<Policy>().unwrap().first_band());
         let cell = LogCell::fresh(&log);
         assert!(cell.is_at_rest(&log, 0));
         for (t, remaining) in [(0, 2), (400, 1), (800, 0)] {

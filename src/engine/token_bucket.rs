@@ -17,7 +17,7 @@ use crate::decision::Decision;
 use crate::engine::state::{in_use, single_from_carry, Carry, RateState, Verdict};
 use crate::engine::sync::AtomicU64;
 use crate::engine::word::{live, update, Retired, Update};
-use crate::policy::Policy;
+use crate::policy::{Band, Policy};
 
 /// GCRA parameters derived from a policy, and the pure decision function.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -34,17 +34,17 @@ pub(crate) struct Gcra {
 }
 
 impl Gcra {
-    /// Parameters for `policy` (any algorithm; only permits and window are read).
-    pub(crate) fn new(policy: &Policy) -> Self {
-        let limit = policy.permits();
+    /// Parameters for `band` (any algorithm; only permits and window are read).
+    pub(crate) fn new(band: Band) -> Self {
+        let limit = band.permits();
         // Policy guarantees 1 <= permits <= window_nanos <= 2^62, so interval >= 1 and
         // burst = limit * interval < window + limit <= 2^63: no overflow.
-        let interval = policy.window_nanos().div_ceil(limit);
+        let interval = band.window_nanos().div_ceil(limit);
         Gcra {
             interval,
             burst: limit * interval,
             limit,
-            window: policy.window_nanos(),
+            window: band.window_nanos(),
         }
     }
 
@@ -116,7 +116,7 @@ impl RateState for GcraCell {
     type Kept = Gcra;
 
     fn params(policy: &Policy) -> Gcra {
-        Gcra::new(policy)
+        Gcra::new(policy.first_band())
     }
 
     fn max_cost(gcra: &Gcra) -> u64 {
@@ -207,7 +207,11 @@ mod tests {
     const MS: u64 = 1_000_000;
 
     fn gcra(permits: u64, window: Duration) -> Gcra {
-        Gcra::new(&Policy::new(Algorithm::TokenBucket, permits, window).unwrap())
+        Gcra::new(
+            Policy::new(Algorithm::TokenBucket, permits, window)
+                .unwrap()
+                .first_band(),
+        )
     }
 
     fn allowed(v: Verdict<u64>) -> (u64, u64) {

@@ -116,7 +116,7 @@ impl LoginConfig {
     ///
     /// ```
     /// let config = tollgate::LoginConfig::default().with_account_limit("sliding-log 10/1h".parse()?);
-    /// assert_eq!(config.account_limit().permits(), 10);
+    /// assert_eq!(config.account_limit().first_band().permits(), 10);
     /// # Ok::<(), tollgate::PolicyError>(())
     /// ```
     #[must_use]
@@ -131,7 +131,7 @@ impl LoginConfig {
     ///
     /// ```
     /// let config = tollgate::LoginConfig::default().with_ip_limit("sliding-log 100/1h".parse()?);
-    /// assert_eq!(config.ip_limit().permits(), 100);
+    /// assert_eq!(config.ip_limit().first_band().permits(), 100);
     /// # Ok::<(), tollgate::PolicyError>(())
     /// ```
     #[must_use]
@@ -184,7 +184,7 @@ impl LoginConfig {
     ///
     /// ```
     /// let config = tollgate::LoginConfig::default().with_known_client_limit("sliding-log 3/10m".parse()?);
-    /// assert_eq!(config.known_client_limit().permits(), 3);
+    /// assert_eq!(config.known_client_limit().first_band().permits(), 3);
     /// # Ok::<(), tollgate::PolicyError>(())
     /// ```
     #[must_use]
@@ -320,7 +320,7 @@ impl LoginConfig {
             .bands()
             .map(|band| band.window())
             .max()
-            .unwrap_or_else(|| self.account.window())
+            .unwrap_or_else(|| self.account.first_band().window())
     }
 
     /// The lockout that the `strike`-th consecutive strike of a streak starts: `None` below

@@ -557,7 +557,7 @@ impl<C: Clock> LoginGuard<C> {
     ///
     /// ```
     /// let guard = tollgate::LoginGuard::with_clock(tollgate::FakeClock::new());
-    /// assert_eq!(guard.config().ip_limit().permits(), 20);
+    /// assert_eq!(guard.config().ip_limit().first_band().permits(), 20);
     /// ```
     #[must_use]
     pub const fn config(&self) -> &LoginConfig {

@@ -4,7 +4,7 @@ use std::fmt;
 use std::time::Duration;
 
 use crate::error::CostError;
-use crate::policy::Policy;
+use crate::policy::Band;
 
 /// Why a [`RedisLimiter`](super::RedisLimiter) could not be built or could not decide.
 ///
@@ -32,7 +32,7 @@ pub enum BackendError {
     /// microseconds with exact integers below 2^53 (see `docs/REDIS.md`).
     UnsupportedPolicy {
         /// The band.
-        band: Policy,
+        band: Band,
         /// Why.
         reason: &'static str,
     },

@@ -75,7 +75,7 @@ use self::conn::Conn;
 pub use self::error::BackendError;
 use self::failure::{bump, Breaker, Counters};
 pub use self::failure::{BackendStats, FailurePolicy};
-use self::script::Bands;
+use self::script::{Ask, Bands};
 
 /// A rate limiter whose per-key state lives in Redis or a Redis Cluster: every server that
 /// shares the Redis and the key prefix shares one limit per key.
@@ -117,7 +117,8 @@ struct Inner {
     failure: FailurePolicy,
     breaker: Breaker,
     cache: Option<DenyCache>,
-    /// The injected clock whose readings replace Redis `TIME` (tests only).
+    /// The injected clock whose readings replace Redis `TIME` (tests only: see
+    /// `RedisLimiterBuilder::test_clock`); always `None` without the `test-util` feature.
     test_clock: Option<Arc<dyn Clock>>,
     /// The deny cache's clock: the test clock, or a monotonic one.
     clock: Arc<dyn Clock>,
@@ -162,6 +163,7 @@ pub struct RedisLimiterBuilder {
     probe_interval: Duration,
     failure: FailurePolicy,
     deny_cache: usize,
+    /// Set only by `test_clock` (feature `test-util`).
     test_clock: Option<Arc<dyn Clock>>,
 }
 
@@ -271,8 +273,8 @@ impl RedisLimiterBuilder {
         self
     }
 
-    /// **For tests only.** Decide at this clock's readings (rounded down to microseconds)
-    /// instead of Redis `TIME`, so that a test can drive time, as with a
+    /// **For tests only** (feature `test-util`). Decide at this clock's readings (rounded
+    /// down to microseconds) instead of Redis `TIME`, so that a test can drive time, as with a
     /// [`FakeClock`](crate::FakeClock) in process. Every limiter that shares keys must then
     /// share this clock, and keys get no expiry (Redis expires keys on its own clock, which
     /// an injected time does not follow). Readings must stay below 2^52 µs.
@@ -285,6 +287,7 @@ impl RedisLimiterBuilder {
     ///     .test_clock(FakeClock::new());
     /// # Ok::<(), tollgate::PolicyError>(())
     /// ```
+    #[cfg(feature = "test-util")]
     pub fn test_clock(mut self, clock: impl Clock + 'static) -> Self {
         self.test_clock = Some(Arc::new(clock));
         self
@@ -527,7 +530,7 @@ impl RedisLimiter {
     /// # }
     /// ```
     pub async fn try_acquire(&self, key: &str) -> Result<Decision, BackendError> {
-        self.decide(key, 1).await
+        self.decide(key, Ask::Acquire(1)).await
     }
 
     /// Decides a request of cost `n` for `key`: allowed only if `n` permits are available in
@@ -560,7 +563,7 @@ impl RedisLimiter {
         if n > limit {
             return Err(CostError::ExceedsLimit { cost: n, limit }.into());
         }
-        self.decide(key, n).await
+        self.decide(key, Ask::Acquire(n)).await
     }
 
     /// What a request of cost 1 for `key` would get now, changing nothing in Redis (the script
@@ -585,7 +588,7 @@ impl RedisLimiter {
     /// # }
     /// ```
     pub async fn peek(&self, key: &str) -> Result<Decision, BackendError> {
-        self.decide(key, 0).await
+        self.decide(key, Ask::Peek).await
     }
 
     /// Deletes `key`'s state in Redis (all bands) and its refusal in this limiter's deny
@@ -708,11 +711,11 @@ impl RedisLimiter {
         self.inner.breaker.is_failing()
     }
 
-    /// Decides a request of `cost` (0: a peek) for `key`.
-    async fn decide(&self, key: &str, cost: u64) -> Result<Decision, BackendError> {
+    /// Decides what `ask` asks for `key`.
+    async fn decide(&self, key: &str, ask: Ask) -> Result<Decision, BackendError> {
         let inner = &*self.inner;
         // A peek is a request of cost 1 that writes nothing: the deny cache treats it so.
-        let cover = cost.max(1);
+        let cover = ask.cost();
         // Read before anything is sent: the deny cache measures Redis's retry_after from here.
         let (now_micros, now) = match &inner.test_clock {
             Some(clock) => {
@@ -730,10 +733,10 @@ impl RedisLimiter {
             ticket = cache.ticket();
         }
         if !inner.breaker.should_try() {
-            return self.fallback(key, cost, BackendError::Unavailable);
+            return self.fallback(key, ask, BackendError::Unavailable);
         }
         let keys = inner.bands.keys(&inner.prefix, key);
-        let args = inner.bands.args(now_micros, cost);
+        let args = inner.bands.args(now_micros, ask);
         let call = conn::eval(
             &inner.conn,
             &inner.sha,
@@ -749,7 +752,7 @@ impl RedisLimiter {
                 bump(&inner.counters.redis_decisions);
                 if let Some(cache) = &inner.cache {
                     if decision.is_allowed() {
-                        if cost > 0 {
+                        if let Ask::Acquire(_) = ask {
                             // An admission may lengthen a cached refusal of another cost.
                             cache.remove(key);
                         }
@@ -761,7 +764,7 @@ impl RedisLimiter {
             }
             Ok(Err(err)) if conn::is_unavailable(&err) => {
                 bump(&inner.counters.unavailable);
-                self.failed(key, cost, BackendError::Redis(err))
+                self.failed(key, ask, BackendError::Redis(err))
             }
             Ok(Err(err)) => {
                 // Redis answered: it is up, and the error is about this call.
@@ -770,7 +773,7 @@ impl RedisLimiter {
             }
             Err(_) => {
                 bump(&inner.counters.timeouts);
-                self.failed(key, cost, BackendError::Timeout(inner.timeout))
+                self.failed(key, ask, BackendError::Timeout(inner.timeout))
             }
         }
     }
@@ -788,7 +791,7 @@ impl RedisLimiter {
     }
 
     /// A call to Redis failed with `err`: switch to the failure policy and let it decide.
-    fn failed(&self, key: &str, cost: u64, err: BackendError) -> Result<Decision, BackendError> {
+    fn failed(&self, key: &str, ask: Ask, err: BackendError) -> Result<Decision, BackendError> {
         let inner = &*self.inner;
         if inner.breaker.failed() {
             bump(&inner.counters.switches_to_failure);
@@ -799,25 +802,25 @@ impl RedisLimiter {
                 inner.breaker.probe_interval()
             );
         }
-        self.fallback(key, cost, err)
+        self.fallback(key, ask, err)
     }
 
-    /// The failure policy's decision of a request of `cost` (0: a peek) for `key`.
-    fn fallback(&self, key: &str, cost: u64, err: BackendError) -> Result<Decision, BackendError> {
+    /// The failure policy's decision of what `ask` asks for `key`.
+    fn fallback(&self, key: &str, ask: Ask, err: BackendError) -> Result<Decision, BackendError> {
         let inner = &*self.inner;
         bump(&inner.counters.failure_decisions);
-        let limit = inner.policy.permits();
+        // Open and Closed read no band's state: they report the shortest window's permits.
+        let limit = inner.policy.first_band().permits();
         let wait = u64::try_from(inner.breaker.probe_interval().as_nanos()).unwrap_or(u64::MAX);
         match &inner.failure {
             FailurePolicy::Error => Err(err),
             FailurePolicy::Open => Ok(Decision::allow(0, limit, 0)),
             FailurePolicy::Closed => Ok(Decision::deny(0, limit, wait, 0)),
-            FailurePolicy::Local(local) => Ok(if cost == 0 {
-                local.peek(key)
-            } else {
-                local
+            FailurePolicy::Local(local) => Ok(match ask {
+                Ask::Peek => local.peek(key),
+                Ask::Acquire(cost) => local
                     .try_acquire_n(key, cost)
-                    .unwrap_or(Decision::deny(0, limit, wait, 0))
+                    .unwrap_or(Decision::deny(0, limit, wait, 0)),
             }),
         }
     }

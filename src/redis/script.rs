@@ -35,6 +35,25 @@ pub(crate) const MAX_WINDOW_MICROS: u64 = 1 << 50;
 /// [`MAX_WINDOW_MICROS`].
 pub(crate) const MAX_NOW_MICROS: u64 = 1 << 52;
 
+/// What one call asks for a key: to spend permits, or only to see what a request would get.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Ask {
+    /// A request of this cost (at least 1): admitted, it spends the cost in every band.
+    Acquire(u64),
+    /// What a request of cost 1 would get now; nothing is written.
+    Peek,
+}
+
+impl Ask {
+    /// The cost decided: a peek is decided as a request of cost 1 that writes nothing.
+    pub(crate) const fn cost(self) -> u64 {
+        match self {
+            Ask::Acquire(cost) => cost,
+            Ask::Peek => 1,
+        }
+    }
+}
+
 /// One band of a policy as the script takes it.
 #[derive(Clone, Debug)]
 pub(crate) struct Band {
@@ -136,9 +155,9 @@ impl Bands {
             .collect()
     }
 
-    /// The script's arguments: `now` (in us, `None` for Redis TIME), the cost (0 for a peek),
-    /// then each band's four.
-    pub(crate) fn args(&self, now_micros: Option<u64>, cost: u64) -> Vec<String> {
+    /// The script's arguments: `now` (in us, `None` for Redis TIME), what is asked, then each
+    /// band's four.
+    pub(crate) fn args(&self, now_micros: Option<u64>, ask: Ask) -> Vec<String> {
         let mut args = Vec::with_capacity(2 + 4 * self.bands.len());
         let mut now = String::new();
         if let Some(micros) = now_micros {
@@ -146,6 +165,12 @@ impl Bands {
             let _ = write!(now, "{micros}");
         }
         args.push(now);
+        // The one place a peek becomes the script's cost 0 (ARGV[2] in lua/decide.lua: a
+        // cost n >= 1, or 0 for a peek).
+        let cost = match ask {
+            Ask::Acquire(cost) => cost,
+            Ask::Peek => 0,
+        };
         args.push(cost.to_string());
         for band in &self.bands {
             args.extend(band.args.iter().cloned());
@@ -219,11 +244,14 @@ mod tests {
     fn windows_round_up_to_microseconds() {
         let bands = Bands::new(&"3/1s".parse().unwrap()).unwrap();
         assert_eq!(
-            bands.args(None, 1),
+            bands.args(None, Ask::Acquire(1)),
             ["", "1", "tb", "3", "1000000", "333334"]
         );
         let bands = Bands::new(&"sliding-log 2/1500ns".parse().unwrap()).unwrap();
-        assert_eq!(bands.args(Some(7), 0), ["7", "0", "sl", "2", "2", "0"]);
+        assert_eq!(
+            bands.args(Some(7), Ask::Peek),
+            ["7", "0", "sl", "2", "2", "0"]
+        );
         assert!(matches!(
             Bands::new(&"5/4us".parse().unwrap()),
             Err(BackendError::UnsupportedPolicy { .. })

@@ -444,7 +444,7 @@ fn racing_failures_stay_exact() {
 /// The attacker's guesses the schedule allows in `span`: a burst of one account limit in
 /// each of the first `strikes_to_lock` windows, then one burst as each lockout ends.
 fn schedule_bound(config: &LoginConfig, span: Duration) -> u64 {
-    let burst = config.account_limit().permits();
+    let burst = config.account_limit().first_band().permits();
     let mut elapsed = Duration::ZERO;
     let mut ended = 0;
     let mut strike = config.strikes_to_lock();

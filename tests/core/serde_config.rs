@@ -28,7 +28,7 @@ fn policies_round_trip_through_toml() {
             .unwrap()
     );
     assert_eq!(limits.login.to_string(), "sliding-log 5/15m");
-    assert_eq!(limits.tiers[1].permits(), 1000);
+    assert_eq!(limits.tiers[1].first_band().permits(), 1000);
 
     let written = toml::to_string(&limits).unwrap();
     assert!(

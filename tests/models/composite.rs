@@ -12,7 +12,7 @@
 //! Time must only move forwards: a band's reset_after is found by bisection over its
 //! `is_at_rest`, which assumes no stored time lies ahead of now.
 
-use tollgate::{Algorithm, Policy};
+use tollgate::{Algorithm, Band, Policy};
 
 use super::{CounterModel, GcraModel, LogModel, Model, Outcome};
 
@@ -25,7 +25,7 @@ pub enum BandModel {
 }
 
 impl BandModel {
-    pub fn new(band: &Policy) -> Self {
+    pub fn new(band: Band) -> Self {
         let (permits, window) = (band.permits(), band.window().as_nanos() as u64);
         match band.algorithm() {
             Algorithm::TokenBucket => BandModel::Bucket(GcraModel::new(permits, window)),
@@ -87,7 +87,7 @@ impl CompositeModel {
         CompositeModel {
             bands: policy
                 .bands()
-                .map(|b| (BandModel::new(&b), b.window().as_nanos() as u64))
+                .map(|b| (BandModel::new(b), b.window().as_nanos() as u64))
                 .collect(),
         }
     }

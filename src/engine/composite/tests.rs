@@ -221,11 +221,11 @@ fn matches_the_bands_decided_alone_all_or_nothing() {
     let policy: Policy = "sliding-log 3/1s & sliding-counter 5/3s & token-bucket 7/10s"
         .parse()
         .unwrap();
-    let bands: Vec<Policy> = policy.bands().collect();
+    let bands: Vec<_> = policy.bands().collect();
     let (p0, p1, p2) = (
-        Log::new(&bands[0]),
-        Counter::new(&bands[1]),
-        Gcra::new(&bands[2]),
+        Log::new(bands[0]),
+        Counter::new(bands[1]),
+        Gcra::new(bands[2]),
     );
     let (c0, c1, c2) = (
         LogCell::fresh(&p0),
