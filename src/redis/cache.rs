@@ -26,7 +26,7 @@
 //! of what is available now; for a composite policy, the band that had least then). An admission of the key through this limiter (of another cost) drops its
 //! cached refusal, since it may have lengthened it; admissions through other servers are
 //! not seen, so their refusals may then report a shorter wait than Redis would now (Redis's
-//! own retry_after carries the same caveat: "if nothing else is admitted meanwhile"). `tests/redis.rs` checks each cached refusal against Redis's own answer at
+//! own retry_after carries the same caveat: "if nothing else is admitted meanwhile"). `tests/redis/standalone.rs` checks each cached refusal against Redis's own answer at
 //! the same instant.
 
 //!

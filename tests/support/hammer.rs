@@ -1,7 +1,5 @@
 //! Many tasks hammering one key through several Redis-backed limiters at once, shared by
-//! tests/redis.rs, tests/redis_cluster.rs and tests/redis_faults.rs.
-
-#![allow(dead_code, unreachable_pub)]
+//! the `standalone`, `cluster` and `faults` modules of tests/redis/.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;

@@ -1,6 +1,6 @@
 //! A server on loopback and a minimal HTTP/1.1 client (plain `std::net::TcpStream`, so the
-//! tests depend on no client library's view of HTTP), shared by the middleware tests.
-#![allow(dead_code)]
+//! tests depend on no client library's view of HTTP), shared by the middleware tests
+//! (tests/middleware/ and the `middleware` module of tests/redis/).
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpStream};

@@ -5,8 +5,6 @@
 //! Without `redis-server` on PATH every test that needs one fails with a message saying how
 //! to install it: no test is skipped silently.
 
-#![allow(dead_code, unreachable_pub)]
-
 use std::io::{BufRead, BufReader, Write};
 use std::net::{Ipv4Addr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};

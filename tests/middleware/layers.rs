@@ -2,9 +2,7 @@
 //! 127.0.0.1:0 and the plain HTTP/1.1 client of tests/support/http.rs. Every wait is bounded
 //! (a deadline turns a hang into a failure); nothing asserts on timing.
 //!
-//! `cargo test --features tower --test middleware_layers`
-
-#![cfg(feature = "tower")]
+//! `cargo test --features tower --test middleware layers::`
 
 use std::net::SocketAddr;
 use std::pin::Pin;
@@ -25,9 +23,7 @@ use tollgate::{ConcurrencyLimiter, LoginGuard};
 use tower_layer::Layer;
 use tower_service::Service;
 
-#[path = "support/http.rs"]
-mod http_support;
-use http_support::{send, serve, Reply};
+use crate::http_support::{send, serve, Reply};
 
 /// Waits until `done` holds, failing the test after 10 s instead of hanging.
 fn wait_until(what: &str, mut done: impl FnMut() -> bool) {

@@ -3,10 +3,9 @@
 //! on a client library's view of HTTP). A few properties that need no socket (gRPC answers,
 //! IPv6 masking) call the service directly.
 //!
-//! `cargo test --features tower --test middleware`; the load test is ignored by default:
+//! `cargo test --features tower --test middleware rate_limit::`; the load test is ignored by
+//! default:
 //! `cargo test --release --features tower --test middleware -- --ignored --nocapture load`.
-
-#![cfg(feature = "tower")]
 
 use std::io::{BufReader, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -28,12 +27,8 @@ use tollgate::{Decision, FakeClock, RateLimiter};
 use tower_layer::Layer;
 use tower_service::Service;
 
-// ---------------------------------------------------------------------------------------
 // A server on loopback and a minimal HTTP/1.1 client: tests/support/http.rs.
-
-#[path = "support/http.rs"]
-mod http_support;
-use http_support::{get_path, read_reply, send, serve, serve_with, Reply};
+use crate::http_support::{get_path, read_reply, send, serve, serve_with, Reply};
 
 /// A limiter on the real clock.
 fn limiter(policy: &str) -> Arc<RateLimiter<LimitKey>> {

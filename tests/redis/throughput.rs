@@ -4,23 +4,20 @@
 //! The figures in `docs/BENCHMARKS.md` ("Redis backend") come from this run:
 //!
 //! ```text
-//! cargo test --release --features redis --test redis_throughput -- --ignored --nocapture
+//! cargo test --release --features redis --test redis throughput:: -- --ignored --nocapture
 //! ```
 //!
 //! A measurement, not a check: it is `#[ignore]`d so that the test suite never times
 //! anything (it still needs `redis-server`, like every Redis test).
-#![cfg(feature = "redis")]
-
-#[path = "support/redis_server.rs"]
-mod redis_server;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use redis_server::RedisServer;
 use tollgate::redis::RedisLimiter;
 use tollgate::RateLimiter;
+
+use crate::redis_server::RedisServer;
 
 /// How long each case runs.
 const RUN: Duration = Duration::from_secs(3);

@@ -5,13 +5,7 @@
 //!
 //! Needs `redis-server` on PATH (`scripts/install-redis.sh`); without it every test fails
 //! saying so.
-#![cfg(all(feature = "tower", feature = "redis"))]
-
-#[path = "support/redis_server.rs"]
-mod redis_server;
-
-#[path = "support/http.rs"]
-mod http_support;
+#![cfg(feature = "tower")]
 
 use std::future::Future;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -21,11 +15,12 @@ use axum::extract::ConnectInfo;
 use axum::routing::get;
 use axum::Router;
 use http::Method;
-use http_support::{get_path, send, serve};
-use redis_server::RedisServer;
 use tollgate::middleware::{HeaderKey, LimitKey, PeerIp, RateLimitLayer, Route};
 use tollgate::redis::{FailurePolicy, RedisLimiter};
 use tollgate::RateLimiter;
+
+use crate::http_support::{self, get_path, send, serve};
+use crate::redis_server::RedisServer;
 
 /// Every test is bounded: a hang becomes a failure.
 async fn bounded(test: impl Future<Output = ()>) {

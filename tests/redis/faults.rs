@@ -4,22 +4,16 @@
 //!
 //! Needs `redis-server` on PATH (`scripts/install-redis.sh`); without it every test fails
 //! saying so.
-#![cfg(feature = "redis")]
-
-#[path = "support/redis_server.rs"]
-mod redis_server;
-
-#[path = "support/hammer.rs"]
-mod hammer;
-use hammer::hammer;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use redis_server::RedisServer;
 use tollgate::redis::{BackendError, FailurePolicy, RedisLimiter};
 use tollgate::{Decision, RateLimiter};
+
+use crate::hammer::hammer;
+use crate::redis_server::{self, RedisServer};
 
 const TIMEOUT: Duration = Duration::from_millis(300);
 /// Long enough that the six calls after a kill all fall inside one probe interval.

@@ -5,20 +5,14 @@
 //!
 //! Needs `redis-server` and `redis-cli` on PATH (`scripts/install-redis.sh`); without them
 //! the test fails saying so.
-#![cfg(all(feature = "redis", feature = "test-util"))]
-
-#[path = "support/redis_server.rs"]
-mod redis_server;
-
-#[path = "support/hammer.rs"]
-mod hammer;
-use hammer::hammer;
 
 use std::time::Duration;
 
-use redis_server::RedisCluster;
 use tollgate::redis::RedisLimiter;
 use tollgate::FakeClock;
+
+use crate::hammer::hammer;
+use crate::redis_server::RedisCluster;
 
 const POLICY: &str = "10/s & sliding-log 5/1s & sliding-counter 100/1h";
 

@@ -4,20 +4,14 @@
 //!
 //! Needs `redis-server` on PATH (`scripts/install-redis.sh`); without it every test fails
 //! saying so.
-#![cfg(all(feature = "redis", feature = "test-util"))]
-
-#[path = "support/redis_server.rs"]
-mod redis_server;
-
-#[path = "support/hammer.rs"]
-mod hammer;
-use hammer::hammer;
 
 use std::time::Duration;
 
-use redis_server::RedisServer;
 use tollgate::redis::{BackendError, RedisLimiter};
 use tollgate::{CostError, Decision, FakeClock, Policy, RateLimiter};
+
+use crate::hammer::hammer;
+use crate::redis_server::{self, RedisServer};
 
 const MS: u64 = 1_000; // in microseconds
 
@@ -290,7 +284,7 @@ fn magnitude(rng: &mut Rng, max: u64) -> u64 {
 #[tokio::test]
 async fn lua_arithmetic_is_exact() {
     const SCRIPT: &str = concat!(
-        include_str!("../src/redis/lua/arith.lua"),
+        include_str!("../../src/redis/lua/arith.lua"),
         r#"
 local out = {}
 for i = 1, #ARGV, 4 do

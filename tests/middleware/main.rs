@@ -1,0 +1,16 @@
+//! The HTTP middleware (feature `tower`), end to end through axum routers on loopback: one
+//! test binary, a module per layer (`rate_limit`: `RateLimitLayer`; `layers`: the concurrency
+//! and login layers), the server and client of tests/support/http.rs compiled once.
+//!
+//! ```text
+//! cargo test --features tower --test middleware
+//! cargo test --features tower --test middleware layers::
+//! ```
+
+#![cfg(feature = "tower")]
+
+#[path = "../support/http.rs"]
+mod http_support;
+
+mod layers;
+mod rate_limit;
