@@ -4,7 +4,7 @@
 //! The figures in `docs/BENCHMARKS.md` ("Redis backend") come from this run:
 //!
 //! ```text
-//! cargo test --release --features redis --test redis throughput:: -- --ignored --nocapture
+//! cargo test --release --features redis,test-util --test redis throughput:: -- --ignored --nocapture
 //! ```
 //!
 //! A measurement, not a check: it is `#[ignore]`d so that the test suite never times
