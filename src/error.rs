@@ -66,8 +66,8 @@ pub enum PolicyError {
     Syntax {
         /// The whole string that was parsed.
         input: String,
-        /// Which part was wrong: `"algorithm"`, `"permits"`, `"separator"`, `"window"` or
-        /// `"unit"`.
+        /// Which part was wrong: `"algorithm"`, `"permits"`, `"separator"`, `"window"`,
+        /// `"unit"` or `"burst"`.
         field: &'static str,
         /// The offending text (empty when the part is missing).
         value: String,

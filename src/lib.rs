@@ -6,7 +6,7 @@
 //!
 //! | type | role |
 //! |---|---|
-//! | [`Policy`], [`Band`] | `permits` per `window` under an [`Algorithm`] (a band), or several bands at once; parsed from `"5/1s"`, `"100/min"`, `"sliding-log 5 per 15m"`, `"10/s & 1000/day"` |
+//! | [`Policy`], [`Band`] | `permits` per `window` under an [`Algorithm`] (a band), or several bands at once; parsed from `"5/1s"`, `"100/min"`, `"sliding-log 5 per 15m"`, `"10/s & 1000/day"`, `"10/s burst 100"` |
 //! | [`RateLimiter`] | one state per key (user, API key, IP) in a concurrent map |
 //! | [`DirectLimiter`] | one state, no map: a global or single hot key |
 //! | [`Decision`] | allowed, remaining, retry_after, reset_after, limit |

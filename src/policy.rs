@@ -129,12 +129,21 @@ pub struct Policy {
 /// assert_eq!(Policy::from(band), "sliding-log 10/s".parse()?);
 /// # Ok::<(), tollgate::PolicyError>(())
 /// ```
-// Field order gives the canonical band order: shortest window first.
-#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Clone, Copy)]
 pub struct Band {
     window_nanos: u64,
     permits: u64,
     algorithm: Algorithm,
+    /// How a token bucket written as a rate and a burst (`10/s burst 100`) was written, so
+    /// that it prints back that way. Not part of equality: it decides nothing.
+    rate: Option<Rate>,
+}
+
+/// A token bucket's refill rate as written: `permits` per `window_nanos`.
+#[derive(Clone, Copy, Debug)]
+struct Rate {
+    permits: u64,
+    window_nanos: u64,
 }
 
 impl Band {
@@ -143,7 +152,14 @@ impl Band {
         window_nanos: 0,
         permits: 0,
         algorithm: Algorithm::TokenBucket,
+        rate: None,
     };
+
+    /// What decides, in the canonical band order: shortest window first, then permits, then
+    /// algorithm.
+    fn key(&self) -> (u64, u64, Algorithm) {
+        (self.window_nanos, self.permits, self.algorithm)
+    }
 
     /// The algorithm that decides this band.
     ///
@@ -194,32 +210,64 @@ impl Band {
     }
 }
 
+impl PartialEq for Band {
+    fn eq(&self, other: &Band) -> bool {
+        self.key() == other.key()
+    }
+}
+
+impl Eq for Band {}
+
+impl std::hash::Hash for Band {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.key().hash(state);
+    }
+}
+
+impl PartialOrd for Band {
+    fn partial_cmp(&self, other: &Band) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Band {
+    fn cmp(&self, other: &Band) -> std::cmp::Ordering {
+        self.key().cmp(&other.key())
+    }
+}
+
+/// A window in the largest unit that divides it: `(count, unit)`.
+fn window_in_units(nanos: u64) -> (u64, &'static str) {
+    const UNITS: [(u64, &str); 7] = [
+        (86_400_000_000_000, "d"),
+        (3_600_000_000_000, "h"),
+        (60_000_000_000, "m"),
+        (1_000_000_000, "s"),
+        (1_000_000, "ms"),
+        (1_000, "us"),
+        (1, "ns"),
+    ];
+    // The last unit divides everything, so the search always succeeds.
+    let (size, unit) = UNITS
+        .iter()
+        .copied()
+        .find(|(size, _)| nanos.is_multiple_of(*size))
+        .unwrap_or((1, "ns"));
+    (nanos / size, unit)
+}
+
 impl fmt::Display for Band {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        const UNITS: [(u64, &str); 7] = [
-            (86_400_000_000_000, "d"),
-            (3_600_000_000_000, "h"),
-            (60_000_000_000, "m"),
-            (1_000_000_000, "s"),
-            (1_000_000, "ms"),
-            (1_000, "us"),
-            (1, "ns"),
-        ];
-        let w = self.window_nanos;
-        // The last unit divides everything, so the search always succeeds.
-        let (size, unit) = UNITS
-            .iter()
-            .copied()
-            .find(|(size, _)| w.is_multiple_of(*size))
-            .unwrap_or((1, "ns"));
-        write!(
-            f,
-            "{} {}/{}{}",
-            self.algorithm,
-            self.permits,
-            w / size,
-            unit
-        )
+        if let Some(rate) = self.rate {
+            let (count, unit) = window_in_units(rate.window_nanos);
+            return write!(
+                f,
+                "{} {}/{count}{unit} burst {}",
+                self.algorithm, rate.permits, self.permits
+            );
+        }
+        let (count, unit) = window_in_units(self.window_nanos);
+        write!(f, "{} {}/{count}{unit}", self.algorithm, self.permits)
     }
 }
 
@@ -321,7 +369,56 @@ impl Policy {
             window_nanos,
             permits,
             algorithm,
+            rate: None,
         }))
+    }
+
+    /// A token bucket written as a refill rate and a burst, as most limiters take it
+    /// (governor's `Quota::per_second(10).allow_burst(100)`, nginx's `rate=10r/s burst=100`):
+    /// `rate` permits come back every `per`, and up to `burst` may be spent at once. It is the
+    /// token bucket of `burst` permits per `burst * per / rate` (rounded up to a nanosecond, so
+    /// one permit refills in exactly the time `rate` per `per` alone gives it), and prints back
+    /// in the form it was written. The string form is `"10/s burst 100"`.
+    ///
+    /// # Errors
+    ///
+    /// [`PolicyError::ZeroPermits`] for a zero `rate` or `burst`, and the errors of
+    /// [`Policy::new`] for the token bucket it describes (a window past
+    /// [`Policy::MAX_WINDOW`] when the burst takes that long to refill).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::Policy;
+    ///
+    /// let policy = Policy::rate_with_burst(10, Duration::from_secs(1), 100)?;
+    /// assert_eq!(policy, "100/10s".parse()?);
+    /// assert_eq!(policy, "10/s burst 100".parse()?);
+    /// assert_eq!(policy.to_string(), "token-bucket 10/1s burst 100");
+    /// assert_eq!(policy.first_band().permits(), 100);
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    pub fn rate_with_burst(rate: u64, per: Duration, burst: u64) -> Result<Self, PolicyError> {
+        if rate == 0 || burst == 0 {
+            return Err(PolicyError::ZeroPermits);
+        }
+        if per.is_zero() {
+            return Err(PolicyError::ZeroWindow);
+        }
+        if per > Self::MAX_WINDOW {
+            return Err(PolicyError::WindowTooLong { window: per });
+        }
+        let per_nanos = duration_to_nanos(per);
+        // Below 2^62 * 2^64, so the product fits in 128 bits.
+        let window = (u128::from(per_nanos) * u128::from(burst)).div_ceil(u128::from(rate));
+        let window = Duration::from_nanos(u64::try_from(window).unwrap_or(u64::MAX));
+        let mut policy = Policy::new(Algorithm::TokenBucket, burst, window)?;
+        policy.bands[0].rate = Some(Rate {
+            permits: rate,
+            window_nanos: per_nanos,
+        });
+        Ok(policy)
     }
 
     /// A policy that allows a request only when both `self` and `other` allow it: "10 per

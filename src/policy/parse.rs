@@ -1,7 +1,8 @@
-//! Policy strings: `band ("&" band)*` with `band = [algorithm] permits ("/" | "per") [count] unit`.
+//! Policy strings: `band ("&" band)*` with
+//! `band = [algorithm] permits ("/" | "per") [count] unit ["burst" permits]`.
 //!
 //! Examples: `5/1s`, `100/min`, `5 per 15m`, `token-bucket 5/1s`, `sliding-log 3/s`,
-//! `10/s & 1000/day`.
+//! `10/s & 1000/day`, `10/s burst 100` (a token bucket written as a rate and a burst).
 //! Whitespace around the parts is free; names and units are case-insensitive. Counts are
 //! whole numbers and may use `_` as a digit separator (`1_000/day`).
 
@@ -85,13 +86,44 @@ fn band(input: &str, part: &str) -> Result<Policy, PolicyError> {
         )?
     };
     let unit = unit.trim();
+    // A token bucket may name its burst after the rate: `10/s burst 100`.
+    let (unit, burst) = match unit.split_once(char::is_whitespace) {
+        Some((unit, tail)) => (unit, Some(tail.trim())),
+        None => (unit, None),
+    };
     let scale = unit_nanos(unit).ok_or_else(|| syntax(input, "unit", unit, UNITS))?;
     let window = match count.checked_mul(scale) {
         Some(n) => Duration::from_nanos(n),
         None => Duration::MAX,
     };
-    Policy::new(algo, permits, window)
+    let Some(burst) = burst else {
+        return Policy::new(algo, permits, window);
+    };
+    let Some(digits) = burst
+        .get(..5)
+        .filter(|word| word.eq_ignore_ascii_case("burst"))
+        .map(|_| burst[5..].trim())
+    else {
+        let shown = burst.split_whitespace().next().unwrap_or("");
+        return Err(syntax(input, "burst", shown, BURST));
+    };
+    if algo != Algorithm::TokenBucket {
+        return Err(syntax(
+            input,
+            "burst",
+            burst,
+            "no burst: only a token bucket has one (a windowed algorithm admits its permits per window)",
+        ));
+    }
+    let (number_part, rest) = split_number(digits);
+    if !rest.trim().is_empty() {
+        return Err(syntax(input, "burst", rest.trim(), BURST));
+    }
+    let burst = number(input, "burst", number_part, digits, BURST)?;
+    Policy::rate_with_burst(permits, window, burst)
 }
+
+const BURST: &str = "nothing, or `burst` and a whole number of permits, such as `10/s burst 100`";
 
 fn syntax(input: &str, field: &'static str, value: &str, expected: &'static str) -> PolicyError {
     PolicyError::Syntax {
@@ -296,6 +328,75 @@ mod tests {
         ));
         assert!(matches!(
             err("1/18446744073709551615d"),
+            PolicyError::WindowTooLong { .. }
+        ));
+    }
+
+    #[test]
+    fn a_rate_and_a_burst_are_the_token_bucket_they_describe() {
+        let tb = Algorithm::TokenBucket;
+        let burst: Policy = "10/s burst 100".parse().unwrap();
+        assert_eq!(burst, p(tb, 100, Duration::from_secs(10)));
+        assert_eq!(burst.to_string(), "token-bucket 10/1s burst 100");
+        assert_eq!(burst.to_string().parse::<Policy>().unwrap(), burst);
+        assert_eq!(
+            "token-bucket 5 per 2m BURST 1_000"
+                .parse::<Policy>()
+                .unwrap(),
+            p(tb, 1000, Duration::from_secs(400 * 60))
+        );
+        // A burst smaller than the rate: half a second of refill.
+        assert_eq!(
+            "10/s burst 5".parse::<Policy>().unwrap(),
+            p(tb, 5, Duration::from_millis(500))
+        );
+        // 3 per second: the window rounds up so one permit refills in ceil(1 s / 3).
+        let thirds: Policy = "3/s burst 10".parse().unwrap();
+        assert_eq!(
+            thirds.first_band().window(),
+            Duration::from_nanos(3_333_333_334)
+        );
+        assert_eq!(thirds.to_string(), "token-bucket 3/1s burst 10");
+        // In a composite, each band keeps its form.
+        let both: Policy = "10/s burst 100 & 1000/day".parse().unwrap();
+        assert_eq!(
+            both.to_string(),
+            "token-bucket 10/1s burst 100 & token-bucket 1000/1d"
+        );
+    }
+
+    #[test]
+    fn a_burst_is_refused_where_it_means_nothing() {
+        let err = |s: &str| s.parse::<Policy>().unwrap_err();
+        assert_eq!(
+            err("sliding-log 10/s burst 100"),
+            syntax(
+                "sliding-log 10/s burst 100",
+                "burst",
+                "burst 100",
+                "no burst: only a token bucket has one (a windowed algorithm admits its permits per window)"
+            )
+        );
+        assert!(matches!(
+            err("sliding-counter 10/s burst 100"),
+            PolicyError::Syntax { field: "burst", .. }
+        ));
+        assert_eq!(
+            err("10/s bust 100"),
+            syntax("10/s bust 100", "burst", "bust", BURST)
+        );
+        assert_eq!(err("10/s burst"), syntax("10/s burst", "burst", "", BURST));
+        assert_eq!(
+            err("10/s burst x"),
+            syntax("10/s burst x", "burst", "x", BURST)
+        );
+        assert_eq!(
+            err("10/s burst 5 more"),
+            syntax("10/s burst 5 more", "burst", "more", BURST)
+        );
+        assert_eq!(err("10/s burst 0"), PolicyError::ZeroPermits);
+        assert!(matches!(
+            err("1/d burst 18446744073709551615"),
             PolicyError::WindowTooLong { .. }
         ));
     }

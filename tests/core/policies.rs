@@ -718,3 +718,23 @@ fn a_refused_cost_does_not_move_a_key_to_the_new_policy() {
     clock.set(Duration::from_secs(9));
     assert_eq!(limiter.try_acquire("k").remaining(), 2);
 }
+
+/// `"3/s burst 10"` decides as the rate and the burst say: 10 at once, then one more every
+/// third of a second (rounded up to 333,333,334 ns), never two.
+#[test]
+fn a_rate_and_a_burst_admit_the_burst_then_the_rate() {
+    let (limiter, clock) = keyed("3/s burst 10");
+    for spent in 1..=10 {
+        let d = limiter.try_acquire("api");
+        assert!(d.is_allowed(), "burst request {spent}");
+        assert_eq!(d.remaining(), 10 - spent);
+    }
+    let refused = limiter.try_acquire("api");
+    assert!(!refused.is_allowed());
+    assert_eq!(refused.retry_after(), Duration::from_nanos(333_333_334));
+    for step in 1..=6 {
+        clock.advance(Duration::from_nanos(333_333_334));
+        assert!(limiter.try_acquire("api").is_allowed(), "step {step}");
+        assert!(!limiter.try_acquire("api").is_allowed(), "step {step}");
+    }
+}
