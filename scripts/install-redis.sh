@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs redis-server (and redis-cli) from Debian's `redis-server` package, for the Redis
-# backend's tests (tests/redis/, feature `redis`), which start their own servers on free
+# backend's tests (tests/redis/, features `redis` and `test-util`), which start their own servers on free
 # loopback ports. Idempotent: does nothing when both are already on PATH.
 #
 #   ./scripts/install-redis.sh

@@ -111,7 +111,9 @@ pub struct Policy {
 /// single-band policy prints, and [`Policy::from`] turns it back into one.
 ///
 /// Bands order by window (shortest first), then permits, then algorithm: the order in which
-/// [`Policy::bands`] yields them.
+/// [`Policy::bands`] yields them. Equality, hashing and order compare only what decides: a
+/// token bucket written as a rate and a burst (`"10/s burst 100"`) equals the same bucket
+/// written plainly (`"100/10s"`), and only prints differently.
 ///
 /// # Examples
 ///
@@ -202,6 +204,14 @@ impl Band {
     #[must_use]
     pub const fn window(self) -> Duration {
         Duration::from_nanos(self.window_nanos)
+    }
+
+    /// This band printed in its plain form (`token-bucket 100/10s`, never the rate and
+    /// burst it may have been written as): what names its state where equal bands must
+    /// share it (the Redis backend's keys).
+    #[cfg(feature = "redis")]
+    pub(crate) fn plain(self) -> Band {
+        Band { rate: None, ..self }
     }
 
     /// The window in nanoseconds.
@@ -410,9 +420,20 @@ impl Policy {
             return Err(PolicyError::WindowTooLong { window: per });
         }
         let per_nanos = duration_to_nanos(per);
+        if per_nanos < rate {
+            // More than one permit per nanosecond, as `Policy::new` refuses for the rate alone.
+            return Err(PolicyError::IntervalTooShort {
+                permits: rate,
+                window: per,
+            });
+        }
         // Below 2^62 * 2^64, so the product fits in 128 bits.
-        let window = (u128::from(per_nanos) * u128::from(burst)).div_ceil(u128::from(rate));
-        let window = Duration::from_nanos(u64::try_from(window).unwrap_or(u64::MAX));
+        let nanos = (u128::from(per_nanos) * u128::from(burst)).div_ceil(u128::from(rate));
+        let window = match u64::try_from(nanos / 1_000_000_000) {
+            // Below 10^9, so it fits.
+            Ok(secs) => Duration::new(secs, (nanos % 1_000_000_000) as u32),
+            Err(_) => Duration::MAX,
+        };
         let mut policy = Policy::new(Algorithm::TokenBucket, burst, window)?;
         policy.bands[0].rate = Some(Rate {
             permits: rate,
@@ -448,7 +469,8 @@ impl Policy {
             .chain(&other.bands[..usize::from(other.len)])
             .copied()
             .collect();
-        all.sort_unstable();
+        // Stable, so of two equal bands written in different forms, `self`'s form is kept.
+        all.sort();
         all.dedup();
         if all.len() > Self::MAX_BANDS {
             return Err(PolicyError::TooManyBands {

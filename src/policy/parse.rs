@@ -99,10 +99,13 @@ fn band(input: &str, part: &str) -> Result<Policy, PolicyError> {
     let Some(burst) = burst else {
         return Policy::new(algo, permits, window);
     };
+    // `burst` as a word of its own: followed by whitespace (or nothing, reported below).
     let Some(digits) = burst
         .get(..5)
         .filter(|word| word.eq_ignore_ascii_case("burst"))
-        .map(|_| burst[5..].trim())
+        .map(|_| &burst[5..])
+        .filter(|after| after.is_empty() || after.starts_with(char::is_whitespace))
+        .map(str::trim)
     else {
         let shown = burst.split_whitespace().next().unwrap_or("");
         return Err(syntax(input, "burst", shown, BURST));
@@ -357,6 +360,16 @@ mod tests {
             Duration::from_nanos(3_333_333_334)
         );
         assert_eq!(thirds.to_string(), "token-bucket 3/1s burst 10");
+        // Equal bands written in two forms: the first policy's form is kept.
+        let plain: Policy = "100/10s".parse().unwrap();
+        assert_eq!(
+            plain.and(burst).unwrap().to_string(),
+            "token-bucket 100/10s"
+        );
+        assert_eq!(
+            burst.and(plain).unwrap().to_string(),
+            "token-bucket 10/1s burst 100"
+        );
         // In a composite, each band keeps its form.
         let both: Policy = "10/s burst 100 & 1000/day".parse().unwrap();
         assert_eq!(
@@ -394,7 +407,23 @@ mod tests {
             err("10/s burst 5 more"),
             syntax("10/s burst 5 more", "burst", "more", BURST)
         );
+        assert_eq!(
+            err("10/s burst100"),
+            syntax("10/s burst100", "burst", "burst100", BURST)
+        );
+        assert_eq!(
+            err("10/s bursts 1"),
+            syntax("10/s bursts 1", "burst", "bursts", BURST)
+        );
         assert_eq!(err("10/s burst 0"), PolicyError::ZeroPermits);
+        // More than one permit per nanosecond is refused as the rate alone would be.
+        assert_eq!(
+            err("10/ns burst 1"),
+            PolicyError::IntervalTooShort {
+                permits: 10,
+                window: Duration::from_nanos(1)
+            }
+        );
         assert!(matches!(
             err("1/d burst 18446744073709551615"),
             PolicyError::WindowTooLong { .. }

@@ -98,8 +98,9 @@ impl Bands {
                 Algorithm::SlidingLog => ("sl", 0),
                 Algorithm::SlidingCounter => ("sc", 0),
             };
-            // "token-bucket 5/1s" -> "tb:5/1s": readable, and distinct for distinct bands.
-            let shown = band.to_string();
+            // "token-bucket 5/1s" -> "tb:5/1s": readable, distinct for distinct bands, and the
+            // same for equal ones however they were written ("10/s burst 100" is "tb:100/10s").
+            let shown = band.plain().to_string();
             let rate = shown
                 .split_once(' ')
                 .map_or(shown.as_str(), |(_, rate)| rate);
@@ -260,5 +261,20 @@ mod tests {
             Bands::new(&"1/40000d".parse().unwrap()),
             Err(BackendError::UnsupportedPolicy { .. })
         ));
+    }
+
+    #[test]
+    fn equal_bands_share_their_keys_however_they_were_written() {
+        let keys = |policy: &str| {
+            Bands::new(&policy.parse().unwrap())
+                .unwrap()
+                .keys("tollgate", "alice")
+        };
+        assert_eq!(keys("100/10s"), ["tollgate:{alice}:tb:100/10s"]);
+        assert_eq!(keys("10/s burst 100"), keys("100/10s"));
+        assert_eq!(
+            keys("10/s burst 100 & 1000/day"),
+            keys("token-bucket 100 per 10s & 1000/1d")
+        );
     }
 }

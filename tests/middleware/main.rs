@@ -7,8 +7,6 @@
 //! cargo test --features tower --test middleware layers::
 //! ```
 
-#![cfg(feature = "tower")]
-
 #[path = "../support/http.rs"]
 mod http_support;
 

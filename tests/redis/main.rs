@@ -13,8 +13,6 @@
 //! cargo test --features redis,test-util,tower --test redis middleware::
 //! ```
 
-#![cfg(all(feature = "redis", feature = "test-util"))]
-
 #[path = "../support/hammer.rs"]
 mod hammer;
 #[cfg(feature = "tower")]
