@@ -8,7 +8,7 @@ use std::sync::{Arc, Barrier};
 
 use tollgate::{DirectLimiter, FakeClock, Policy, RateLimiter};
 
-use crate::support::{eviction_race, race};
+use crate::support::{eviction_race, eviction_stress, race};
 
 const ALGORITHMS: [&str; 3] = ["token-bucket", "sliding-log", "sliding-counter"];
 
@@ -107,6 +107,13 @@ fn a_new_keys_first_requests_create_one_state() {
         }
         assert_eq!(limiter.len(), 2_000, "{algorithm}: one state per key");
     }
+}
+
+/// 3,200,000 races of a key's first admission with its eviction and re-creation (64 keys,
+/// 50,000 phases on a frozen clock) admit exactly one request per key and phase.
+#[test]
+fn eviction_and_recreation_under_load_admit_exactly_the_capacity() {
+    eviction_stress(64, 50_000);
 }
 
 #[test]

@@ -103,3 +103,71 @@ pub fn eviction_race(label: &str, policy: Policy, capacity: u64) {
         "{label}: the evictor must actually have removed states for the race to mean anything"
     );
 }
+
+/// [`eviction_race`] at scale, the shape of the keyed registry's stress test: `keys` keys of
+/// a policy admitting 1 per second, 2 request threads that each walk every key twice per
+/// phase (from opposite ends), and a thread evicting in a loop, for `phases` phases. Every
+/// phase starts with every state at rest, so each key's first admission of the phase races
+/// the evictor retiring and removing its state, and a request may meet the state retired
+/// and create it again. Each key must admit exactly 1 per phase: `keys * phases` races, none
+/// of them allowed a lost or an extra admission.
+pub fn eviction_stress(keys: u64, phases: u64) {
+    const WORKERS: usize = 2;
+    let clock = FakeClock::new();
+    let policy: Policy = "token-bucket 1/1s".parse().unwrap();
+    let limiter: Arc<RateLimiter<u64, FakeClock>> =
+        Arc::new(RateLimiter::with_clock(policy, clock.clone()));
+    let stop = Arc::new(AtomicBool::new(false));
+    let evicted = Arc::new(AtomicU64::new(0));
+    let evictor = {
+        let (limiter, stop, evicted) = (limiter.clone(), stop.clone(), evicted.clone());
+        thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                evicted.fetch_add(limiter.evict_idle() as u64, Ordering::Relaxed);
+            }
+        })
+    };
+    let phase_start = Arc::new(Barrier::new(WORKERS + 1));
+    let phase_end = Arc::new(Barrier::new(WORKERS + 1));
+    let counts: Arc<Vec<AtomicU64>> = Arc::new((0..keys).map(|_| AtomicU64::new(0)).collect());
+    let workers: Vec<_> = (0..WORKERS)
+        .map(|w| {
+            let (limiter, counts) = (limiter.clone(), counts.clone());
+            let (phase_start, phase_end) = (phase_start.clone(), phase_end.clone());
+            thread::spawn(move || {
+                for _ in 0..phases {
+                    phase_start.wait();
+                    for i in 0..2 * keys {
+                        let key = if w == 0 {
+                            i % keys
+                        } else {
+                            keys - 1 - i % keys
+                        };
+                        if limiter.try_acquire(&key).is_allowed() {
+                            counts[key as usize].fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                    phase_end.wait();
+                }
+            })
+        })
+        .collect();
+    for phase in 0..phases {
+        clock.set(Duration::from_secs(2 * phase + 2));
+        phase_start.wait();
+        phase_end.wait();
+        for (key, count) in counts.iter().enumerate() {
+            let admitted = count.swap(0, Ordering::Relaxed);
+            assert_eq!(admitted, 1, "phase {phase}, key {key}: admitted {admitted}");
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    evictor.join().unwrap();
+    for w in workers {
+        w.join().unwrap();
+    }
+    assert!(
+        evicted.load(Ordering::Relaxed) > keys,
+        "the evictor must actually have removed states for the race to mean anything"
+    );
+}
