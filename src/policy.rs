@@ -247,7 +247,7 @@ impl Ord for Band {
 }
 
 /// A window in the largest unit that divides it: `(count, unit)`.
-fn window_in_units(nanos: u64) -> (u64, &'static str) {
+pub(crate) fn window_in_units(nanos: u64) -> (u64, &'static str) {
     const UNITS: [(u64, &str); 7] = [
         (86_400_000_000_000, "d"),
         (3_600_000_000_000, "h"),

@@ -10,7 +10,7 @@ use http::{HeaderMap, HeaderName, HeaderValue, Response, StatusCode};
 
 use super::error::ConfigError;
 use crate::decision::Decision;
-use crate::policy::Policy;
+use crate::policy::{window_in_units, Band, Policy};
 
 /// Which rate-limit header fields go on responses (allowed and refused alike).
 ///
@@ -147,17 +147,13 @@ impl Rendered {
         let mut value = String::new();
         for (i, band) in policy.bands().enumerate() {
             let mut item = if policy.is_composite() {
-                format!("\"{bare}-{}\"", window_label(band.window().as_nanos()))
+                format!("\"{bare}-{}\"", window_label(band))
             } else {
                 name.to_owned()
             };
             if names.contains(&item) {
                 // Two bands with the same window (different algorithms or permits).
-                item = format!(
-                    "\"{bare}-{}-{}\"",
-                    window_label(band.window().as_nanos()),
-                    i + 1
-                );
+                item = format!("\"{bare}-{}-{}\"", window_label(band), i + 1);
             }
             if i > 0 {
                 value.push_str(", ");
@@ -256,23 +252,10 @@ fn whole_seconds(nanos: u128) -> u128 {
     nanos.div_ceil(1_000_000_000).max(1)
 }
 
-/// A short label for a window: `1s`, `15m`, `1d`, `100ms`.
-fn window_label(nanos: u128) -> String {
-    const UNITS: [(u128, &str); 7] = [
-        (86_400_000_000_000, "d"),
-        (3_600_000_000_000, "h"),
-        (60_000_000_000, "m"),
-        (1_000_000_000, "s"),
-        (1_000_000, "ms"),
-        (1_000, "us"),
-        (1, "ns"),
-    ];
-    let (size, unit) = UNITS
-        .iter()
-        .copied()
-        .find(|(size, _)| nanos.is_multiple_of(*size))
-        .unwrap_or((1, "ns"));
-    format!("{}{unit}", nanos / size)
+/// A short label for a band's window: `1s`, `15m`, `1d`, `100ms`.
+fn window_label(band: Band) -> String {
+    let (count, unit) = window_in_units(band.window_nanos());
+    format!("{count}{unit}")
 }
 
 /// The fields of `decision` in `style`; `rendered` is the rule's cached policy rendering.
