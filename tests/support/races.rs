@@ -27,6 +27,45 @@ pub fn race(threads: usize, work: impl Fn(usize) -> u64 + Send + Sync + 'static)
     handles.into_iter().map(|h| h.join().unwrap()).sum()
 }
 
+/// A thread calling `evict_idle` in a loop until stopped, counting the states it removed.
+struct Evictor {
+    stop: Arc<AtomicBool>,
+    evicted: Arc<AtomicU64>,
+    thread: thread::JoinHandle<()>,
+}
+
+impl Evictor {
+    fn start(limiter: &Arc<RateLimiter<u64, FakeClock>>) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let evicted = Arc::new(AtomicU64::new(0));
+        let thread = {
+            let (limiter, stop, evicted) = (limiter.clone(), stop.clone(), evicted.clone());
+            thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    evicted.fetch_add(limiter.evict_idle() as u64, Ordering::Relaxed);
+                }
+            })
+        };
+        Evictor {
+            stop,
+            evicted,
+            thread,
+        }
+    }
+
+    /// States removed so far.
+    fn evicted(&self) -> u64 {
+        self.evicted.load(Ordering::Relaxed)
+    }
+
+    /// Stops the thread; the states it removed in all.
+    fn stop(self) -> u64 {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread.join().unwrap();
+        self.evicted.load(Ordering::Relaxed)
+    }
+}
+
 /// Requests racing eviction never admit extra.
 ///
 /// Time moves in phases two seconds apart, so every state of `policy` (whose longest window
@@ -41,16 +80,7 @@ pub fn eviction_race(label: &str, policy: Policy, capacity: u64) {
     let clock = FakeClock::new();
     let limiter: Arc<RateLimiter<u64, FakeClock>> =
         Arc::new(RateLimiter::with_clock(policy, clock.clone()));
-    let stop = Arc::new(AtomicBool::new(false));
-    let evicted = Arc::new(AtomicU64::new(0));
-    let evictor = {
-        let (limiter, stop, evicted) = (limiter.clone(), stop.clone(), evicted.clone());
-        thread::spawn(move || {
-            while !stop.load(Ordering::Relaxed) {
-                evicted.fetch_add(limiter.evict_idle() as u64, Ordering::Relaxed);
-            }
-        })
-    };
+    let evictor = Evictor::start(&limiter);
     let phase_start = Arc::new(Barrier::new(WORKERS + 1));
     let phase_end = Arc::new(Barrier::new(WORKERS + 1));
     let counts: Arc<Vec<AtomicU64>> = Arc::new((0..KEYS).map(|_| AtomicU64::new(0)).collect());
@@ -73,13 +103,13 @@ pub fn eviction_race(label: &str, policy: Policy, capacity: u64) {
         })
         .collect();
     for phase in 0..PHASES {
-        let before = evicted.load(Ordering::Relaxed);
+        let before = evictor.evicted();
         clock.set(Duration::from_secs(2 * phase + 2));
         if phase % 10 == 0 {
             // Now and then, let the evictor find the at-rest states before the requests
             // start, so removal and re-creation are exercised for certain; the other phases
             // race them.
-            while phase > 0 && evicted.load(Ordering::Relaxed) == before {
+            while phase > 0 && evictor.evicted() == before {
                 thread::yield_now();
             }
         }
@@ -93,13 +123,12 @@ pub fn eviction_race(label: &str, policy: Policy, capacity: u64) {
             );
         }
     }
-    stop.store(true, Ordering::Relaxed);
-    evictor.join().unwrap();
+    let evicted = evictor.stop();
     for w in workers {
         w.join().unwrap();
     }
     assert!(
-        evicted.load(Ordering::Relaxed) > 0,
+        evicted > 0,
         "{label}: the evictor must actually have removed states for the race to mean anything"
     );
 }
@@ -117,16 +146,7 @@ pub fn eviction_stress(keys: u64, phases: u64) {
     let policy: Policy = "token-bucket 1/1s".parse().unwrap();
     let limiter: Arc<RateLimiter<u64, FakeClock>> =
         Arc::new(RateLimiter::with_clock(policy, clock.clone()));
-    let stop = Arc::new(AtomicBool::new(false));
-    let evicted = Arc::new(AtomicU64::new(0));
-    let evictor = {
-        let (limiter, stop, evicted) = (limiter.clone(), stop.clone(), evicted.clone());
-        thread::spawn(move || {
-            while !stop.load(Ordering::Relaxed) {
-                evicted.fetch_add(limiter.evict_idle() as u64, Ordering::Relaxed);
-            }
-        })
-    };
+    let evictor = Evictor::start(&limiter);
     let phase_start = Arc::new(Barrier::new(WORKERS + 1));
     let phase_end = Arc::new(Barrier::new(WORKERS + 1));
     let counts: Arc<Vec<AtomicU64>> = Arc::new((0..keys).map(|_| AtomicU64::new(0)).collect());
@@ -161,13 +181,12 @@ pub fn eviction_stress(keys: u64, phases: u64) {
             assert_eq!(admitted, 1, "phase {phase}, key {key}: admitted {admitted}");
         }
     }
-    stop.store(true, Ordering::Relaxed);
-    evictor.join().unwrap();
+    let evicted = evictor.stop();
     for w in workers {
         w.join().unwrap();
     }
     assert!(
-        evicted.load(Ordering::Relaxed) > keys,
+        evicted > keys,
         "the evictor must actually have removed states for the race to mean anything"
     );
 }
