@@ -76,6 +76,7 @@ pub mod middleware;
 mod policy;
 #[cfg(feature = "redis")]
 pub mod redis;
+mod reservation;
 mod stats;
 mod wait;
 
@@ -130,5 +131,6 @@ pub use hasher::KeyHasher;
 pub use keyed::RateLimiter;
 pub use login::{LoginClient, LoginConfig, LoginConfigError, LoginDecision, LoginGuard};
 pub use policy::{Algorithm, Band, Policy};
+pub use reservation::{Reservation, SettleError};
 pub use stats::Stats;
 pub use wait::Wait;

@@ -1,0 +1,188 @@
+//! Reserve now, settle later: [`Reservation`] and [`SettleError`].
+//!
+//! A request whose cost is known only after it ran (the tokens an LLM really used, an order
+//! that failed) reserves an estimate, runs, then settles the reservation at what it really
+//! cost: the difference is given back, or charged on top. `docs/ALGORITHMS.md` gives each
+//! algorithm's rules.
+
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::decision::Decision;
+use crate::policy::Policy;
+
+/// Per band of the policy, the instant the reservation's admission stood for, in nanoseconds
+/// on the limiter's clock: a token bucket's theoretical arrival time after it, a sliding
+/// log's stamp of its entries, a sliding counter's start of the window it counted in.
+pub(crate) type Marks = [u64; Policy::MAX_BANDS];
+
+/// Which limiter, and which key of it, a reservation was made on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Origin {
+    /// The limiter's serial number ([`next_limiter_id`]).
+    pub(crate) limiter: u64,
+    /// The key's hash under the limiter's hasher (0 for a limiter of one key).
+    pub(crate) key: u64,
+}
+
+/// A serial number for a new limiter, so a reservation settled on another limiter is
+/// recognised.
+pub(crate) fn next_limiter_id() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    // Relaxed: only uniqueness matters, and a read-modify-write gives every caller its own.
+    NEXT.fetch_add(1, Ordering::Relaxed)
+}
+
+/// Permits taken now for a request whose real cost is known later.
+///
+/// Made by `reserve_n` on [`RateLimiter`](crate::RateLimiter),
+/// [`DirectLimiter`](crate::DirectLimiter) and, with the `redis` feature, the Redis limiter.
+/// An allowed reservation holds its permits until it is settled: `settle(r, actual)` gives
+/// back what the request did not use, or charges what it used on top, even past the limit;
+/// `cancel(r)` gives everything back. A refused one holds nothing.
+///
+/// A reservation is neither `Copy` nor `Clone`, and settling consumes it, so nothing can be
+/// given back twice. One that is dropped unsettled keeps its permits spent, as the same
+/// `try_acquire_n` would.
+///
+/// # Examples
+///
+/// ```
+/// use tollgate::{FakeClock, RateLimiter};
+///
+/// let limiter: RateLimiter<String, FakeClock> =
+///     RateLimiter::with_clock("100/min".parse()?, FakeClock::new());
+/// let r = limiter.reserve_n("tenant-7", 40)?; // an estimate
+/// assert!(r.decision().is_allowed());
+/// assert_eq!(limiter.peek("tenant-7").remaining(), 59);
+/// limiter.settle("tenant-7", r, 25)?; // it really cost 25: 15 come back
+/// assert_eq!(limiter.peek("tenant-7").remaining(), 74);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[must_use = "a Reservation holds permits until it is settled or cancelled"]
+pub struct Reservation {
+    decision: Decision,
+    /// The permits held: the cost asked for when allowed, 0 when refused (or let through by
+    /// shadow mode only).
+    held: u64,
+    marks: Marks,
+    origin: Origin,
+}
+
+impl Reservation {
+    /// A reservation of `cost` permits that `decision` admitted, the bands' admissions standing
+    /// at `marks`.
+    pub(crate) fn new(decision: Decision, cost: u64, marks: Marks, origin: Origin) -> Self {
+        // Shadow mode lets a refusal through, but the policy spent nothing for it.
+        let held = if decision.is_allowed() && !decision.would_refuse() {
+            cost
+        } else {
+            0
+        };
+        Reservation {
+            decision,
+            held,
+            marks,
+            origin,
+        }
+    }
+
+    /// The decision the reservation got: allowed (its permits are held) or refused (nothing
+    /// is held), with remaining, retry_after and the rest as `try_acquire_n` reports them.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::{DirectLimiter, FakeClock};
+    ///
+    /// let limiter = DirectLimiter::with_clock("10/s".parse()?, FakeClock::new());
+    /// let r = limiter.reserve_n(8)?;
+    /// assert_eq!(r.decision().remaining(), 2);
+    /// assert!(!limiter.reserve_n(8)?.decision().is_allowed());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn decision(&self) -> Decision {
+        self.decision
+    }
+
+    /// The permits the reservation holds: its cost when allowed, 0 when refused.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::{DirectLimiter, FakeClock};
+    ///
+    /// let limiter = DirectLimiter::with_clock("10/s".parse()?, FakeClock::new());
+    /// assert_eq!(limiter.reserve_n(8)?.held(), 8);
+    /// assert_eq!(limiter.reserve_n(8)?.held(), 0);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[must_use]
+    pub fn held(&self) -> u64 {
+        self.held
+    }
+
+    /// The permits held and the bands' marks, once `origin` is checked to be where the
+    /// reservation was made; consumes it.
+    pub(crate) fn take(self, origin: Origin) -> Result<(u64, Marks), SettleError> {
+        if self.origin.limiter != origin.limiter {
+            return Err(SettleError::OtherLimiter);
+        }
+        if self.origin.key != origin.key {
+            return Err(SettleError::OtherKey);
+        }
+        if self.held == 0 {
+            return Err(SettleError::Refused);
+        }
+        Ok((self.held, self.marks))
+    }
+}
+
+impl fmt::Debug for Reservation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Reservation")
+            .field("decision", &self.decision)
+            .field("held", &self.held)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Why a [`Reservation`] could not be settled. A settle that fails changes no state: the
+/// reservation's permits stay spent, as if it had been dropped.
+///
+/// # Examples
+///
+/// ```
+/// use tollgate::{FakeClock, RateLimiter, SettleError};
+///
+/// let limiter: RateLimiter<String, FakeClock> =
+///     RateLimiter::with_clock("5/s".parse()?, FakeClock::new());
+/// let r = limiter.reserve_n("alice", 2)?;
+/// assert_eq!(limiter.settle("bob", r, 1), Err(SettleError::OtherKey));
+/// let refused = limiter.reserve_n("alice", 4)?; // only 3 left
+/// assert_eq!(limiter.cancel("alice", refused), Err(SettleError::Refused));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SettleError {
+    /// The reservation was refused (or let through by shadow mode only): it holds no permits,
+    /// so there is nothing to give back or charge on top of.
+    Refused,
+    /// The reservation was made for another key of this limiter.
+    OtherKey,
+    /// The reservation was made by another limiter.
+    OtherLimiter,
+}
+
+impl fmt::Display for SettleError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            SettleError::Refused => "reservation: it was refused, so it holds no permits to settle",
+            SettleError::OtherKey => "key: the reservation was made for another key",
+            SettleError::OtherLimiter => "limiter: the reservation was made by another limiter",
+        })
+    }
+}
+
+impl std::error::Error for SettleError {}
