@@ -13,6 +13,7 @@ use crate::engine::dispatch::{with_state, Build, Erased, Family};
 use crate::engine::state::{Carry, RateState};
 use crate::error::CostError;
 use crate::policy::Policy;
+use crate::reservation::{next_limiter_id, Marks, Origin, Reservation, SettleError};
 use crate::wait::Wait;
 
 /// A rate limiter for a single key: a global limit, one upstream's quota, one hot tenant.
@@ -48,6 +49,8 @@ pub struct DirectLimiter<C = SystemClock> {
     clock: C,
     /// Serialises policy changes.
     config: Mutex<()>,
+    /// Tells this limiter's reservations from another's.
+    id: u64,
 }
 
 /// A policy and the state deciding for it.
@@ -74,12 +77,16 @@ struct Direct<St: RateState> {
 impl<St: RateState> Direct<St> {
     /// `None` when the state was retired by a policy change.
     #[inline(always)]
-    fn try_acquire<C: Clock>(&self, clock: &C, cost: u64) -> Option<Result<Decision, CostError>> {
+    fn reserve<C: Clock>(
+        &self,
+        clock: &C,
+        cost: u64,
+    ) -> Option<Result<(Decision, Marks), CostError>> {
         let limit = St::max_cost(&self.params);
         if cost > limit {
             return Some(Err(CostError::ExceedsLimit { cost, limit }));
         }
-        self.cell.try_acquire(&self.params, clock, cost).map(Ok)
+        self.cell.reserve(&self.params, clock, cost).map(Ok)
     }
 }
 
@@ -98,8 +105,16 @@ impl State {
     }
 
     #[inline(always)]
-    fn try_acquire<C: Clock>(&self, clock: &C, cost: u64) -> Option<Result<Decision, CostError>> {
-        with_state!(&self.0, direct => direct.try_acquire(clock, cost))
+    fn reserve<C: Clock>(
+        &self,
+        clock: &C,
+        cost: u64,
+    ) -> Option<Result<(Decision, Marks), CostError>> {
+        with_state!(&self.0, direct => direct.reserve(clock, cost))
+    }
+
+    fn settle(&self, held: u64, marks: &Marks, actual: u64, now: u64) -> Option<()> {
+        with_state!(&self.0, direct => direct.cell.settle(&direct.params, held, marks, actual, now))
     }
 
     fn peek<C: Clock>(&self, clock: &C) -> Option<Decision> {
@@ -155,6 +170,7 @@ impl<C: Clock> DirectLimiter<C> {
             current: AtomicShared::null(),
             clock,
             config: Mutex::new(()),
+            id: next_limiter_id(),
         }
     }
 
@@ -219,10 +235,116 @@ impl<C: Clock> DirectLimiter<C> {
 
     #[inline(always)]
     fn decide(&self, cost: u64) -> Result<Decision, CostError> {
+        // Inlined, the marks are never stored.
+        self.reserve_cost(cost).map(|(decision, _)| decision)
+    }
+
+    /// Takes `n` permits now for a request whose real cost is known later: decided exactly as
+    /// [`try_acquire_n`](DirectLimiter::try_acquire_n), and the [`Reservation`] remembers
+    /// what it took, so that [`settle`](DirectLimiter::settle) can give back what the request
+    /// did not use or charge what it used on top. See [`RateLimiter::reserve_n`] for the
+    /// rules.
+    ///
+    /// # Errors
+    ///
+    /// As [`try_acquire_n`](DirectLimiter::try_acquire_n): nothing changes.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::{DirectLimiter, FakeClock};
+    ///
+    /// let limiter = DirectLimiter::with_clock("1000/min".parse()?, FakeClock::new());
+    /// let r = limiter.reserve_n(500)?; // a completion of at most 500 tokens
+    /// limiter.settle(r, 120)?; // it used 120
+    /// assert_eq!(limiter.peek().remaining(), 879);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn reserve_n(&self, n: u64) -> Result<Reservation, CostError> {
+        if n == 0 {
+            return Err(CostError::Zero);
+        }
+        let (decision, marks) = self.reserve_cost(n)?;
+        Ok(Reservation::new(decision, n, marks, self.origin()))
+    }
+
+    /// Settles a reservation at what the request really cost: gives back `reserved - actual`
+    /// permits, or charges `actual - reserved` more, even past the limit (see
+    /// [`RateLimiter::settle`]).
+    ///
+    /// # Errors
+    ///
+    /// [`SettleError`] names a reservation that holds nothing (it was refused) or was made
+    /// by another limiter; nothing changes.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::{DirectLimiter, FakeClock};
+    ///
+    /// let limiter = DirectLimiter::with_clock("10/s".parse()?, FakeClock::new());
+    /// let r = limiter.reserve_n(4)?;
+    /// limiter.settle(r, 9)?; // 5 more than reserved: charged
+    /// assert_eq!(limiter.peek().remaining(), 1);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn settle(&self, reservation: Reservation, actual: u64) -> Result<(), SettleError> {
+        let (held, marks) = reservation.take(self.origin())?;
+        if actual == held {
+            return Ok(());
+        }
+        let guard = Guard::new();
+        let backoff = Backoff::new();
+        let now = self.clock.now();
+        loop {
+            // After a policy change the state in force takes the settle: what it gives back
+            // is bounded by the marks and by a fresh state, whatever its policy.
+            if let Some(generation) = self.latest(&guard) {
+                if generation.state.settle(held, &marks, actual, now).is_some() {
+                    return Ok(());
+                }
+            }
+            // A policy change is between retiring the old state and publishing the new one.
+            backoff.snooze();
+        }
+    }
+
+    /// Gives back everything a reservation holds: [`settle`](DirectLimiter::settle) at 0.
+    ///
+    /// # Errors
+    ///
+    /// As [`settle`](DirectLimiter::settle).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::{DirectLimiter, FakeClock};
+    ///
+    /// let limiter = DirectLimiter::with_clock("10/s".parse()?, FakeClock::new());
+    /// let r = limiter.reserve_n(10)?;
+    /// limiter.cancel(r)?;
+    /// assert!(limiter.is_at_rest());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn cancel(&self, reservation: Reservation) -> Result<(), SettleError> {
+        self.settle(reservation, 0)
+    }
+
+    /// What a reservation made here is marked with.
+    fn origin(&self) -> Origin {
+        Origin {
+            limiter: self.id,
+            key: 0,
+        }
+    }
+
+    /// A request of `cost`, and where its admission stands.
+    #[inline(always)]
+    fn reserve_cost(&self, cost: u64) -> Result<(Decision, Marks), CostError> {
         // Relaxed: a stale `false` only sends us to the first state, which a policy change
         // retires before it sets the flag, so we then get `None` and take the slow path.
         if !self.replaced.load(Ordering::Relaxed) {
-            if let Some(result) = self.first.state.try_acquire(&self.clock, cost) {
+            if let Some(result) = self.first.state.reserve(&self.clock, cost) {
                 return result;
             }
         }
@@ -232,12 +354,12 @@ impl<C: Clock> DirectLimiter<C> {
     /// The path after a policy change: the latest generation, behind a pointer.
     #[cold]
     #[inline(never)]
-    fn acquire_replaced(&self, cost: u64) -> Result<Decision, CostError> {
+    fn acquire_replaced(&self, cost: u64) -> Result<(Decision, Marks), CostError> {
         let guard = Guard::new();
         let backoff = Backoff::new();
         loop {
             if let Some(generation) = self.latest(&guard) {
-                if let Some(result) = generation.state.try_acquire(&self.clock, cost) {
+                if let Some(result) = generation.state.reserve(&self.clock, cost) {
                     return result;
                 }
             }

@@ -9,6 +9,7 @@ use crate::decision::Decision;
 use crate::engine::dispatch::{with_state, Build, Erased, Family};
 use crate::engine::state::{Carry, RateState};
 use crate::policy::Policy;
+use crate::reservation::Marks;
 
 /// One key's state and the parameters of the policy it was created under.
 ///
@@ -55,6 +56,19 @@ impl AnyState {
     #[inline]
     pub(crate) fn try_acquire<C: Clock + ?Sized>(&self, clock: &C, cost: u64) -> Option<Decision> {
         with_any!(self, (state, params) => state.try_acquire(params, clock, cost))
+    }
+
+    #[inline]
+    pub(crate) fn reserve<C: Clock + ?Sized>(
+        &self,
+        clock: &C,
+        cost: u64,
+    ) -> Option<(Decision, Marks)> {
+        with_any!(self, (state, params) => state.reserve(params, clock, cost))
+    }
+
+    pub(crate) fn settle(&self, held: u64, marks: &Marks, actual: u64, now: u64) -> Option<()> {
+        with_any!(self, (state, params) => state.settle(params, held, marks, actual, now))
     }
 
     pub(crate) fn peek<C: Clock + ?Sized>(&self, clock: &C, cost: u64) -> Option<Decision> {

@@ -33,11 +33,12 @@ use crate::clock::Clock;
 use crate::decision::Decision;
 use crate::engine::seqlock::{SeqLock, WriteGuard};
 use crate::engine::sliding_counter::{Counter, Snapshot};
-use crate::engine::sliding_log::{self, Log, Ring};
+use crate::engine::sliding_log::{Fix, Log, LogWords, Ring};
 use crate::engine::state::{in_use, Carry, RateState, Verdict};
 use crate::engine::sync::{AtomicU64, Ordering};
 use crate::engine::token_bucket::Gcra;
 use crate::policy::{Algorithm, Policy};
+use crate::reservation::Marks;
 
 /// One band's parameters: its algorithm's pure arithmetic.
 #[derive(Clone, Copy, Debug)]
@@ -94,6 +95,13 @@ enum Write {
         written: u64,
         /// The timestamp of the new entries.
         stamp: u64,
+    },
+    /// What settling a reservation does to a sliding log that held `written` entries.
+    Settle {
+        /// Entries written before.
+        written: u64,
+        /// The change.
+        fix: Fix,
     },
 }
 
@@ -294,11 +302,65 @@ impl Placed {
                     u128::from(index) | u128::from(counts) << 64,
                 ))
             }
-            Band::SlidingLog { ring, .. } => {
-                let written = words[at].load(Ordering::Relaxed);
-                let slots = &words[at + 1..at + 1 + ring as usize];
-                View::Log(Ring::new(slots, written), written)
+            Band::SlidingLog { .. } => {
+                let (ring, written) = self.log_words(words).view();
+                View::Log(ring, written)
             }
+        }
+    }
+
+    /// A sliding log band's words (its count, then its ring).
+    #[inline]
+    fn log_words<'a>(&self, words: &'a [AtomicU64]) -> LogWords<'a> {
+        let ring = match self.band {
+            Band::SlidingLog { ring, .. } => ring as usize,
+            _ => unreachable!("only a sliding log band has a ring"),
+        };
+        let at = self.offset as usize;
+        LogWords::new(&words[at..at + 1 + ring])
+    }
+
+    /// Where an admission that wrote `write` stands, for a reservation (see `Marks`).
+    #[inline]
+    fn mark(&self, write: Write) -> u64 {
+        match (self.band, write) {
+            (Band::SlidingCounter(counter), Write::Counter(next)) => counter.mark(next),
+            (_, Write::Tat(tat)) => tat,
+            (_, Write::Log { stamp, .. }) => stamp,
+            _ => unreachable!("an admission's write follows its band's algorithm"),
+        }
+    }
+
+    /// What settling an admission of `held` permits that stood at `mark` writes to the band
+    /// seen in `view`, when it really cost `actual`: each algorithm's own rule. `None` when
+    /// nothing changes.
+    fn settle(
+        &self,
+        view: &View<'_>,
+        held: u64,
+        mark: u64,
+        actual: u64,
+        now: u64,
+    ) -> Option<Write> {
+        match (self.band, view) {
+            (Band::TokenBucket(gcra), &View::Tat(tat)) => {
+                let next = gcra.settle(tat, held, mark, actual, now);
+                (next != tat).then_some(Write::Tat(next))
+            }
+            (Band::SlidingCounter(counter), &View::Counter(snap)) => {
+                let next = counter.settle(snap, held, mark, actual, now);
+                (next != snap).then_some(Write::Counter(next))
+            }
+            (Band::SlidingLog { log, .. }, View::Log(ring, written)) => {
+                match log.settle(ring, held, mark, actual, now) {
+                    Fix::Keep => None,
+                    fix => Some(Write::Settle {
+                        written: *written,
+                        fix,
+                    }),
+                }
+            }
+            _ => unreachable!("a band's view follows its algorithm"),
         }
     }
 
@@ -362,13 +424,12 @@ impl Placed {
                 words[at].store(packed as u64, Ordering::Relaxed);
                 words[at + 1].store((packed >> 64) as u64, Ordering::Relaxed);
             }
-            (Band::SlidingLog { ring, .. }, Write::Log { written, stamp }) => {
+            (Band::SlidingLog { .. }, Write::Log { written, stamp }) => {
                 // The entries, then their count.
-                let slots = &words[at + 1..at + 1 + ring as usize];
-                for (slot, _) in sliding_log::slots_after(slots, written).zip(0..cost) {
-                    slot.store(stamp, Ordering::Relaxed);
-                }
-                words[at].store(written + cost, Ordering::Relaxed);
+                self.log_words(words).append(written, cost, stamp);
+            }
+            (Band::SlidingLog { .. }, Write::Settle { written, fix }) => {
+                self.log_words(words).apply(written, fix);
             }
             _ => unreachable!("a band's write follows its algorithm"),
         }
@@ -503,12 +564,12 @@ impl RateState for CompositeCell {
     }
 
     #[inline]
-    fn try_acquire<C: Clock + ?Sized>(
+    fn reserve<C: Clock + ?Sized>(
         &self,
         params: &Composite,
         clock: &C,
         cost: u64,
-    ) -> Option<Decision> {
+    ) -> Option<(Decision, Marks)> {
         // The clock is read once, before the sequence, as for every single-band state: each
         // band decides an older `now` than another writer's as a clock that went backwards,
         // which can only refuse more, never admit more.
@@ -518,14 +579,53 @@ impl RateState for CompositeCell {
                 .seq
                 .read_consistent(|_| params.decide(&self.words, now, cost))?;
             match verdict {
-                Verdict::Deny(decision) => return Some(decision),
+                Verdict::Deny(decision) => return Some((decision, [0; Policy::MAX_BANDS])),
                 // Entering from exactly `seq` proves every band's decision still holds.
                 Verdict::Allow(decision, writes) => {
                     if let Some(guard) = self.seq.try_enter(seq) {
                         self.publish(params, guard, seq, &writes, cost);
-                        return Some(decision);
+                        let mut marks = [0; Policy::MAX_BANDS];
+                        for ((mark, placed), &write) in
+                            marks.iter_mut().zip(params.bands()).zip(&writes)
+                        {
+                            *mark = placed.mark(write);
+                        }
+                        return Some((decision, marks));
                     }
                 }
+            }
+        }
+    }
+
+    fn settle(
+        &self,
+        params: &Composite,
+        held: u64,
+        marks: &Marks,
+        actual: u64,
+        now: u64,
+    ) -> Option<()> {
+        loop {
+            let (seq, writes) = self.seq.read_consistent(|_| {
+                let mut writes = [None; Policy::MAX_BANDS];
+                for ((write, placed), &mark) in writes.iter_mut().zip(params.bands()).zip(marks) {
+                    *write = placed.settle(&placed.view(&self.words), held, mark, actual, now);
+                }
+                writes
+            })?;
+            if writes.iter().all(Option::is_none) {
+                return Some(());
+            }
+            // Entering from exactly `seq` proves every band's settle was decided on the
+            // state it changes.
+            if let Some(mut guard) = self.seq.try_enter(seq) {
+                guard.publish_at(seq + 2);
+                for (placed, write) in params.bands().iter().zip(writes) {
+                    if let Some(write) = write {
+                        placed.store(&self.words, write, 0);
+                    }
+                }
+                return Some(());
             }
         }
     }

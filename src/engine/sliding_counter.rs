@@ -39,10 +39,11 @@
 
 use crate::clock::Clock;
 use crate::decision::Decision;
-use crate::engine::state::{in_use, single_from_carry, Carry, RateState, Verdict};
+use crate::engine::state::{in_use, one_mark, single_from_carry, Carry, RateState, Verdict};
 use crate::engine::sync::AtomicU128;
 use crate::engine::word::{live, update, Retired, Update};
 use crate::policy::{Band, Policy};
+use crate::reservation::Marks;
 
 /// Where the current window's count sits in the packed word.
 const CURRENT_SHIFT: u32 = 64;
@@ -252,6 +253,53 @@ impl Counter {
         r.current == 0 && r.previous == 0
     }
 
+    /// The start of the window `snap`'s current count belongs to: a reservation's mark.
+    #[inline]
+    pub(crate) fn mark(&self, snap: Snapshot) -> u64 {
+        // The index was some clock reading divided by W: the product fits.
+        snap.index.saturating_mul(self.window)
+    }
+
+    /// The snapshot after settling, at `now`, an admission of `held` permits counted in the
+    /// window starting at `mark`, whose real cost was `actual`.
+    ///
+    /// A refund of `k` takes `k` from the count of that window if it is still the current or
+    /// the previous one (never below zero); an older window counts for nothing any more. A
+    /// charge of `k` more adds `k` to the current window, admitted whatever the estimate: a
+    /// debt later requests wait out, with the count capped at `2N` (both windows roll out
+    /// within `2W` whatever they hold).
+    pub(crate) fn settle(
+        &self,
+        snap: Snapshot,
+        held: u64,
+        mark: u64,
+        actual: u64,
+        now: u64,
+    ) -> Snapshot {
+        let r = self.roll(snap, now);
+        let (mut current, mut previous) = (r.current, r.previous);
+        if actual <= held {
+            let give = held - actual;
+            let at = mark / self.window;
+            if at == r.index {
+                current -= give.min(current);
+            } else if at.saturating_add(1) == r.index {
+                previous -= give.min(previous);
+            }
+        } else {
+            // 2N <= 2^32 - 2: below the retired value's all-ones count.
+            current = current
+                .saturating_add(actual - held)
+                .min(2 * self.limit)
+                .max(current);
+        }
+        Snapshot {
+            index: r.index,
+            current: current as u32,
+            previous: previous as u32,
+        }
+    }
+
     /// The permits `snap` has in use at `now`.
     fn carry(&self, snap: Snapshot, now: u64) -> Carry {
         let probe = self.decide(snap, now, 1).decision();
@@ -302,12 +350,12 @@ impl RateState for CounterCell {
     }
 
     #[inline]
-    fn try_acquire<C: Clock + ?Sized>(
+    fn reserve<C: Clock + ?Sized>(
         &self,
         counter: &Counter,
         clock: &C,
         cost: u64,
-    ) -> Option<Decision> {
+    ) -> Option<(Decision, Marks)> {
         // The clock is read once, before the word, as in the token bucket (a retry then only
         // recomputes from the word the failed CAS returned). A `now` in a window the word has
         // already moved past counts as zero time elapsed in the word's window (see
@@ -315,9 +363,26 @@ impl RateState for CounterCell {
         let now = clock.now();
         update(&self.word, |word| {
             match counter.decide(Snapshot::unpack(word), now, cost) {
-                Verdict::Deny(decision) => Update::keep(decision),
-                Verdict::Allow(decision, next) => Update::write(next.pack(), decision),
+                Verdict::Deny(decision) => Update::keep((decision, 0)),
+                Verdict::Allow(decision, next) => {
+                    Update::write(next.pack(), (decision, counter.mark(next)))
+                }
             }
+        })
+        .map(|(decision, mark)| (decision, one_mark(mark)))
+    }
+
+    fn settle(
+        &self,
+        counter: &Counter,
+        held: u64,
+        marks: &Marks,
+        actual: u64,
+        now: u64,
+    ) -> Option<()> {
+        update(&self.word, |word| {
+            let next = counter.settle(Snapshot::unpack(word), held, marks[0], actual, now);
+            Update::write(next.pack(), ())
         })
     }
 

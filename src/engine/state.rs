@@ -11,6 +11,7 @@ use crate::clock::Clock;
 use crate::clock::Fixed;
 use crate::decision::Decision;
 use crate::policy::Policy;
+use crate::reservation::Marks;
 
 /// What an algorithm's pure arithmetic concluded about a request: the one verdict of the
 /// token bucket, the sliding log, the sliding counter and the composite.
@@ -78,12 +79,40 @@ pub(crate) trait RateState: Sized + Send + Sync + std::fmt::Debug {
     ///
     /// Returns `None` when the state has been retired: the caller must look the key up
     /// again (a retired state never admits anything, and is never revived in place).
+    #[inline(always)]
     fn try_acquire<C: Clock + ?Sized>(
         &self,
         params: &Self::Params,
         clock: &C,
         cost: u64,
-    ) -> Option<Decision>;
+    ) -> Option<Decision> {
+        // Inlined, the marks are never stored: the hit path is the same as without them.
+        self.reserve(params, clock, cost)
+            .map(|(decision, _)| decision)
+    }
+
+    /// [`RateState::try_acquire`], also returning where an admission stands in each band
+    /// (see [`Marks`]), for a reservation to be settled later. The marks of a refusal are
+    /// meaningless.
+    fn reserve<C: Clock + ?Sized>(
+        &self,
+        params: &Self::Params,
+        clock: &C,
+        cost: u64,
+    ) -> Option<(Decision, Marks)>;
+
+    /// Settles, at `now`, an admission of `held` permits that stood at `marks` and really
+    /// cost `actual`: gives back `held - actual` (never more than the admission still holds,
+    /// never below a fresh state), or charges `actual - held` on top, even past the limit, up
+    /// to each algorithm's bound (`docs/ALGORITHMS.md`). `None` when the state was retired.
+    fn settle(
+        &self,
+        params: &Self::Params,
+        held: u64,
+        marks: &Marks,
+        actual: u64,
+        now: u64,
+    ) -> Option<()>;
 
     /// What `try_acquire` would decide now, changing nothing: the decision is computed from a
     /// consistent snapshot and never written. `None` when the state has been retired.
@@ -194,4 +223,12 @@ pub(crate) fn single_from_carry<St: RateState>(
         let _ = state.try_acquire(params, &Fixed(now), spent);
     }
     state
+}
+
+/// The marks of a single-band admission that stood at `mark`.
+#[inline(always)]
+pub(crate) fn one_mark(mark: u64) -> Marks {
+    let mut marks = [0; Policy::MAX_BANDS];
+    marks[0] = mark;
+    marks
 }

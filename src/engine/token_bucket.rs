@@ -14,10 +14,11 @@
 
 use crate::clock::Clock;
 use crate::decision::Decision;
-use crate::engine::state::{in_use, single_from_carry, Carry, RateState, Verdict};
+use crate::engine::state::{in_use, one_mark, single_from_carry, Carry, RateState, Verdict};
 use crate::engine::sync::AtomicU64;
 use crate::engine::word::{live, update, Retired, Update};
 use crate::policy::{Band, Policy};
+use crate::reservation::Marks;
 
 /// GCRA parameters derived from a policy, and the pure decision function.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -50,15 +51,16 @@ impl Gcra {
 
     /// Decides a request of `cost` (1..=limit) at `now` against stored `tat`.
     ///
-    /// A TAT further ahead of now than `B` (the clock went backwards) is treated as `now + B`,
-    /// the furthest a valid state can be, so a faulty clock never stretches a retry_after
-    /// beyond what the policy could need.
+    /// A TAT further ahead of now than `2B` (the clock went backwards) is treated as
+    /// `now + 2B`, the furthest a valid state can be (a burst spent, then a reservation
+    /// settled a burst's worth above its cost: [`Gcra::settle`]), so a faulty clock never
+    /// stretches a retry_after beyond what the policy could need.
     #[inline(always)]
     pub(crate) fn decide(&self, tat: u64, now: u64, cost: u64) -> Verdict<u64> {
-        // debt = max(tat, now) - now, clamped to the burst allowance.
-        let debt = tat.saturating_sub(now).min(self.burst);
-        // debt <= B and cost * T <= B < 2^63, so the sum cannot overflow.
-        let new_debt = debt + cost.saturating_mul(self.interval).min(self.burst);
+        // debt = max(tat, now) - now, clamped to the furthest a valid state can be.
+        let debt = tat.saturating_sub(now).min(self.max_debt());
+        // debt <= 2B and cost * T <= B: saturating only guards B close to 2^63.
+        let new_debt = debt.saturating_add(cost.saturating_mul(self.interval).min(self.burst));
         if new_debt <= self.burst {
             // Clamped below the retired value, which no live TAT reaches (a clock would have
             // to read 584 years for the clamp to matter).
@@ -66,7 +68,8 @@ impl Gcra {
             let remaining = (self.burst - new_debt) / self.interval;
             Verdict::Allow(Decision::allow(remaining, self.limit, new_debt), new_tat)
         } else {
-            let remaining = (self.burst - debt) / self.interval;
+            // A settled charge may leave more debt than the burst: nothing is available.
+            let remaining = self.burst.saturating_sub(debt) / self.interval;
             Verdict::Deny(Decision::deny(
                 remaining,
                 self.limit,
@@ -81,7 +84,41 @@ impl Gcra {
     /// [`Gcra::decide`]). The composite policy reports it for a band that would allow.
     #[inline]
     pub(crate) fn reset_after(&self, tat: u64, now: u64) -> u64 {
-        tat.saturating_sub(now).min(self.burst)
+        tat.saturating_sub(now).min(self.max_debt())
+    }
+
+    /// The most a TAT may run ahead of now: `2B`, a full burst plus a burst of debt charged by
+    /// settling reservations. `B < 2^63`, so it fits.
+    #[inline(always)]
+    fn max_debt(&self) -> u64 {
+        2 * self.burst
+    }
+
+    /// The TAT after settling, at `now`, an admission of `held` permits whose TAT was `mark`
+    /// and whose real cost was `actual`, from a state holding `tat`.
+    ///
+    /// A refund of `k` permits moves the TAT back by `k*T`, but never by more than the
+    /// admission's own debt still outstanding (`mark - now`: time has already given back the
+    /// rest) and never below now (a full bucket). A charge of `k` more moves it on by `k*T`,
+    /// admitted whatever the state: a debt later requests wait out, up to `now + 2B`.
+    pub(crate) fn settle(&self, tat: u64, held: u64, mark: u64, actual: u64, now: u64) -> u64 {
+        if actual <= held {
+            if tat <= now {
+                return tat;
+            }
+            let give = (held - actual)
+                .saturating_mul(self.interval)
+                .min(mark.saturating_sub(now));
+            tat.saturating_sub(give).max(now)
+        } else {
+            // Below the retired value, as in `decide`.
+            let ceiling = now.saturating_add(self.max_debt()).min(u64::RETIRED - 1);
+            let charged = tat
+                .max(now)
+                .min(ceiling)
+                .saturating_add((actual - held).saturating_mul(self.interval));
+            tat.max(charged.min(ceiling))
+        }
     }
 
     /// `true` when a state holding `tat` decides exactly as a fresh one from `now` on.
@@ -131,12 +168,12 @@ impl RateState for GcraCell {
     }
 
     #[inline(always)]
-    fn try_acquire<C: Clock + ?Sized>(
+    fn reserve<C: Clock + ?Sized>(
         &self,
         gcra: &Gcra,
         clock: &C,
         cost: u64,
-    ) -> Option<Decision> {
+    ) -> Option<(Decision, Marks)> {
         // The clock is read once, before the state, as governor does. Reading it inside the
         // loop put a clock read (about 10 ns here) between every load and its CAS, so under
         // contention the other thread's CAS nearly always landed in that window and each
@@ -149,8 +186,15 @@ impl RateState for GcraCell {
         // newer one, since TATs only grow while a state is live.
         let now = clock.now();
         update(&self.tat, |tat| match gcra.decide(tat, now, cost) {
-            Verdict::Deny(decision) => Update::keep(decision),
-            Verdict::Allow(decision, new_tat) => Update::write(new_tat, decision),
+            Verdict::Deny(decision) => Update::keep((decision, 0)),
+            Verdict::Allow(decision, new_tat) => Update::write(new_tat, (decision, new_tat)),
+        })
+        .map(|(decision, mark)| (decision, one_mark(mark)))
+    }
+
+    fn settle(&self, gcra: &Gcra, held: u64, marks: &Marks, actual: u64, now: u64) -> Option<()> {
+        update(&self.tat, |tat| {
+            Update::write(gcra.settle(tat, held, marks[0], actual, now), ())
         })
     }
 
@@ -279,13 +323,14 @@ mod tests {
     #[test]
     fn backwards_clock_is_clamped_to_the_furthest_valid_state() {
         let g = gcra(5, Duration::from_secs(1));
-        // A TAT 10 s ahead of now: treated as now + B.
+        // A TAT 10 s ahead of now: treated as now + 2B, the furthest a state in debt can be.
         let d = denied(g.decide(10_000 * MS, 0, 1));
-        assert_eq!(d.retry_after(), Duration::from_millis(200));
-        assert_eq!(d.reset_after(), Duration::from_secs(1));
+        assert_eq!(d.retry_after(), Duration::from_millis(1200));
+        assert_eq!(d.reset_after(), Duration::from_secs(2));
+        assert_eq!(d.remaining(), 0);
         // Now far below a stored TAT never underflows.
         let d = denied(g.decide(u64::MAX - 1, 0, 5));
-        assert_eq!(d.retry_after(), Duration::from_secs(1));
+        assert_eq!(d.retry_after(), Duration::from_secs(2));
     }
 
     #[test]

@@ -27,6 +27,7 @@ use scc::{AtomicShared, Guard};
 use crate::clock::{Clock, SystemClock};
 use crate::hasher::KeyHasher;
 use crate::policy::Policy;
+use crate::reservation::next_limiter_id;
 use crate::stats::Counters;
 
 use self::generations::{Generation, Rules};
@@ -35,6 +36,7 @@ use self::sweep::{sweep_grace, DEFAULT_SWEEP_SLICE};
 
 mod generations;
 mod request;
+mod settle;
 mod slot;
 mod stats;
 mod sweep;
@@ -55,6 +57,7 @@ pub(crate) type Resolver<K> = dyn Fn(&K) -> Policy + Send + Sync;
 /// | [`try_acquire`](RateLimiter::try_acquire) | decides a request of cost 1 |
 /// | [`try_acquire_n`](RateLimiter::try_acquire_n) | decides a request of cost n |
 /// | [`peek`](RateLimiter::peek) | what a request would get now, changing nothing |
+/// | [`reserve_n`](RateLimiter::reserve_n), [`settle`](RateLimiter::settle), [`cancel`](RateLimiter::cancel) | takes permits now, gives back or charges the difference once the real cost is known |
 /// | [`evict_idle`](RateLimiter::evict_idle) | removes every state at rest, exactly |
 /// | [`reset`](RateLimiter::reset) | forgets one key's state |
 /// | [`set_policy`](RateLimiter::set_policy) | changes the policy live, keeping spent permits spent |
@@ -119,6 +122,8 @@ pub struct RateLimiter<K = String, C = SystemClock, S: BuildHasher = KeyHasher> 
     counters: Option<Box<Counters>>,
     /// Shadow mode: refusals are counted and marked, then let through.
     shadow: bool,
+    /// Tells this limiter's reservations from another's.
+    id: u64,
 }
 
 impl<K: Hash + Eq + Clone + 'static> RateLimiter<K, SystemClock, KeyHasher> {
@@ -248,6 +253,7 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
             sweep_slice: DEFAULT_SWEEP_SLICE,
             counters: None,
             shadow: false,
+            id: next_limiter_id(),
         }
     }
 

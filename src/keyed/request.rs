@@ -14,18 +14,22 @@ use crate::clock::Fixed;
 use crate::decision::Decision;
 use crate::engine::dispatch::with_state;
 use crate::error::CostError;
+use crate::reservation::Marks;
 
 use super::generations::{Generation, Rules};
 use super::slot::{with_keyed, Keyed, Registry, Resolved, Slot};
 use super::sweep::FULL_SWEEP_SLICE;
 use super::RateLimiter;
 
+/// A decision, and where its admission stands (for a reservation).
+pub(super) type Decided = (Decision, Marks);
+
 /// How far one attempt at a decision got.
 enum Step {
     /// Decided (or the cost refused).
-    Done(Result<Decision, CostError>),
+    Done(Result<Decided, CostError>),
     /// Decided on a state just created for the key.
-    Created(Result<Decision, CostError>),
+    Created(Result<Decided, CostError>),
     /// The generation was replaced: start over in the new one.
     Stale,
 }
@@ -60,7 +64,7 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
             return self.finish(decision);
         }
         match self.miss(key, 1) {
-            Ok(decision) => self.finish(decision),
+            Ok((decision, _)) => self.finish(decision),
             // Every policy has at least one permit, so a cost of 1 is always acceptable.
             Err(_) => unreachable!("a cost of 1 is within every policy"),
         }
@@ -118,17 +122,29 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
         if n == 0 {
             return Err(CostError::Zero);
         }
-        let result = match self.hit(key, n) {
+        // Inlined, the marks are never stored.
+        self.reserve_cost(key, n).map(|(decision, _)| decision)
+    }
+
+    /// A request of `cost` (at least 1) for `key`, its decision through stats and shadow
+    /// mode, and where its admission stands.
+    #[inline(always)]
+    pub(super) fn reserve_cost<Q>(&self, key: &Q, cost: u64) -> Result<Decided, CostError>
+    where
+        K: Borrow<Q> + From<Q::Owned>,
+        Q: Hash + Eq + ToOwned + ?Sized,
+    {
+        let result = match self.hit(key, cost) {
             Some(result) => result,
-            None => self.miss(key, n),
+            None => self.miss(key, cost),
         };
-        result.map(|decision| self.finish(decision))
+        result.map(|(decision, marks)| (self.finish(decision), marks))
     }
 
     /// [`RateLimiter::hit_of_cost_one`] for any cost: the cost is checked against the key's
     /// policy first.
     #[inline(always)]
-    fn hit<Q>(&self, key: &Q, cost: u64) -> Option<Result<Decision, CostError>>
+    fn hit<Q>(&self, key: &Q, cost: u64) -> Option<Result<Decided, CostError>>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
@@ -143,7 +159,7 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
                     if cost > limit {
                         return Some(Err(CostError::ExceedsLimit { cost, limit }));
                     }
-                    Slot::<K>::try_acquire(state, &keyed.params, &self.clock, cost).map(Ok)
+                    Slot::<K>::reserve(state, &keyed.params, &self.clock, cost).map(Ok)
                 })
                 .flatten()
         })
@@ -152,9 +168,12 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
     /// A key not in the current generation's map: straight to the map's entry API, which
     /// looks the key up once and decides on the state it finds or creates. Starts over in
     /// the new generation when a policy change replaced the one it looked in.
+    ///
+    /// A cost of 0 (only the settling of a charge asks for it) creates the key's state and
+    /// changes nothing in it.
     #[cold]
     #[inline(never)]
-    fn miss<Q>(&self, key: &Q, cost: u64) -> Result<Decision, CostError>
+    pub(super) fn miss<Q>(&self, key: &Q, cost: u64) -> Result<Decided, CostError>
     where
         K: Borrow<Q> + From<Q::Owned>,
         Q: Hash + Eq + ToOwned + ?Sized,
@@ -226,8 +245,8 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
                 if cost > limit {
                     return Err(CostError::ExceedsLimit { cost, limit });
                 }
-                match state.try_acquire(&keyed.params, &self.clock, cost) {
-                    Some(decision) => Ok(decision),
+                match state.reserve(&keyed.params, &self.clock, cost) {
+                    Some(decided) => Ok(decided),
                     // No registry path retires a state it leaves in a map: eviction and moves
                     // remove states under the bucket's exclusive lock instead.
                     None => unreachable!("a state in the map is never retired"),
@@ -258,7 +277,7 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
                 }
                 let shared =
                     St::overflow_acquire(&keyed.overflow, &keyed.params, &spec, &self.clock, cost);
-                return Step::Done(shared.map(Decision::overflowed));
+                return Step::Done(shared.map(|(decision, marks)| (decision.overflowed(), marks)));
             }
             let state = St::build(&keyed.params, &spec, carry.as_ref(), now);
             let entry = entry.insert_entry(state);
@@ -275,7 +294,7 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
     /// maps free, and one that asks the limiter about other keys cannot wait on a lock its own
     /// request holds. Racing first requests for the key may each call it; the first to insert
     /// decides the state's policy.
-    fn resolve<Q>(&self, key: &Q, previous: Option<Resolved<K>>) -> Option<Resolved<K>>
+    pub(super) fn resolve<Q>(&self, key: &Q, previous: Option<Resolved<K>>) -> Option<Resolved<K>>
     where
         K: Borrow<Q> + From<Q::Owned>,
         Q: Hash + Eq + ToOwned + ?Sized,

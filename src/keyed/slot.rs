@@ -14,6 +14,7 @@ use crate::engine::dispatch::{Build, Erased, Family};
 use crate::engine::state::{Carry, RateState};
 use crate::error::CostError;
 use crate::policy::Policy;
+use crate::reservation::Marks;
 
 use super::generations::Rules;
 use super::Resolver;
@@ -70,6 +71,22 @@ pub(super) trait Slot<K>: Sized + Send + Sync {
         clock: &C,
         cost: u64,
     ) -> Option<Decision>;
+    /// See `RateState::reserve`.
+    fn reserve<C: Clock + ?Sized>(
+        &self,
+        params: &Self::Params,
+        clock: &C,
+        cost: u64,
+    ) -> Option<(Decision, Marks)>;
+    /// See `RateState::settle`.
+    fn settle(
+        &self,
+        params: &Self::Params,
+        held: u64,
+        marks: &Marks,
+        actual: u64,
+        now: u64,
+    ) -> Option<()>;
     fn peek<C: Clock + ?Sized>(&self, params: &Self::Params, clock: &C) -> Option<Decision>;
     fn is_at_rest(&self, params: &Self::Params, now: u64) -> bool;
     /// The permits in use at `now` (see `RateState::carry`).
@@ -97,7 +114,14 @@ pub(super) trait Slot<K>: Sized + Send + Sync {
         spec: &Self::Spec,
         clock: &C,
         cost: u64,
-    ) -> Result<Decision, CostError>;
+    ) -> Result<(Decision, Marks), CostError>;
+    /// Settles a reservation that the shared overflow state for `spec` admitted.
+    fn overflow_settle(
+        overflow: &Self::Overflow,
+        params: &Self::Params,
+        spec: &Self::Spec,
+        settle: &Settle,
+    );
     /// What a request of a new key of `spec` would get from the overflow state now.
     fn overflow_peek<C: Clock + ?Sized>(
         overflow: &Self::Overflow,
@@ -107,19 +131,35 @@ pub(super) trait Slot<K>: Sized + Send + Sync {
     ) -> Decision;
 }
 
+/// A reservation being settled: what it holds, where it stood, what it really cost, and the
+/// clock reading it is settled at.
+pub(super) struct Settle {
+    pub(super) held: u64,
+    pub(super) marks: Marks,
+    pub(super) actual: u64,
+    pub(super) now: u64,
+}
+
+impl Settle {
+    /// Settles on `state`; `None` when it was retired.
+    pub(super) fn on<K, St: Slot<K>>(&self, state: &St, params: &St::Params) -> Option<()> {
+        state.settle(params, self.held, &self.marks, self.actual, self.now)
+    }
+}
+
 /// Decides on a state that is never retired (an overflow state), checking the cost first.
 fn decide_live<St: RateState, C: Clock + ?Sized>(
     state: &St,
     params: &St::Params,
     clock: &C,
     cost: u64,
-) -> Result<Decision, CostError> {
+) -> Result<(Decision, Marks), CostError> {
     let limit = St::max_cost(params);
     if cost > limit {
         return Err(CostError::ExceedsLimit { cost, limit });
     }
-    match state.try_acquire(params, clock, cost) {
-        Some(decision) => Ok(decision),
+    match state.reserve(params, clock, cost) {
+        Some(decided) => Ok(decided),
         None => unreachable!("overflow states are never retired"),
     }
 }
@@ -140,6 +180,27 @@ impl<K, St: RateState> Slot<K> for St {
         cost: u64,
     ) -> Option<Decision> {
         RateState::try_acquire(self, params, clock, cost)
+    }
+
+    #[inline(always)]
+    fn reserve<C: Clock + ?Sized>(
+        &self,
+        params: &St::Params,
+        clock: &C,
+        cost: u64,
+    ) -> Option<(Decision, Marks)> {
+        RateState::reserve(self, params, clock, cost)
+    }
+
+    fn settle(
+        &self,
+        params: &St::Params,
+        held: u64,
+        marks: &Marks,
+        actual: u64,
+        now: u64,
+    ) -> Option<()> {
+        RateState::settle(self, params, held, marks, actual, now)
     }
 
     fn peek<C: Clock + ?Sized>(&self, params: &St::Params, clock: &C) -> Option<Decision> {
@@ -183,8 +244,13 @@ impl<K, St: RateState> Slot<K> for St {
         (): &(),
         clock: &C,
         cost: u64,
-    ) -> Result<Decision, CostError> {
+    ) -> Result<(Decision, Marks), CostError> {
         decide_live(&**overflow, params, clock, cost)
+    }
+
+    fn overflow_settle(overflow: &CachePadded<St>, params: &St::Params, (): &(), settle: &Settle) {
+        // Overflow states are never retired.
+        let _ = settle.on::<K, St>(overflow, params);
     }
 
     fn overflow_peek<C: Clock + ?Sized>(
@@ -216,6 +282,27 @@ impl<K> Slot<K> for AnyState {
         cost: u64,
     ) -> Option<Decision> {
         AnyState::try_acquire(self, clock, cost)
+    }
+
+    #[inline]
+    fn reserve<C: Clock + ?Sized>(
+        &self,
+        _: &Self::Params,
+        clock: &C,
+        cost: u64,
+    ) -> Option<(Decision, Marks)> {
+        AnyState::reserve(self, clock, cost)
+    }
+
+    fn settle(
+        &self,
+        _: &Self::Params,
+        held: u64,
+        marks: &Marks,
+        actual: u64,
+        now: u64,
+    ) -> Option<()> {
+        AnyState::settle(self, held, marks, actual, now)
     }
 
     fn peek<C: Clock + ?Sized>(&self, _: &Self::Params, clock: &C) -> Option<Decision> {
@@ -260,13 +347,13 @@ impl<K> Slot<K> for AnyState {
         policy: &Policy,
         clock: &C,
         cost: u64,
-    ) -> Result<Decision, CostError> {
+    ) -> Result<(Decision, Marks), CostError> {
         let limit = policy.max_cost();
         if cost > limit {
             return Err(CostError::ExceedsLimit { cost, limit });
         }
-        let decide = |state: &AnyState| match state.try_acquire(clock, cost) {
-            Some(decision) => decision,
+        let decide = |state: &AnyState| match state.reserve(clock, cost) {
+            Some(decided) => decided,
             None => unreachable!("overflow states are never retired"),
         };
         if let Some(decision) = overflow.read_sync(policy, |_, state| decide(state)) {
@@ -276,6 +363,18 @@ impl<K> Slot<K> for AnyState {
             .entry_sync(*policy)
             .or_insert_with(|| AnyState::new(policy, None, 0));
         Ok(decide(entry.get()))
+    }
+
+    fn overflow_settle(
+        overflow: &Self::Overflow,
+        _: &Self::Params,
+        policy: &Policy,
+        settle: &Settle,
+    ) {
+        // The policy's shared state exists: the reservation was decided on it.
+        let _ = overflow.read_sync(policy, |_, state| {
+            state.settle(settle.held, &settle.marks, settle.actual, settle.now)
+        });
     }
 
     fn overflow_peek<C: Clock + ?Sized>(

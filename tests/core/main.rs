@@ -16,6 +16,7 @@ mod proptest_composite;
 mod proptest_gcra;
 mod proptest_windowed;
 mod races;
+mod reservations;
 mod serde_config;
 mod stats;
 mod traces;

@@ -1,0 +1,231 @@
+//! Reserving now and settling later: [`RateLimiter::reserve_n`], [`RateLimiter::settle`] and
+//! [`RateLimiter::cancel`].
+
+use std::borrow::Borrow;
+use std::hash::{BuildHasher, Hash};
+
+use scc::Guard;
+
+use crate::clock::Clock;
+use crate::engine::dispatch::with_state;
+use crate::error::CostError;
+use crate::reservation::{Origin, Reservation, SettleError};
+
+use super::generations::first_in_older;
+use super::slot::{with_keyed, Keyed, Registry, Resolved, Settle, Slot};
+use super::RateLimiter;
+
+impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
+    RateLimiter<K, C, S>
+{
+    /// Takes `n` permits for `key` now, for a request whose real cost is known only after it
+    /// ran: the tokens an LLM call really used, an order that may fail. Decided exactly as
+    /// [`try_acquire_n`](RateLimiter::try_acquire_n); the [`Reservation`] remembers where its
+    /// admission stands in each band, so that [`settle`](RateLimiter::settle) can give back
+    /// what the request did not use, or charge what it used on top.
+    ///
+    /// An allowed reservation's permits are spent at once, so every other request sees
+    /// them. A refused one holds nothing (its decision says when to retry). A reservation
+    /// dropped unsettled keeps its permits spent.
+    ///
+    /// # Errors
+    ///
+    /// As [`try_acquire_n`](RateLimiter::try_acquire_n): [`CostError::Zero`] and
+    /// [`CostError::ExceedsLimit`]; nothing changes.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::{FakeClock, RateLimiter};
+    ///
+    /// let limiter: RateLimiter<String, FakeClock> =
+    ///     RateLimiter::with_clock("10000/min".parse()?, FakeClock::new());
+    /// let r = limiter.reserve_n("tenant-1", 4000)?; // the most the completion may use
+    /// assert_eq!(r.decision().remaining(), 6000);
+    /// limiter.settle("tenant-1", r, 1200)?; // it used 1,200: 2,800 come back
+    /// assert_eq!(limiter.peek("tenant-1").remaining(), 8799);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn reserve_n<Q>(&self, key: &Q, n: u64) -> Result<Reservation, CostError>
+    where
+        K: Borrow<Q> + From<Q::Owned>,
+        Q: Hash + Eq + ToOwned + ?Sized,
+    {
+        if n == 0 {
+            return Err(CostError::Zero);
+        }
+        let (decision, marks) = self.reserve_cost(key, n)?;
+        Ok(Reservation::new(decision, n, marks, self.origin(key)))
+    }
+
+    /// Settles a reservation of `key` at what the request really cost.
+    ///
+    /// * `actual` below the reservation: the difference comes back, as if those permits had
+    ///   never been admitted, but never more than the reservation still holds (a token
+    ///   bucket's refill or a window's passing may already have given some back) and never
+    ///   more than a fresh state has.
+    /// * `actual` above it: the difference is charged at once, even past the limit. A token
+    ///   bucket and a sliding counter carry the debt, so later requests wait it out (a token
+    ///   bucket up to one more full burst, a counter up to twice its permits in a window); a
+    ///   sliding log saturates at its limit within the window, as it holds one entry per
+    ///   permit.
+    /// * `actual` equal: nothing to do.
+    ///
+    /// If the key's state is gone by then (evicted at rest, or [`reset`](RateLimiter::reset)),
+    /// nothing is given back and a charge is made on its new state. After
+    /// [`set_policy`](RateLimiter::set_policy) the settle goes to the state under the new
+    /// policy, by the same rules. A reservation decided by the shared overflow state of a
+    /// full limiter ([`max_keys`](RateLimiter::max_keys)) is settled there.
+    ///
+    /// # Errors
+    ///
+    /// [`SettleError::Refused`] for a reservation that holds nothing,
+    /// [`SettleError::OtherKey`] and [`SettleError::OtherLimiter`] for one made for another
+    /// key or by another limiter. A failed settle changes nothing: the permits stay spent.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::{FakeClock, RateLimiter};
+    ///
+    /// let limiter: RateLimiter<String, FakeClock> =
+    ///     RateLimiter::with_clock("10/s".parse()?, FakeClock::new());
+    /// let r = limiter.reserve_n("alice", 10)?;
+    /// limiter.settle("alice", r, 3)?; // 7 come back
+    /// assert_eq!(limiter.peek("alice").remaining(), 6);
+    /// let r = limiter.reserve_n("alice", 2)?;
+    /// limiter.settle("alice", r, 10)?; // 8 more than reserved: a debt
+    /// assert!(!limiter.peek("alice").is_allowed());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn settle<Q>(
+        &self,
+        key: &Q,
+        reservation: Reservation,
+        actual: u64,
+    ) -> Result<(), SettleError>
+    where
+        K: Borrow<Q> + From<Q::Owned>,
+        Q: Hash + Eq + ToOwned + ?Sized,
+    {
+        let overflowed = reservation.decision().is_overflow();
+        let (held, marks) = reservation.take(self.origin(key))?;
+        if actual == held {
+            return Ok(());
+        }
+        let settle = Settle {
+            held,
+            marks,
+            actual,
+            now: self.clock.now(),
+        };
+        if overflowed {
+            self.settle_overflow(key, &settle);
+            return Ok(());
+        }
+        loop {
+            if self.settle_tracked(key, &settle) {
+                return Ok(());
+            }
+            if actual < held {
+                // The state is gone, and with it what the reservation held.
+                return Ok(());
+            }
+            // A charge for a key no longer tracked: create its state (a cost of 0 decides
+            // nothing), then charge it there.
+            match self.miss(key, 0) {
+                Ok((decision, _)) if decision.is_overflow() => {
+                    self.settle_overflow(key, &settle);
+                    return Ok(());
+                }
+                Ok(_) => {}
+                Err(_) => unreachable!("a cost of 0 is within every policy"),
+            }
+        }
+    }
+
+    /// Gives back everything a reservation holds: [`settle`](RateLimiter::settle) at 0.
+    ///
+    /// # Errors
+    ///
+    /// As [`settle`](RateLimiter::settle).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::{FakeClock, RateLimiter};
+    ///
+    /// let limiter: RateLimiter<String, FakeClock> =
+    ///     RateLimiter::with_clock("3/s".parse()?, FakeClock::new());
+    /// let global = limiter.reserve_n("global", 1)?;
+    /// // ... an inner limit refused the request: the global permit comes back.
+    /// limiter.cancel("global", global)?;
+    /// assert_eq!(limiter.peek("global").remaining(), 2);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn cancel<Q>(&self, key: &Q, reservation: Reservation) -> Result<(), SettleError>
+    where
+        K: Borrow<Q> + From<Q::Owned>,
+        Q: Hash + Eq + ToOwned + ?Sized,
+    {
+        self.settle(key, reservation, 0)
+    }
+
+    /// What a reservation of `key` made here is marked with.
+    fn origin<Q: Hash + ?Sized>(&self, key: &Q) -> Origin {
+        Origin {
+            limiter: self.id,
+            // `K: Borrow<Q>` hashes `key` as the owned key would be hashed.
+            key: self.hasher.hash_one(key),
+        }
+    }
+
+    /// Settles on `key`'s state in the current generation, or in an older one that still
+    /// holds it (its move into the current one then carries the settle along). `false` when
+    /// no generation holds the key.
+    fn settle_tracked<Q>(&self, key: &Q, settle: &Settle) -> bool
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let guard = Guard::new();
+        let generation = self.generation(&guard);
+        let on = |registry: &Registry<K, S>| {
+            with_keyed!(registry, keyed => {
+                keyed
+                    .map
+                    .read_sync(key, |_, state| settle.on::<K, _>(state, &keyed.params))
+                    // A state in a map is never retired.
+                    .flatten()
+            })
+        };
+        on(&generation.registry)
+            .or_else(|| first_in_older(generation, &guard, |old| on(&old.registry)))
+            .is_some()
+    }
+
+    /// Settles on the shared overflow state that decided `key`'s reservation.
+    fn settle_overflow<Q>(&self, key: &Q, settle: &Settle)
+    where
+        K: Borrow<Q> + From<Q::Owned>,
+        Q: Hash + Eq + ToOwned + ?Sized,
+    {
+        // The resolver (if any) runs outside the guard, as for a new key.
+        let resolved = self.resolve(key, None);
+        let guard = Guard::new();
+        let generation = self.generation(&guard);
+        with_keyed!(&generation.registry, keyed => overflow_settle(keyed, resolved.as_ref(), settle));
+    }
+}
+
+/// Settles on `keyed`'s overflow state for the key whose policy `resolved` gave (nothing when
+/// a policy change came in since: that overflow state is gone with its generation).
+fn overflow_settle<K, St: Slot<K>, S: BuildHasher>(
+    keyed: &Keyed<K, St, S>,
+    resolved: Option<&Resolved<K>>,
+    settle: &Settle,
+) {
+    if let Some(spec) = St::spec(&keyed.params, resolved) {
+        St::overflow_settle(&keyed.overflow, &keyed.params, &spec, settle);
+    }
+}
