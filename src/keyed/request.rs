@@ -14,15 +14,19 @@ use crate::clock::Fixed;
 use crate::decision::Decision;
 use crate::engine::dispatch::with_state;
 use crate::error::CostError;
+use crate::policy::Policy;
 use crate::reservation::Marks;
 
 use super::generations::{Generation, Rules};
-use super::slot::{with_keyed, Keyed, Registry, Resolved, Slot};
+use super::slot::{with_keyed, Keyed, Registry, Resolved, Settle, Slot};
 use super::sweep::FULL_SWEEP_SLICE;
 use super::RateLimiter;
 
 /// A decision, and where its admission stands (for a reservation).
 pub(super) type Decided = (Decision, Marks);
+
+/// What a settle's pass through the creation path returns in place of a decision.
+const SETTLED: Decided = (Decision::allow(0, 0, 0), [0; Policy::MAX_BANDS]);
 
 /// How far one attempt at a decision got.
 enum Step {
@@ -63,7 +67,7 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
         if let Some(decision) = self.hit_of_cost_one(key) {
             return self.finish(decision);
         }
-        match self.miss(key, 1) {
+        match self.miss(key, 1, None) {
             Ok((decision, _)) => self.finish(decision),
             // Every policy has at least one permit, so a cost of 1 is always acceptable.
             Err(_) => unreachable!("a cost of 1 is within every policy"),
@@ -136,7 +140,7 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
     {
         let result = match self.hit(key, cost) {
             Some(result) => result,
-            None => self.miss(key, cost),
+            None => self.miss(key, cost, None),
         };
         result.map(|(decision, marks)| (self.finish(decision), marks))
     }
@@ -169,11 +173,17 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
     /// looks the key up once and decides on the state it finds or creates. Starts over in
     /// the new generation when a policy change replaced the one it looked in.
     ///
-    /// A cost of 0 (only the settling of a charge asks for it) creates the key's state and
-    /// changes nothing in it.
+    /// With `settle` (and a cost of 0), the key's state is found or created the same way and
+    /// the reservation settled on it instead of deciding a request: a charge for a key whose
+    /// state is gone. The decision returned then means nothing.
     #[cold]
     #[inline(never)]
-    pub(super) fn miss<Q>(&self, key: &Q, cost: u64) -> Result<Decided, CostError>
+    pub(super) fn miss<Q>(
+        &self,
+        key: &Q,
+        cost: u64,
+        settle: Option<&Settle>,
+    ) -> Result<Decided, CostError>
     where
         K: Borrow<Q> + From<Q::Owned>,
         Q: Hash + Eq + ToOwned + ?Sized,
@@ -185,7 +195,7 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
             let guard = Guard::new();
             let generation = self.generation(&guard);
             let step = with_keyed!(&generation.registry, keyed => {
-                self.create_in(generation, keyed, key, cost, resolved.as_ref(), &guard)
+                self.create_in(generation, keyed, key, cost, settle, resolved.as_ref(), &guard)
             });
             match step {
                 Step::Done(result) => return result,
@@ -215,6 +225,7 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
         keyed: &Keyed<K, St, S>,
         key: &Q,
         cost: u64,
+        settle: Option<&Settle>,
         resolved: Option<&Resolved<K>>,
         guard: &Guard,
     ) -> Step
@@ -241,6 +252,11 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
                 return Step::Stale;
             }
             let decide = |state: &St| {
+                if let Some(settle) = settle {
+                    // A state in the map is never retired.
+                    let _ = settle.on::<K, St>(state, &keyed.params);
+                    return Ok(SETTLED);
+                }
                 let limit = state.max_cost(&keyed.params);
                 if cost > limit {
                     return Err(CostError::ExceedsLimit { cost, limit });
@@ -274,6 +290,10 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
                     self.sweep(generation, FULL_SWEEP_SLICE, false, guard);
                     swept = true;
                     continue;
+                }
+                if let Some(settle) = settle {
+                    St::overflow_settle(&keyed.overflow, &keyed.params, &spec, settle);
+                    return Step::Done(Ok(SETTLED));
                 }
                 let shared =
                     St::overflow_acquire(&keyed.overflow, &keyed.params, &spec, &self.clock, cost);

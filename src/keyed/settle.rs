@@ -123,25 +123,13 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
             self.settle_overflow(key, &settle);
             return Ok(());
         }
-        loop {
-            if self.settle_tracked(key, &settle) {
-                return Ok(());
-            }
-            if actual < held {
-                // The state is gone, and with it what the reservation held.
-                return Ok(());
-            }
-            // A charge for a key no longer tracked: create its state (a cost of 0 decides
-            // nothing), then charge it there.
-            match self.miss(key, 0) {
-                Ok((decision, _)) if decision.is_overflow() => {
-                    self.settle_overflow(key, &settle);
-                    return Ok(());
-                }
-                Ok(_) => {}
-                Err(_) => unreachable!("a cost of 0 is within every policy"),
-            }
+        if !self.settle_tracked(key, &settle) && actual > held {
+            // A charge for a key no longer tracked: on the state its next request would
+            // create (or the shared one, when the limiter is full). A refund has nothing to
+            // give back: the state is gone, and with it what the reservation held.
+            let _ = self.miss(key, 0, Some(&settle));
         }
+        Ok(())
     }
 
     /// Gives back everything a reservation holds: [`settle`](RateLimiter::settle) at 0.
