@@ -2,18 +2,36 @@
 --
 -- State: one string key holding the theoretical arrival time (TAT) as an integer; a missing
 -- key is a full bucket (TAT 0). T (the interval, rounded up) comes from Rust; B = N * T.
+-- A TAT may run up to 2B ahead of now (a settled reservation charged past the limit).
+
+-- debt = max(tat, now) - now, clamped to 2B: a TAT beyond now + 2B (the clock went
+-- backwards) counts as the furthest valid one.
+local function gcra_debt(tat, now, B)
+  local debt = tat - now
+  if debt < 0 then
+    return 0
+  elseif debt > 2 * B then
+    return 2 * B
+  end
+  return debt
+end
+
+-- Stores `tat`, seen at `now`: with an expiry, the key vanishes when the bucket is full
+-- again (the debt, rounded up to ms), and a bucket already full is deleted.
+local function gcra_store(key, tat, now, expire)
+  if not expire then
+    redis.call('SET', key, fmt(tat))
+  elseif tat > now then
+    redis.call('SET', key, fmt(tat), 'PX', fmt(idiv(tat - now + 999, 1000)))
+  else
+    redis.call('DEL', key)
+  end
+end
 
 local function gcra_band(key, N, T, now, cost)
   local B = N * T
   local tat = tonumber(redis.call('GET', key) or '0') or 0
-  -- debt = max(tat, now) - now, clamped to B: a TAT beyond now + B (the clock went
-  -- backwards) counts as the furthest valid one.
-  local debt = tat - now
-  if debt < 0 then
-    debt = 0
-  elseif debt > B then
-    debt = B
-  end
+  local debt = gcra_debt(tat, now, B)
   local inc = cost * T
   if inc > B then
     inc = B
@@ -29,19 +47,20 @@ local function gcra_band(key, N, T, now, cost)
       -- What a refusal elsewhere in a composite reports for this band: the debt now.
       reset_now = debt,
       write = function(expire)
-        if expire then
-          -- The key vanishes when the bucket is full again: reset_after, rounded up to ms.
-          redis.call('SET', key, fmt(tat_new), 'PX', fmt(idiv(new_debt + 999, 1000)))
-        else
-          redis.call('SET', key, fmt(tat_new))
-        end
+        -- new_debt >= T >= 1: the key gets an expiry of at least 1 ms.
+        gcra_store(key, tat_new, now, expire)
       end,
     }
+  end
+  -- A debt beyond B leaves nothing.
+  local spare = B - debt
+  if spare < 0 then
+    spare = 0
   end
   return {
     ok = false,
     limit = N,
-    remaining = idiv(B - debt, T),
+    remaining = idiv(spare, T),
     retry = new_debt - B,
     reset = debt,
   }
