@@ -28,6 +28,12 @@
 //! not seen, so their refusals may then report a shorter wait than Redis would now (Redis's
 //! own retry_after carries the same caveat: "if nothing else is admitted meanwhile"). `tests/redis/standalone.rs` checks each cached refusal against Redis's own answer at
 //! the same instant.
+//!
+//! A settled reservation that gives permits back is the one write that makes a key's
+//! availability grow: through this limiter it is handled as a reset is (the key forgotten,
+//! and every refusal already on its way kept out, see [`DenyCache::forget`]); through other
+//! servers it is not seen, and their cached refusals of the key may refuse until their
+//! deadline what Redis would now admit, as after another server's reset.
 
 //!
 //! # Bounded, with constant work per refusal
@@ -195,8 +201,8 @@ impl DenyCache {
         self.map.remove_sync(key);
     }
 
-    /// Forgets `key`'s refusal for a reset, and keeps every refusal already on its way from
-    /// Redis out of the cache (their tickets are now old). Under the insert lock, so that an
+    /// Forgets `key`'s refusal for a reset or a refund, and keeps every refusal already on
+    /// its way from Redis out of the cache (their tickets are now old). Under the insert lock, so that an
     /// insert either ran before (and its entry is removed here) or sees the new count.
     pub(crate) fn forget(&self, key: &str) {
         let mut order = self.order();

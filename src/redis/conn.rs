@@ -101,11 +101,13 @@ const RETRIES: u32 = 6;
 /// A call is sent again after a reply that Redis gives *instead of* running the script
 /// (`NOSCRIPT`, `MOVED`, `ASK`, `TRYAGAIN`, `CLUSTERDOWN`, `LOADING`, `MASTERDOWN`,
 /// `READONLY`: the script writes only after every read, and a node that refuses writes
-/// refuses the first), and once after a dropped connection: the connection manager then
+/// refuses the first), and, when `resend_dropped`, once after a dropped connection: the
+/// connection manager then
 /// hands out a fresh connection, so a limiter that sat idle through a Redis restart is
 /// decided by Redis on its first call instead of failing over. A connection that dropped
 /// after Redis ran the script but before its reply arrived makes that one resend spend the
-/// call's permits twice: it can only refuse sooner, never admit beyond the limit. A timeout
+/// call's permits twice: it can only refuse sooner, never admit beyond the limit. (A settle
+/// is not resent so: a refund applied twice would give back more than was held.) A timeout
 /// is never followed by a resend: the caller reports the failure instead. The cluster client
 /// is built with no retries of its own for the same reason, so redirects are followed here:
 /// `MOVED` by sending again (the client refreshes its slot map from the reply), `ASK` (a
@@ -118,6 +120,7 @@ pub(crate) async fn eval(
     keys: &[String],
     args: &[String],
     reloads: &AtomicU64,
+    resend_dropped: bool,
 ) -> Result<Value, RedisError> {
     let mut full = false;
     let mut attempt = 0;
@@ -146,7 +149,9 @@ pub(crate) async fn eval(
             }
             // The connection was found dead (typically Redis restarted while this limiter
             // sat idle): the manager is already replacing it; send once more through it.
-            Err(err) if err.is_connection_dropped() && !reconnected => reconnected = true,
+            Err(err) if err.is_connection_dropped() && resend_dropped && !reconnected => {
+                reconnected = true;
+            }
             Err(err) if did_not_run(&err) && attempt < RETRIES => {
                 attempt += 1;
                 match Node::asked_by(&err) {

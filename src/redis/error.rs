@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use crate::error::CostError;
 use crate::policy::Band;
+use crate::reservation::SettleError;
 
 /// Why a [`RedisLimiter`](super::RedisLimiter) could not be built or could not decide.
 ///
@@ -56,6 +57,9 @@ pub enum BackendError {
     /// Redis answered with something the script never returns (another program wrote the
     /// script's keys, or a different script answered to its SHA).
     Reply(String),
+    /// A [`Reservation`](crate::Reservation) could not be settled: it was refused, or made
+    /// for another key or by another limiter. Nothing was sent to Redis.
+    Settle(SettleError),
 }
 
 impl fmt::Display for BackendError {
@@ -81,6 +85,7 @@ impl fmt::Display for BackendError {
                 "redis is unavailable: a recent call failed, and calls skip redis until the next probe",
             ),
             BackendError::Reply(reply) => write!(f, "unexpected reply from redis: {reply}"),
+            BackendError::Settle(err) => err.fmt(f),
         }
     }
 }
@@ -90,6 +95,7 @@ impl std::error::Error for BackendError {
         match self {
             BackendError::Cost(err) => Some(err),
             BackendError::Redis(err) => Some(err),
+            BackendError::Settle(err) => Some(err),
             _ => None,
         }
     }
@@ -98,6 +104,12 @@ impl std::error::Error for BackendError {
 impl From<CostError> for BackendError {
     fn from(err: CostError) -> Self {
         BackendError::Cost(err)
+    }
+}
+
+impl From<SettleError> for BackendError {
+    fn from(err: SettleError) -> Self {
+        BackendError::Settle(err)
     }
 }
 

@@ -8,7 +8,7 @@
 //!
 //! | type | role |
 //! |---|---|
-//! | [`RedisLimiter`] | `try_acquire`, `try_acquire_n`, `peek` against Redis; cheap to clone |
+//! | [`RedisLimiter`] | `try_acquire`, `try_acquire_n`, `peek`, `reserve_n`/`settle`/`cancel` against Redis; cheap to clone |
 //! | [`RedisLimiterBuilder`] | prefix, timeout, failure policy, deny cache, probe interval |
 //! | [`FailurePolicy`] | what decides while Redis is slow or down: error, open, closed, local limiter |
 //! | [`BackendStats`] | decisions by source, switches, timeouts, script reloads |
@@ -59,6 +59,7 @@ mod failure;
 mod script;
 
 use std::fmt;
+use std::hash::BuildHasher;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -68,7 +69,9 @@ use ::redis::cluster::ClusterClientBuilder;
 use crate::clock::{Clock, SystemClock};
 use crate::decision::Decision;
 use crate::error::CostError;
+use crate::hasher::KeyHasher;
 use crate::policy::Policy;
+use crate::reservation::{next_limiter_id, Marks, Origin, Reservation};
 
 use self::cache::DenyCache;
 use self::conn::Conn;
@@ -86,6 +89,8 @@ use self::script::{Ask, Bands};
 /// | call | Redis round trips |
 /// |---|---|
 /// | [`try_acquire`](RedisLimiter::try_acquire), [`try_acquire_n`](RedisLimiter::try_acquire_n), [`peek`](RedisLimiter::peek) | one `EVALSHA` (none when the deny cache answers; one more `EVAL` after a `NOSCRIPT`) |
+/// | [`reserve_n`](RedisLimiter::reserve_n) | as `try_acquire_n` |
+/// | [`settle`](RedisLimiter::settle), [`cancel`](RedisLimiter::cancel) | one `EVALSHA` (none when the reservation was refused, made by the failure policy, or is settled at what it holds) |
 /// | [`reset`](RedisLimiter::reset) | one `DEL` |
 ///
 /// # Examples
@@ -123,7 +128,15 @@ struct Inner {
     /// The deny cache's clock: the test clock, or a monotonic one.
     clock: Arc<dyn Clock>,
     counters: Counters,
+    /// This limiter's serial number, in the origin of its reservations.
+    id: u64,
+    /// Hashes a key for the origin of its reservations.
+    hasher: KeyHasher,
 }
+
+/// The marks of a reservation that Redis did not make (the failure policy admitted it):
+/// settling it changes nothing. No script mark comes near: they are below 2^53.
+const NOT_IN_REDIS: Marks = [u64::MAX; Policy::MAX_BANDS];
 
 /// Builds a [`RedisLimiter`]: start with [`RedisLimiter::builder`], finish with
 /// [`connect`](RedisLimiterBuilder::connect) or
@@ -409,6 +422,8 @@ impl RedisLimiterBuilder {
                 test_clock: self.test_clock,
                 clock,
                 counters: Counters::default(),
+                id: next_limiter_id(),
+                hasher: KeyHasher::default(),
             }),
         })
     }
@@ -530,7 +545,7 @@ impl RedisLimiter {
     /// # }
     /// ```
     pub async fn try_acquire(&self, key: &str) -> Result<Decision, BackendError> {
-        self.decide(key, Ask::Acquire(1)).await
+        Ok(self.decide(key, Ask::Acquire(1)).await?.0)
     }
 
     /// Decides a request of cost `n` for `key`: allowed only if `n` permits are available in
@@ -556,14 +571,20 @@ impl RedisLimiter {
     /// # }
     /// ```
     pub async fn try_acquire_n(&self, key: &str, n: u64) -> Result<Decision, BackendError> {
+        self.check_cost(n)?;
+        Ok(self.decide(key, Ask::Acquire(n)).await?.0)
+    }
+
+    /// `n` as a request's cost: at least 1, at most the smallest band's permits.
+    fn check_cost(&self, n: u64) -> Result<(), CostError> {
         if n == 0 {
-            return Err(CostError::Zero.into());
+            return Err(CostError::Zero);
         }
         let limit = self.inner.policy.max_cost();
         if n > limit {
-            return Err(CostError::ExceedsLimit { cost: n, limit }.into());
+            return Err(CostError::ExceedsLimit { cost: n, limit });
         }
-        self.decide(key, Ask::Acquire(n)).await
+        Ok(())
     }
 
     /// What a request of cost 1 for `key` would get now, changing nothing in Redis (the script
@@ -588,7 +609,193 @@ impl RedisLimiter {
     /// # }
     /// ```
     pub async fn peek(&self, key: &str) -> Result<Decision, BackendError> {
-        self.decide(key, Ask::Peek).await
+        Ok(self.decide(key, Ask::Peek).await?.0)
+    }
+
+    /// Reserves `n` permits for `key` for a request whose real cost is known only later:
+    /// decided and spent exactly as [`try_acquire_n`](RedisLimiter::try_acquire_n) would, in
+    /// one script call, and returned as a [`Reservation`] to
+    /// [`settle`](RedisLimiter::settle) (or [`cancel`](RedisLimiter::cancel)) once the cost
+    /// is known. A refused reservation holds nothing.
+    ///
+    /// While the failure policy decides, the reservation gets its decision (an
+    /// [`Open`](FailurePolicy::Open) or [`Local`](FailurePolicy::Local) admission holds its
+    /// permits), but nothing of it is in Redis: settling or cancelling it returns `Ok(())`
+    /// and changes nothing anywhere (a `Local` limiter keeps the permits spent).
+    ///
+    /// # Errors
+    ///
+    /// As for [`try_acquire_n`](RedisLimiter::try_acquire_n).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), tollgate::redis::BackendError> {
+    /// let limiter = tollgate::redis::RedisLimiter::connect(
+    ///     "redis://127.0.0.1:6379",
+    ///     "1000/min".parse().unwrap(),
+    /// )
+    /// .await?;
+    /// let r = limiter.reserve_n("tenant-7", 400).await?; // an estimate
+    /// assert!(r.decision().is_allowed());
+    /// limiter.settle("tenant-7", r, 250).await?; // it really cost 250: 150 come back
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn reserve_n(&self, key: &str, n: u64) -> Result<Reservation, BackendError> {
+        self.check_cost(n)?;
+        let (decision, marks) = self.decide(key, Ask::Reserve(n)).await?;
+        Ok(Reservation::new(decision, n, marks, self.origin(key)))
+    }
+
+    /// Settles `r`, a reservation made by [`reserve_n`](RedisLimiter::reserve_n) of this
+    /// limiter for `key`, at the `actual` permits the request used, in one script call: below
+    /// what it holds, the difference is given back; above, the excess is charged on top
+    /// whatever the key has left, a debt its next requests wait out (a token bucket's up to
+    /// twice its burst, a sliding counter's up to twice its permits; a sliding log fills up
+    /// to its permits, as it cannot hold more). Each band gives back only what it still
+    /// counts of the reservation (nothing once those permits have refilled or left its
+    /// window).
+    ///
+    /// A settle that gives permits back drops the key's refusal from this limiter's deny
+    /// cache (other limiters' caches may still refuse the key until their cached
+    /// retry_after). Settling at what the reservation holds, or a reservation made while the
+    /// failure policy decided, sends nothing.
+    ///
+    /// # Errors
+    ///
+    /// [`BackendError::Settle`] for a refused reservation ([`SettleError::Refused`]), one made
+    /// for another key ([`SettleError::OtherKey`]) or by another limiter
+    /// ([`SettleError::OtherLimiter`]): nothing is sent, and its permits stay spent. When
+    /// Redis cannot be reached, [`BackendError::Timeout`], [`BackendError::Redis`] or
+    /// [`BackendError::Unavailable`], whatever the failure policy: the reservation is gone and
+    /// its permits stay spent (after a timeout, Redis may have applied the settle, once).
+    /// [`BackendError::ClockOutOfRange`] for a test clock beyond range.
+    ///
+    /// [`SettleError::Refused`]: crate::SettleError::Refused
+    /// [`SettleError::OtherKey`]: crate::SettleError::OtherKey
+    /// [`SettleError::OtherLimiter`]: crate::SettleError::OtherLimiter
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), tollgate::redis::BackendError> {
+    /// let limiter = tollgate::redis::RedisLimiter::connect(
+    ///     "redis://127.0.0.1:6379",
+    ///     "100/min".parse().unwrap(),
+    /// )
+    /// .await?;
+    /// let r = limiter.reserve_n("tenant-7", 40).await?;
+    /// assert_eq!(r.decision().remaining(), 60);
+    /// limiter.settle("tenant-7", r, 25).await?; // 15 come back
+    /// assert_eq!(limiter.peek("tenant-7").await?.remaining(), 74);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn settle(&self, key: &str, r: Reservation, actual: u64) -> Result<(), BackendError> {
+        let inner = &*self.inner;
+        let (held, marks) = r.take(self.origin(key))?;
+        if marks == NOT_IN_REDIS {
+            return Ok(());
+        }
+        let ask = match actual.cmp(&held) {
+            std::cmp::Ordering::Equal => return Ok(()),
+            std::cmp::Ordering::Less => Ask::Refund {
+                permits: held - actual,
+                marks,
+            },
+            std::cmp::Ordering::Greater => Ask::Charge {
+                permits: (actual - held).min(script::MAX_CHARGE),
+                marks,
+            },
+        };
+        let now_micros = match &inner.test_clock {
+            Some(clock) => Some(script::micros(clock.now())?),
+            None => None,
+        };
+        if !inner.breaker.should_try() {
+            return Err(BackendError::Unavailable);
+        }
+        let refund = matches!(ask, Ask::Refund { .. });
+        let keys = inner.bands.keys(&inner.prefix, key);
+        let args = inner.bands.args(now_micros, ask);
+        // Never sent twice: a refund applied twice would give back more than was held.
+        let call = conn::eval(
+            &inner.conn,
+            &inner.sha,
+            script::SOURCE,
+            &keys,
+            &args,
+            &inner.counters.script_reloads,
+            false,
+        );
+        let reply = tokio::time::timeout(inner.timeout, call).await;
+        if let Some(cache) = &inner.cache {
+            if refund {
+                // As for a reset: a refusal Redis made before the refund, still on its way,
+                // must not be cached after it (see `DenyCache::forget`).
+                cache.forget(key);
+            } else {
+                // A charge may lengthen a cached refusal, as an admission may.
+                cache.remove(key);
+            }
+        }
+        match reply {
+            Ok(Ok(reply)) => {
+                script::settled(&reply)?;
+                self.recovered();
+                Ok(())
+            }
+            Ok(Err(err)) if conn::is_unavailable(&err) => {
+                bump(&inner.counters.unavailable);
+                let err = BackendError::Redis(err);
+                self.switch_to_failure(&err);
+                Err(err)
+            }
+            Ok(Err(err)) => {
+                self.recovered();
+                Err(BackendError::Redis(err))
+            }
+            Err(_) => {
+                bump(&inner.counters.timeouts);
+                let err = BackendError::Timeout(inner.timeout);
+                self.switch_to_failure(&err);
+                Err(err)
+            }
+        }
+    }
+
+    /// Cancels `r`, a reservation of this limiter for `key`: settles it at 0, giving back
+    /// every permit it holds that the key still counts.
+    ///
+    /// # Errors
+    ///
+    /// As for [`settle`](RedisLimiter::settle).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), tollgate::redis::BackendError> {
+    /// let limiter = tollgate::redis::RedisLimiter::connect(
+    ///     "redis://127.0.0.1:6379",
+    ///     "10/s".parse().unwrap(),
+    /// )
+    /// .await?;
+    /// let r = limiter.reserve_n("upload", 4).await?;
+    /// limiter.cancel("upload", r).await?; // the upload never started
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn cancel(&self, key: &str, r: Reservation) -> Result<(), BackendError> {
+        self.settle(key, r, 0).await
+    }
+
+    /// Where a reservation for `key` on this limiter comes from.
+    fn origin(&self, key: &str) -> Origin {
+        Origin {
+            limiter: self.inner.id,
+            key: self.inner.hasher.hash_one(key),
+        }
     }
 
     /// Deletes `key`'s state in Redis (all bands) and its refusal in this limiter's deny
@@ -711,8 +918,9 @@ impl RedisLimiter {
         self.inner.breaker.is_failing()
     }
 
-    /// Decides what `ask` asks for `key`.
-    async fn decide(&self, key: &str, ask: Ask) -> Result<Decision, BackendError> {
+    /// Decides what `ask` asks for `key`: the decision, and for a reservation that Redis
+    /// admitted each band's mark ([`NOT_IN_REDIS`] when the failure policy decided).
+    async fn decide(&self, key: &str, ask: Ask) -> Result<(Decision, Marks), BackendError> {
         let inner = &*self.inner;
         // A peek is a request of cost 1 that writes nothing: the deny cache treats it so.
         let cover = ask.cost();
@@ -728,7 +936,7 @@ impl RedisLimiter {
         if let Some(cache) = &inner.cache {
             if let Some(refusal) = cache.check(key, cover, now) {
                 bump(&inner.counters.cached_refusals);
-                return Ok(refusal);
+                return Ok((refusal, NOT_IN_REDIS));
             }
             ticket = cache.ticket();
         }
@@ -744,15 +952,20 @@ impl RedisLimiter {
             &keys,
             &args,
             &inner.counters.script_reloads,
+            true,
         );
+        let marks = match ask {
+            Ask::Reserve(_) => inner.bands.count(),
+            _ => 0,
+        };
         match tokio::time::timeout(inner.timeout, call).await {
             Ok(Ok(reply)) => {
-                let decision = script::decision(&reply)?;
+                let (decision, marks) = script::decision(&reply, marks)?;
                 self.recovered();
                 bump(&inner.counters.redis_decisions);
                 if let Some(cache) = &inner.cache {
                     if decision.is_allowed() {
-                        if let Ask::Acquire(_) = ask {
+                        if let Ask::Acquire(_) | Ask::Reserve(_) = ask {
                             // An admission may lengthen a cached refusal of another cost.
                             cache.remove(key);
                         }
@@ -760,7 +973,7 @@ impl RedisLimiter {
                         cache.insert(key, cover, now, ticket, &decision);
                     }
                 }
-                Ok(decision)
+                Ok((decision, marks))
             }
             Ok(Err(err)) if conn::is_unavailable(&err) => {
                 bump(&inner.counters.unavailable);
@@ -791,7 +1004,19 @@ impl RedisLimiter {
     }
 
     /// A call to Redis failed with `err`: switch to the failure policy and let it decide.
-    fn failed(&self, key: &str, ask: Ask, err: BackendError) -> Result<Decision, BackendError> {
+    fn failed(
+        &self,
+        key: &str,
+        ask: Ask,
+        err: BackendError,
+    ) -> Result<(Decision, Marks), BackendError> {
+        self.switch_to_failure(&err);
+        self.fallback(key, ask, err)
+    }
+
+    /// A call to Redis failed with `err`: the failure policy decides from now on, until a
+    /// probe succeeds.
+    fn switch_to_failure(&self, err: &BackendError) {
         let inner = &*self.inner;
         if inner.breaker.failed() {
             bump(&inner.counters.switches_to_failure);
@@ -802,27 +1027,35 @@ impl RedisLimiter {
                 inner.breaker.probe_interval()
             );
         }
-        self.fallback(key, ask, err)
     }
 
-    /// The failure policy's decision of what `ask` asks for `key`.
-    fn fallback(&self, key: &str, ask: Ask, err: BackendError) -> Result<Decision, BackendError> {
+    /// The failure policy's decision of what `ask` asks for `key`, with the marks of a
+    /// reservation it makes: [`NOT_IN_REDIS`].
+    fn fallback(
+        &self,
+        key: &str,
+        ask: Ask,
+        err: BackendError,
+    ) -> Result<(Decision, Marks), BackendError> {
         let inner = &*self.inner;
         bump(&inner.counters.failure_decisions);
         // Open and Closed read no band's state: they report the shortest window's permits.
         let limit = inner.policy.first_band().permits();
         let wait = u64::try_from(inner.breaker.probe_interval().as_nanos()).unwrap_or(u64::MAX);
-        match &inner.failure {
-            FailurePolicy::Error => Err(err),
-            FailurePolicy::Open => Ok(Decision::allow(0, limit, 0)),
-            FailurePolicy::Closed => Ok(Decision::deny(0, limit, wait, 0)),
-            FailurePolicy::Local(local) => Ok(match ask {
+        let decision = match &inner.failure {
+            FailurePolicy::Error => return Err(err),
+            FailurePolicy::Open => Decision::allow(0, limit, 0),
+            FailurePolicy::Closed => Decision::deny(0, limit, wait, 0),
+            FailurePolicy::Local(local) => match ask {
                 Ask::Peek => local.peek(key),
-                Ask::Acquire(cost) => local
+                Ask::Acquire(cost) | Ask::Reserve(cost) => local
                     .try_acquire_n(key, cost)
                     .unwrap_or(Decision::deny(0, limit, wait, 0)),
-            }),
-        }
+                // Settles never reach the failure policy.
+                Ask::Refund { .. } | Ask::Charge { .. } => return Err(err),
+            },
+        };
+        Ok((decision, NOT_IN_REDIS))
     }
 }
 

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use crate::decision::Decision;
 use crate::policy::{Algorithm, Policy};
+use crate::reservation::Marks;
 
 use super::BackendError;
 
@@ -35,21 +36,57 @@ pub(crate) const MAX_WINDOW_MICROS: u64 = 1 << 50;
 /// [`MAX_WINDOW_MICROS`].
 pub(crate) const MAX_NOW_MICROS: u64 = 1 << 52;
 
-/// What one call asks for a key: to spend permits, or only to see what a request would get.
+/// The largest charge sent to the script: a charge of at least 2N permits fills every band
+/// (a token bucket's debt to 2B, a counter to 2N, a log to N live), so any larger one is sent
+/// as this, which keeps it exact in Lua's doubles.
+pub(crate) const MAX_CHARGE: u64 = 1 << 52;
+
+/// What one call asks for a key: to spend permits, only to see what a request would get, or
+/// to settle a reservation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Ask {
     /// A request of this cost (at least 1): admitted, it spends the cost in every band.
     Acquire(u64),
     /// What a request of cost 1 would get now; nothing is written.
     Peek,
+    /// As `Acquire`, and the reply carries each band's mark for the reservation.
+    Reserve(u64),
+    /// Settle a reservation whose bands stand at `marks`, giving back `permits` (at least 1).
+    Refund {
+        /// The permits given back.
+        permits: u64,
+        /// The reservation's marks.
+        marks: Marks,
+    },
+    /// Settle a reservation whose bands stand at `marks`, charging `permits` (at least 1, at
+    /// most [`MAX_CHARGE`]) on top of it.
+    Charge {
+        /// The permits charged.
+        permits: u64,
+        /// The reservation's marks.
+        marks: Marks,
+    },
 }
 
 impl Ask {
-    /// The cost decided: a peek is decided as a request of cost 1 that writes nothing.
+    /// The cost decided: a peek is decided as a request of cost 1 that writes nothing; a
+    /// settle decides nothing (its amount).
     pub(crate) const fn cost(self) -> u64 {
         match self {
-            Ask::Acquire(cost) => cost,
+            Ask::Acquire(cost) | Ask::Reserve(cost) => cost,
             Ask::Peek => 1,
+            Ask::Refund { permits, .. } | Ask::Charge { permits, .. } => permits,
+        }
+    }
+
+    /// The script's name for it (ARGV[2] in lua/decide.lua).
+    const fn op(self) -> &'static str {
+        match self {
+            Ask::Acquire(_) => "acquire",
+            Ask::Peek => "peek",
+            Ask::Reserve(_) => "reserve",
+            Ask::Refund { .. } => "refund",
+            Ask::Charge { .. } => "charge",
         }
     }
 }
@@ -156,43 +193,50 @@ impl Bands {
             .collect()
     }
 
-    /// The script's arguments: `now` (in us, `None` for Redis TIME), what is asked, then each
-    /// band's four.
+    /// The script's arguments: `now` (in us, `None` for Redis TIME), what is asked and its
+    /// amount, each band's four, then (to settle) each band's mark.
     pub(crate) fn args(&self, now_micros: Option<u64>, ask: Ask) -> Vec<String> {
-        let mut args = Vec::with_capacity(2 + 4 * self.bands.len());
+        let mut args = Vec::with_capacity(3 + 5 * self.bands.len());
         let mut now = String::new();
         if let Some(micros) = now_micros {
             // Writing to a String cannot fail.
             let _ = write!(now, "{micros}");
         }
         args.push(now);
-        // The one place a peek becomes the script's cost 0 (ARGV[2] in lua/decide.lua: a
-        // cost n >= 1, or 0 for a peek).
-        let cost = match ask {
-            Ask::Acquire(cost) => cost,
-            Ask::Peek => 0,
-        };
-        args.push(cost.to_string());
+        args.push(ask.op().to_owned());
+        args.push(ask.cost().to_string());
         for band in &self.bands {
             args.extend(band.args.iter().cloned());
         }
+        if let Ask::Refund { marks, .. } | Ask::Charge { marks, .. } = ask {
+            args.extend(marks[..self.bands.len()].iter().map(u64::to_string));
+        }
         args
+    }
+
+    /// How many bands there are.
+    pub(crate) fn count(&self) -> usize {
+        self.bands.len()
     }
 }
 
-/// The decision in the script's reply: `[allowed, remaining, limit, retry_after_us,
-/// reset_after_us]`, all integers.
+/// The decision in the script's reply, `[allowed, remaining, limit, retry_after_us,
+/// reset_after_us]`, followed by `marks` marks (one per band for a reservation, else none),
+/// all integers. Unused marks are 0.
 ///
 /// # Errors
 ///
 /// [`BackendError::Reply`] when the reply has another shape.
-pub(crate) fn decision(reply: &::redis::Value) -> Result<Decision, BackendError> {
+pub(crate) fn decision(
+    reply: &::redis::Value,
+    marks: usize,
+) -> Result<(Decision, Marks), BackendError> {
     let bad = || BackendError::Reply(format!("{reply:?}"));
     let ::redis::Value::Array(items) = reply else {
         return Err(bad());
     };
-    let mut numbers = [0u64; 5];
-    if items.len() != numbers.len() {
+    let mut numbers = [0u64; 5 + Policy::MAX_BANDS];
+    if items.len() != 5 + marks || marks > Policy::MAX_BANDS {
         return Err(bad());
     }
     for (number, item) in numbers.iter_mut().zip(items) {
@@ -201,13 +245,28 @@ pub(crate) fn decision(reply: &::redis::Value) -> Result<Decision, BackendError>
             _ => return Err(bad()),
         }
     }
-    let [allowed, remaining, limit, retry, reset] = numbers;
+    let [allowed, remaining, limit, retry, reset, ..] = numbers;
+    let mut out = [0; Policy::MAX_BANDS];
+    out.copy_from_slice(&numbers[5..]);
     let nanos = |micros: u64| micros.saturating_mul(1_000);
-    Ok(match allowed {
+    let decision = match allowed {
         1 => Decision::allow(remaining, limit, nanos(reset)),
         0 => Decision::deny(remaining, limit, nanos(retry), nanos(reset)),
         _ => return Err(bad()),
-    })
+    };
+    Ok((decision, out))
+}
+
+/// Checks the script's reply to a settle: `1`.
+///
+/// # Errors
+///
+/// [`BackendError::Reply`] for any other reply.
+pub(crate) fn settled(reply: &::redis::Value) -> Result<(), BackendError> {
+    match reply {
+        ::redis::Value::Int(1) => Ok(()),
+        other => Err(BackendError::Reply(format!("{other:?}"))),
+    }
 }
 
 /// A clock reading in nanoseconds as the script's microseconds (rounded down).
@@ -246,12 +305,12 @@ mod tests {
         let bands = Bands::new(&"3/1s".parse().unwrap()).unwrap();
         assert_eq!(
             bands.args(None, Ask::Acquire(1)),
-            ["", "1", "tb", "3", "1000000", "333334"]
+            ["", "acquire", "1", "tb", "3", "1000000", "333334"]
         );
         let bands = Bands::new(&"sliding-log 2/1500ns".parse().unwrap()).unwrap();
         assert_eq!(
             bands.args(Some(7), Ask::Peek),
-            ["7", "0", "sl", "2", "2", "0"]
+            ["7", "peek", "1", "sl", "2", "2", "0"]
         );
         assert!(matches!(
             Bands::new(&"5/4us".parse().unwrap()),
@@ -261,6 +320,24 @@ mod tests {
             Bands::new(&"1/40000d".parse().unwrap()),
             Err(BackendError::UnsupportedPolicy { .. })
         ));
+    }
+
+    #[test]
+    fn a_settle_sends_one_mark_per_band() {
+        let bands = Bands::new(&"5/1s & sliding-counter 9/1min".parse().unwrap()).unwrap();
+        let marks = [11, 22, 0, 0];
+        assert_eq!(
+            bands.args(Some(3), Ask::Refund { permits: 2, marks }),
+            [
+                "3", "refund", "2", "tb", "5", "1000000", "200000", "sc", "9", "60000000", "0",
+                "11", "22"
+            ]
+        );
+        assert_eq!(bands.args(None, Ask::Reserve(4))[1..3], ["reserve", "4"]);
+        assert_eq!(
+            bands.args(None, Ask::Charge { permits: 7, marks })[1..3],
+            ["charge", "7"]
+        );
     }
 
     #[test]

@@ -5,7 +5,8 @@
 -- window i) and p (the count of window i - 1); a missing key is the fresh state (0, 0, 0).
 -- Windows are aligned to multiples of W from the clock's zero (the Unix epoch under Redis
 -- TIME). The key expires when both counts have rolled out: two windows after the start of the
--- window it stores, which may be ahead of now's.
+-- window it stores, which may be ahead of now's. The current count may reach 2N (a
+-- reservation settled past the limit): the estimate then admits nothing until it rolls out.
 
 -- floor(previous * left / W): the previous window's weight in whole permits.
 local function counter_carried(W, previous, left)
@@ -63,23 +64,35 @@ local function counter_retry_after(N, W, current, previous, left, cost)
   return left + W
 end
 
-local function counter_band(key, N, W, now, cost)
+-- The stored counts rolled to now's window: index, elapsed, current, previous. A stored
+-- window later than now's (the clock went backwards) is decided at its start: zero elapsed.
+local function counter_roll(key, W, now)
   local raw = redis.call('HMGET', key, 'i', 'c', 'p')
   local si, sc, sp = tonumber(raw[1]) or 0, tonumber(raw[2]) or 0, tonumber(raw[3]) or 0
-  -- Roll the stored counts to now's window. A stored window later than now's (the clock went
-  -- backwards) is decided at its start: zero elapsed.
   local index = idiv(now, W)
   local elapsed = now - index * W
-  local current, previous
   if si > index then
-    index, elapsed, current, previous = si, 0, sc, sp
+    return si, 0, sc, sp
   elseif si == index then
-    current, previous = sc, sp
+    return index, elapsed, sc, sp
   elseif si + 1 == index then
-    current, previous = 0, sc
-  else
-    current, previous = 0, 0
+    return index, elapsed, 0, sc
   end
+  return index, elapsed, 0, 0
+end
+
+-- Stores the counts of window `index`, seen at `now`.
+local function counter_store(key, W, now, index, current, previous, expire)
+  redis.call('HSET', key, 'i', fmt(index), 'c', fmt(current), 'p', fmt(previous))
+  if expire then
+    -- Both counts have rolled out when window index + 2 starts. Measured from the stored
+    -- window, not from now: it is ahead of now's when the clock went backwards.
+    redis.call('PEXPIRE', key, fmt(idiv((index + 2) * W - now + 999, 1000)))
+  end
+end
+
+local function counter_band(key, N, W, now, cost)
+  local index, elapsed, current, previous = counter_roll(key, W, now)
   local left = W - elapsed
   local used = current + counter_carried(W, previous, left)
   local available = N - used
@@ -95,13 +108,10 @@ local function counter_band(key, N, W, now, cost)
       -- Both counts are zero from the start of window index + 2.
       reset = left + W,
       reset_now = settles,
+      -- A reservation's mark: the start of the window it counted in.
+      mark = index * W,
       write = function(expire)
-        redis.call('HSET', key, 'i', fmt(index), 'c', fmt(current + cost), 'p', fmt(previous))
-        if expire then
-          -- Both counts have rolled out when window index + 2 starts. Measured from the
-          -- stored window, not from now: it is ahead of now's when the clock went backwards.
-          redis.call('PEXPIRE', key, fmt(idiv((index + 2) * W - now + 999, 1000)))
-        end
+        counter_store(key, W, now, index, current + cost, previous, expire)
       end,
     }
   end
@@ -112,4 +122,40 @@ local function counter_band(key, N, W, now, cost)
     retry = counter_retry_after(N, W, current, previous, left, cost),
     reset = settles,
   }
+end
+
+-- Settles a reservation counted in the window starting at `mark`: gives back `give` permits
+-- to that window's count while it is the current or the previous one, or charges `take`
+-- more to the current window (one of them is 0), up to a count of 2N. Reads now; returns
+-- the write (nil when nothing changes).
+local function counter_settle(key, N, W, now, mark, give, take, expire)
+  local index, _, current, previous = counter_roll(key, W, now)
+  if give > 0 then
+    local mi = idiv(mark, W)
+    if mi == index then
+      if give > current then
+        give = current
+      end
+      current = current - give
+    elseif mi + 1 == index then
+      if give > previous then
+        give = previous
+      end
+      previous = previous - give
+    else
+      give = 0
+    end
+    if give == 0 then
+      -- Nothing given back: the stored state decides as its rolled form does.
+      return nil
+    end
+  else
+    current = current + take
+    if current > 2 * N then
+      current = 2 * N
+    end
+  end
+  return function()
+    counter_store(key, W, now, index, current, previous, expire)
+  end
 end

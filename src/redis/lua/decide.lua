@@ -1,18 +1,26 @@
 -- tollgate: one decision for one key under a whole policy, all bands at once
--- (src/composite.rs for how the bands merge). Preceded by arith.lua, gcra.lua, counter.lua
--- and log.lua in the script Redis runs.
+-- (src/composite.rs for how the bands merge), or the settling of a reservation. Preceded by
+-- arith.lua, gcra.lua, counter.lua and log.lua in the script Redis runs.
 --
 -- KEYS[i]      band i's key; every key of one call shares a {hash tag}, so one slot holds
 --              them all in a Redis Cluster.
 -- ARGV[1]      now in microseconds, or '' to read Redis TIME (the normal case: one clock for
 --              every application server). An injected now is for tests: no key gets an expiry.
--- ARGV[2]      the cost n >= 1, or 0 for a peek: decided as cost 1, nothing written.
--- ARGV[3 + 4(i - 1) ...]  band i: algorithm ('tb', 'sl' or 'sc'), permits N, window W (us),
+-- ARGV[2]      what is asked:
+--              'acquire'  a request of cost n = ARGV[3] >= 1;
+--              'peek'     what a request of cost 1 would get (ARGV[3] is 1); nothing written;
+--              'reserve'  as 'acquire', and the reply carries each band's mark;
+--              'refund'   settle a reservation, giving back g = ARGV[3] >= 1 permits;
+--              'charge'   settle a reservation, charging e = ARGV[3] >= 1 more permits.
+-- ARGV[4 + 4(i - 1) ...]  band i: algorithm ('tb', 'sl' or 'sc'), permits N, window W (us),
 --              interval T (us; the token bucket's, rounded up; 0 for the others).
+-- ARGV[3 + 4 #KEYS + i]   ('refund' and 'charge' only) band i's mark, from the reservation.
 --
--- Reply: { allowed (0 or 1), remaining, limit, retry_after (us), reset_after (us) }.
+-- Reply: { allowed (0 or 1), remaining, limit, retry_after (us), reset_after (us) }, and for
+-- 'reserve' one mark per band after them (0 when refused); 1 for 'refund' and 'charge'.
 -- Every band is read and decided before anything is written, and only an admission by
--- every band writes: a refusal changes nothing anywhere.
+-- every band writes: a refusal changes nothing anywhere. A settle applies every band's own
+-- rule, unconditionally.
 
 if redis.replicate_commands then
   -- Redis 3.2 to 4: replicate the writes, not the script (it reads TIME). A no-op from 5 on.
@@ -28,16 +36,54 @@ else
   now = tonumber(ARGV[1])
   expire = false
 end
-local cost = tonumber(ARGV[2])
-local peek = cost == 0
-if peek then
-  cost = 1
+local op = ARGV[2]
+local amount = tonumber(ARGV[3])
+
+if op == 'refund' or op == 'charge' then
+  local give, take = 0, 0
+  if op == 'refund' then
+    give = amount
+  else
+    take = amount
+  end
+  -- Every band is read before anything is written, so a failed settle changes nothing.
+  local writes = {}
+  for i = 1, #KEYS do
+    local at = 3 + 4 * (i - 1)
+    local algorithm = ARGV[at + 1]
+    local N, W, T = tonumber(ARGV[at + 2]), tonumber(ARGV[at + 3]), tonumber(ARGV[at + 4])
+    local mark = tonumber(ARGV[3 + 4 * #KEYS + i])
+    local write
+    if algorithm == 'tb' then
+      write = gcra_settle(KEYS[i], N, T, now, mark, give, take, expire)
+    elseif algorithm == 'sc' then
+      write = counter_settle(KEYS[i], N, W, now, mark, give, take, expire)
+    elseif algorithm == 'sl' then
+      write = log_settle(KEYS[i], N, W, now, mark, give, take, expire)
+    else
+      return redis.error_reply('tollgate: unknown algorithm ' .. tostring(algorithm))
+    end
+    if write then
+      writes[#writes + 1] = write
+    end
+  end
+  for i = 1, #writes do
+    writes[i]()
+  end
+  return 1
 end
+
+local peek = op == 'peek'
+local reserve = op == 'reserve'
+if not (peek or reserve or op == 'acquire') then
+  return redis.error_reply('tollgate: unknown request ' .. tostring(op))
+end
+local cost = amount
 
 local bands = {}
 local all = true
 for i = 1, #KEYS do
-  local at = 2 + 4 * (i - 1)
+  local at = 3 + 4 * (i - 1)
   local algorithm = ARGV[at + 1]
   local N, W, T = tonumber(ARGV[at + 2]), tonumber(ARGV[at + 3]), tonumber(ARGV[at + 4])
   local band
@@ -79,7 +125,13 @@ if all then
     end
     merge(band.remaining, band.limit, 0, band.reset)
   end
-  return { 1, remaining, limit, 0, reset }
+  local reply = { 1, remaining, limit, 0, reset }
+  if reserve then
+    for i = 1, #bands do
+      reply[5 + i] = bands[i].mark
+    end
+  end
+  return reply
 end
 
 for i = 1, #bands do
@@ -91,4 +143,10 @@ for i = 1, #bands do
     merge(band.remaining, band.limit, band.retry, band.reset)
   end
 end
-return { 0, remaining, limit, retry, reset }
+local reply = { 0, remaining, limit, retry, reset }
+if reserve then
+  for i = 1, #bands do
+    reply[5 + i] = 0
+  end
+end
+return reply

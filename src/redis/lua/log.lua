@@ -30,18 +30,47 @@ local function log_left(W, stamp, now)
   return left
 end
 
-local function log_band(key, N, W, now, cost)
+-- Appends `count` entries stamped `stamp`, members numbered from `first`, and keeps the last N.
+local function log_append(key, N, W, now, stamp, first, count, expire)
+  local score = fmt(stamp)
+  local args = {}
+  local j = 0
+  while j < count do
+    args[#args + 1] = score
+    args[#args + 1] = log_member(first + j)
+    j = j + 1
+    -- ZADD in chunks: unpack is bounded by Lua's C stack.
+    if #args >= 1000 or j == count then
+      redis.call('ZADD', key, unpack(args))
+      args = {}
+    end
+  end
+  -- Keep the last N entries only: no more can ever be live at once.
+  redis.call('ZREMRANGEBYRANK', key, 0, -(N + 1))
+  if expire then
+    -- Every entry has left W after the newest one's stamp, which is ahead of now when
+    -- the clock went backwards (a stepped clock, a failover to a replica behind).
+    redis.call('PEXPIRE', key, fmt(idiv(stamp - now + W + 999, 1000)))
+  end
+end
+
+-- The number of live entries (at most N), and the newest entry's stamp and sequence number
+-- (nil for an empty log).
+local function log_scan(key, N, W, now)
   local live = redis.call('ZCOUNT', key, '(' .. fmt(now - W), '+inf')
   if live > N then
     live = N
   end
-  -- The newest entry: its score and member (the highest sequence number).
   local newest = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
-  local newest_stamp, newest_seq
   if newest[1] then
-    newest_seq = tonumber(newest[1])
-    newest_stamp = tonumber(newest[2])
+    return live, tonumber(newest[2]), tonumber(newest[1])
   end
+  return live, nil, nil
+end
+
+local function log_band(key, N, W, now, cost)
+  -- The newest entry: its score and member (the highest sequence number).
+  local live, newest_stamp, newest_seq = log_scan(key, N, W, now)
   local reset_now = 0
   if newest_stamp then
     reset_now = log_left(W, newest_stamp, now)
@@ -62,27 +91,10 @@ local function log_band(key, N, W, now, cost)
       -- The new entries are the newest.
       reset = W,
       reset_now = reset_now,
+      -- A reservation's mark: the stamp of its entries.
+      mark = stamp,
       write = function(expire)
-        local score = fmt(stamp)
-        local args = {}
-        local j = 0
-        while j < cost do
-          args[#args + 1] = score
-          args[#args + 1] = log_member(first + j)
-          j = j + 1
-          -- ZADD in chunks: unpack is bounded by Lua's C stack.
-          if #args >= 1000 or j == cost then
-            redis.call('ZADD', key, unpack(args))
-            args = {}
-          end
-        end
-        -- Keep the last N entries only: no more can ever be live at once.
-        redis.call('ZREMRANGEBYRANK', key, 0, -(N + 1))
-        if expire then
-          -- Every entry has left W after the newest one's stamp, which is ahead of now when
-          -- the clock went backwards (a stepped clock, a failover to a replica behind).
-          redis.call('PEXPIRE', key, fmt(idiv(stamp - now + W + 999, 1000)))
-        end
+        log_append(key, N, W, now, stamp, first, cost, expire)
       end,
     }
   end
@@ -98,4 +110,59 @@ local function log_band(key, N, W, now, cost)
     retry = log_left(W, tonumber(entry[2]), now),
     reset = reset_now,
   }
+end
+
+-- Settles a reservation whose entries were stamped `mark`: gives back `give` permits by
+-- removing up to that many entries stamped `mark` while it is live, or charges `take` more
+-- entries stamped as an admission's would be, up to N live (one of give and take is 0).
+-- Reads now; returns the write (nil when nothing changes).
+local function log_settle(key, N, W, now, mark, give, take, expire)
+  if give > 0 then
+    if log_age(mark, now) >= W then
+      return nil
+    end
+    local score = fmt(mark)
+    local stamped = redis.call('ZCOUNT', key, score, score)
+    if give > stamped then
+      give = stamped
+    end
+    if give == 0 then
+      return nil
+    end
+    -- The entries stamped `mark` are consecutive in the set (ordered by stamp, then by
+    -- sequence number); remove the newest `give` of them, so the rest stays in order.
+    local last = redis.call('ZCOUNT', key, '-inf', score) - 1
+    return function()
+      redis.call('ZREMRANGEBYRANK', key, last - give + 1, last)
+      if expire then
+        -- The newest entry may be older now: the key matters until it leaves (a set left
+        -- empty is gone already).
+        local _, newest_stamp = log_scan(key, N, W, now)
+        if newest_stamp and newest_stamp - now + W > 0 then
+          redis.call('PEXPIRE', key, fmt(idiv(newest_stamp - now + W + 999, 1000)))
+        elseif newest_stamp then
+          redis.call('DEL', key)
+        end
+      end
+    end
+  end
+  local live, newest_stamp, newest_seq = log_scan(key, N, W, now)
+  local count = N - live
+  if take < count then
+    count = take
+  end
+  if count == 0 then
+    return nil
+  end
+  local stamp = now
+  if newest_stamp and newest_stamp > now then
+    stamp = newest_stamp
+  end
+  local first = 0
+  if newest_seq then
+    first = newest_seq + 1
+  end
+  return function()
+    log_append(key, N, W, now, stamp, first, count, expire)
+  end
 end
