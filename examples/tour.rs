@@ -11,6 +11,7 @@
 //! 5. Policies as data: several limits at once, peek, tiers per key, a live policy change.
 //! 6. One second of decisions on the real clock, and on the opt-in cached clock.
 //! 7. Login protection with escalating lockouts; per-key concurrency limits.
+//! 8. Reserve now, settle later: an LLM token budget settled lower and higher than reserved.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Barrier};
@@ -27,6 +28,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     policies_as_data()?;
     throughput()?;
     login_and_concurrency()?;
+    reserve_and_settle()?;
     Ok(())
 }
 
@@ -388,6 +390,52 @@ fn login_and_concurrency() -> Result<(), Box<dyn std::error::Error>> {
         "  all finished: evict_idle removes {} tenants, {} left",
         jobs.evict_idle(),
         jobs.len()
+    );
+    Ok(())
+}
+
+/// An LLM gateway's tokens-per-minute budget: each completion reserves its `max_tokens`, then
+/// settles at the tokens it really used.
+fn reserve_and_settle() -> Result<(), Box<dyn std::error::Error>> {
+    heading("8. Reserve now, settle later: 10,000 tokens per minute per tenant");
+    let clock = FakeClock::new();
+    let tokens: RateLimiter<String, FakeClock> =
+        RateLimiter::with_clock("10000/min".parse()?, clock.clone());
+    let available = |limiter: &RateLimiter<String, FakeClock>| {
+        let d = limiter.peek("tenant-7");
+        if d.is_allowed() {
+            d.remaining() + 1
+        } else {
+            0
+        }
+    };
+    for (max_tokens, used) in [(4_000, 1_250), (4_000, 3_990), (2_000, 2_600)] {
+        let r = tokens.reserve_n("tenant-7", max_tokens)?;
+        println!(
+            "reserve {max_tokens:>5}: {:<32} available while it runs: {:>5}",
+            describe(&r.decision()),
+            available(&tokens)
+        );
+        tokens.settle("tenant-7", r, used)?;
+        let change = if used <= max_tokens {
+            format!("{} back", max_tokens - used)
+        } else {
+            format!("{} more charged", used - max_tokens)
+        };
+        println!(
+            "  used {used:>5} ({change:<17}) available after: {:>5}",
+            available(&tokens)
+        );
+    }
+    let r = tokens.reserve_n("tenant-7", 4_000)?;
+    println!("reserve  4000: {}", describe(&r.decision()));
+    clock.advance(Duration::from_secs(30));
+    let r = tokens.reserve_n("tenant-7", 4_000)?;
+    println!("30 s later, reserve 4000: {}", describe(&r.decision()));
+    tokens.cancel("tenant-7", r)?;
+    println!(
+        "  the model call failed, cancel: available {:>5} again",
+        available(&tokens)
     );
     Ok(())
 }

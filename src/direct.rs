@@ -285,7 +285,7 @@ impl<C: Clock> DirectLimiter<C> {
     /// let limiter = DirectLimiter::with_clock("10/s".parse()?, FakeClock::new());
     /// let r = limiter.reserve_n(4)?;
     /// limiter.settle(r, 9)?; // 5 more than reserved: charged
-    /// assert_eq!(limiter.peek().remaining(), 1);
+    /// assert_eq!(limiter.peek().remaining(), 0); // the last permit, and none after it
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn settle(&self, reservation: Reservation, actual: u64) -> Result<(), SettleError> {

@@ -720,7 +720,7 @@ mod tests {
     #[cfg(not(tollgate_loom))]
     fn memory_per_key_is_as_documented() {
         assert_eq!(std::mem::size_of::<LogCell>(), 24);
-        // The ring itself is 8 * N bytes on the heap.
+        // The count and the ring are 8 * (N + 1) bytes on the heap.
     }
 
     /// Enters the cell's sequence from its current value, as an admission does, and appends

@@ -25,6 +25,15 @@ use super::RateLimiter;
 /// A decision, and where its admission stands (for a reservation).
 pub(super) type Decided = (Decision, Marks);
 
+/// What the cold path is asked to do once it has found or created the key's state.
+#[derive(Clone, Copy)]
+pub(super) enum Ask<'a> {
+    /// Decide a request of this cost.
+    Cost(u64),
+    /// Settle this reservation (a charge for a key whose state was gone).
+    Settle(&'a Settle),
+}
+
 /// What a settle's pass through the creation path returns in place of a decision.
 const SETTLED: Decided = (Decision::allow(0, 0, 0), [0; Policy::MAX_BANDS]);
 
@@ -67,7 +76,7 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
         if let Some(decision) = self.hit_of_cost_one(key) {
             return self.finish(decision);
         }
-        match self.miss(key, 1, None) {
+        match self.miss(key, Ask::Cost(1)) {
             Ok((decision, _)) => self.finish(decision),
             // Every policy has at least one permit, so a cost of 1 is always acceptable.
             Err(_) => unreachable!("a cost of 1 is within every policy"),
@@ -140,7 +149,7 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
     {
         let result = match self.hit(key, cost) {
             Some(result) => result,
-            None => self.miss(key, cost, None),
+            None => self.miss(key, Ask::Cost(cost)),
         };
         result.map(|(decision, marks)| (self.finish(decision), marks))
     }
@@ -173,17 +182,12 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
     /// looks the key up once and decides on the state it finds or creates. Starts over in
     /// the new generation when a policy change replaced the one it looked in.
     ///
-    /// With `settle` (and a cost of 0), the key's state is found or created the same way and
-    /// the reservation settled on it instead of deciding a request: a charge for a key whose
-    /// state is gone. The decision returned then means nothing.
+    /// Asked to settle, it finds or creates the key's state the same way and settles the
+    /// reservation on it instead of deciding a request: a charge for a key whose state is
+    /// gone. The decision returned then means nothing.
     #[cold]
     #[inline(never)]
-    pub(super) fn miss<Q>(
-        &self,
-        key: &Q,
-        cost: u64,
-        settle: Option<&Settle>,
-    ) -> Result<Decided, CostError>
+    pub(super) fn miss<Q>(&self, key: &Q, ask: Ask<'_>) -> Result<Decided, CostError>
     where
         K: Borrow<Q> + From<Q::Owned>,
         Q: Hash + Eq + ToOwned + ?Sized,
@@ -195,7 +199,7 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
             let guard = Guard::new();
             let generation = self.generation(&guard);
             let step = with_keyed!(&generation.registry, keyed => {
-                self.create_in(generation, keyed, key, cost, settle, resolved.as_ref(), &guard)
+                self.create_in(generation, keyed, key, ask, resolved.as_ref(), &guard)
             });
             match step {
                 Step::Done(result) => return result,
@@ -224,8 +228,7 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
         generation: &Generation<K, S>,
         keyed: &Keyed<K, St, S>,
         key: &Q,
-        cost: u64,
-        settle: Option<&Settle>,
+        ask: Ask<'_>,
         resolved: Option<&Resolved<K>>,
         guard: &Guard,
     ) -> Step
@@ -235,6 +238,11 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
     {
         let Some(spec) = St::spec(&keyed.params, resolved) else {
             return Step::Stale;
+        };
+        // A settle passes every cost check: it decides no request.
+        let (cost, settle) = match ask {
+            Ask::Cost(cost) => (cost, None),
+            Ask::Settle(settle) => (0, Some(settle)),
         };
         let mut owned = K::from(key.to_owned());
         let mut swept = false;

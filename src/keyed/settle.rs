@@ -12,6 +12,7 @@ use crate::error::CostError;
 use crate::reservation::{Origin, Reservation, SettleError};
 
 use super::generations::first_in_older;
+use super::request::Ask;
 use super::slot::{with_keyed, Keyed, Registry, Resolved, Settle, Slot};
 use super::RateLimiter;
 
@@ -127,7 +128,7 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
             // A charge for a key no longer tracked: on the state its next request would
             // create (or the shared one, when the limiter is full). A refund has nothing to
             // give back: the state is gone, and with it what the reservation held.
-            let _ = self.miss(key, 0, Some(&settle));
+            let _ = self.miss(key, Ask::Settle(&settle));
         }
         Ok(())
     }

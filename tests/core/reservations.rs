@@ -318,7 +318,7 @@ fn settles_racing_admissions_never_admit_more_than_the_policy_plus_the_charges()
                 let mut charged = 0;
                 for i in 0..500u64 {
                     let seed = (t as u64 * 7_919 + i * 104_729 + trial) % 1_000;
-                    if t % 2 == 0 {
+                    if t.is_multiple_of(2) {
                         kept += u64::from(l.try_acquire("hot").is_allowed());
                         continue;
                     }
@@ -329,7 +329,7 @@ fn settles_racing_admissions_never_admit_more_than_the_policy_plus_the_charges()
                     }
                     // Mostly refunds; now and then one more than reserved (never for a log,
                     // whose charges saturate instead of counting).
-                    let actual = if !log && seed % 10 == 0 {
+                    let actual = if !log && seed.is_multiple_of(10) {
                         held + 1
                     } else {
                         seed % (held + 1)
