@@ -425,22 +425,28 @@ impl LogCell {
     /// Decides on a consistent read of the log, then, if `decide` asks for a write, stores
     /// it from exactly the sequence value read, or reads and decides again when another
     /// writer came first. `None` when the state was retired.
+    ///
+    /// `store` makes the write: an admission's append, or a settle's [`Fix`].
     #[inline]
-    fn write_with<R>(&self, mut decide: impl FnMut(&Ring<'_>) -> (R, Option<Fix>)) -> Option<R> {
+    fn write_with<R, W>(
+        &self,
+        mut decide: impl FnMut(&Ring<'_>) -> (R, Option<W>),
+        store: impl FnOnce(LogWords<'_>, u64, W),
+    ) -> Option<R> {
         loop {
             let (seq, (answer, fix, written)) = self.seq.read_consistent(|_| {
                 let (ring, written) = self.log().view();
                 let (answer, fix) = decide(&ring);
                 (answer, fix, written)
             })?;
-            let Some(fix) = fix else {
+            let Some(write) = fix else {
                 return Some(answer);
             };
             if let Some(mut guard) = self.seq.try_enter(seq) {
                 // Named before the first store (see the type's docs). `seq + 2` stays even,
                 // so it never meets the odd retired value.
                 guard.publish_at(seq + 2);
-                self.log().apply(written, fix);
+                store(self.log(), written, write);
                 return Some(answer);
             }
         }
@@ -491,20 +497,24 @@ impl RateState for LogCell {
         // that went backwards (those entries count as stamped `now`, ours is stamped with the
         // newest), which keeps them all live: it can only refuse more, never admit more.
         let now = clock.now();
-        self.write_with(|ring| match log.decide(ring, now, cost) {
-            Verdict::Deny(decision) => ((decision, 0), None),
-            Verdict::Allow(decision, stamp) => {
-                ((decision, stamp), Some(Fix::Append { cost, stamp }))
-            }
-        })
+        self.write_with(
+            |ring| match log.decide(ring, now, cost) {
+                Verdict::Deny(decision) => ((decision, 0), None),
+                Verdict::Allow(decision, stamp) => ((decision, stamp), Some(stamp)),
+            },
+            |words, written, stamp| words.append(written, cost, stamp),
+        )
         .map(|(decision, stamp)| (decision, one_mark(stamp)))
     }
 
     fn settle(&self, log: &Log, held: u64, marks: &Marks, actual: u64, now: u64) -> Option<()> {
-        self.write_with(|ring| match log.settle(ring, held, marks[0], actual, now) {
-            Fix::Keep => ((), None),
-            fix => ((), Some(fix)),
-        })
+        self.write_with(
+            |ring| match log.settle(ring, held, marks[0], actual, now) {
+                Fix::Keep => ((), None),
+                fix => ((), Some(fix)),
+            },
+            |words, written, fix| words.apply(written, fix),
+        )
     }
 
     fn peek<C: Clock + ?Sized>(&self, log: &Log, clock: &C, cost: u64) -> Option<Decision> {
