@@ -12,6 +12,7 @@ use pin_project_lite::pin_project;
 
 use super::body::RateLimitBody;
 use super::headers::Fields;
+use super::rules::Settlement;
 
 pin_project! {
     /// The future of a [`RateLimit`](super::RateLimit) service's response.
@@ -78,6 +79,8 @@ pin_project! {
             #[pin]
             future: F,
             fields: Option<Fields>,
+            // Dropped unsettled (an error, or the future dropped early): cancelled.
+            settlement: Option<Box<Settlement>>,
         },
         Ready {
             response: Option<Response<Bytes>>,
@@ -93,6 +96,8 @@ pin_project! {
             #[pin]
             future: F,
             fields: Option<Fields>,
+            // Dropped unsettled (an error, or the future dropped early): cancelled.
+            settlement: Option<Box<Settlement>>,
         },
         Ready {
             response: Option<Response<Bytes>>,
@@ -102,10 +107,16 @@ pin_project! {
 
 impl<F> ResponseFuture<F> {
     pub(crate) fn inner(future: F, fields: Fields) -> Self {
+        Self::settling(future, fields, None)
+    }
+
+    /// The inner service's future, whose response settles `settlement` (if any).
+    pub(crate) fn settling(future: F, fields: Fields, settlement: Option<Box<Settlement>>) -> Self {
         ResponseFuture {
             state: State::Inner {
                 future,
                 fields: Some(fields),
+                settlement,
             },
         }
     }
@@ -149,6 +160,7 @@ where
                         Step::Call(future, fields) => State::Inner {
                             future,
                             fields: Some(fields),
+                            settlement: None,
                         },
                         Step::Respond(response) => State::Ready {
                             response: Some(response),
@@ -157,10 +169,17 @@ where
                     state.set(next);
                     continue;
                 }
-                StateProj::Inner { future, fields } => {
-                    let response = ready!(future.poll(cx))?;
-                    let (mut parts, body) = response.into_parts();
-                    if let Some(fields) = fields.take() {
+                StateProj::Inner {
+                    future,
+                    fields,
+                    settlement,
+                } => {
+                    let result = ready!(future.poll(cx));
+                    // Settled from the response, or cancelled (dropped) on an error.
+                    let settlement = settlement.take();
+                    let (mut parts, body) = result?.into_parts();
+                    let settled = settlement.and_then(|settlement| settlement.settle(&parts));
+                    if let Some(fields) = settled.or_else(|| fields.take()) {
                         fields.apply(&mut parts.headers);
                     }
                     Poll::Ready(Ok(Response::from_parts(parts, RateLimitBody::inner(body))))

@@ -153,6 +153,8 @@ impl RateLimitLayer {
         let mut rule = Rule::new(limiter.into().0, route.name.clone(), &config.name);
         rule.extractor = route.extractor.clone();
         rule.cost = route.cost;
+        rule.cost_with = route.cost_with.clone();
+        rule.settle = route.settle.clone();
         config.routes.push((route, Target::Limit(Box::new(rule))));
         self
     }

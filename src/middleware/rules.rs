@@ -8,7 +8,7 @@ use std::hash::BuildHasher;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use http::{Method, Request, Response, StatusCode};
+use http::{response, Method, Request, Response, StatusCode};
 
 use super::error::ConfigError;
 use super::headers::{self, Fields, HeaderStyle, Rendered};
@@ -20,11 +20,20 @@ use crate::decision::Decision;
 use crate::error::CostError;
 use crate::keyed::RateLimiter;
 use crate::policy::Policy;
+use crate::reservation::{Reservation, SettleError};
 
 /// An in-process limiter as the layer sees it: any clock, any hasher.
 pub(super) trait Local: Send + Sync {
     fn try_acquire(&self, key: &LimitKey) -> Decision;
     fn try_acquire_n(&self, key: &LimitKey, cost: u64) -> Result<Decision, CostError>;
+    fn reserve_n(&self, key: &LimitKey, cost: u64) -> Result<Reservation, CostError>;
+    fn settle(
+        &self,
+        key: &LimitKey,
+        reservation: Reservation,
+        actual: u64,
+    ) -> Result<(), SettleError>;
+    fn peek(&self, key: &LimitKey) -> Decision;
     fn policy(&self) -> Option<Policy>;
 }
 
@@ -40,6 +49,23 @@ where
 
     fn try_acquire_n(&self, key: &LimitKey, cost: u64) -> Result<Decision, CostError> {
         RateLimiter::try_acquire_n(self, key, cost)
+    }
+
+    fn reserve_n(&self, key: &LimitKey, cost: u64) -> Result<Reservation, CostError> {
+        RateLimiter::reserve_n(self, key, cost)
+    }
+
+    fn settle(
+        &self,
+        key: &LimitKey,
+        reservation: Reservation,
+        actual: u64,
+    ) -> Result<(), SettleError> {
+        RateLimiter::settle(self, key, reservation, actual)
+    }
+
+    fn peek(&self, key: &LimitKey) -> Decision {
+        RateLimiter::peek(self, key)
     }
 
     fn policy(&self) -> Option<Policy> {
@@ -199,6 +225,12 @@ impl MissingKey {
     }
 }
 
+/// A route's cost computed from each request ([`Route::cost_with`]).
+pub(super) type CostFn = dyn Fn(&RequestHead<'_>) -> u64 + Send + Sync;
+
+/// What a response says its request really cost ([`Route::settle_with`]).
+pub(super) type SettleFn = dyn Fn(&response::Parts) -> Option<u64> + Send + Sync;
+
 /// Which requests a per-route rule applies to: an optional method and a path prefix.
 ///
 /// The prefix matches whole path segments: `/api` matches `/api`, `/api/` and `/api/users`,
@@ -225,6 +257,10 @@ pub struct Route {
     pub(super) extractor: Option<Arc<dyn KeyExtractor>>,
     /// Permits each request spends (1 unless [`Route::cost`] says otherwise).
     pub(super) cost: u64,
+    /// The cost computed from each request instead of `cost` ([`Route::cost_with`]).
+    pub(super) cost_with: Option<Arc<CostFn>>,
+    /// Settles each request's cost from its response ([`Route::settle_with`]).
+    pub(super) settle: Option<Arc<SettleFn>>,
 }
 
 impl Route {
@@ -275,6 +311,8 @@ impl Route {
             name: None,
             extractor: None,
             cost: 1,
+            cost_with: None,
+            settle: None,
         }
     }
 
@@ -314,7 +352,8 @@ impl Route {
     /// Makes each request of this rule spend `permits` instead of 1: an export or a search
     /// that costs the backend ten times a plain read can cost ten times the quota. Give
     /// several routes the same limiter (one `Arc`) for one budget that requests draw on by
-    /// weight. Ignored for exempt routes.
+    /// weight. The last of `cost` and [`cost_with`](Route::cost_with) called decides.
+    /// Ignored for exempt routes.
     ///
     /// A request is refused (429, `Retry-After` saying when `permits` are available) unless
     /// all of them are; a refusal spends none. A cost above the policy's permits (the
@@ -346,7 +385,106 @@ impl Route {
             return Err(ConfigError::InvalidCost { cost: permits });
         }
         self.cost = permits;
+        self.cost_with = None;
         Ok(self)
+    }
+
+    /// Makes each request of this rule spend what `cost` computes from the request's head,
+    /// instead of a fixed [`cost`](Route::cost): the `max_tokens` an LLM request asks for, an
+    /// upload's `content-length`. The layer never reads the body: to cost a request by
+    /// something in its body, parse it in a middleware before this layer and put the number
+    /// in the extensions. The last of `cost` and `cost_with` called decides. Ignored for
+    /// exempt routes.
+    ///
+    /// A computed cost of 0 counts as 1. A request is refused (429, `Retry-After` saying when
+    /// its cost is available) unless all of it is; a refusal spends none. A cost above the
+    /// policy's permits (the smallest band's, for a composite policy) could never be
+    /// admitted: the request asks for more than the limit allows, so it is answered
+    /// `400 Bad Request` with a problem+json naming its cost and the limit (gRPC
+    /// `INVALID_ARGUMENT`; in shadow mode it is let through).
+    ///
+    /// With [`settle_with`](Route::settle_with), the cost is an estimate: reserved at the
+    /// request, settled at what the response reports.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::middleware::{RateLimitLayer, RequestHead, Route};
+    /// use tollgate::RateLimiter;
+    ///
+    /// // An upload spends its size in KiB (1 MiB when it does not say) out of 100 MiB a minute.
+    /// let kib = |head: &RequestHead<'_>| {
+    ///     let length = head.headers().get("content-length").and_then(|v| v.to_str().ok());
+    ///     length.and_then(|v| v.parse::<u64>().ok()).map_or(1024, |bytes| bytes.div_ceil(1024))
+    /// };
+    /// let layer = RateLimitLayer::new(RateLimiter::new("100/min".parse()?))
+    ///     .route(Route::any("/upload").cost_with(kib), RateLimiter::new("102400/min".parse()?));
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    #[must_use]
+    pub fn cost_with(
+        mut self,
+        cost: impl Fn(&RequestHead<'_>) -> u64 + Send + Sync + 'static,
+    ) -> Self {
+        self.cost_with = Some(Arc::new(cost));
+        self
+    }
+
+    /// Settles each request of this rule at what its response says it really cost: the
+    /// request's cost ([`cost`](Route::cost), [`cost_with`](Route::cost_with), 1 by default)
+    /// becomes an estimate, reserved before the inner service is called
+    /// ([`RateLimiter::reserve_n`]) and settled when the response arrives
+    /// ([`RateLimiter::settle`]). The tokens an LLM call used are known only once it ran:
+    /// reserve the request's `max_tokens`, settle at the usage the upstream reports.
+    ///
+    /// * The reservation is decided as the cost would be: refused, the request gets the
+    ///   usual 429 with `Retry-After`, the inner service is not called, nothing is held.
+    /// * `actual` returns `Some(n)`: the reservation is settled at `n`. What the request did
+    ///   not use comes back; what it used on top is charged at once, even past the limit, and
+    ///   later requests wait the debt out. `Some(0)` gives everything back.
+    /// * `None` (the response does not say: an upstream error without a usage header): the
+    ///   estimate stays spent, as for a route without `settle_with`. Return `Some(0)` for
+    ///   the answers you know cost nothing.
+    /// * The inner service fails (`Err`), or the response future is dropped before the
+    ///   response arrived (the client went away, an outer timeout fired): the reservation is
+    ///   cancelled and everything comes back. A request that got no answer is not counted,
+    ///   so a client that hangs up early gets its estimate back even if the upstream did
+    ///   some work: pair the route with a per-request limit (a second layer) to bound that.
+    ///
+    /// `actual` sees the response's head (status, headers, extensions) as the inner service
+    /// returned it, when the response future completes: a usage reported only in the body or
+    /// the trailers (the last event of a streamed completion) comes too late for it. An
+    /// allowed response's rate-limit fields report the budget after the settle (`r` exact,
+    /// `t` an upper bound by one permit's time at most); when nothing was settled (`None`),
+    /// the budget as the request was decided. The
+    /// [`Decision`] in the request's extensions is the reservation's, at the estimate.
+    ///
+    /// Settling needs an in-process limiter: a rule decided by a `RedisLimiter` answers
+    /// `500 Internal Server Error` for a route with `settle_with` (a configuration error; in
+    /// shadow mode it is let through). Ignored for exempt routes.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use http::Method;
+    /// use tollgate::middleware::{RateLimitLayer, Route};
+    /// use tollgate::RateLimiter;
+    ///
+    /// // A report costs 1 to 50 units: reserve 50, settle at the `x-units` it answers with.
+    /// let reports = Route::new(Method::POST, "/report")
+    ///     .cost(50)?
+    ///     .settle_with(|response| response.headers.get("x-units")?.to_str().ok()?.parse().ok());
+    /// let layer = RateLimitLayer::new(RateLimiter::new("100/min".parse()?))
+    ///     .route(reports, RateLimiter::new("1000/hour".parse()?));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[must_use]
+    pub fn settle_with(
+        mut self,
+        actual: impl Fn(&response::Parts) -> Option<u64> + Send + Sync + 'static,
+    ) -> Self {
+        self.settle = Some(Arc::new(actual));
+        self
     }
 
     fn matches(&self, method: &Method, path: &str) -> bool {
@@ -371,6 +509,8 @@ impl fmt::Debug for Route {
             .field("name", &self.name)
             .field("custom_key", &self.extractor.is_some())
             .field("cost", &self.cost)
+            .field("cost_with", &self.cost_with.is_some())
+            .field("settles", &self.settle.is_some())
             .finish()
     }
 }
@@ -384,8 +524,11 @@ pub(super) struct Rule {
     pub(super) name: Option<String>,
     /// The `RateLimit-Policy` rendering for the limiter's policy when configured.
     pub(super) rendered: Rendered,
-    /// Permits each request spends.
+    /// Permits each request spends, unless `cost_with` computes them.
     pub(super) cost: u64,
+    pub(super) cost_with: Option<Arc<CostFn>>,
+    /// Set: the cost is reserved, and settled from the response.
+    pub(super) settle: Option<Arc<SettleFn>>,
 }
 
 impl Rule {
@@ -397,6 +540,26 @@ impl Rule {
             name,
             rendered,
             cost: 1,
+            cost_with: None,
+            settle: None,
+        }
+    }
+
+    /// What `head`'s request spends: the computed cost (at least 1), else the fixed one.
+    fn cost_of(&self, head: &RequestHead<'_>) -> u64 {
+        match &self.cost_with {
+            Some(cost) => cost(head).max(1),
+            None => self.cost,
+        }
+    }
+
+    /// A cost the policy can never admit: the configuration's fault for a fixed cost, the
+    /// request's for one computed from it.
+    fn cost_failure(&self, error: CostError) -> Failure {
+        if self.cost_with.is_some() {
+            Failure::Demand(error)
+        } else {
+            Failure::Cost(error)
         }
     }
 
@@ -438,8 +601,8 @@ pub(super) enum RuleId {
 /// What the service does with one request, once decided.
 pub(crate) enum Verdict {
     /// Call the inner service; put the decision (if any) in the request's extensions and the
-    /// fields on its response.
-    Pass(Option<Decision>, Fields),
+    /// fields on its response; settle the reservation (if any) from the response.
+    Pass(Option<Decision>, Fields, Option<Box<Settlement>>),
     /// Answer at once.
     Respond(Response<Bytes>),
 }
@@ -468,6 +631,7 @@ pub(crate) struct Remote {
     rule: RuleId,
     limiter: crate::redis::RedisLimiter,
     key: LimitKey,
+    cost: u64,
     grpc: bool,
 }
 
@@ -475,6 +639,11 @@ pub(crate) struct Remote {
 enum Failure {
     /// The rule's cost can never be admitted: a configuration error (500).
     Cost(CostError),
+    /// The cost computed from the request can never be admitted: the request's fault (400).
+    Demand(CostError),
+    /// The rule settles from the response, which its Redis limiter cannot do (500).
+    #[cfg(feature = "redis")]
+    Unsettled,
     /// Redis could not decide and its failure policy let the error through (503).
     #[cfg(feature = "redis")]
     Backend(crate::redis::BackendError),
@@ -486,6 +655,16 @@ impl Failure {
             Failure::Cost(error) => (
                 StatusCode::INTERNAL_SERVER_ERROR,
                 format!("this route's cost cannot be admitted: {error}"),
+            ),
+            Failure::Demand(error) => (
+                StatusCode::BAD_REQUEST,
+                format!("this request's cost cannot be admitted: {error}"),
+            ),
+            #[cfg(feature = "redis")]
+            Failure::Unsettled => (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "this route settles its cost from the response, which a Redis limiter does not do"
+                    .to_owned(),
             ),
             #[cfg(feature = "redis")]
             Failure::Backend(error) => {
@@ -531,15 +710,16 @@ impl Config {
     }
 
     /// Decides `request`: matches its rule, extracts its key, asks an in-process limiter at
-    /// once, or hands the key to the response future for Redis.
-    pub(crate) fn decide<B>(&self, request: &Request<B>) -> Outcome {
+    /// once (reserving the cost when the rule settles it from the response), or hands the
+    /// key to the response future for Redis.
+    pub(crate) fn decide<B>(self: &Arc<Self>, request: &Request<B>) -> Outcome {
         let method = request.method();
         if self.exempt_options && method == Method::OPTIONS {
-            return Verdict::Pass(None, Fields::default()).into();
+            return Verdict::Pass(None, Fields::default(), None).into();
         }
         let id = match self.route_for(method, request.uri().path()) {
             Some(i) if matches!(self.routes[i].1, Target::Exempt) => {
-                return Verdict::Pass(None, Fields::default()).into()
+                return Verdict::Pass(None, Fields::default(), None).into()
             }
             Some(i) => RuleId::Route(i),
             None => RuleId::Default,
@@ -547,30 +727,67 @@ impl Config {
         let rule = self.rule(id);
         let extractor = rule.extractor.as_deref().unwrap_or(&*self.extractor);
         let grpc = self.is_grpc(request);
-        let key = match self
-            .missing
-            .key(extractor, &RequestHead::new(request), grpc)
-        {
+        let head = RequestHead::new(request);
+        let key = match self.missing.key(extractor, &head, grpc) {
             Ok(Some(key)) => key,
-            Ok(None) => return Verdict::Pass(None, Fields::default()).into(),
+            Ok(None) => return Verdict::Pass(None, Fields::default(), None).into(),
             Err(response) => return Verdict::Respond(response).into(),
         };
+        let cost = rule.cost_of(&head);
         let result = match &rule.limiter {
-            Limiter::Local(limiter) if rule.cost == 1 => Ok(limiter.try_acquire(&key)),
+            Limiter::Local(limiter) if rule.settle.is_some() => {
+                return self.reserve(id, limiter, key, cost, grpc).into();
+            }
+            Limiter::Local(limiter) if cost == 1 => Ok(limiter.try_acquire(&key)),
             Limiter::Local(limiter) => limiter
-                .try_acquire_n(&key, rule.cost)
-                .map_err(Failure::Cost),
+                .try_acquire_n(&key, cost)
+                .map_err(|error| rule.cost_failure(error)),
+            #[cfg(feature = "redis")]
+            Limiter::Redis(_) if rule.settle.is_some() => Err(Failure::Unsettled),
             #[cfg(feature = "redis")]
             Limiter::Redis(limiter) => {
                 return Outcome::Remote(Remote {
                     rule: id,
                     limiter: limiter.clone(),
                     key,
+                    cost,
                     grpc,
                 })
             }
         };
         self.conclude(rule, result, grpc).into()
+    }
+
+    /// Reserves `cost` for `key` under a rule that settles from the response: an allowed
+    /// reservation goes with the request, to be settled (or cancelled) when it ends.
+    fn reserve(
+        self: &Arc<Self>,
+        id: RuleId,
+        limiter: &Arc<dyn Local>,
+        key: LimitKey,
+        cost: u64,
+        grpc: bool,
+    ) -> Verdict {
+        let rule = self.rule(id);
+        let reservation = match limiter.reserve_n(&key, cost) {
+            Ok(reservation) => reservation,
+            Err(error) => return self.conclude(rule, Err(rule.cost_failure(error)), grpc),
+        };
+        let verdict = self.conclude(rule, Ok(reservation.decision()), grpc);
+        match verdict {
+            // A refusal holds nothing (nor does a limiter's shadow pass): nothing to settle.
+            Verdict::Pass(decision, fields, None) if reservation.held() > 0 => {
+                let settlement = Settlement {
+                    config: Arc::clone(self),
+                    rule: id,
+                    limiter: Arc::clone(limiter),
+                    key,
+                    reservation: Some(reservation),
+                };
+                Verdict::Pass(decision, fields, Some(Box::new(settlement)))
+            }
+            verdict => verdict,
+        }
     }
 
     /// Decides a request by Redis: its key's [`Display`](fmt::Display) form is the Redis key.
@@ -580,9 +797,9 @@ impl Config {
 
         let rule = self.rule(remote.rule);
         let key = remote.key.to_string();
-        let result = match remote.limiter.try_acquire_n(&key, rule.cost).await {
+        let result = match remote.limiter.try_acquire_n(&key, remote.cost).await {
             Ok(decision) => Ok(decision),
-            Err(BackendError::Cost(error)) => Err(Failure::Cost(error)),
+            Err(BackendError::Cost(error)) => Err(rule.cost_failure(error)),
             Err(error) => Err(Failure::Backend(error)),
         };
         self.conclude(rule, result, remote.grpc)
@@ -593,15 +810,15 @@ impl Config {
         let decision = match result {
             Ok(decision) => decision,
             // Shadow mode refuses nothing: a misconfigured cost or a failed backend included.
-            Err(_) if self.shadow => return Verdict::Pass(None, Fields::default()),
+            Err(_) if self.shadow => return Verdict::Pass(None, Fields::default(), None),
             Err(failure) => return Verdict::Respond(failure.response(grpc)),
         };
         if self.shadow {
-            return Verdict::Pass(Some(decision), Fields::default());
+            return Verdict::Pass(Some(decision), Fields::default(), None);
         }
         let fields = self.fields(rule, &decision);
         if decision.is_allowed() {
-            Verdict::Pass(Some(decision), fields)
+            Verdict::Pass(Some(decision), fields, None)
         } else {
             Verdict::Respond(headers::refusal(&decision, fields, grpc))
         }
@@ -623,6 +840,72 @@ impl Config {
 
     fn is_grpc<B>(&self, request: &Request<B>) -> bool {
         self.grpc && headers::is_grpc(request.headers())
+    }
+}
+
+/// An allowed reservation on its way through the inner service: settled at what the response
+/// says ([`Settlement::settle`]), or cancelled when dropped unsettled (the inner service
+/// failed, or the response future was dropped before the response).
+pub(crate) struct Settlement {
+    config: Arc<Config>,
+    rule: RuleId,
+    limiter: Arc<dyn Local>,
+    key: LimitKey,
+    /// `None` once settled (or kept spent).
+    reservation: Option<Reservation>,
+}
+
+impl Settlement {
+    /// Settles the reservation at what `response` says it cost; the fields the response
+    /// should carry instead of those decided at the request, when the settle changed them.
+    /// A response that says nothing keeps the estimate spent.
+    pub(crate) fn settle(mut self, response: &response::Parts) -> Option<Fields> {
+        let reservation = self.reservation.take()?;
+        let rule = self.config.rule(self.rule);
+        let actual = rule.settle.as_ref()?;
+        // `None`: dropping the reservation keeps its permits spent.
+        let actual = actual(response)?;
+        // A settle fails only for a reservation made elsewhere, which this one is not.
+        self.limiter.settle(&self.key, reservation, actual).ok()?;
+        if self.config.shadow {
+            return None;
+        }
+        Some(
+            self.config
+                .fields(rule, &budget(self.limiter.peek(&self.key))),
+        )
+    }
+}
+
+/// The budget a key has left now, from `peek`: what a request of 1 would get. Allowed, it
+/// counts that permit as taken: one more is left. Its reset is the one such a request would
+/// leave, an upper bound (by one permit's time at most) for the key's.
+fn budget(peek: Decision) -> Decision {
+    if !peek.is_allowed() || peek.would_refuse() {
+        // Nothing is left; `remaining` counts what is.
+        return peek;
+    }
+    let reset = u64::try_from(peek.reset_after().as_nanos()).unwrap_or(u64::MAX);
+    let remaining = peek.remaining().saturating_add(1).min(peek.limit());
+    Decision::allow(remaining, peek.limit(), reset).in_band(peek.band())
+}
+
+impl Drop for Settlement {
+    fn drop(&mut self) {
+        if let Some(reservation) = self.reservation.take() {
+            // No response to settle from: everything comes back.
+            let _ = self.limiter.settle(&self.key, reservation, 0);
+        }
+    }
+}
+
+impl fmt::Debug for Settlement {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Settlement")
+            .field("rule", &self.rule)
+            .field("key", &self.key)
+            .field("reservation", &self.reservation)
+            .finish_non_exhaustive()
     }
 }
 

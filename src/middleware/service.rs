@@ -130,11 +130,11 @@ where
 
     fn call(&mut self, mut request: Request<ReqBody>) -> Self::Future {
         match self.config.decide(&request) {
-            Outcome::Now(Verdict::Pass(decision, fields)) => {
+            Outcome::Now(Verdict::Pass(decision, fields, settlement)) => {
                 if let Some(decision) = decision {
                     request.extensions_mut().insert(decision);
                 }
-                ResponseFuture::inner(self.inner.call(request), fields)
+                ResponseFuture::settling(self.inner.call(request), fields, settlement)
             }
             Outcome::Now(Verdict::Respond(response)) => ResponseFuture::ready(response),
             #[cfg(feature = "redis")]
@@ -146,7 +146,8 @@ where
                 let config = Arc::clone(&self.config);
                 ResponseFuture::deciding(Box::pin(async move {
                     match config.decide_remote(remote).await {
-                        Verdict::Pass(decision, fields) => {
+                        // Redis rules never settle: `settlement` is `None`.
+                        Verdict::Pass(decision, fields, _) => {
                             if let Some(decision) = decision {
                                 request.extensions_mut().insert(decision);
                             }

@@ -1,6 +1,7 @@
 //! The HTTP middleware (feature `tower`), end to end through axum routers on loopback: one
-//! test binary, a module per layer (`rate_limit`: `RateLimitLayer`; `layers`: the concurrency
-//! and login layers), the server and client of tests/support/http.rs compiled once.
+//! test binary, a module per layer (`rate_limit`: `RateLimitLayer`; `settle`: its routes that
+//! reserve at the request and settle from the response; `layers`: the concurrency and login
+//! layers), the server and client of tests/support/http.rs compiled once.
 //!
 //! ```text
 //! cargo test --features tower --test middleware
@@ -12,3 +13,4 @@ mod http_support;
 
 mod layers;
 mod rate_limit;
+mod settle;

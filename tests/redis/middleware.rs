@@ -203,3 +203,52 @@ async fn peer_and_header_keys_reach_redis_as_their_text_form() {
     })
     .await;
 }
+
+/// A Redis-backed route spends the cost computed from each request (`Route::cost_with`);
+/// one that settles from the response (`Route::settle_with`) cannot be decided by Redis and
+/// is answered 500, spending nothing and never reaching the handler.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn computed_costs_reach_redis_and_settling_routes_are_a_configuration_error() {
+    bounded(async {
+        let server = RedisServer::start();
+        let limiter = redis_limiter(&server, "100/1h", "cost", FailurePolicy::Error).await;
+        let weight = |head: &tollgate::middleware::RequestHead<'_>| {
+            head.headers()["x-weight"]
+                .to_str()
+                .unwrap()
+                .parse()
+                .unwrap()
+        };
+        let layer = RateLimitLayer::new(limiter.clone())
+            .key(peer())
+            .route(Route::any("/weighed").cost_with(weight), limiter.clone())
+            .route(
+                Route::any("/settled")
+                    .cost_with(weight)
+                    .settle_with(|_| Some(1)),
+                limiter.clone(),
+            );
+        let addr = serve(
+            Router::new()
+                .route("/weighed", get(|| async { "weighed" }))
+                .route("/settled", get(|| async { "settled" }))
+                .layer(layer),
+        );
+        let key = LimitKey::Ip(LOOPBACK).to_string();
+
+        let reply = send(addr, "GET", "/weighed", &[("x-weight", "30")]);
+        assert_eq!((reply.status, reply.body.as_str()), (200, "weighed"));
+        assert_eq!(reply.header("ratelimit"), Some("\"default\";r=70;t=1080"));
+
+        let reply = send(addr, "GET", "/settled", &[("x-weight", "30")]);
+        assert_eq!(reply.status, 500, "{reply:?}");
+        assert_eq!(
+            reply.header("content-type"),
+            Some("application/problem+json")
+        );
+        assert!(reply.body.contains("Redis"), "{}", reply.body);
+        // A peek is what a request of 1 would get: 70 left.
+        assert_eq!(limiter.peek(&key).await.unwrap().remaining(), 69);
+    })
+    .await;
+}
