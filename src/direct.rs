@@ -242,7 +242,7 @@ impl<C: Clock> DirectLimiter<C> {
     /// Takes `n` permits now for a request whose real cost is known later: decided exactly as
     /// [`try_acquire_n`](DirectLimiter::try_acquire_n), and the [`Reservation`] remembers
     /// what it took, so that [`settle`](DirectLimiter::settle) can give back what the request
-    /// did not use or charge what it used on top. See [`RateLimiter::reserve_n`] for the
+    /// did not use or charge what it used on top. See [`RateLimiter::reserve_n`](crate::RateLimiter::reserve_n) for the
     /// rules.
     ///
     /// # Errors
@@ -270,7 +270,7 @@ impl<C: Clock> DirectLimiter<C> {
 
     /// Settles a reservation at what the request really cost: gives back `reserved - actual`
     /// permits, or charges `actual - reserved` more, even past the limit (see
-    /// [`RateLimiter::settle`]).
+    /// [`RateLimiter::settle`](crate::RateLimiter::settle)).
     ///
     /// # Errors
     ///

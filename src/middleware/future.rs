@@ -12,7 +12,7 @@ use pin_project_lite::pin_project;
 
 use super::body::RateLimitBody;
 use super::headers::Fields;
-use super::rules::Settlement;
+use super::settlement::Settlement;
 
 pin_project! {
     /// The future of a [`RateLimit`](super::RateLimit) service's response.
@@ -62,8 +62,9 @@ pub(crate) type Deciding<F> = Pin<Box<dyn Future<Output = Step<F>> + Send>>;
 /// Where a request goes once Redis has decided it.
 #[cfg(feature = "redis")]
 pub(crate) enum Step<F> {
-    /// The inner service was called: its future, and the fields for its response.
-    Call(F, Fields),
+    /// The inner service was called: its future, the fields for its response, and the
+    /// reservation its response settles (if any).
+    Call(F, Fields, Option<Box<Settlement>>),
     /// Answered without the inner service.
     Respond(Response<Bytes>),
 }
@@ -157,10 +158,10 @@ where
                 #[cfg(feature = "redis")]
                 StateProj::Deciding { pending } => {
                     let next = match ready!(pending.as_mut().poll(cx)) {
-                        Step::Call(future, fields) => State::Inner {
+                        Step::Call(future, fields, settlement) => State::Inner {
                             future,
                             fields: Some(fields),
-                            settlement: None,
+                            settlement,
                         },
                         Step::Respond(response) => State::Ready {
                             response: Some(response),

@@ -60,6 +60,7 @@ mod layer;
 mod login;
 mod rules;
 mod service;
+mod settlement;
 
 pub use body::RateLimitBody;
 pub use concurrency::{

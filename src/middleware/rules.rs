@@ -13,6 +13,7 @@ use http::{response, Method, Request, Response, StatusCode};
 use super::error::ConfigError;
 use super::headers::{self, Fields, HeaderStyle, Rendered};
 use super::key::{KeyExtractor, LimitKey, RequestHead};
+use super::settlement::{Holder, Settlement};
 #[cfg(doc)]
 use super::RateLimitLayer;
 use crate::clock::Clock;
@@ -641,9 +642,6 @@ enum Failure {
     Cost(CostError),
     /// The cost computed from the request can never be admitted: the request's fault (400).
     Demand(CostError),
-    /// The rule settles from the response, which its Redis limiter cannot do (500).
-    #[cfg(feature = "redis")]
-    Unsettled,
     /// Redis could not decide and its failure policy let the error through (503).
     #[cfg(feature = "redis")]
     Backend(crate::redis::BackendError),
@@ -659,12 +657,6 @@ impl Failure {
             Failure::Demand(error) => (
                 StatusCode::BAD_REQUEST,
                 format!("this request's cost cannot be admitted: {error}"),
-            ),
-            #[cfg(feature = "redis")]
-            Failure::Unsettled => (
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "this route settles its cost from the response, which a Redis limiter does not do"
-                    .to_owned(),
             ),
             #[cfg(feature = "redis")]
             Failure::Backend(error) => {
@@ -699,7 +691,7 @@ impl Config {
             .or_else(|| first(false))
     }
 
-    fn rule(&self, id: RuleId) -> &Rule {
+    pub(super) fn rule(&self, id: RuleId) -> &Rule {
         match id {
             RuleId::Route(i) => match &self.routes[i].1 {
                 Target::Limit(rule) => rule,
@@ -743,8 +735,6 @@ impl Config {
                 .try_acquire_n(&key, cost)
                 .map_err(|error| rule.cost_failure(error)),
             #[cfg(feature = "redis")]
-            Limiter::Redis(_) if rule.settle.is_some() => Err(Failure::Unsettled),
-            #[cfg(feature = "redis")]
             Limiter::Redis(limiter) => {
                 return Outcome::Remote(Remote {
                     rule: id,
@@ -777,13 +767,13 @@ impl Config {
         match verdict {
             // A refusal holds nothing (nor does a limiter's shadow pass): nothing to settle.
             Verdict::Pass(decision, fields, None) if reservation.held() > 0 => {
-                let settlement = Settlement {
-                    config: Arc::clone(self),
-                    rule: id,
-                    limiter: Arc::clone(limiter),
+                let settlement = Settlement::new(
+                    Arc::clone(self),
+                    id,
+                    Holder::Local(Arc::clone(limiter)),
                     key,
-                    reservation: Some(reservation),
-                };
+                    reservation,
+                );
                 Verdict::Pass(decision, fields, Some(Box::new(settlement)))
             }
             verdict => verdict,
@@ -792,17 +782,37 @@ impl Config {
 
     /// Decides a request by Redis: its key's [`Display`](fmt::Display) form is the Redis key.
     #[cfg(feature = "redis")]
-    pub(crate) async fn decide_remote(&self, remote: Remote) -> Verdict {
+    pub(crate) async fn decide_remote(self: &Arc<Self>, remote: Remote) -> Verdict {
         use crate::redis::BackendError;
 
         let rule = self.rule(remote.rule);
         let key = remote.key.to_string();
-        let result = match remote.limiter.try_acquire_n(&key, remote.cost).await {
-            Ok(decision) => Ok(decision),
-            Err(BackendError::Cost(error)) => Err(rule.cost_failure(error)),
-            Err(error) => Err(Failure::Backend(error)),
+        let failure = |error| match error {
+            BackendError::Cost(error) => rule.cost_failure(error),
+            error => Failure::Backend(error),
         };
-        self.conclude(rule, result, remote.grpc)
+        if rule.settle.is_none() {
+            let result = remote.limiter.try_acquire_n(&key, remote.cost).await;
+            return self.conclude(rule, result.map_err(failure), remote.grpc);
+        }
+        let reservation = match remote.limiter.reserve_n(&key, remote.cost).await {
+            Ok(reservation) => reservation,
+            Err(error) => return self.conclude(rule, Err(failure(error)), remote.grpc),
+        };
+        match self.conclude(rule, Ok(reservation.decision()), remote.grpc) {
+            // A refusal holds nothing (nor does a shadow pass): nothing to settle.
+            Verdict::Pass(decision, fields, None) if reservation.held() > 0 => {
+                let settlement = Settlement::new(
+                    Arc::clone(self),
+                    remote.rule,
+                    Holder::Redis(remote.limiter),
+                    remote.key,
+                    reservation,
+                );
+                Verdict::Pass(decision, fields, Some(Box::new(settlement)))
+            }
+            verdict => verdict,
+        }
     }
 
     /// What a rule's limiter said becomes the answer: pass with the fields, or refuse.
@@ -824,7 +834,7 @@ impl Config {
         }
     }
 
-    fn fields(&self, rule: &Rule, decision: &Decision) -> Fields {
+    pub(super) fn fields(&self, rule: &Rule, decision: &Decision) -> Fields {
         if self.style != HeaderStyle::Draft {
             return headers::fields(self.style, &rule.rendered, decision);
         }
@@ -840,72 +850,6 @@ impl Config {
 
     fn is_grpc<B>(&self, request: &Request<B>) -> bool {
         self.grpc && headers::is_grpc(request.headers())
-    }
-}
-
-/// An allowed reservation on its way through the inner service: settled at what the response
-/// says ([`Settlement::settle`]), or cancelled when dropped unsettled (the inner service
-/// failed, or the response future was dropped before the response).
-pub(crate) struct Settlement {
-    config: Arc<Config>,
-    rule: RuleId,
-    limiter: Arc<dyn Local>,
-    key: LimitKey,
-    /// `None` once settled (or kept spent).
-    reservation: Option<Reservation>,
-}
-
-impl Settlement {
-    /// Settles the reservation at what `response` says it cost; the fields the response
-    /// should carry instead of those decided at the request, when the settle changed them.
-    /// A response that says nothing keeps the estimate spent.
-    pub(crate) fn settle(mut self, response: &response::Parts) -> Option<Fields> {
-        let reservation = self.reservation.take()?;
-        let rule = self.config.rule(self.rule);
-        let actual = rule.settle.as_ref()?;
-        // `None`: dropping the reservation keeps its permits spent.
-        let actual = actual(response)?;
-        // A settle fails only for a reservation made elsewhere, which this one is not.
-        self.limiter.settle(&self.key, reservation, actual).ok()?;
-        if self.config.shadow {
-            return None;
-        }
-        Some(
-            self.config
-                .fields(rule, &budget(self.limiter.peek(&self.key))),
-        )
-    }
-}
-
-/// The budget a key has left now, from `peek`: what a request of 1 would get. Allowed, it
-/// counts that permit as taken: one more is left. Its reset is the one such a request would
-/// leave, an upper bound (by one permit's time at most) for the key's.
-fn budget(peek: Decision) -> Decision {
-    if !peek.is_allowed() || peek.would_refuse() {
-        // Nothing is left; `remaining` counts what is.
-        return peek;
-    }
-    let reset = u64::try_from(peek.reset_after().as_nanos()).unwrap_or(u64::MAX);
-    let remaining = peek.remaining().saturating_add(1).min(peek.limit());
-    Decision::allow(remaining, peek.limit(), reset).in_band(peek.band())
-}
-
-impl Drop for Settlement {
-    fn drop(&mut self) {
-        if let Some(reservation) = self.reservation.take() {
-            // No response to settle from: everything comes back.
-            let _ = self.limiter.settle(&self.key, reservation, 0);
-        }
-    }
-}
-
-impl fmt::Debug for Settlement {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Settlement")
-            .field("rule", &self.rule)
-            .field("key", &self.key)
-            .field("reservation", &self.reservation)
-            .finish_non_exhaustive()
     }
 }
 

@@ -146,12 +146,11 @@ where
                 let config = Arc::clone(&self.config);
                 ResponseFuture::deciding(Box::pin(async move {
                     match config.decide_remote(remote).await {
-                        // Redis rules never settle: `settlement` is `None`.
-                        Verdict::Pass(decision, fields, _) => {
+                        Verdict::Pass(decision, fields, settlement) => {
                             if let Some(decision) = decision {
                                 request.extensions_mut().insert(decision);
                             }
-                            Step::Call(inner.call(request), fields)
+                            Step::Call(inner.call(request), fields, settlement)
                         }
                         Verdict::Respond(response) => Step::Respond(response),
                     }
