@@ -1,7 +1,7 @@
 //! The direct limiter: [`DirectLimiter`], one state and no map, for one very hot key.
 
 use std::fmt;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use crossbeam_utils::{Backoff, CachePadded};
@@ -51,6 +51,8 @@ pub struct DirectLimiter<C = SystemClock> {
     config: Mutex<()>,
     /// Tells this limiter's reservations from another's.
     id: u64,
+    /// Policy changes so far: a reservation made before one gets no refund.
+    policy_changes: AtomicU64,
 }
 
 /// A policy and the state deciding for it.
@@ -171,6 +173,7 @@ impl<C: Clock> DirectLimiter<C> {
             clock,
             config: Mutex::new(()),
             id: next_limiter_id(),
+            policy_changes: AtomicU64::new(0),
         }
     }
 
@@ -264,8 +267,11 @@ impl<C: Clock> DirectLimiter<C> {
         if n == 0 {
             return Err(CostError::Zero);
         }
+        // The origin first: its count of policy changes must not be newer than the state
+        // the reservation is decided on.
+        let origin = self.origin();
         let (decision, marks) = self.reserve_cost(n)?;
-        Ok(Reservation::new(decision, n, marks, self.origin()))
+        Ok(Reservation::new(decision, n, marks, origin))
     }
 
     /// Settles a reservation at what the request really cost: gives back `reserved - actual`
@@ -289,18 +295,21 @@ impl<C: Clock> DirectLimiter<C> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn settle(&self, reservation: Reservation, actual: u64) -> Result<(), SettleError> {
-        let (held, marks) = reservation.take(self.origin())?;
-        if actual == held {
+        let taken = reservation.take(self.origin())?;
+        if !taken.changes(actual) {
             return Ok(());
         }
         let guard = Guard::new();
         let backoff = Backoff::new();
-        let now = self.clock.now();
         loop {
-            // After a policy change the state in force takes the settle: what it gives back
-            // is bounded by the marks and by a fresh state, whatever its policy.
+            // After a policy change (the reservation is then stale) only a charge gets here,
+            // and it reads no mark: the state in force takes it, whatever its policy.
             if let Some(generation) = self.latest(&guard) {
-                if generation.state.settle(held, &marks, actual, now).is_some() {
+                let now = self.clock.now();
+                let settled = generation
+                    .state
+                    .settle(taken.held, &taken.marks, actual, now);
+                if settled.is_some() {
                     return Ok(());
                 }
             }
@@ -335,6 +344,9 @@ impl<C: Clock> DirectLimiter<C> {
         Origin {
             limiter: self.id,
             key: 0,
+            // Acquire: pairs with the Release increment in `set_policy`; read before the
+            // reservation is decided (see there).
+            epoch: self.policy_changes.load(Ordering::Acquire),
         }
     }
 
@@ -564,6 +576,11 @@ impl<C: Clock> DirectLimiter<C> {
             .swap((Some(Shared::new(generation)), Tag::None), Ordering::AcqRel);
         // Release: orders the publication above before the flag; readers pair with Acquire.
         self.replaced.store(true, Ordering::Release);
+        // Release, after the new state is published: a reservation that reads the new count
+        // (Acquire, before deciding) decides on the new state. One that read the old count
+        // is stale once this lands, wherever it was decided: it then gets no refund, which
+        // gives back less, never more.
+        self.policy_changes.fetch_add(1, Ordering::Release);
     }
 
     /// The policy enforced.

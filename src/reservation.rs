@@ -16,13 +16,37 @@ use crate::policy::Policy;
 /// log's stamp of its entries, a sliding counter's start of the window it counted in.
 pub(crate) type Marks = [u64; Policy::MAX_BANDS];
 
-/// Which limiter, and which key of it, a reservation was made on.
+/// Which limiter, and which key of it, a reservation was made on, and when.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Origin {
     /// The limiter's serial number ([`next_limiter_id`]).
     pub(crate) limiter: u64,
     /// The key's hash under the limiter's hasher (0 for a limiter of one key).
     pub(crate) key: u64,
+    /// How many times the limiter had forgotten or rebuilt states (a `reset`, a policy
+    /// change) when the reservation was made: a refund after one of those would land on a
+    /// state that never held the reservation's permits.
+    pub(crate) epoch: u64,
+}
+
+/// A reservation being settled, once checked against where it was made.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Taken {
+    /// The permits it holds.
+    pub(crate) held: u64,
+    /// Where its admission stands in each band.
+    pub(crate) marks: Marks,
+    /// `true` when a `reset` or a policy change came in between: nothing is given back (the
+    /// state that held the permits is gone), though a charge still is made.
+    pub(crate) stale: bool,
+}
+
+impl Taken {
+    /// Whether settling at `actual` changes anything: a charge always does, a refund only on
+    /// the state that holds the reservation.
+    pub(crate) fn changes(&self, actual: u64) -> bool {
+        actual > self.held || (actual < self.held && !self.stale)
+    }
 }
 
 /// A serial number for a new limiter, so a reservation settled on another limiter is
@@ -124,7 +148,7 @@ impl Reservation {
 
     /// The permits held and the bands' marks, once `origin` is checked to be where the
     /// reservation was made; consumes it.
-    pub(crate) fn take(self, origin: Origin) -> Result<(u64, Marks), SettleError> {
+    pub(crate) fn take(self, origin: Origin) -> Result<Taken, SettleError> {
         if self.origin.limiter != origin.limiter {
             return Err(SettleError::OtherLimiter);
         }
@@ -134,7 +158,11 @@ impl Reservation {
         if self.held == 0 {
             return Err(SettleError::Refused);
         }
-        Ok((self.held, self.marks))
+        Ok(Taken {
+            held: self.held,
+            marks: self.marks,
+            stale: self.origin.epoch != origin.epoch,
+        })
     }
 }
 

@@ -441,13 +441,13 @@ impl Placed {
 ///
 /// | word | band | holds |
 /// |---|---|---|
-/// | `seq` even `2k` | all | published, no writer inside: `k` admissions so far |
-/// | `seq` odd | all | a writer is storing an admission; readers wait |
+/// | `seq` even `2k` | all | published, no writer inside: `k` writes (admissions and settles) so far |
+/// | `seq` odd | all | a writer is storing; readers wait |
 /// | `seq == u64::MAX` | all | retired: never admits, never revived |
 /// | `words[o]` | token bucket | the TAT (ns on the limiter's clock) |
 /// | `words[o]` | sliding counter | the window index of the counts |
 /// | `words[o + 1]` | sliding counter | the current window's count in bits `0..32`, the previous one's in `32..64` |
-/// | `words[o]` | sliding log | `written`: entries ever written to the band |
+/// | `words[o]` | sliding log | `written`: entries ever written to the band, less those a settle gave back |
 /// | `words[o + 1 ..= o + N]` | sliding log | the ring: entry `j` in slot `j mod N`; the last `min(written, N)` are valid, non-decreasing oldest to newest |
 ///
 /// `o` is the band's offset: bands are laid out in the policy's order (shortest window

@@ -12,8 +12,7 @@
 //! Even values only grow (each writer publishes a larger even value than the one it started
 //! from, or the same one when it stored nothing), so a sequence read twice with the same value
 //! proves no writer's store came in between. The cells own the data and decide what "larger"
-//! means (the log counts entries, the composite counts admissions); this module owns the
-//! orderings.
+//! means (each counts its writes: admissions and settles); this module owns the orderings.
 //!
 //! A writer holds a [`WriteGuard`] from its entry to its exit, and the guard's drop is the
 //! exit: it publishes an even value on every path out of the write section, a panic's

@@ -151,7 +151,7 @@ impl Counter {
     fn carried(&self, previous: u64, left: u64) -> u64 {
         match previous.checked_mul(left) {
             Some(product) => product / self.window,
-            // previous < 2^31 and left <= W <= 2^62: the product fits in u128, the quotient
+            // previous <= 2N < 2^32 and left <= W <= 2^62: the product fits in u128, the quotient
             // (at most previous) in u64.
             None => (u128::from(previous) * u128::from(left) / u128::from(self.window)) as u64,
         }
@@ -176,8 +176,9 @@ impl Counter {
         let r = self.roll(snap, now);
         let left = self.window - r.elapsed;
         let used = r.current + self.carried(r.previous, left);
-        // `used` may exceed N only after a backwards clock within one window (a smaller
-        // elapsed weighs the previous count more); it then admits nothing.
+        // `used` may exceed N after a settle charged past the limit, or after a backwards
+        // clock within one window (a smaller elapsed weighs the previous count more); it then
+        // admits nothing.
         let available = self.limit.saturating_sub(used);
         if cost <= available {
             let next = Snapshot {
@@ -349,7 +350,7 @@ impl RateState for CounterCell {
         }
     }
 
-    #[inline]
+    #[inline(always)]
     fn reserve<C: Clock + ?Sized>(
         &self,
         counter: &Counter,

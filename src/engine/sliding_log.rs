@@ -208,7 +208,8 @@ impl Log {
 /// read section: a sliding log's, alone ([`LogCell`]) or as a band of a composite policy.
 pub(crate) struct Ring<'a> {
     slots: &'a [AtomicU64],
-    /// `min(written, N)`, where `written` counts the entries ever written.
+    /// `min(written, N)`, where `written` counts the entries ever written (less those a
+    /// settle gave back).
     count: u64,
     /// The slot of the oldest of those entries.
     oldest: u64,

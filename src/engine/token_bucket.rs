@@ -94,21 +94,30 @@ impl Gcra {
         2 * self.burst
     }
 
-    /// The TAT after settling, at `now`, an admission of `held` permits whose TAT was `mark`
-    /// and whose real cost was `actual`, from a state holding `tat`.
+    /// The TAT after settling, at `now`, an admission of `held` permits that wrote the TAT
+    /// `mark`, whose real cost was `actual`, from a state holding `tat`.
     ///
-    /// A refund of `k` permits moves the TAT back by `k*T`, but never by more than the
-    /// admission's own debt still outstanding (`mark - now`: time has already given back the
-    /// rest) and never below now (a full bucket). A charge of `k` more moves it on by `k*T`,
-    /// admitted whatever the state: a debt later requests wait out, up to `now + 2B`.
+    /// A refund of `k` permits moves the TAT back by `k*T`, but never by more than
+    /// `mark - now`, what is left of the debt the admission ran up (time has already given
+    /// back the rest), and never below now (a full bucket). `now` is read as at least
+    /// `tat - B`, a lower bound of the latest clock reading an admission decided at, so a
+    /// clock set back does not make a refund larger. The bucket keeps one number, so it
+    /// cannot tell which permits came back first: the rule is exact when reservations are
+    /// settled in the order they were taken, or in the reverse order, or before time has
+    /// returned any of their permits; when an earlier reservation is refunded after a later
+    /// one was taken and time then runs past the earlier one's permits, the later one's
+    /// refund may give back permits time already returned, at most its own (see
+    /// `docs/ALGORITHMS.md`). A charge of `k` more moves the TAT on by `k*T`, admitted
+    /// whatever the state: a debt later requests wait out, up to `now + 2B`.
     pub(crate) fn settle(&self, tat: u64, held: u64, mark: u64, actual: u64, now: u64) -> u64 {
         if actual <= held {
             if tat <= now {
                 return tat;
             }
+            let latest = now.max(tat.saturating_sub(self.burst));
             let give = (held - actual)
                 .saturating_mul(self.interval)
-                .min(mark.saturating_sub(now));
+                .min(mark.saturating_sub(latest));
             tat.saturating_sub(give).max(now)
         } else {
             // Below the retired value, as in `decide`.
@@ -182,8 +191,8 @@ impl RateState for GcraCell {
         // exact: the state only ever moves on from the value the CAS succeeds on, and an older
         // `now` only makes `new_tat - now` larger, so it can refuse where a later reading
         // would admit (the caller's request arrived before that reading) but never admit more.
-        // A refusal made from a stale (older, hence smaller) TAT would also be made from the
-        // newer one, since TATs only grow while a state is live.
+        // A refusal made from a stale TAT is the refusal of the instant that TAT was current
+        // (the CAS from it would fail, but nothing is written), an instant within the call.
         let now = clock.now();
         update(&self.tat, |tat| match gcra.decide(tat, now, cost) {
             Verdict::Deny(decision) => Update::keep((decision, 0)),

@@ -18,7 +18,7 @@
 
 use std::fmt;
 use std::hash::{BuildHasher, Hash};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crossbeam_utils::CachePadded;
@@ -124,6 +124,9 @@ pub struct RateLimiter<K = String, C = SystemClock, S: BuildHasher = KeyHasher> 
     shadow: bool,
     /// Tells this limiter's reservations from another's.
     id: u64,
+    /// States forgotten or rebuilt so far (`reset`, a policy change): a reservation made
+    /// before one gets no refund (see `settle`).
+    epoch: AtomicU64,
 }
 
 impl<K: Hash + Eq + Clone + 'static> RateLimiter<K, SystemClock, KeyHasher> {
@@ -254,6 +257,7 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
             counters: None,
             shadow: false,
             id: next_limiter_id(),
+            epoch: AtomicU64::new(0),
         }
     }
 

@@ -262,7 +262,7 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
             let decide = |state: &St| {
                 if let Some(settle) = settle {
                     // A state in the map is never retired.
-                    let _ = settle.on::<K, St>(state, &keyed.params);
+                    let _ = settle.on::<K, St>(state, &keyed.params, self.clock.now());
                     return Ok(SETTLED);
                 }
                 let limit = state.max_cost(&keyed.params);
@@ -300,7 +300,7 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
                     continue;
                 }
                 if let Some(settle) = settle {
-                    St::overflow_settle(&keyed.overflow, &keyed.params, &spec, settle);
+                    St::overflow_settle(&keyed.overflow, &keyed.params, &spec, settle, &self.clock);
                     return Step::Done(Ok(SETTLED));
                 }
                 let shared =

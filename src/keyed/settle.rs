@@ -9,6 +9,8 @@ use scc::Guard;
 use crate::clock::Clock;
 use crate::engine::dispatch::with_state;
 use crate::error::CostError;
+use std::sync::atomic::Ordering;
+
 use crate::reservation::{Origin, Reservation, SettleError};
 
 use super::generations::first_in_older;
@@ -55,8 +57,11 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
         if n == 0 {
             return Err(CostError::Zero);
         }
+        // The origin first: its epoch must not be newer than the state the reservation is
+        // decided on (see `forgot`).
+        let origin = self.origin(key);
         let (decision, marks) = self.reserve_cost(key, n)?;
-        Ok(Reservation::new(decision, n, marks, self.origin(key)))
+        Ok(Reservation::new(decision, n, marks, origin))
     }
 
     /// Settles a reservation of `key` at what the request really cost.
@@ -72,11 +77,12 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
     ///   permit.
     /// * `actual` equal: nothing to do.
     ///
-    /// If the key's state is gone by then (evicted at rest, or [`reset`](RateLimiter::reset)),
-    /// nothing is given back and a charge is made on its new state. After
-    /// [`set_policy`](RateLimiter::set_policy) the settle goes to the state under the new
-    /// policy, by the same rules. A reservation decided by the shared overflow state of a
-    /// full limiter ([`max_keys`](RateLimiter::max_keys)) is settled there.
+    /// If the key's state is gone by then (evicted at rest), nothing is given back and a
+    /// charge is made on its new state. After a [`reset`](RateLimiter::reset) or a
+    /// [`set_policy`](RateLimiter::set_policy) (of any key), reservations made before get
+    /// no refund, since the state that held their permits is gone, but are still charged.
+    /// A reservation decided by the shared overflow state of a full limiter
+    /// ([`max_keys`](RateLimiter::max_keys)) is settled there. See `docs/ALGORITHMS.md`.
     ///
     /// # Errors
     ///
@@ -110,21 +116,18 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
         Q: Hash + Eq + ToOwned + ?Sized,
     {
         let overflowed = reservation.decision().is_overflow();
-        let (held, marks) = reservation.take(self.origin(key))?;
-        if actual == held {
+        let taken = reservation.take(self.origin(key))?;
+        if !taken.changes(actual) {
             return Ok(());
         }
         let settle = Settle {
-            held,
-            marks,
+            held: taken.held,
+            marks: taken.marks,
             actual,
-            now: self.clock.now(),
         };
         if overflowed {
             self.settle_overflow(key, &settle);
-            return Ok(());
-        }
-        if !self.settle_tracked(key, &settle) && actual > held {
+        } else if !self.settle_tracked(key, &settle) && actual > taken.held {
             // A charge for a key no longer tracked: on the state its next request would
             // create (or the shared one, when the limiter is full). A refund has nothing to
             // give back: the state is gone, and with it what the reservation held.
@@ -166,7 +169,22 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
             limiter: self.id,
             // `K: Borrow<Q>` hashes `key` as the owned key would be hashed.
             key: self.hasher.hash_one(key),
+            // Acquire: pairs with the Release increment in `forgot`, read before the
+            // reservation is decided.
+            epoch: self.epoch.load(Ordering::Acquire),
         }
+    }
+
+    /// Counts a `reset` or a policy change, once it has taken effect: a reservation that read
+    /// the new count decides on a state made after it, and one that read the old count is
+    /// stale from now on, wherever it was decided, and gets no refund. A refund would land on
+    /// a state that never held its permits (a reset's fresh one, or one built under another
+    /// policy, which reads the marks differently); a charge still lands, as it reads no mark.
+    /// Limiter-wide, so a reset of one key also withholds the refunds of reservations
+    /// outstanding on others: those give back less, never more.
+    pub(super) fn forgot(&self) {
+        // Release: see above.
+        self.epoch.fetch_add(1, Ordering::Release);
     }
 
     /// Settles on `key`'s state in the current generation, or in an older one that still
@@ -183,13 +201,17 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
             with_keyed!(registry, keyed => {
                 keyed
                     .map
-                    .read_sync(key, |_, state| settle.on::<K, _>(state, &keyed.params))
+                    .read_sync(key, |_, state| {
+                        settle.on::<K, _>(state, &keyed.params, self.clock.now())
+                    })
                     // A state in a map is never retired.
                     .flatten()
             })
         };
-        on(&generation.registry)
-            .or_else(|| first_in_older(generation, &guard, |old| on(&old.registry)))
+        // The older generations first: a key only moves from one of them to the current
+        // one, so looking there last meets it wherever it is when it moves.
+        first_in_older(generation, &guard, |old| on(&old.registry))
+            .or_else(|| on(&generation.registry))
             .is_some()
     }
 
@@ -203,18 +225,21 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
         let resolved = self.resolve(key, None);
         let guard = Guard::new();
         let generation = self.generation(&guard);
-        with_keyed!(&generation.registry, keyed => overflow_settle(keyed, resolved.as_ref(), settle));
+        with_keyed!(&generation.registry, keyed => {
+            overflow_settle(keyed, resolved.as_ref(), settle, &self.clock)
+        });
     }
 }
 
 /// Settles on `keyed`'s overflow state for the key whose policy `resolved` gave (nothing when
 /// a policy change came in since: that overflow state is gone with its generation).
-fn overflow_settle<K, St: Slot<K>, S: BuildHasher>(
+fn overflow_settle<K, St: Slot<K>, S: BuildHasher, C: Clock>(
     keyed: &Keyed<K, St, S>,
     resolved: Option<&Resolved<K>>,
     settle: &Settle,
+    clock: &C,
 ) {
     if let Some(spec) = St::spec(&keyed.params, resolved) {
-        St::overflow_settle(&keyed.overflow, &keyed.params, &spec, settle);
+        St::overflow_settle(&keyed.overflow, &keyed.params, &spec, settle, clock);
     }
 }

@@ -116,11 +116,12 @@ pub(super) trait Slot<K>: Sized + Send + Sync {
         cost: u64,
     ) -> Result<(Decision, Marks), CostError>;
     /// Settles a reservation that the shared overflow state for `spec` admitted.
-    fn overflow_settle(
+    fn overflow_settle<C: Clock + ?Sized>(
         overflow: &Self::Overflow,
         params: &Self::Params,
         spec: &Self::Spec,
         settle: &Settle,
+        clock: &C,
     );
     /// What a request of a new key of `spec` would get from the overflow state now.
     fn overflow_peek<C: Clock + ?Sized>(
@@ -131,19 +132,23 @@ pub(super) trait Slot<K>: Sized + Send + Sync {
     ) -> Decision;
 }
 
-/// A reservation being settled: what it holds, where it stood, what it really cost, and the
-/// clock reading it is settled at.
+/// A reservation being settled: what it holds, where it stood, and what it really cost.
 pub(super) struct Settle {
     pub(super) held: u64,
     pub(super) marks: Marks,
     pub(super) actual: u64,
-    pub(super) now: u64,
 }
 
 impl Settle {
-    /// Settles on `state`; `None` when it was retired.
-    pub(super) fn on<K, St: Slot<K>>(&self, state: &St, params: &St::Params) -> Option<()> {
-        state.settle(params, self.held, &self.marks, self.actual, self.now)
+    /// Settles on `state` at `now` (read once the state is found: a slow resolver or a wait
+    /// for a lock must not leave it stale); `None` when the state was retired.
+    pub(super) fn on<K, St: Slot<K>>(
+        &self,
+        state: &St,
+        params: &St::Params,
+        now: u64,
+    ) -> Option<()> {
+        state.settle(params, self.held, &self.marks, self.actual, now)
     }
 }
 
@@ -248,9 +253,15 @@ impl<K, St: RateState> Slot<K> for St {
         decide_live(&**overflow, params, clock, cost)
     }
 
-    fn overflow_settle(overflow: &CachePadded<St>, params: &St::Params, (): &(), settle: &Settle) {
+    fn overflow_settle<C: Clock + ?Sized>(
+        overflow: &CachePadded<St>,
+        params: &St::Params,
+        (): &(),
+        settle: &Settle,
+        clock: &C,
+    ) {
         // Overflow states are never retired.
-        let _ = settle.on::<K, St>(overflow, params);
+        let _ = settle.on::<K, St>(overflow, params, clock.now());
     }
 
     fn overflow_peek<C: Clock + ?Sized>(
@@ -365,15 +376,16 @@ impl<K> Slot<K> for AnyState {
         Ok(decide(entry.get()))
     }
 
-    fn overflow_settle(
+    fn overflow_settle<C: Clock + ?Sized>(
         overflow: &Self::Overflow,
         _: &Self::Params,
         policy: &Policy,
         settle: &Settle,
+        clock: &C,
     ) {
         // The policy's shared state exists: the reservation was decided on it.
         let _ = overflow.read_sync(policy, |_, state| {
-            state.settle(settle.held, &settle.marks, settle.actual, settle.now)
+            state.settle(settle.held, &settle.marks, settle.actual, clock.now())
         });
     }
 

@@ -211,6 +211,10 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
         }
         // Relaxed: a statistic.
         self.tracked.fetch_sub(removed, Ordering::Relaxed);
+        if removed > 0 {
+            // Reservations made before get no refund (see `forgot`).
+            self.forgot();
+        }
         removed > 0
     }
 }

@@ -55,6 +55,7 @@
 //! the cache never admits, so the key's next request simply goes to Redis, which refuses it.
 
 use std::collections::VecDeque;
+use std::hash::BuildHasher;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use scc::HashMap;
@@ -80,22 +81,29 @@ struct Refusal {
 }
 
 /// The refusals in the order they were cached (see the module's docs).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Order {
     /// Each cached refusal's key and sequence number, oldest first; some items are stale
     /// (their key was since removed or cached again).
     queue: VecDeque<(Arc<str>, u64)>,
     /// The next insert's sequence number.
     next: u64,
-    /// How many times [`DenyCache::forget`] has run: a refusal read from Redis under an
-    /// older count may predate a reset and is not cached (see [`DenyCache::ticket`]).
-    resets: u64,
+    /// How many times [`DenyCache::forget`] has run, per stripe of keys (by their hash): a
+    /// refusal read from Redis under an older count of its key's stripe may predate a reset
+    /// or a refund of that key and is not cached (see [`DenyCache::ticket`]). Striped, so
+    /// that a stream of refunds on some keys does not keep every other key's refusals out.
+    resets: [u64; STRIPES],
 }
+
+/// How many stripes of keys [`Order::resets`] counts apart.
+const STRIPES: usize = 64;
 
 /// Refusals by key, bounded in size.
 #[derive(Debug)]
 pub(crate) struct DenyCache {
     map: HashMap<Arc<str>, Refusal, KeyHasher>,
+    /// Picks a key's stripe of [`Order::resets`].
+    stripes: KeyHasher,
     /// Taken by inserts, tickets and resets, once per round trip to Redis; lookups read the
     /// map alone.
     order: Mutex<Order>,
@@ -112,10 +120,11 @@ impl DenyCache {
     pub(crate) fn new(capacity: usize, exact: bool) -> Self {
         DenyCache {
             map: HashMap::with_hasher(KeyHasher::default()),
+            stripes: KeyHasher::default(),
             order: Mutex::new(Order {
                 queue: VecDeque::with_capacity(capacity.min(1_024)),
                 next: 0,
-                resets: 0,
+                resets: [0; STRIPES],
             }),
             capacity: capacity.max(1),
             exact,
@@ -150,8 +159,13 @@ impl DenyCache {
     /// Taken before a request is sent to Redis and handed to [`insert`](DenyCache::insert)
     /// with its refusal: a refusal whose ticket predates a [`forget`](DenyCache::forget) is
     /// not cached, since Redis may have decided it before a reset deleted the state.
-    pub(crate) fn ticket(&self) -> u64 {
-        self.order().resets
+    pub(crate) fn ticket(&self, key: &str) -> u64 {
+        self.order().resets[self.stripe(key)]
+    }
+
+    /// `key`'s stripe of [`Order::resets`].
+    fn stripe(&self, key: &str) -> usize {
+        (self.stripes.hash_one(key) % STRIPES as u64) as usize
     }
 
     /// Remembers Redis's `refusal` of a request of `cost` for `key`, sent at `sent` with
@@ -164,9 +178,10 @@ impl DenyCache {
             return;
         }
         let reset = u64::try_from(refusal.reset_after().as_nanos()).unwrap_or(u64::MAX);
+        let stripe = self.stripe(key);
         let key: Arc<str> = key.into();
         let mut order = self.order();
-        if order.resets != ticket {
+        if order.resets[stripe] != ticket {
             return;
         }
         if order.queue.len() >= self.capacity {
@@ -201,12 +216,14 @@ impl DenyCache {
         self.map.remove_sync(key);
     }
 
-    /// Forgets `key`'s refusal for a reset or a refund, and keeps every refusal already on
-    /// its way from Redis out of the cache (their tickets are now old). Under the insert lock, so that an
-    /// insert either ran before (and its entry is removed here) or sees the new count.
+    /// Forgets `key`'s refusal for a reset or a refund, and keeps every refusal of a key of
+    /// its stripe already on its way from Redis out of the cache (their tickets are now old).
+    /// Under the insert lock, so that an insert either ran before (and its entry is removed
+    /// here) or sees the new count.
     pub(crate) fn forget(&self, key: &str) {
+        let stripe = self.stripe(key);
         let mut order = self.order();
-        order.resets += 1;
+        order.resets[stripe] += 1;
         self.map.remove_sync(key);
     }
 }
@@ -283,7 +300,7 @@ mod tests {
             let mut ticket = None;
             for step in 0..3 {
                 if step == ticket_at {
-                    ticket = Some(cache.ticket());
+                    ticket = Some(cache.ticket("k"));
                 }
                 if step == insert_at {
                     cache.insert("k", 1, 0, ticket.unwrap(), &refusal());
@@ -299,7 +316,7 @@ mod tests {
         }
         // Without a reset in between, the refusal is cached.
         let cache = DenyCache::new(8, true);
-        let ticket = cache.ticket();
+        let ticket = cache.ticket("k");
         cache.insert("k", 1, 0, ticket, &refusal());
         assert!(cache.check("k", 1, 1).is_some());
     }

@@ -60,6 +60,7 @@ mod script;
 
 use std::fmt;
 use std::hash::BuildHasher;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -132,6 +133,10 @@ struct Inner {
     id: u64,
     /// Hashes a key for the origin of its reservations.
     hasher: KeyHasher,
+    /// `reset`s this limiter has made: a reservation made before one gets no refund (its
+    /// state is gone; a refund would land on the fresh one). Resets by other limiters are not
+    /// seen here (see docs/REDIS.md).
+    resets: AtomicU64,
 }
 
 /// The marks of a reservation that Redis did not make (the failure policy admitted it):
@@ -424,6 +429,7 @@ impl RedisLimiterBuilder {
                 counters: Counters::default(),
                 id: next_limiter_id(),
                 hasher: KeyHasher::default(),
+                resets: AtomicU64::new(0),
             }),
         })
     }
@@ -644,8 +650,11 @@ impl RedisLimiter {
     /// ```
     pub async fn reserve_n(&self, key: &str, n: u64) -> Result<Reservation, BackendError> {
         self.check_cost(n)?;
+        // The origin first: its count of resets must not be newer than the state the
+        // reservation is decided on.
+        let origin = self.origin(key);
         let (decision, marks) = self.decide(key, Ask::Reserve(n)).await?;
-        Ok(Reservation::new(decision, n, marks, self.origin(key)))
+        Ok(Reservation::new(decision, n, marks, origin))
     }
 
     /// Settles `r`, a reservation made by [`reserve_n`](RedisLimiter::reserve_n) of this
@@ -694,20 +703,21 @@ impl RedisLimiter {
     /// ```
     pub async fn settle(&self, key: &str, r: Reservation, actual: u64) -> Result<(), BackendError> {
         let inner = &*self.inner;
-        let (held, marks) = r.take(self.origin(key))?;
-        if marks == NOT_IN_REDIS {
+        let taken = r.take(self.origin(key))?;
+        let (held, marks) = (taken.held, taken.marks);
+        if marks == NOT_IN_REDIS || !taken.changes(actual) {
             return Ok(());
         }
-        let ask = match actual.cmp(&held) {
-            std::cmp::Ordering::Equal => return Ok(()),
-            std::cmp::Ordering::Less => Ask::Refund {
+        let ask = if actual < held {
+            Ask::Refund {
                 permits: held - actual,
                 marks,
-            },
-            std::cmp::Ordering::Greater => Ask::Charge {
+            }
+        } else {
+            Ask::Charge {
                 permits: (actual - held).min(script::MAX_CHARGE),
                 marks,
-            },
+            }
         };
         let now_micros = match &inner.test_clock {
             Some(clock) => Some(script::micros(clock.now())?),
@@ -719,7 +729,9 @@ impl RedisLimiter {
         let refund = matches!(ask, Ask::Refund { .. });
         let keys = inner.bands.keys(&inner.prefix, key);
         let args = inner.bands.args(now_micros, ask);
-        // Never sent twice: a refund applied twice would give back more than was held.
+        // A refund is never sent twice: applied twice, it would give back more than was
+        // held. A charge is resent once on a fresh connection, as a decision is: applied
+        // twice it only refuses sooner, and dropped it would forgive a debt.
         let call = conn::eval(
             &inner.conn,
             &inner.sha,
@@ -727,7 +739,7 @@ impl RedisLimiter {
             &keys,
             &args,
             &inner.counters.script_reloads,
-            false,
+            !refund,
         );
         let reply = tokio::time::timeout(inner.timeout, call).await;
         if let Some(cache) = &inner.cache {
@@ -746,11 +758,13 @@ impl RedisLimiter {
                 self.recovered();
                 Ok(())
             }
+            // A settle that fails says nothing the next decision would not find out for
+            // itself: it counts, but does not switch the limiter to its failure policy
+            // (a settle is often the first call after a long request, on a connection
+            // Redis dropped meanwhile).
             Ok(Err(err)) if conn::is_unavailable(&err) => {
                 bump(&inner.counters.unavailable);
-                let err = BackendError::Redis(err);
-                self.switch_to_failure(&err);
-                Err(err)
+                Err(BackendError::Redis(err))
             }
             Ok(Err(err)) => {
                 self.recovered();
@@ -758,9 +772,7 @@ impl RedisLimiter {
             }
             Err(_) => {
                 bump(&inner.counters.timeouts);
-                let err = BackendError::Timeout(inner.timeout);
-                self.switch_to_failure(&err);
-                Err(err)
+                Err(BackendError::Timeout(inner.timeout))
             }
         }
     }
@@ -795,6 +807,9 @@ impl RedisLimiter {
         Origin {
             limiter: self.inner.id,
             key: self.inner.hasher.hash_one(key),
+            // Acquire: pairs with the Release increment in `reset`, read before the
+            // reservation is decided.
+            epoch: self.inner.resets.load(Ordering::Acquire),
         }
     }
 
@@ -837,6 +852,10 @@ impl RedisLimiter {
         del.arg(inner.bands.keys(&inner.prefix, key));
         let reply = tokio::time::timeout(inner.timeout, inner.conn.query(&del)).await;
         forget();
+        // Release, once the DEL was sent (it may have run even if no answer came): a
+        // reservation made before is stale from now on and gets no refund, which would land
+        // on the fresh state.
+        inner.resets.fetch_add(1, Ordering::Release);
         let reply = reply.map_err(|_| BackendError::Timeout(inner.timeout))??;
         match reply {
             ::redis::Value::Int(deleted) => Ok(deleted > 0),
@@ -938,7 +957,7 @@ impl RedisLimiter {
                 bump(&inner.counters.cached_refusals);
                 return Ok((refusal, NOT_IN_REDIS));
             }
-            ticket = cache.ticket();
+            ticket = cache.ticket(key);
         }
         if !inner.breaker.should_try() {
             return self.fallback(key, ask, BackendError::Unavailable);

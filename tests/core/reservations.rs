@@ -350,3 +350,91 @@ fn settles_racing_admissions_never_admit_more_than_the_policy_plus_the_charges()
         }
     }
 }
+
+#[test]
+fn refunds_out_of_order_under_a_moving_clock_give_back_at_most_their_own_permits_again() {
+    // `a` and then `b` reserve 5; `a` is cancelled at once, so `b`'s 5 are the whole debt and
+    // have refilled by 500 ms. The bucket cannot tell: cancelling `b` then gives its 5 back
+    // again. The documented bound: at most the refunded reservation's own permits.
+    let (limiter, clock) = keyed("10/1s");
+    let ra = limiter.reserve_n("k", 5).unwrap();
+    let rb = limiter.reserve_n("k", 5).unwrap();
+    limiter.cancel("k", ra).unwrap();
+    clock.set(Duration::from_millis(500));
+    assert!(limiter.try_acquire_n("k", 10).unwrap().is_allowed());
+    limiter.cancel("k", rb).unwrap();
+    assert!(limiter.try_acquire_n("k", 5).unwrap().is_allowed());
+    assert!(!limiter.try_acquire("k").is_allowed());
+    // Settled newest first, the same reservations are exact: at 200 ms `b`'s 5 are still
+    // owed, and `a`'s 3 that time has not returned yet.
+    let (limiter, clock) = keyed("10/1s");
+    let ra = limiter.reserve_n("k", 5).unwrap();
+    let rb = limiter.reserve_n("k", 5).unwrap();
+    clock.set(Duration::from_millis(200));
+    limiter.cancel("k", rb).unwrap();
+    assert_eq!(limiter.peek("k").remaining(), 6);
+    limiter.cancel("k", ra).unwrap();
+    assert_eq!(limiter.try_acquire_n("k", 10).unwrap().remaining(), 0);
+    assert!(!limiter.try_acquire("k").is_allowed());
+}
+
+#[test]
+fn a_refund_after_a_reset_never_lands_on_the_fresh_state() {
+    for policy in POLICIES {
+        let (limiter, _) = keyed(policy);
+        let r = limiter.reserve_n("k", 10).unwrap();
+        assert!(limiter.reset("k"));
+        assert!(
+            limiter.try_acquire_n("k", 10).unwrap().is_allowed(),
+            "{policy}"
+        );
+        limiter.cancel("k", r).unwrap();
+        assert!(!limiter.try_acquire("k").is_allowed(), "{policy}");
+    }
+}
+
+#[test]
+fn a_refund_after_a_policy_change_gives_nothing_back_but_a_charge_still_lands() {
+    for policy in POLICIES {
+        let clock = FakeClock::new();
+        let direct = DirectLimiter::with_clock(policy.parse().unwrap(), clock.clone());
+        let (keyed, _) = keyed(policy);
+        let (kr, dr) = (
+            keyed.reserve_n("k", 10).unwrap(),
+            direct.reserve_n(10).unwrap(),
+        );
+        let changed: Policy = "sliding-counter 20/1s".parse().unwrap();
+        keyed.set_policy(changed);
+        direct.set_policy(changed);
+        let (kp, dp) = (keyed.peek("k"), direct.peek());
+        keyed.cancel("k", kr).unwrap();
+        direct.cancel(dr).unwrap();
+        assert_eq!((keyed.peek("k"), direct.peek()), (kp, dp), "{policy}");
+        // A charge reads no mark: it lands on the state under the new policy.
+        let (kr, dr) = (
+            keyed.reserve_n("k", 1).unwrap(),
+            direct.reserve_n(1).unwrap(),
+        );
+        keyed.set_policy("sliding-counter 30/1s".parse().unwrap());
+        direct.set_policy("sliding-counter 30/1s".parse().unwrap());
+        let (kp, dp) = (keyed.peek("k"), direct.peek());
+        keyed.settle("k", kr, 5).unwrap();
+        direct.settle(dr, 5).unwrap();
+        assert_eq!(keyed.peek("k").remaining(), kp.remaining() - 4, "{policy}");
+        assert_eq!(direct.peek().remaining(), dp.remaining() - 4, "{policy}");
+    }
+}
+
+#[test]
+fn a_clock_set_back_never_makes_a_refund_give_more() {
+    // 10 reserved at 0; at 1 s the bucket is full again and 10 more are admitted. With the
+    // clock set back to 0, the cancel must not give back the 10 that time already returned.
+    let (limiter, clock) = keyed("10/1s");
+    let r = limiter.reserve_n("k", 10).unwrap();
+    clock.set(Duration::from_secs(1));
+    assert!(limiter.try_acquire_n("k", 10).unwrap().is_allowed());
+    clock.set(Duration::ZERO);
+    limiter.cancel("k", r).unwrap();
+    clock.set(Duration::from_secs(1));
+    assert!(!limiter.try_acquire("k").is_allowed());
+}

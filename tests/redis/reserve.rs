@@ -777,9 +777,11 @@ impl ModelBand {
     /// Gives back `give` permits of a reservation marked `mark`.
     fn refund(&mut self, now: u64, mark: u64, give: u64) {
         match self {
-            ModelBand::Bucket { t, tat, .. } => {
+            ModelBand::Bucket { t, b, tat } => {
                 if *tat > now {
-                    let back = (give * *t).min(mark.saturating_sub(now));
+                    // At most what has not drained, from the latest clock an admission saw.
+                    let latest = now.max(tat.saturating_sub(*b));
+                    let back = (give * *t).min(mark.saturating_sub(latest));
                     *tat = (*tat - back).max(now);
                 }
             }

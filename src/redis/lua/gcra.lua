@@ -69,9 +69,11 @@ local function gcra_band(key, N, T, now, cost)
 end
 
 -- Settles a reservation whose admission wrote the TAT `mark`: gives back `give` permits, or
--- charges `take` more (one of them is 0). A refund takes back at most the part of the
--- reservation's debt that has not drained yet; a charge is admitted whatever the debt,
--- up to a debt of 2B. Reads now; returns the write (nil when nothing changes).
+-- charges `take` more (one of them is 0). A refund takes back at most `mark - latest`, the
+-- part of the reservation's debt not drained yet, with `latest = max(now, tat - B)` a lower
+-- bound of the latest clock an admission decided at (`Gcra::settle`); a charge is admitted
+-- whatever the debt, up to a debt of 2B. Reads now; returns the write (nil when nothing
+-- changes).
 local function gcra_settle(key, N, T, now, mark, give, take, expire)
   local B = N * T
   local tat = tonumber(redis.call('GET', key) or '0') or 0
@@ -80,7 +82,11 @@ local function gcra_settle(key, N, T, now, mark, give, take, expire)
     if tat > now then
       -- give <= N: give * T <= B.
       local back = give * T
-      local undrained = mark - now
+      local latest = tat - B
+      if latest < now then
+        latest = now
+      end
+      local undrained = mark - latest
       if undrained < 0 then
         undrained = 0
       end
