@@ -191,7 +191,10 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
                 Step::Done(result) => return result,
                 Step::Created(result) => {
                     // Pay for a few steps of the incremental sweep, now that no lock is held.
-                    if self.sweep_slice > 0 {
+                    // Not for a state created for a settle's charge (a cost of 0): it is at
+                    // rest until the charge lands on it, so the sweep could remove it first,
+                    // and the settle would create it again for ever.
+                    if self.sweep_slice > 0 && cost > 0 {
                         self.sweep(generation, self.sweep_slice, true, &guard);
                     }
                     return result;

@@ -209,6 +209,25 @@ fn a_key_evicted_or_reset_before_the_settle_gets_nothing_back_and_pays_a_charge(
 }
 
 #[test]
+fn a_charge_on_a_key_no_longer_tracked_lands_on_a_new_state_for_every_algorithm() {
+    // The state created for the charge is at rest until the charge lands on it (a sliding
+    // log or counter without entries is at rest at any instant), so the incremental sweep
+    // that follows a new key must not take it away first.
+    for policy in POLICIES {
+        for at in [Duration::ZERO, Duration::from_secs(5)] {
+            let (limiter, clock) = keyed(policy);
+            clock.set(at);
+            let r = limiter.reserve_n("k", 4).unwrap();
+            assert!(limiter.reset("k"));
+            limiter.settle("k", r, 6).unwrap();
+            assert_eq!(limiter.len(), 1, "{policy} at {at:?}");
+            // The 2 charged on top are spent: a request of 1 would leave 7.
+            assert_eq!(limiter.peek("k").remaining(), 7, "{policy} at {at:?}");
+        }
+    }
+}
+
+#[test]
 fn a_settle_after_a_policy_change_never_creates_permits() {
     for policy in POLICIES {
         let (limiter, _) = keyed(policy);
