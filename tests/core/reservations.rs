@@ -35,7 +35,11 @@ fn a_refund_gives_back_what_the_request_did_not_use() {
         limiter.settle("k", r, 3).unwrap();
         // 3 spent, 7 available: a request of 1 would leave 6.
         assert_eq!(limiter.peek("k").remaining(), 6, "{policy}");
-        assert_eq!(limiter.try_acquire_n("k", 7).unwrap().remaining(), 0, "{policy}");
+        assert_eq!(
+            limiter.try_acquire_n("k", 7).unwrap().remaining(),
+            0,
+            "{policy}"
+        );
         assert!(!limiter.try_acquire("k").is_allowed(), "{policy}");
     }
 }
@@ -164,7 +168,10 @@ fn a_log_refund_after_the_ring_wrapped_keeps_gone_entries_gone() {
     let r = limiter.reserve_n("k", 2).unwrap();
     limiter.cancel("k", r).unwrap();
     assert_eq!(limiter.try_acquire_n("k", 2).unwrap().remaining(), 0);
-    assert_eq!(limiter.try_acquire("k").retry_after(), Duration::from_millis(500));
+    assert_eq!(
+        limiter.try_acquire("k").retry_after(),
+        Duration::from_millis(500)
+    );
 }
 
 #[test]
@@ -180,9 +187,15 @@ fn settle_errors_name_what_was_wrong_and_change_nothing() {
     let refused = limiter.reserve_n("alice", 3).unwrap();
     assert!(!refused.decision().is_allowed());
     assert_eq!(refused.held(), 0);
-    assert_eq!(limiter.settle("alice", refused, 1), Err(SettleError::Refused));
+    assert_eq!(
+        limiter.settle("alice", refused, 1),
+        Err(SettleError::Refused)
+    );
     assert_eq!(limiter.peek("alice").remaining(), 1);
-    assert_eq!(limiter.reserve_n("alice", 0).unwrap_err(), tollgate::CostError::Zero);
+    assert_eq!(
+        limiter.reserve_n("alice", 0).unwrap_err(),
+        tollgate::CostError::Zero
+    );
     assert!(limiter.reserve_n("alice", 6).is_err());
     assert_eq!(
         SettleError::OtherKey.to_string(),
@@ -205,7 +218,11 @@ fn a_key_evicted_or_reset_before_the_settle_gets_nothing_back_and_pays_a_charge(
     let r = limiter.reserve_n("k", 4).unwrap();
     assert!(limiter.reset("k"));
     limiter.settle("k", r, 6).unwrap();
-    assert_eq!(limiter.peek("k").remaining(), 7, "the 2 charged on top land on the new state");
+    assert_eq!(
+        limiter.peek("k").remaining(),
+        7,
+        "the 2 charged on top land on the new state"
+    );
 }
 
 #[test]
@@ -259,7 +276,10 @@ fn reserve_and_cancel_racing_leave_exactly_full_capacity() {
         for direct in [false, true] {
             let policy: Policy = policy.parse().unwrap();
             let clock = FakeClock::new();
-            let keyed = Arc::new(RateLimiter::<String, FakeClock>::with_clock(policy, clock.clone()));
+            let keyed = Arc::new(RateLimiter::<String, FakeClock>::with_clock(
+                policy,
+                clock.clone(),
+            ));
             let one = Arc::new(DirectLimiter::with_clock(policy, clock.clone()));
             let (k, o) = (keyed.clone(), one.clone());
             race(8, move |t| {
@@ -282,7 +302,11 @@ fn reserve_and_cancel_racing_leave_exactly_full_capacity() {
             if direct {
                 assert!(one.is_at_rest(), "{policy}");
             } else {
-                assert_eq!(keyed.try_acquire_n("hot", 10).unwrap().remaining(), 0, "{policy}");
+                assert_eq!(
+                    keyed.try_acquire_n("hot", 10).unwrap().remaining(),
+                    0,
+                    "{policy}"
+                );
             }
         }
     }
@@ -292,7 +316,10 @@ fn reserve_and_cancel_racing_leave_exactly_full_capacity() {
 fn settles_racing_admissions_never_admit_more_than_the_policy_plus_the_charges() {
     for policy in POLICIES {
         for trial in 0..5u64 {
-            let policy: Policy = format!("{policy}").replace("10/1s", "200/1h").parse().unwrap();
+            let policy: Policy = format!("{policy}")
+                .replace("10/1s", "200/1h")
+                .parse()
+                .unwrap();
             let limiter = Arc::new(RateLimiter::<String, FakeClock>::with_clock(
                 policy,
                 FakeClock::new(),
@@ -320,7 +347,11 @@ fn settles_racing_admissions_never_admit_more_than_the_policy_plus_the_charges()
                     }
                     // Mostly refunds; now and then one more than reserved (never for a log,
                     // whose charges saturate instead of counting).
-                    let actual = if !log && seed % 10 == 0 { held + 1 } else { seed % (held + 1) };
+                    let actual = if !log && seed % 10 == 0 {
+                        held + 1
+                    } else {
+                        seed % (held + 1)
+                    };
                     l.settle("hot", r, actual).unwrap();
                     kept += actual.min(held);
                     charged += actual.saturating_sub(held);
