@@ -316,10 +316,7 @@ fn reserve_and_cancel_racing_leave_exactly_full_capacity() {
 fn settles_racing_admissions_never_admit_more_than_the_policy_plus_the_charges() {
     for policy in POLICIES {
         for trial in 0..5u64 {
-            let policy: Policy = format!("{policy}")
-                .replace("10/1s", "200/1h")
-                .parse()
-                .unwrap();
+            let policy: Policy = policy.replace("10/1s", "200/1h").parse().unwrap();
             let limiter = Arc::new(RateLimiter::<String, FakeClock>::with_clock(
                 policy,
                 FakeClock::new(),
@@ -347,7 +344,7 @@ fn settles_racing_admissions_never_admit_more_than_the_policy_plus_the_charges()
                     }
                     // Mostly refunds; now and then one more than reserved (never for a log,
                     // whose charges saturate instead of counting).
-                    let actual = if !log && seed % 10 == 0 {
+                    let actual = if !log && seed.is_multiple_of(10) {
                         held + 1
                     } else {
                         seed % (held + 1)
