@@ -8,6 +8,7 @@ use crate::clock::Clock;
 use crate::decision::Decision;
 use crate::engine::any_state::AnyState;
 use crate::policy::Policy;
+use crate::reservation::Marks;
 
 pub use crate::concurrency::ModelGauge;
 pub use crate::login::ModelStrikes;
@@ -26,6 +27,23 @@ impl ModelCell {
     /// Decides a request; `None` when the state was retired.
     pub fn try_acquire<C: Clock>(&self, clock: &C, cost: u64) -> Option<Decision> {
         self.0.try_acquire(clock, cost)
+    }
+
+    /// Reserves `cost` permits: decided as [`ModelCell::try_acquire`], with what a settle
+    /// needs later (the permits held, 0 for a refusal, and where the admission stands in
+    /// each band). `None` when the state was retired.
+    pub fn reserve<C: Clock>(&self, clock: &C, cost: u64) -> Option<(Decision, ModelHeld)> {
+        self.0.reserve(clock, cost).map(|(decision, marks)| {
+            let held = if decision.is_allowed() { cost } else { 0 };
+            (decision, ModelHeld { held, marks })
+        })
+    }
+
+    /// Settles at `now` a reservation that really cost `actual`: gives back what it held
+    /// beyond that, or charges the difference (`RateState::settle`). `None` when the state
+    /// was retired.
+    pub fn settle(&self, held: &ModelHeld, actual: u64, now: u64) -> Option<()> {
+        self.0.settle(held.held, &held.marks, actual, now)
     }
 
     /// What a request would get now, changing nothing; `None` when the state was retired.
@@ -50,5 +68,19 @@ impl ModelCell {
     /// Whether the state is at rest at `now`.
     pub fn is_at_rest(&self, now: u64) -> bool {
         self.0.is_at_rest(now)
+    }
+}
+
+/// What a reservation on a [`ModelCell`] holds: its permits and its bands' marks.
+#[derive(Clone, Copy, Debug)]
+pub struct ModelHeld {
+    held: u64,
+    marks: Marks,
+}
+
+impl ModelHeld {
+    /// The permits held: the cost when admitted, 0 when refused.
+    pub fn held(&self) -> u64 {
+        self.held
     }
 }

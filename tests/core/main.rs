@@ -14,6 +14,7 @@ mod metrics_publish;
 mod policies;
 mod proptest_composite;
 mod proptest_gcra;
+mod proptest_settle;
 mod proptest_windowed;
 mod races;
 mod reservations;

@@ -17,4 +17,5 @@ mod composite;
 mod concurrency;
 mod gcra;
 mod peek;
+mod settle;
 mod windowed;

@@ -9,6 +9,9 @@
 //! the largest retry_after among the refusing bands, and the largest reset_after as the bands
 //! stand (for a band that would allow, found from the model's own `is_at_rest`).
 //!
+//! A reservation is decided as a request; once admitted, each band's model marks it, and
+//! settling it settles every band by its own model's rule, with its own mark.
+//!
 //! Time must only move forwards: a band's reset_after is found by bisection over its
 //! `is_at_rest`, which assumes no stored time lies ahead of now.
 
@@ -46,6 +49,22 @@ impl BandModel {
         self.clone().acquire(now, cost)
     }
 
+    pub fn reserve(&mut self, now: u64, cost: u64) -> (Outcome, u64) {
+        match self {
+            BandModel::Bucket(m) => m.reserve(now, cost),
+            BandModel::Log(m) => m.reserve(now, cost),
+            BandModel::Counter(m) => m.reserve(now, cost),
+        }
+    }
+
+    pub fn settle(&mut self, held: u64, mark: u64, actual: u64, now: u64) {
+        match self {
+            BandModel::Bucket(m) => m.settle(held, mark, actual, now),
+            BandModel::Log(m) => m.settle(held, mark, actual, now),
+            BandModel::Counter(m) => m.settle(held, mark, actual, now),
+        }
+    }
+
     pub fn is_at_rest(&self, now: u64) -> bool {
         match self {
             BandModel::Bucket(m) => m.is_at_rest(now),
@@ -56,14 +75,15 @@ impl BandModel {
 
     /// Nanoseconds until the band is at rest with nothing more admitted: the first instant
     /// from which `is_at_rest` holds (it holds for good once it does, time running forwards),
-    /// found by bisection. Every algorithm is at rest `2 * window` after its last admission
-    /// at the latest.
+    /// found by bisection. Every algorithm is at rest `4 * window` after its last change at
+    /// the latest: a sliding log one window after, a sliding counter two (whatever a charge
+    /// added to its counts), a token bucket in debt two bursts, each below two windows.
     pub fn reset_after(&self, now: u64, window: u64) -> u64 {
         if self.is_at_rest(now) {
             return 0;
         }
-        let (mut lo, mut hi) = (now, now + 2 * window);
-        assert!(self.is_at_rest(hi), "at rest after 2W: {self:?}");
+        let (mut lo, mut hi) = (now, now + 4 * window);
+        assert!(self.is_at_rest(hi), "at rest after 4W: {self:?}");
         while hi - lo > 1 {
             let mid = lo + (hi - lo) / 2;
             if self.is_at_rest(mid) {
@@ -93,6 +113,12 @@ impl CompositeModel {
     }
 
     pub fn acquire(&mut self, now: u64, cost: u64) -> Outcome {
+        self.reserve(now, cost).0
+    }
+
+    /// Reserves `cost` at `now`: decided as `acquire`; for an admission, also every band's
+    /// mark, in band order (empty for a refusal).
+    pub fn reserve(&mut self, now: u64, cost: u64) -> (Outcome, Vec<u64>) {
         let peeked: Vec<Outcome> = self.bands.iter().map(|(m, _)| m.peek(now, cost)).collect();
         // The first band with the smallest value wins a tie.
         let smallest = |values: &[(u64, u64)]| {
@@ -103,9 +129,11 @@ impl CompositeModel {
                 .unwrap()
         };
         if peeked.iter().all(|o| o.allowed) {
+            let mut marks = Vec::new();
             for (model, _) in &mut self.bands {
-                let committed = model.acquire(now, cost);
+                let (committed, mark) = model.reserve(now, cost);
                 assert!(committed.allowed);
+                marks.push(mark);
             }
             let (remaining, limit) = smallest(
                 &peeked
@@ -113,13 +141,14 @@ impl CompositeModel {
                     .map(|o| (o.remaining, o.limit))
                     .collect::<Vec<_>>(),
             );
-            return Outcome {
+            let outcome = Outcome {
                 allowed: true,
                 remaining,
                 retry_after: 0,
                 reset_after: peeked.iter().map(|o| o.reset_after).max().unwrap(),
                 limit,
             };
+            return (outcome, marks);
         }
         let available: Vec<(u64, u64)> = peeked
             .iter()
@@ -146,7 +175,7 @@ impl CompositeModel {
             })
             .max()
             .unwrap();
-        Outcome {
+        let outcome = Outcome {
             allowed: false,
             remaining,
             retry_after: peeked
@@ -157,6 +186,15 @@ impl CompositeModel {
                 .unwrap(),
             reset_after,
             limit,
+        };
+        (outcome, Vec::new())
+    }
+
+    /// Settles at `now` an admission of `held` permits that `reserve` marked `marks` and that
+    /// really cost `actual`: every band by its own rule, all at once.
+    pub fn settle(&mut self, held: u64, marks: &[u64], actual: u64, now: u64) {
+        for ((model, _), &mark) in self.bands.iter_mut().zip(marks) {
+            model.settle(held, mark, actual, now);
         }
     }
 
