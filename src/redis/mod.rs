@@ -56,10 +56,12 @@ mod cache;
 mod conn;
 mod error;
 mod failure;
+mod lease;
 mod reserve;
 mod script;
 
 use std::fmt;
+use std::hash::BuildHasher;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -78,6 +80,7 @@ use self::conn::Conn;
 pub use self::error::BackendError;
 use self::failure::{bump, Breaker, Counters};
 pub use self::failure::{BackendStats, FailurePolicy};
+use self::lease::Leases;
 use self::script::{Ask, Bands};
 
 /// A rate limiter whose per-key state lives in Redis or a Redis Cluster: every server that
@@ -132,6 +135,28 @@ struct Inner {
     id: u64,
     /// Hashes a key for the origin of its reservations.
     hasher: KeyHasher,
+    /// The leases of hot keys (`None` without [`RedisLimiterBuilder::lease`]).
+    leases: Option<Leases>,
+}
+
+impl Drop for Inner {
+    /// Gives back the leases still held, from a task on the running tokio runtime (there is
+    /// no awaiting here); without a runtime they are not given back, and stay spent in
+    /// Redis as if admitted.
+    fn drop(&mut self) {
+        let Some(leases) = &self.leases else {
+            return;
+        };
+        let held = leases.drain();
+        if held.is_empty() {
+            return;
+        }
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let returner = Arc::clone(&leases.returner);
+            let clock = self.test_clock.clone();
+            runtime.spawn(returner.give_back_all(held, clock));
+        }
+    }
 }
 
 /// The marks of a reservation that Redis did not make (the failure policy admitted it):
@@ -176,6 +201,8 @@ pub struct RedisLimiterBuilder {
     probe_interval: Duration,
     failure: FailurePolicy,
     deny_cache: usize,
+    /// The largest lease (0: no leases).
+    lease: u64,
     /// Set only by `test_clock` (feature `test-util`).
     test_clock: Option<Arc<dyn Clock>>,
 }
@@ -283,6 +310,50 @@ impl RedisLimiterBuilder {
     /// ```
     pub fn deny_cache(mut self, max_keys: usize) -> Self {
         self.deny_cache = max_keys;
+        self
+    }
+
+    /// Leases for hot keys: take up to `max_permits` permits of a key from Redis in one
+    /// script call (counted spent there at once), and admit this server's requests for the
+    /// key from them locally, without a round trip, until they are spent or the lease
+    /// expires (0 turns leases off, the default; a value above the smallest band's permits
+    /// counts as that).
+    ///
+    /// * **Size**: a key's first lease is one permit, used by the request that takes it, so
+    ///   a cold key holds nothing. Each next lease doubles, up to `max_permits`, when the
+    ///   previous one was spent within half the hold time, and halves when one expires with
+    ///   most of it unused.
+    /// * **Hold time**: a lease admits nothing after a tenth of the policy's shortest
+    ///   window; then, or once its key has been quiet for a sweep (a quarter of the hold
+    ///   time, at most 1 s), what it did not use is given back to Redis, once.
+    /// * **The promise**: never more admitted across all servers than the policy allows
+    ///   (every permit a lease admits was counted in Redis when the lease was taken); at most
+    ///   the unused permits of the leases held fewer, `servers x max_permits` per key.
+    /// * **Decisions** from a lease are admissions with `remaining` what Redis reported when
+    ///   the lease was taken plus what the lease has left (what Redis would have reported had
+    ///   the lease's requests gone to it one by one then), and `reset_after` Redis's, counted
+    ///   down. Refusals always come from Redis (or the deny cache).
+    /// * [`try_acquire_n`](RedisLimiter::try_acquire_n) of more than 1 takes from the lease
+    ///   when it holds that many, and otherwise goes to Redis, leaving the lease as it is;
+    ///   [`peek`](RedisLimiter::peek) answers from a lease that holds a permit, taking
+    ///   nothing; [`reset`](RedisLimiter::reset) drops the key's lease; `reserve_n`, `settle`
+    ///   and `cancel` never use leases.
+    /// * **While Redis is down** a lease keeps admitting within its own permits until it
+    ///   expires; then the failure policy decides.
+    /// * [`close`](RedisLimiter::close) gives every lease back (for a graceful shutdown); a
+    ///   limiter dropped with leases gives them back from a task when a tokio runtime is
+    ///   running.
+    ///
+    /// See `docs/REDIS.md`, "Leases for hot keys".
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let builder = tollgate::redis::RedisLimiter::builder("10000/min".parse()?).lease(100);
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    pub fn lease(mut self, max_permits: u64) -> Self {
+        self.lease = max_permits;
         self
     }
 
@@ -408,7 +479,37 @@ impl RedisLimiterBuilder {
             None => Arc::new(SystemClock::new()),
         };
         let exact = self.test_clock.is_some();
-        Ok(RedisLimiter {
+        let max_lease = self.lease.min(self.policy.max_cost());
+        let leases = (max_lease > 0).then(|| {
+            let shortest = self
+                .policy
+                .bands()
+                .map(|band| band.window_nanos())
+                .min()
+                .unwrap_or(1);
+            // The instance's name in its lease tokens: random, so that servers never share
+            // one (a serial number alone restarts with the process).
+            let instance = format!(
+                "{:016x}",
+                KeyHasher::default().hash_one((
+                    std::process::id(),
+                    std::time::SystemTime::now(),
+                    next_limiter_id(),
+                ))
+            );
+            Leases::new(
+                max_lease,
+                (shortest / lease::HOLD_FRACTION).max(1),
+                exact,
+                conn.clone(),
+                sha.clone(),
+                bands.clone(),
+                self.prefix.clone(),
+                instance,
+                self.timeout,
+            )
+        });
+        let limiter = RedisLimiter {
             inner: Arc::new(Inner {
                 conn,
                 policy: self.policy,
@@ -424,8 +525,14 @@ impl RedisLimiterBuilder {
                 counters: Counters::default(),
                 id: next_limiter_id(),
                 hasher: KeyHasher::default(),
+                leases,
             }),
-        })
+        };
+        if let Some(leases) = &limiter.inner.leases {
+            let sweeper = lease::sweeper(Arc::downgrade(&limiter.inner), leases.sweep_period());
+            leases.set_sweeper(tokio::spawn(sweeper).abort_handle());
+        }
+        Ok(limiter)
     }
 }
 
@@ -439,6 +546,7 @@ impl fmt::Debug for RedisLimiterBuilder {
             .field("probe_interval", &self.probe_interval)
             .field("failure_policy", &self.failure)
             .field("deny_cache", &self.deny_cache)
+            .field("lease", &self.lease)
             .field("test_clock", &self.test_clock.is_some())
             .finish()
     }
@@ -515,6 +623,7 @@ impl RedisLimiter {
             probe_interval: Duration::from_secs(1),
             failure: FailurePolicy::Error,
             deny_cache: 100_000,
+            lease: 0,
             test_clock: None,
         }
     }
@@ -545,6 +654,9 @@ impl RedisLimiter {
     /// # }
     /// ```
     pub async fn try_acquire(&self, key: &str) -> Result<Decision, BackendError> {
+        if let Some(leases) = &self.inner.leases {
+            return self.acquire_leased(leases, key, 1).await;
+        }
         Ok(self.decide(key, Ask::Acquire(1)).await?.0)
     }
 
@@ -572,6 +684,9 @@ impl RedisLimiter {
     /// ```
     pub async fn try_acquire_n(&self, key: &str, n: u64) -> Result<Decision, BackendError> {
         self.check_cost(n)?;
+        if let Some(leases) = &self.inner.leases {
+            return self.acquire_leased(leases, key, n).await;
+        }
         Ok(self.decide(key, Ask::Acquire(n)).await?.0)
     }
 
@@ -609,12 +724,22 @@ impl RedisLimiter {
     /// # }
     /// ```
     pub async fn peek(&self, key: &str) -> Result<Decision, BackendError> {
+        if let Some(leases) = &self.inner.leases {
+            if let Some(decision) = leases.peek(key, self.inner.clock.now()) {
+                return Ok(decision);
+            }
+        }
         Ok(self.decide(key, Ask::Peek).await?.0)
     }
 
     /// Deletes `key`'s state in Redis (all bands) and its refusal in this limiter's deny
     /// cache: the key starts fresh. Returns `true` when there was state to delete. Other
     /// limiters' deny caches may still refuse the key until their cached retry_after.
+    ///
+    /// With [leases](RedisLimiterBuilder::lease), this limiter's lease of the key is dropped
+    /// (its permits went with the state) and its lease token deleted with the state; other
+    /// limiters keep admitting from their leases of the key until those are spent or
+    /// expire.
     ///
     /// # Errors
     ///
@@ -645,10 +770,16 @@ impl RedisLimiter {
             if let Some(cache) = &inner.cache {
                 cache.forget(key);
             }
+            if let Some(leases) = &inner.leases {
+                leases.forget(key);
+            }
         };
         forget();
         let mut del = ::redis::cmd("DEL");
-        del.arg(inner.bands.keys(&inner.prefix, key));
+        match &inner.leases {
+            Some(leases) => del.arg(leases.returner.keys(key)),
+            None => del.arg(inner.bands.keys(&inner.prefix, key)),
+        };
         let reply = tokio::time::timeout(inner.timeout, inner.conn.query(&del)).await;
         forget();
         let reply = reply.map_err(|_| BackendError::Timeout(inner.timeout))??;
@@ -712,7 +843,14 @@ impl RedisLimiter {
     /// ```
     #[must_use]
     pub fn stats(&self) -> BackendStats {
-        self.inner.counters.snapshot()
+        let mut stats = self.inner.counters.snapshot();
+        if let Some(leases) = &self.inner.leases {
+            let counts = leases.counts();
+            stats.leased_permits = counts.leased;
+            stats.local_permits = counts.local;
+            stats.returned_permits = counts.returned;
+        }
+        stats
     }
 
     /// `true` while the failure policy decides (a recent call to Redis failed and no probe
@@ -732,9 +870,10 @@ impl RedisLimiter {
         self.inner.breaker.is_failing()
     }
 
-    /// Decides what `ask` asks for `key`: the decision, and for a reservation that Redis
-    /// admitted each band's mark ([`NOT_IN_REDIS`] when the failure policy decided).
-    async fn decide(&self, key: &str, ask: Ask) -> Result<(Decision, Marks), BackendError> {
+    /// Decides what `ask` asks for `key`: the decision, for a reservation or a lease that
+    /// Redis admitted each band's mark ([`NOT_IN_REDIS`] when the failure policy decided),
+    /// and for a lease the permits it took (0 when refused or not decided by Redis).
+    async fn decide(&self, key: &str, ask: Ask) -> Result<(Decision, Marks, u64), BackendError> {
         let inner = &*self.inner;
         // A peek is a request of cost 1 that writes nothing: the deny cache treats it so.
         let cover = ask.cost();
@@ -750,14 +889,17 @@ impl RedisLimiter {
         if let Some(cache) = &inner.cache {
             if let Some(refusal) = cache.check(key, cover, now) {
                 bump(&inner.counters.cached_refusals);
-                return Ok((refusal, NOT_IN_REDIS));
+                return Ok((refusal, NOT_IN_REDIS, 0));
             }
             ticket = cache.ticket();
         }
         if !inner.breaker.should_try() {
             return self.fallback(key, ask, BackendError::Unavailable);
         }
-        let keys = inner.bands.keys(&inner.prefix, key);
+        let keys = match &inner.leases {
+            Some(leases) if ask.has_token() => leases.returner.keys(key),
+            _ => inner.bands.keys(&inner.prefix, key),
+        };
         let args = inner.bands.args(now_micros, ask);
         let call = conn::eval(
             &inner.conn,
@@ -769,17 +911,18 @@ impl RedisLimiter {
             true,
         );
         let marks = match ask {
-            Ask::Reserve(_) => inner.bands.count(),
+            Ask::Reserve(_) | Ask::Lease { .. } => inner.bands.count(),
             _ => 0,
         };
+        let counted = matches!(ask, Ask::Lease { .. });
         match tokio::time::timeout(inner.timeout, call).await {
             Ok(Ok(reply)) => {
-                let (decision, marks) = script::decision(&reply, marks)?;
+                let (decision, marks, count) = script::decision(&reply, marks, counted)?;
                 self.recovered();
                 bump(&inner.counters.redis_decisions);
                 if let Some(cache) = &inner.cache {
                     if decision.is_allowed() {
-                        if let Ask::Acquire(_) | Ask::Reserve(_) = ask {
+                        if let Ask::Acquire(_) | Ask::Reserve(_) | Ask::Lease { .. } = ask {
                             // An admission may lengthen a cached refusal of another cost.
                             cache.remove(key);
                         }
@@ -787,7 +930,7 @@ impl RedisLimiter {
                         cache.insert(key, cover, now, ticket, &decision);
                     }
                 }
-                Ok((decision, marks))
+                Ok((decision, marks, count))
             }
             Ok(Err(err)) if conn::is_unavailable(&err) => {
                 bump(&inner.counters.unavailable);
@@ -823,7 +966,7 @@ impl RedisLimiter {
         key: &str,
         ask: Ask,
         err: BackendError,
-    ) -> Result<(Decision, Marks), BackendError> {
+    ) -> Result<(Decision, Marks, u64), BackendError> {
         self.switch_to_failure(&err);
         self.fallback(key, ask, err)
     }
@@ -850,7 +993,7 @@ impl RedisLimiter {
         key: &str,
         ask: Ask,
         err: BackendError,
-    ) -> Result<(Decision, Marks), BackendError> {
+    ) -> Result<(Decision, Marks, u64), BackendError> {
         let inner = &*self.inner;
         bump(&inner.counters.failure_decisions);
         // Open and Closed read no band's state: they report the shortest window's permits.
@@ -865,11 +1008,15 @@ impl RedisLimiter {
                 Ask::Acquire(cost) | Ask::Reserve(cost) => local
                     .try_acquire_n(key, cost)
                     .unwrap_or(Decision::deny(0, limit, wait, 0)),
+                // A lease's request alone: no lease while the failure policy decides.
+                Ask::Lease { .. } => local
+                    .try_acquire_n(key, 1)
+                    .unwrap_or(Decision::deny(0, limit, wait, 0)),
                 // Settles never reach the failure policy.
-                Ask::Refund { .. } | Ask::Charge { .. } => return Err(err),
+                Ask::Refund { .. } | Ask::Charge { .. } | Ask::Return { .. } => return Err(err),
             },
         };
-        Ok((decision, NOT_IN_REDIS))
+        Ok((decision, NOT_IN_REDIS, 0))
     }
 }
 
@@ -882,6 +1029,7 @@ impl fmt::Debug for RedisLimiter {
             .field("timeout", &inner.timeout)
             .field("failure_policy", &inner.failure)
             .field("deny_cache", &inner.cache.is_some())
+            .field("leases", &inner.leases.is_some())
             .field("failing", &inner.breaker.is_failing())
             .field("stats", &inner.counters.snapshot())
             .finish_non_exhaustive()

@@ -42,7 +42,7 @@ impl RedisLimiter {
     /// ```
     pub async fn reserve_n(&self, key: &str, n: u64) -> Result<Reservation, BackendError> {
         self.check_cost(n)?;
-        let (decision, marks) = self.decide(key, Ask::Reserve(n)).await?;
+        let (decision, marks, _) = self.decide(key, Ask::Reserve(n)).await?;
         Ok(Reservation::new(decision, n, marks, self.origin(key)))
     }
 
@@ -107,10 +107,7 @@ impl RedisLimiter {
                 marks,
             },
         };
-        let now_micros = match &inner.test_clock {
-            Some(clock) => Some(script::micros(clock.now())?),
-            None => None,
-        };
+        let now_micros = self.test_micros()?;
         if !inner.breaker.should_try() {
             return Err(BackendError::Unavailable);
         }
@@ -144,22 +141,36 @@ impl RedisLimiter {
                 self.recovered();
                 Ok(())
             }
-            Ok(Err(err)) if conn::is_unavailable(&err) => {
+            Ok(Err(err)) => Err(self.settle_failed(BackendError::Redis(err))),
+            Err(_) => Err(self.settle_failed(BackendError::Timeout(inner.timeout))),
+        }
+    }
+
+    /// A settle (or a lease given back) failed with `err`: counted, and when Redis is
+    /// unavailable the failure policy decides from now on. Returns `err`.
+    pub(super) fn settle_failed(&self, err: BackendError) -> BackendError {
+        let inner = &*self.inner;
+        match &err {
+            BackendError::Redis(redis) if conn::is_unavailable(redis) => {
                 bump(&inner.counters.unavailable);
-                let err = BackendError::Redis(err);
                 self.switch_to_failure(&err);
-                Err(err)
             }
-            Ok(Err(err)) => {
-                self.recovered();
-                Err(BackendError::Redis(err))
-            }
-            Err(_) => {
+            // Redis answered: it is up, and the error is about this call.
+            BackendError::Redis(_) => self.recovered(),
+            BackendError::Timeout(_) => {
                 bump(&inner.counters.timeouts);
-                let err = BackendError::Timeout(inner.timeout);
                 self.switch_to_failure(&err);
-                Err(err)
             }
+            _ => {}
+        }
+        err
+    }
+
+    /// The test clock's reading in microseconds (`None`: Redis `TIME` decides).
+    pub(super) fn test_micros(&self) -> Result<Option<u64>, BackendError> {
+        match &self.inner.test_clock {
+            Some(clock) => Ok(Some(script::micros(clock.now())?)),
+            None => Ok(None),
         }
     }
 

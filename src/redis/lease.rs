@@ -1,0 +1,772 @@
+//! Leases: permits taken from Redis ahead, in one script call, and admitted locally.
+//!
+//! With [`RedisLimiterBuilder::lease`](super::RedisLimiterBuilder::lease), a key that is hot
+//! on this server takes several permits at once (a reservation: Redis counts them spent at
+//! once), then admits requests from them without a round trip, until they are spent or the
+//! lease expires. What a lease did not use is given back.
+//!
+//! # One lease per key, read without a lock
+//!
+//! Each key has at most one [`Lease`] on this limiter, in a [`HashIndex`] whose reads take no
+//! lock. A request reads the key's lease and takes a permit by decrementing its count of
+//! permits left (a compare-and-swap that never goes below zero): each permit is taken once.
+//! Everything else about a lease is fixed when it is made.
+//!
+//! A lease that is spent or expired is replaced by exactly one task: the one that sets its
+//! `busy` flag. That task first gives back what the old lease did not use (the count is
+//! swapped to zero, so no request takes a permit after it is counted as unused), then asks
+//! Redis for the next lease, installs it, and wakes the requests that waited for it. Those
+//! that waited longer than the limiter's timeout, or found the new lease spent too, ask
+//! Redis for themselves. The sweeper (every quarter of the hold time, at most every second)
+//! and [`RedisLimiter::close`] claim a lease the same way before giving it back.
+//!
+//! # Given back once, and only to the state that counts it
+//!
+//! A lease of more than one permit writes a token next to the key's state in Redis (one per
+//! limiter and key, naming the lease by its serial number). Giving a lease back is one script
+//! call that applies only while the token names that lease, and deletes it: so a lease is
+//! given back once at most, and never to a Redis that lost its data since (a restart without
+//! persistence forgets the token with the counts), where a refund would give back permits
+//! counted for other requests.
+//!
+//! # Size and hold time
+//!
+//! A key's first lease is of one permit: the request that takes it uses it, and nothing is
+//! held. Each next lease doubles (up to the limiter's maximum) when the previous one was
+//! spent within half the hold time, keeps its size when it lasted longer, and halves when it
+//! expired with more than half of it unused. A lease expires after the hold time, a tenth of
+//! the policy's shortest window, so that permits held by one server are back in Redis within
+//! that time (sooner when its key goes quiet: a lease untouched for a sweep period is given
+//! back).
+
+use std::pin::pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::time::Duration;
+
+use scc::hash_index::Entry;
+use scc::HashIndex;
+use tokio::sync::Notify;
+
+use crate::decision::Decision;
+use crate::hasher::KeyHasher;
+use crate::reservation::Marks;
+
+use super::conn::{self, Conn};
+use super::script::{self, Ask, Bands};
+use super::{BackendError, Inner, RedisLimiter, NOT_IN_REDIS};
+
+/// A lease is held at most this fraction of the policy's shortest window: 1/10.
+pub(crate) const HOLD_FRACTION: u64 = 10;
+
+/// The first lease of a key: one permit, which the request taking it uses.
+const FIRST_SIZE: u64 = 1;
+
+/// A lease as Redis granted it, to be given back: its marks and serial number.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Held {
+    marks: Marks,
+    serial: u64,
+}
+
+/// Permits of one key taken from Redis ahead.
+#[derive(Debug)]
+pub(crate) struct Lease {
+    /// Permits left to admit locally.
+    left: AtomicU64,
+    /// Permits Redis granted (0 for a placeholder that only carries the next size).
+    granted: u64,
+    /// The size asked for; the next lease's size is derived from it.
+    asked: u64,
+    /// The clock reading at which the lease was asked for.
+    start: u64,
+    /// The clock reading from which the lease admits nothing.
+    expires: u64,
+    /// What Redis reported as remaining once the lease was taken, lowered by what Redis
+    /// reported since for requests of this key that did not use the lease.
+    remaining: AtomicU64,
+    limit: u64,
+    /// The clock reading at which Redis said the key's state would be at rest.
+    reset_at: u64,
+    /// Set by the one task that replaces or gives back this lease.
+    busy: AtomicBool,
+    /// Permits left when the sweeper last saw the lease (`u64::MAX` before it did).
+    seen: AtomicU64,
+    /// What to give back with; taken by whoever gives the lease back (so once). `None` for
+    /// a lease of one permit (nothing held beyond its first request) and for placeholders.
+    held: Mutex<Option<Held>>,
+    /// Wakes the requests that wait while the lease is replaced.
+    done: Notify,
+}
+
+impl Lease {
+    /// A placeholder: holds nothing, and tells the next lease's size.
+    fn placeholder(size: u64, now: u64, busy: bool) -> Self {
+        Lease {
+            left: AtomicU64::new(0),
+            granted: 0,
+            asked: size,
+            start: now,
+            expires: now,
+            remaining: AtomicU64::new(0),
+            limit: 0,
+            reset_at: now,
+            busy: AtomicBool::new(busy),
+            seen: AtomicU64::new(u64::MAX),
+            held: Mutex::new(None),
+            done: Notify::new(),
+        }
+    }
+
+    /// Takes `n` permits: the permits left after, or `None` when fewer than `n` are left.
+    fn take(&self, n: u64) -> Option<u64> {
+        // Relaxed: the count is its own and only datum; its read-modify-writes give every
+        // permit to one caller. The lease's other fields were published with the lease.
+        self.left
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |left| {
+                left.checked_sub(n)
+            })
+            .ok()
+            .map(|before| before - n)
+    }
+
+    /// The decision of a request admitted from the lease, `left` permits left after it, at
+    /// `now`: remaining what Redis reported once the lease was taken plus what the lease has
+    /// left (what Redis would have reported had the lease's requests so far gone to it one
+    /// by one at that instant); `reset_after` Redis's, counted down.
+    fn admitted(&self, left: u64, now: u64) -> Decision {
+        Decision::allow(
+            // Relaxed: a figure for the report; see `Leases::lower`.
+            self.remaining.load(Ordering::Relaxed).saturating_add(left),
+            self.limit,
+            self.reset_at.saturating_sub(now),
+        )
+    }
+
+    fn claim(&self) -> bool {
+        // Relaxed: the flag elects one task; what it then reads of the lease was published
+        // with the lease, and the count is read by read-modify-writes.
+        self.busy
+            .compare_exchange(false, true, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
+    }
+
+    /// Permits this lease admitted locally, once it can admit no more (its first went to
+    /// the request that took it, decided by Redis).
+    fn local(&self, unused: u64) -> u64 {
+        self.granted.saturating_sub(1).saturating_sub(unused)
+    }
+}
+
+/// What a read of a key's lease found.
+enum Found {
+    /// The request was admitted from the lease.
+    Admitted(Decision),
+    /// The lease is spent or expired (or holds fewer than asked).
+    Stale(Arc<Lease>),
+    /// The key has no lease.
+    Absent,
+}
+
+/// Sends what gives a lease back: what the limiter's `Drop` hands to a task, so it owns it.
+pub(crate) struct Returner {
+    conn: Conn,
+    sha: String,
+    bands: Bands,
+    prefix: String,
+    instance: String,
+    timeout: Duration,
+}
+
+impl Returner {
+    /// The keys of a lease call for `key`: the bands', then the lease token's.
+    pub(crate) fn keys(&self, key: &str) -> Vec<String> {
+        let mut keys = self.bands.keys(&self.prefix, key);
+        keys.push(Bands::lease_key(&self.prefix, key, &self.instance));
+        keys
+    }
+
+    /// Gives `permits` of the lease `held` back, once, never resent: `true` when applied,
+    /// `false` when the token no longer named the lease.
+    async fn send(
+        &self,
+        key: &str,
+        held: Held,
+        permits: u64,
+        now_micros: Option<u64>,
+        reloads: &AtomicU64,
+    ) -> Result<bool, BackendError> {
+        let ask = Ask::Return {
+            permits,
+            marks: held.marks,
+            serial: held.serial,
+        };
+        let keys = self.keys(key);
+        let args = self.bands.args(now_micros, ask);
+        let call = conn::eval(
+            &self.conn,
+            &self.sha,
+            script::SOURCE,
+            &keys,
+            &args,
+            reloads,
+            false,
+        );
+        match tokio::time::timeout(self.timeout, call).await {
+            Ok(Ok(reply)) => script::returned(&reply),
+            Ok(Err(err)) => Err(BackendError::Redis(err)),
+            Err(_) => Err(BackendError::Timeout(self.timeout)),
+        }
+    }
+}
+
+/// The leases of one limiter, by key.
+pub(crate) struct Leases {
+    map: HashIndex<String, Arc<Lease>, KeyHasher>,
+    /// The largest lease.
+    max: u64,
+    /// How long a lease may be held, in the limiter's clock's nanoseconds.
+    hold: u64,
+    /// The lease token's expiry in ms (0 for none: an injected test clock).
+    ttl_ms: u64,
+    serial: AtomicU64,
+    /// Bumped by `reset`: a lease asked for before a reset is not installed after it.
+    resets: AtomicU64,
+    /// Set by `close`: no lease is taken any more.
+    closed: AtomicBool,
+    sweeper: Mutex<Option<tokio::task::AbortHandle>>,
+    pub(crate) returner: Arc<Returner>,
+    /// Permits taken in leases, given back, and admitted locally by leases no longer in use.
+    leased: AtomicU64,
+    returned: AtomicU64,
+    local: AtomicU64,
+}
+
+/// Lease counters for [`BackendStats`](super::BackendStats).
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct LeaseCounts {
+    pub(crate) leased: u64,
+    pub(crate) returned: u64,
+    pub(crate) local: u64,
+}
+
+impl Leases {
+    /// Leases of at most `max` permits, held at most `hold` ns of the limiter's clock.
+    #[allow(clippy::too_many_arguments, reason = "called once, by the builder")]
+    pub(crate) fn new(
+        max: u64,
+        hold: u64,
+        exact_clock: bool,
+        conn: Conn,
+        sha: String,
+        bands: Bands,
+        prefix: String,
+        instance: String,
+        timeout: Duration,
+    ) -> Self {
+        // The token outlives the lease: it is needed until the lease is given back, at its
+        // expiry plus a sweep and a call.
+        let ttl_ms = if exact_clock {
+            0
+        } else {
+            let nanos = u128::from(hold) * 2 + timeout.as_nanos();
+            u64::try_from(nanos.div_ceil(1_000_000)).unwrap_or(u64::MAX / 2) + 1_000
+        };
+        Leases {
+            map: HashIndex::with_hasher(KeyHasher::default()),
+            max,
+            hold,
+            ttl_ms,
+            serial: AtomicU64::new(0),
+            resets: AtomicU64::new(0),
+            closed: AtomicBool::new(false),
+            sweeper: Mutex::new(None),
+            returner: Arc::new(Returner {
+                conn,
+                sha,
+                bands,
+                prefix,
+                instance,
+                timeout,
+            }),
+            leased: AtomicU64::new(0),
+            returned: AtomicU64::new(0),
+            local: AtomicU64::new(0),
+        }
+    }
+
+    /// The sweep period: a quarter of the hold time, between 1 ms and 1 s.
+    pub(crate) fn sweep_period(&self) -> Duration {
+        Duration::from_nanos(self.hold / 4).clamp(Duration::from_millis(1), Duration::from_secs(1))
+    }
+
+    pub(crate) fn set_sweeper(&self, handle: tokio::task::AbortHandle) {
+        *self.sweeper.lock().unwrap_or_else(PoisonError::into_inner) = Some(handle);
+    }
+
+    fn stop_sweeper(&self) {
+        if let Some(handle) = self
+            .sweeper
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+        {
+            handle.abort();
+        }
+    }
+
+    fn is_closed(&self) -> bool {
+        // SeqCst, as every access to `closed` and `resets`: they order a request's lease
+        // against `close` and `reset` (cold paths, read once per refill).
+        self.closed.load(Ordering::SeqCst)
+    }
+
+    /// Reads `key`'s lease at `now`, taking `n` permits if it is live and holds them.
+    fn find(&self, key: &str, n: u64, now: u64) -> Found {
+        self.map
+            .peek_with(key, |_, lease| {
+                if now < lease.expires {
+                    if let Some(left) = lease.take(n) {
+                        return Found::Admitted(lease.admitted(left, now));
+                    }
+                }
+                Found::Stale(Arc::clone(lease))
+            })
+            .unwrap_or(Found::Absent)
+    }
+
+    /// What a request of cost 1 for `key` would get from its lease at `now`, taking nothing;
+    /// `None` when the lease is not live or is spent.
+    pub(crate) fn peek(&self, key: &str, now: u64) -> Option<Decision> {
+        self.map
+            .peek_with(key, |_, lease| {
+                // Relaxed: see `Lease::take`.
+                let left = lease.left.load(Ordering::Relaxed);
+                (now < lease.expires && left > 0).then(|| lease.admitted(left - 1, now))
+            })
+            .flatten()
+    }
+
+    /// Redis decided a request of `key` that did not use its lease, reporting `remaining`
+    /// (the lease's permits counted spent): the lease reports no more than that from now on.
+    fn lower(&self, key: &str, remaining: u64) {
+        self.map.peek_with(key, |_, lease| {
+            // Relaxed: the minimum only ever goes down; a report that misses it is one Redis
+            // would have made a moment earlier.
+            lease.remaining.fetch_min(remaining, Ordering::Relaxed);
+        });
+    }
+
+    /// `true` while `lease` is `key`'s lease.
+    fn is_current(&self, key: &str, lease: &Arc<Lease>) -> bool {
+        self.map
+            .peek_with(key, |_, current| Arc::ptr_eq(current, lease))
+            .unwrap_or(false)
+    }
+
+    /// Replaces `old`, `key`'s lease, by `new`: `false` (and nothing changes) when `old` is
+    /// no longer `key`'s lease.
+    fn replace(&self, key: &str, old: &Arc<Lease>, new: Arc<Lease>) -> bool {
+        match self.map.entry_sync(key.to_owned()) {
+            Entry::Occupied(mut entry) if Arc::ptr_eq(entry.get(), old) => {
+                entry.update(new);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Removes `lease` if it is still `key`'s lease.
+    fn remove(&self, key: &str, lease: &Arc<Lease>) {
+        self.map
+            .remove_if_sync(key, |current| Arc::ptr_eq(current, lease));
+    }
+
+    /// The size of the lease to follow `old` at `now` (see the module's docs).
+    fn next_size(&self, old: &Lease, now: u64) -> u64 {
+        let size = if old.granted == 0 {
+            old.asked
+        } else if now < old.expires {
+            // Spent before it expired.
+            if now.saturating_sub(old.start) < self.hold / 2 {
+                old.asked.saturating_mul(2)
+            } else {
+                old.asked
+            }
+        } else {
+            // Relaxed: see `Lease::take`.
+            let unused = old.left.load(Ordering::Relaxed);
+            if unused.saturating_mul(2) > old.granted {
+                old.asked / 2
+            } else {
+                old.asked
+            }
+        };
+        size.clamp(1, self.max)
+    }
+
+    /// Drops `key`'s lease without giving it back (its state in Redis is being deleted).
+    pub(crate) fn forget(&self, key: &str) {
+        self.resets.fetch_add(1, Ordering::SeqCst);
+        self.map.remove_sync(key);
+    }
+
+    /// The counters, the leases in use included.
+    pub(crate) fn counts(&self) -> LeaseCounts {
+        // Relaxed: tallies (see `failure::bump`).
+        let mut local = self.local.load(Ordering::Relaxed);
+        self.map.iter_sync(|_, lease| {
+            // A claimed lease is being given back or replaced: counted in `local` by then.
+            if !lease.busy.load(Ordering::Relaxed) {
+                local += lease.local(lease.left.load(Ordering::Relaxed));
+            }
+            true
+        });
+        LeaseCounts {
+            leased: self.leased.load(Ordering::Relaxed),
+            returned: self.returned.load(Ordering::Relaxed),
+            local,
+        }
+    }
+
+    /// Every lease's key and lease.
+    fn all(&self) -> Vec<(String, Arc<Lease>)> {
+        let mut all = Vec::with_capacity(self.map.len());
+        self.map.iter_sync(|key, lease| {
+            all.push((key.clone(), Arc::clone(lease)));
+            true
+        });
+        all
+    }
+
+    /// Stops the sweeper and empties the map, taking what each lease holds: what a dropped
+    /// limiter hands to a task to give back.
+    pub(crate) fn drain(&self) -> Vec<(String, Held, u64)> {
+        self.stop_sweeper();
+        let mut out = Vec::new();
+        for (key, lease) in self.all() {
+            let held = lease
+                .held
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .take();
+            // Relaxed: see `Lease::take`.
+            let unused = lease.left.swap(0, Ordering::Relaxed);
+            if let (Some(held), true) = (held, unused > 0) {
+                out.push((key, held, unused));
+            }
+        }
+        self.map.clear_sync();
+        out
+    }
+}
+
+impl Returner {
+    /// Gives back each of `leases` in turn (a dropped limiter's, from a task of its own).
+    pub(crate) async fn give_back_all(
+        self: Arc<Self>,
+        leases: Vec<(String, Held, u64)>,
+        clock: Option<Arc<dyn crate::clock::Clock>>,
+    ) {
+        let reloads = AtomicU64::new(0);
+        for (key, held, unused) in leases {
+            let now_micros = match &clock {
+                Some(clock) => match script::micros(clock.now()) {
+                    Ok(micros) => Some(micros),
+                    Err(_) => return,
+                },
+                None => None,
+            };
+            if let Err(err) = self.send(&key, held, unused, now_micros, &reloads).await {
+                log::warn!(
+                    "tollgate: a dropped limiter could not give back {unused} leased permits of a key: {err}"
+                );
+            }
+        }
+    }
+}
+
+impl RedisLimiter {
+    /// Decides a request of cost `n` for `key` from its lease, taking or replacing the lease
+    /// as needed; a cost above 1 that the lease does not hold goes to Redis.
+    pub(super) async fn acquire_leased(
+        &self,
+        leases: &Leases,
+        key: &str,
+        n: u64,
+    ) -> Result<Decision, BackendError> {
+        let inner = &*self.inner;
+        // Two rounds of waiting for another task's refill at most; then Redis decides.
+        for _ in 0..3 {
+            let now = inner.clock.now();
+            let lease = match leases.find(key, n, now) {
+                Found::Admitted(decision) => return Ok(decision),
+                Found::Stale(lease) => lease,
+                Found::Absent => {
+                    if leases.is_closed() || n > 1 {
+                        break;
+                    }
+                    let first = Arc::new(Lease::placeholder(FIRST_SIZE, now, true));
+                    if leases
+                        .map
+                        .insert_sync(key.to_owned(), Arc::clone(&first))
+                        .is_ok()
+                    {
+                        return self.refill(leases, key, first, now).await;
+                    }
+                    continue;
+                }
+            };
+            if leases.is_closed() || n > 1 {
+                break;
+            }
+            if lease.claim() {
+                return self.refill(leases, key, lease, now).await;
+            }
+            // Another task is replacing the lease: wait for it, then read again.
+            let mut done = pin!(lease.done.notified());
+            done.as_mut().enable();
+            if leases.is_current(key, &lease) {
+                let _ = tokio::time::timeout(inner.timeout, done).await;
+            }
+        }
+        let (decision, marks, _) = self.decide(key, Ask::Acquire(n)).await?;
+        if marks != NOT_IN_REDIS {
+            leases.lower(key, decision.remaining());
+        }
+        Ok(decision)
+    }
+
+    /// Replaces `old`, `key`'s lease, which this task claimed: gives back what it did not
+    /// use, takes the next lease (whose first permit admits this request) and installs it.
+    async fn refill(
+        &self,
+        leases: &Leases,
+        key: &str,
+        old: Arc<Lease>,
+        now: u64,
+    ) -> Result<Decision, BackendError> {
+        let size = leases.next_size(&old, now);
+        let _ = self.retire(leases, key, &old).await;
+        let ticket = leases.resets.load(Ordering::SeqCst);
+        let serial = leases.serial.fetch_add(1, Ordering::Relaxed) + 1;
+        let ask = Ask::Lease {
+            max: size,
+            serial,
+            ttl_ms: leases.ttl_ms,
+        };
+        let outcome = self.decide(key, ask).await;
+        let next = match &outcome {
+            Ok((decision, marks, granted)) if *granted > 0 => {
+                leases.leased.fetch_add(*granted, Ordering::Relaxed);
+                Arc::new(Lease {
+                    left: AtomicU64::new(granted - 1),
+                    granted: *granted,
+                    asked: size,
+                    start: now,
+                    expires: now.saturating_add(leases.hold),
+                    remaining: AtomicU64::new(decision.remaining()),
+                    limit: decision.limit(),
+                    reset_at: now.saturating_add(
+                        u64::try_from(decision.reset_after().as_nanos()).unwrap_or(u64::MAX),
+                    ),
+                    busy: AtomicBool::new(false),
+                    seen: AtomicU64::new(u64::MAX),
+                    held: Mutex::new((*granted > 1).then_some(Held {
+                        marks: *marks,
+                        serial,
+                    })),
+                    done: Notify::new(),
+                })
+            }
+            // Refused, decided by the failure policy, or failed: no lease; the next request
+            // asks again, for the same size.
+            _ => Arc::new(Lease::placeholder(size, now, false)),
+        };
+        // A reset between the ticket and here changes it (see `RedisLimiter::reset`).
+        let installed = !leases.is_closed()
+            && leases.resets.load(Ordering::SeqCst) == ticket
+            && leases.replace(key, &old, Arc::clone(&next));
+        if !installed {
+            leases.remove(key, &old);
+            // The lease may predate a reset (its permits are gone with the state) or the
+            // limiter is closing: give it back now (a lease the token no longer names is
+            // left as it is).
+            next.busy.store(true, Ordering::Relaxed);
+            let _ = self.retire(leases, key, &next).await;
+        }
+        old.done.notify_waiters();
+        match outcome {
+            Ok((_, _, granted)) if granted > 0 => Ok(next.admitted(granted - 1, now)),
+            Ok((decision, _, _)) => Ok(decision),
+            Err(err) => Err(err),
+        }
+    }
+
+    /// Gives back what `lease` (claimed by this task) did not use, and counts what it
+    /// admitted locally.
+    async fn retire(&self, leases: &Leases, key: &str, lease: &Lease) -> Result<(), BackendError> {
+        let held = lease
+            .held
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        // Relaxed: see `Lease::take`; after the swap no request takes a permit of it.
+        let unused = lease.left.swap(0, Ordering::Relaxed);
+        leases
+            .local
+            .fetch_add(lease.local(unused), Ordering::Relaxed);
+        match held {
+            Some(held) if unused > 0 => self.give_back(leases, key, held, unused).await,
+            _ => Ok(()),
+        }
+    }
+
+    /// Gives `permits` of the lease `held` back to Redis, once.
+    async fn give_back(
+        &self,
+        leases: &Leases,
+        key: &str,
+        held: Held,
+        permits: u64,
+    ) -> Result<(), BackendError> {
+        let inner = &*self.inner;
+        let now_micros = self.test_micros()?;
+        if !inner.breaker.should_try() {
+            return Err(BackendError::Unavailable);
+        }
+        let reply = leases
+            .returner
+            .send(
+                key,
+                held,
+                permits,
+                now_micros,
+                &inner.counters.script_reloads,
+            )
+            .await;
+        if let Some(cache) = &inner.cache {
+            // As for a settle's refund (see `RedisLimiter::settle`).
+            cache.forget(key);
+        }
+        match reply {
+            Ok(applied) => {
+                self.recovered();
+                if applied {
+                    leases.returned.fetch_add(permits, Ordering::Relaxed);
+                }
+                Ok(())
+            }
+            Err(err) => Err(self.settle_failed(err)),
+        }
+    }
+
+    /// Gives back every lease whose time is up or whose key went quiet (untouched since the
+    /// last sweep). Run by the sweeper.
+    pub(super) async fn sweep(&self, leases: &Leases) {
+        let now = self.inner.clock.now();
+        let mut due = Vec::new();
+        leases.map.iter_sync(|key, lease| {
+            // Relaxed: see `Lease::take`; a stale reading delays a lease by one sweep.
+            let left = lease.left.load(Ordering::Relaxed);
+            let quiet = lease.seen.swap(left, Ordering::Relaxed) == left;
+            if quiet || now >= lease.expires {
+                due.push((key.clone(), Arc::clone(lease), quiet));
+            }
+            true
+        });
+        for (key, lease, quiet) in due {
+            // A placeholder holds nothing: it goes once its key is quiet.
+            if (lease.granted == 0 && !quiet) || !lease.claim() {
+                continue;
+            }
+            let size = leases.next_size(&lease, now);
+            let _ = self.retire(leases, &key, &lease).await;
+            if quiet {
+                leases.remove(&key, &lease);
+            } else {
+                // Expired while in use: the next request takes a lease of the size this one
+                // calls for.
+                leases.replace(&key, &lease, Arc::new(Lease::placeholder(size, now, false)));
+            }
+            lease.done.notify_waiters();
+        }
+    }
+
+    /// Gives back every lease this limiter holds, and takes no more: from now on every
+    /// request is decided by Redis. For a graceful shutdown: a limiter dropped with leases
+    /// gives them back from a task of its own when a tokio runtime is running, and otherwise
+    /// not at all.
+    ///
+    /// Does nothing for a limiter without leases, or when called again.
+    ///
+    /// # Errors
+    ///
+    /// The first error met giving a lease back ([`BackendError::Timeout`],
+    /// [`BackendError::Redis`] or [`BackendError::Unavailable`]); every other lease is still
+    /// given back. The permits of a lease that could not be given back stay spent in Redis,
+    /// as if admitted.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), tollgate::redis::BackendError> {
+    /// let limiter = tollgate::redis::RedisLimiter::builder("10000/min".parse().unwrap())
+    ///     .lease(100)
+    ///     .connect("redis://127.0.0.1:6379")
+    ///     .await?;
+    /// limiter.try_acquire("tenant-7").await?;
+    /// limiter.close().await?; // before the process exits
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn close(&self) -> Result<(), BackendError> {
+        let Some(leases) = &self.inner.leases else {
+            return Ok(());
+        };
+        leases.closed.store(true, Ordering::SeqCst);
+        leases.stop_sweeper();
+        let mut first_error = None;
+        // A lease being replaced is waited for (its refill gives the new one back, seeing the
+        // limiter closed); a few rounds cover any request already past the closed flag.
+        for _ in 0..4 {
+            let all = leases.all();
+            if all.is_empty() {
+                break;
+            }
+            for (key, lease) in all {
+                if lease.claim() {
+                    if let Err(err) = self.retire(leases, &key, &lease).await {
+                        first_error.get_or_insert(err);
+                    }
+                    leases.remove(&key, &lease);
+                    lease.done.notify_waiters();
+                } else {
+                    let mut done = pin!(lease.done.notified());
+                    done.as_mut().enable();
+                    if leases.is_current(&key, &lease) {
+                        let _ = tokio::time::timeout(self.inner.timeout, done).await;
+                    }
+                }
+            }
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+}
+
+/// Runs the sweep of the limiter behind `inner` every `period` until it is dropped.
+pub(crate) async fn sweeper(inner: Weak<Inner>, period: Duration) {
+    let mut interval = tokio::time::interval(period);
+    interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    interval.tick().await;
+    loop {
+        interval.tick().await;
+        let Some(inner) = inner.upgrade() else {
+            return;
+        };
+        let limiter = RedisLimiter { inner };
+        if let Some(leases) = &limiter.inner.leases {
+            limiter.sweep(leases).await;
+        }
+    }
+}
