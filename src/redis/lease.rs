@@ -15,10 +15,12 @@
 //! A lease that is spent or expired is replaced by exactly one task: the one that sets its
 //! `busy` flag. That task first gives back what the old lease did not use (the count is
 //! swapped to zero, so no request takes a permit after it is counted as unused), then asks
-//! Redis for the next lease, installs it, and wakes the requests that waited for it. Those
-//! that waited longer than the limiter's timeout, or found the new lease spent too, ask
-//! Redis for themselves. The sweeper (every quarter of the hold time, at most every second)
-//! and [`RedisLimiter::close`] claim a lease the same way before giving it back.
+//! Redis for the next lease, installs it, and wakes the requests that waited for it: they
+//! read the new lease (and wait again if it is spent already), or, when Redis refused the
+//! lease, get that refusal, which Redis would have given them too. A request that waited for
+//! longer than the limiter's timeout asks Redis itself. The sweeper (every quarter of the hold
+//! time, at most every second) and [`RedisLimiter::close`] claim a lease the same way before
+//! giving it back.
 //!
 //! # Given back once, and only to the state that counts it
 //!
@@ -41,7 +43,7 @@
 
 use std::pin::pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError, Weak};
 use std::time::Duration;
 
 use scc::hash_index::Entry;
@@ -97,6 +99,8 @@ pub(crate) struct Lease {
     held: Mutex<Option<Held>>,
     /// Wakes the requests that wait while the lease is replaced.
     done: Notify,
+    /// The refusal of the request that tried to replace the lease, for those that waited.
+    refused: OnceLock<Decision>,
 }
 
 impl Lease {
@@ -115,6 +119,7 @@ impl Lease {
             seen: AtomicU64::new(u64::MAX),
             held: Mutex::new(None),
             done: Notify::new(),
+            refused: OnceLock::new(),
         }
     }
 
@@ -496,8 +501,10 @@ impl RedisLimiter {
         n: u64,
     ) -> Result<Decision, BackendError> {
         let inner = &*self.inner;
-        // Two rounds of waiting for another task's refill at most; then Redis decides.
-        for _ in 0..3 {
+        // Set when the lease is first found spent: waiting for other tasks' refills ends
+        // there, and Redis decides the request itself.
+        let mut deadline = None;
+        loop {
             let now = inner.clock.now();
             let lease = match leases.find(key, n, now) {
                 Found::Admitted(decision) => return Ok(decision),
@@ -524,10 +531,22 @@ impl RedisLimiter {
                 return self.refill(leases, key, lease, now).await;
             }
             // Another task is replacing the lease: wait for it, then read again.
+            let deadline =
+                *deadline.get_or_insert_with(|| tokio::time::Instant::now() + inner.timeout);
             let mut done = pin!(lease.done.notified());
             done.as_mut().enable();
             if leases.is_current(key, &lease) {
-                let _ = tokio::time::timeout(inner.timeout, done).await;
+                if tokio::time::timeout_at(deadline, done).await.is_err() {
+                    break;
+                }
+                if let Some(refusal) = lease.refused.get() {
+                    // Refused as this request would have been, at the same time.
+                    return Ok(*refusal);
+                }
+            } else if tokio::time::Instant::now() >= deadline {
+                break;
+            } else {
+                tokio::task::yield_now().await;
             }
         }
         let (decision, marks, _) = self.decide(key, Ask::Acquire(n)).await?;
@@ -577,6 +596,7 @@ impl RedisLimiter {
                         serial,
                     })),
                     done: Notify::new(),
+                    refused: OnceLock::new(),
                 })
             }
             // Refused, decided by the failure policy, or failed: no lease; the next request
@@ -594,6 +614,11 @@ impl RedisLimiter {
             // left as it is).
             next.busy.store(true, Ordering::Relaxed);
             let _ = self.retire(leases, key, &next).await;
+        }
+        if let Ok((decision, _, _)) = &outcome {
+            if !decision.is_allowed() {
+                let _ = old.refused.set(*decision);
+            }
         }
         old.done.notify_waiters();
         match outcome {
