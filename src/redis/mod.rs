@@ -8,8 +8,8 @@
 //!
 //! | type | role |
 //! |---|---|
-//! | [`RedisLimiter`] | `try_acquire`, `try_acquire_n`, `peek`, `reserve_n`/`settle`/`cancel` against Redis; cheap to clone |
-//! | [`RedisLimiterBuilder`] | prefix, timeout, failure policy, deny cache, probe interval |
+//! | [`RedisLimiter`] | `try_acquire`, `try_acquire_n`, `peek`, `reserve_n`/`settle`/`cancel` against Redis, `close`; cheap to clone |
+//! | [`RedisLimiterBuilder`] | prefix, timeout, failure policy, deny cache, probe interval, leases for hot keys |
 //! | [`FailurePolicy`] | what decides while Redis is slow or down: error, open, closed, local limiter |
 //! | [`BackendStats`] | decisions by source, switches, timeouts, script reloads |
 //! | [`BackendError`] | why a decision could not be made |
@@ -96,6 +96,10 @@ use self::script::{Ask, Bands};
 /// | [`settle`](RedisLimiter::settle), [`cancel`](RedisLimiter::cancel) | one `EVALSHA` (none when the reservation was refused, made by the failure policy, or is settled at what it holds) |
 /// | [`reset`](RedisLimiter::reset) | one `DEL` |
 ///
+/// With [leases](RedisLimiterBuilder::lease), `try_acquire` (and `try_acquire_n` and `peek`
+/// when the lease holds enough) answer from a lease without a round trip; taking a lease and
+/// giving one back are one `EVALSHA` each.
+///
 /// # Examples
 ///
 /// ```no_run
@@ -175,6 +179,7 @@ const NOT_IN_REDIS: Marks = [u64::MAX; Policy::MAX_BANDS];
 /// | [`failure_policy`](RedisLimiterBuilder::failure_policy) | [`FailurePolicy::Error`] |
 /// | [`probe_interval`](RedisLimiterBuilder::probe_interval) | 1 s |
 /// | [`deny_cache`](RedisLimiterBuilder::deny_cache) | on, up to 100,000 keys |
+/// | [`lease`](RedisLimiterBuilder::lease) | off |
 ///
 /// # Examples
 ///
@@ -328,7 +333,9 @@ impl RedisLimiterBuilder {
     ///   time, at most 1 s), what it did not use is given back to Redis, once.
     /// * **The promise**: never more admitted across all servers than the policy allows
     ///   (every permit a lease admits was counted in Redis when the lease was taken); at most
-    ///   the unused permits of the leases held fewer, `servers x max_permits` per key.
+    ///   the unused permits of the leases held fewer, `servers x max_permits` per key (with
+    ///   the exceptions `docs/REDIS.md` lists: leases that could not be given back, and what
+    ///   a token bucket refilled into a lease while it was held).
     /// * **Decisions** from a lease are admissions with `remaining` what Redis reported when
     ///   the lease was taken plus what the lease has left (what Redis would have reported had
     ///   the lease's requests gone to it one by one then), and `reset_after` Redis's, counted
