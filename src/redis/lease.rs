@@ -42,7 +42,7 @@
 //! back).
 
 use std::pin::pin;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError, Weak};
 use std::time::Duration;
 
@@ -63,6 +63,10 @@ pub(crate) const HOLD_FRACTION: u64 = 10;
 
 /// The first lease of a key: one permit, which the request taking it uses.
 const FIRST_SIZE: u64 = 1;
+
+/// The most keys with a lease (or the size of their next one) at once: beyond, a new key's
+/// requests are decided by Redis without a lease until the sweeper makes room.
+pub(crate) const MAX_KEYS: usize = 100_000;
 
 /// A lease as Redis granted it, to be given back: its marks and serial number.
 #[derive(Clone, Copy, Debug)]
@@ -163,6 +167,43 @@ impl Lease {
     }
 }
 
+/// A lease claimed by this task (its `busy` flag set): if the task is cancelled before it
+/// has replaced or given back the lease, the lease leaves the map (the key's next request
+/// starts afresh) and the requests waiting for it wake, so that a key is never left with a
+/// lease nobody may replace. Permits the task had in hand are then lost, counted spent.
+struct Claim<'a> {
+    leases: &'a Leases,
+    key: &'a str,
+    lease: &'a Arc<Lease>,
+    finished: bool,
+}
+
+impl<'a> Claim<'a> {
+    fn new(leases: &'a Leases, key: &'a str, lease: &'a Arc<Lease>) -> Self {
+        Claim {
+            leases,
+            key,
+            lease,
+            finished: false,
+        }
+    }
+
+    /// The lease was replaced or given back: wake the requests waiting for it.
+    fn finish(mut self) {
+        self.finished = true;
+        self.lease.done.notify_waiters();
+    }
+}
+
+impl Drop for Claim<'_> {
+    fn drop(&mut self) {
+        if !self.finished {
+            self.leases.remove(self.key, self.lease);
+            self.lease.done.notify_waiters();
+        }
+    }
+}
+
 /// What a read of a key's lease found.
 enum Found {
     /// The request was admitted from the lease.
@@ -228,6 +269,8 @@ impl Returner {
 /// The leases of one limiter, by key.
 pub(crate) struct Leases {
     map: HashIndex<String, Arc<Lease>, KeyHasher>,
+    /// Entries in `map` (its own `len` reads the whole table).
+    keys: AtomicUsize,
     /// The largest lease.
     max: u64,
     /// How long a lease may be held, in the limiter's clock's nanoseconds.
@@ -279,6 +322,7 @@ impl Leases {
         };
         Leases {
             map: HashIndex::with_hasher(KeyHasher::default()),
+            keys: AtomicUsize::new(0),
             max,
             hold,
             ttl_ms,
@@ -318,6 +362,11 @@ impl Leases {
         {
             handle.abort();
         }
+    }
+
+    fn is_full(&self) -> bool {
+        // Relaxed: see `insert`.
+        self.keys.load(Ordering::Relaxed) >= MAX_KEYS
     }
 
     fn is_closed(&self) -> bool {
@@ -383,8 +432,27 @@ impl Leases {
 
     /// Removes `lease` if it is still `key`'s lease.
     fn remove(&self, key: &str, lease: &Arc<Lease>) {
-        self.map
-            .remove_if_sync(key, |current| Arc::ptr_eq(current, lease));
+        if self
+            .map
+            .remove_if_sync(key, |current| Arc::ptr_eq(current, lease))
+        {
+            self.keys.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Inserts `lease` for `key`, which has none: `false` when another task inserted one
+    /// first, or when the map is full.
+    fn insert(&self, key: &str, lease: Arc<Lease>) -> bool {
+        if self.is_full() {
+            return false;
+        }
+        let inserted = self.map.insert_sync(key.to_owned(), lease).is_ok();
+        if inserted {
+            // Relaxed: a count that steers; a few entries over the bound at a race are
+            // harmless.
+            self.keys.fetch_add(1, Ordering::Relaxed);
+        }
+        inserted
     }
 
     /// The size of the lease to follow `old` at `now` (see the module's docs).
@@ -413,7 +481,9 @@ impl Leases {
     /// Drops `key`'s lease without giving it back (its state in Redis is being deleted).
     pub(crate) fn forget(&self, key: &str) {
         self.resets.fetch_add(1, Ordering::SeqCst);
-        self.map.remove_sync(key);
+        if self.map.remove_sync(key) {
+            self.keys.fetch_sub(1, Ordering::Relaxed);
+        }
     }
 
     /// The counters, the leases in use included.
@@ -462,6 +532,7 @@ impl Leases {
             }
         }
         self.map.clear_sync();
+        self.keys.store(0, Ordering::Relaxed);
         out
     }
 }
@@ -510,15 +581,11 @@ impl RedisLimiter {
                 Found::Admitted(decision) => return Ok(decision),
                 Found::Stale(lease) => lease,
                 Found::Absent => {
-                    if leases.is_closed() || n > 1 {
+                    if leases.is_closed() || n > 1 || leases.is_full() {
                         break;
                     }
                     let first = Arc::new(Lease::placeholder(FIRST_SIZE, now, true));
-                    if leases
-                        .map
-                        .insert_sync(key.to_owned(), Arc::clone(&first))
-                        .is_ok()
-                    {
+                    if leases.insert(key, Arc::clone(&first)) {
                         return self.refill(leases, key, first, now).await;
                     }
                     continue;
@@ -565,6 +632,7 @@ impl RedisLimiter {
         old: Arc<Lease>,
         now: u64,
     ) -> Result<Decision, BackendError> {
+        let claim = Claim::new(leases, key, &old);
         let size = leases.next_size(&old, now);
         let _ = self.retire(leases, key, &old).await;
         let ticket = leases.resets.load(Ordering::SeqCst);
@@ -609,18 +677,20 @@ impl RedisLimiter {
             && leases.replace(key, &old, Arc::clone(&next));
         if !installed {
             leases.remove(key, &old);
-            // The lease may predate a reset (its permits are gone with the state) or the
-            // limiter is closing: give it back now (a lease the token no longer names is
-            // left as it is).
-            next.busy.store(true, Ordering::Relaxed);
-            let _ = self.retire(leases, key, &next).await;
         }
         if let Ok((decision, _, _)) = &outcome {
             if !decision.is_allowed() {
                 let _ = old.refused.set(*decision);
             }
         }
-        old.done.notify_waiters();
+        claim.finish();
+        if !installed {
+            // The lease may predate a reset (its permits are gone with the state) or the
+            // limiter is closing: give it back now (a lease the token no longer names is
+            // left as it is).
+            next.busy.store(true, Ordering::Relaxed);
+            let _ = self.retire(leases, key, &next).await;
+        }
         match outcome {
             Ok((_, _, granted)) if granted > 0 => Ok(next.admitted(granted - 1, now)),
             Ok((decision, _, _)) => Ok(decision),
@@ -705,6 +775,7 @@ impl RedisLimiter {
             if (lease.granted == 0 && !quiet) || !lease.claim() {
                 continue;
             }
+            let claim = Claim::new(leases, &key, &lease);
             let size = leases.next_size(&lease, now);
             let _ = self.retire(leases, &key, &lease).await;
             if quiet {
@@ -714,7 +785,7 @@ impl RedisLimiter {
                 // calls for.
                 leases.replace(&key, &lease, Arc::new(Lease::placeholder(size, now, false)));
             }
-            lease.done.notify_waiters();
+            claim.finish();
         }
     }
 
@@ -749,8 +820,8 @@ impl RedisLimiter {
         let Some(leases) = &self.inner.leases else {
             return Ok(());
         };
+        // The sweeper sees the flag and ends; a sweep under way finishes what it claimed.
         leases.closed.store(true, Ordering::SeqCst);
-        leases.stop_sweeper();
         let mut first_error = None;
         // A lease being replaced is waited for (its refill gives the new one back, seeing the
         // limiter closed); a few rounds cover any request already past the closed flag.
@@ -761,11 +832,12 @@ impl RedisLimiter {
             }
             for (key, lease) in all {
                 if lease.claim() {
+                    let claim = Claim::new(leases, &key, &lease);
                     if let Err(err) = self.retire(leases, &key, &lease).await {
                         first_error.get_or_insert(err);
                     }
                     leases.remove(&key, &lease);
-                    lease.done.notify_waiters();
+                    claim.finish();
                 } else {
                     let mut done = pin!(lease.done.notified());
                     done.as_mut().enable();
@@ -790,8 +862,12 @@ pub(crate) async fn sweeper(inner: Weak<Inner>, period: Duration) {
             return;
         };
         let limiter = RedisLimiter { inner };
-        if let Some(leases) = &limiter.inner.leases {
-            limiter.sweep(leases).await;
+        let Some(leases) = &limiter.inner.leases else {
+            return;
+        };
+        if leases.is_closed() {
+            return;
         }
+        limiter.sweep(leases).await;
     }
 }

@@ -350,6 +350,8 @@ impl RedisLimiterBuilder {
     /// * [`close`](RedisLimiter::close) gives every lease back (for a graceful shutdown); a
     ///   limiter dropped with leases gives them back from a task when a tokio runtime is
     ///   running.
+    /// * At most 100,000 keys have a lease at once; beyond, new keys go to Redis without one
+    ///   until quiet keys leave.
     ///
     /// See `docs/REDIS.md`, "Leases for hot keys".
     ///

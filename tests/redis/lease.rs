@@ -645,3 +645,29 @@ async fn the_hold_time_is_a_tenth_of_the_shortest_window() {
     let _ = leasing.try_acquire("k").await.unwrap();
     assert!(leasing.stats().redis_decisions > before);
 }
+
+/// A request dropped while it replaces its key's lease (its caller gave up waiting) does not
+/// leave the key stuck: the next requests take leases again at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_cancelled_mid_refill_leaves_nothing_stuck() {
+    let server = RedisServer::start();
+    let leasing = RedisLimiter::builder("100000/1h".parse().unwrap())
+        .prefix("cancel")
+        .timeout(Duration::from_secs(5))
+        .lease(8)
+        .connect(&server.url())
+        .await
+        .unwrap();
+    server.pause();
+    let gave_up = tokio::time::timeout(Duration::from_millis(100), leasing.try_acquire("k")).await;
+    assert!(gave_up.is_err(), "Redis is paused: {gave_up:?}");
+    server.resume();
+    let start = Instant::now();
+    for _ in 0..40 {
+        assert!(leasing.try_acquire("k").await.unwrap().is_allowed());
+    }
+    let took = start.elapsed();
+    assert!(took < Duration::from_secs(2), "took {took:?}");
+    let stats = leasing.stats();
+    assert!(stats.local_permits > 20, "{stats:?}");
+}
