@@ -17,7 +17,7 @@ impl RedisLimiter {
     /// is known. A refused reservation holds nothing.
     ///
     /// While the failure policy decides, the reservation gets its decision (an
-    /// [`Open`](FailurePolicy::Open) or [`Local`](FailurePolicy::Local) admission holds its
+    /// [`Open`](crate::redis::FailurePolicy::Open) or [`Local`](crate::redis::FailurePolicy::Local) admission holds its
     /// permits), but nothing of it is in Redis: settling or cancelling it returns `Ok(())`
     /// and changes nothing anywhere (a `Local` limiter keeps the permits spent).
     ///
