@@ -10,7 +10,9 @@
 //! Each key has at most one [`Lease`] on this limiter, in a [`HashIndex`] whose reads take no
 //! lock. A request reads the key's lease and takes a permit by decrementing its count of
 //! permits left (a compare-and-swap that never goes below zero): each permit is taken once.
-//! Everything else about a lease is fixed when it is made.
+//! The rest of a lease is fixed when it is made, but for the `remaining` it reports (which
+//! only goes down, to what Redis reported since for requests that did not use the lease) and
+//! the flags of the task that replaces it. At most [`MAX_KEYS`] keys are in the map.
 //!
 //! A lease that is spent or expired is replaced by exactly one task: the one that sets its
 //! `busy` flag. That task first gives back what the old lease did not use (the count is
@@ -20,7 +22,8 @@
 //! lease, get that refusal, which Redis would have given them too. A request that waited for
 //! longer than the limiter's timeout asks Redis itself. The sweeper (every quarter of the hold
 //! time, at most every second) and [`RedisLimiter::close`] claim a lease the same way before
-//! giving it back.
+//! giving it back. A claim whose task is cancelled before it finishes removes the lease and
+//! wakes the waiters ([`Claim`]), so no key is left with a lease nobody may replace.
 //!
 //! # Given back once, and only to the state that counts it
 //!
@@ -438,10 +441,20 @@ impl Leases {
         size.clamp(1, self.max)
     }
 
-    /// Drops `key`'s lease without giving it back (its state in Redis is being deleted).
+    /// Drops `key`'s lease without giving it back (its state in Redis is being deleted): it
+    /// admits nothing more, even to a request that read it just before.
     pub(crate) fn forget(&self, key: &str) {
         self.resets.fetch_add(1, Ordering::SeqCst);
-        if self.map.remove_sync(key) {
+        let removed = self.map.remove_if_sync(key, |lease| {
+            // Relaxed: see `Lease::take`.
+            let unused = lease.left.swap(0, Ordering::Relaxed);
+            // A claimed lease is counted by the task that claimed it (see `counts`).
+            if !lease.busy.load(Ordering::Relaxed) {
+                self.local.fetch_add(lease.local(unused), Ordering::Relaxed);
+            }
+            true
+        });
+        if removed {
             self.keys.fetch_sub(1, Ordering::Relaxed);
         }
     }

@@ -56,9 +56,7 @@ impl Returner {
             Err(_) => Err(BackendError::Timeout(self.timeout)),
         }
     }
-}
 
-impl Returner {
     /// Gives back each of `leases` in turn (a dropped limiter's, from a task of its own).
     pub(crate) async fn give_back_all(
         self: Arc<Self>,
