@@ -104,6 +104,16 @@ pub struct BackendStats {
     /// Times the script was sent again because Redis did not know its SHA (`NOSCRIPT`: after
     /// a restart, a failover or `SCRIPT FLUSH`).
     pub script_reloads: u64,
+    /// Permits taken from Redis in leases
+    /// ([`RedisLimiterBuilder::lease`](super::RedisLimiterBuilder::lease)); the first
+    /// permit of each went to the request that took the lease, counted in
+    /// `redis_decisions`.
+    pub leased_permits: u64,
+    /// Permits of leases admitted locally, without a round trip (each request of cost 1 one
+    /// decision).
+    pub local_permits: u64,
+    /// Permits of leases given back to Redis unused.
+    pub returned_permits: u64,
 }
 
 /// The live counters behind [`BackendStats`].
@@ -138,6 +148,9 @@ impl Counters {
             timeouts: get(&self.timeouts),
             unavailable: get(&self.unavailable),
             script_reloads: get(&self.script_reloads),
+            leased_permits: 0,
+            local_permits: 0,
+            returned_permits: 0,
         }
     }
 }

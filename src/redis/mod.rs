@@ -8,8 +8,8 @@
 //!
 //! | type | role |
 //! |---|---|
-//! | [`RedisLimiter`] | `try_acquire`, `try_acquire_n`, `peek`, `reserve_n`/`settle`/`cancel` against Redis; cheap to clone |
-//! | [`RedisLimiterBuilder`] | prefix, timeout, failure policy, deny cache, probe interval |
+//! | [`RedisLimiter`] | `try_acquire`, `try_acquire_n`, `peek`, `reserve_n`/`settle`/`cancel` against Redis, `close`; cheap to clone |
+//! | [`RedisLimiterBuilder`] | prefix, timeout, failure policy, deny cache, probe interval, leases for hot keys |
 //! | [`FailurePolicy`] | what decides while Redis is slow or down: error, open, closed, local limiter |
 //! | [`BackendStats`] | decisions by source, switches, timeouts, script reloads |
 //! | [`BackendError`] | why a decision could not be made |
@@ -52,33 +52,34 @@
 //! slot and decides them in one script call. Every key expires when its state is at rest
 //! again (its `reset_after`), so idle keys vanish by themselves.
 
+mod builder;
 mod cache;
 mod conn;
 mod error;
 mod failure;
+mod lease;
+mod reserve;
 mod script;
 
 use std::fmt;
-use std::hash::BuildHasher;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ::redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use ::redis::cluster::ClusterClientBuilder;
-
-use crate::clock::{Clock, SystemClock};
+use crate::clock::Clock;
 use crate::decision::Decision;
 use crate::error::CostError;
 use crate::hasher::KeyHasher;
 use crate::policy::Policy;
-use crate::reservation::{next_limiter_id, Marks, Origin, Reservation};
+use crate::reservation::Marks;
 
+pub use self::builder::RedisLimiterBuilder;
 use self::cache::DenyCache;
 use self::conn::Conn;
 pub use self::error::BackendError;
 use self::failure::{bump, Breaker, Counters};
 pub use self::failure::{BackendStats, FailurePolicy};
+use self::lease::Leases;
 use self::script::{Ask, Bands};
 
 /// A rate limiter whose per-key state lives in Redis or a Redis Cluster: every server that
@@ -93,6 +94,10 @@ use self::script::{Ask, Bands};
 /// | [`reserve_n`](RedisLimiter::reserve_n) | as `try_acquire_n` |
 /// | [`settle`](RedisLimiter::settle), [`cancel`](RedisLimiter::cancel) | one `EVALSHA` (none when the reservation was refused, made by the failure policy, or is settled at what it holds) |
 /// | [`reset`](RedisLimiter::reset) | one `DEL` |
+///
+/// With [leases](RedisLimiterBuilder::lease), `try_acquire` (and `try_acquire_n` and `peek`
+/// when the lease holds enough) answer from a lease without a round trip; taking a lease and
+/// giving one back are one `EVALSHA` each.
 ///
 /// # Examples
 ///
@@ -137,318 +142,33 @@ struct Inner {
     /// state is gone; a refund would land on the fresh one). Resets by other limiters are not
     /// seen here (see docs/REDIS.md).
     resets: AtomicU64,
+    /// The leases of hot keys (`None` without [`RedisLimiterBuilder::lease`]).
+    leases: Option<Leases>,
+}
+
+impl Drop for Inner {
+    /// Gives back the leases still held, from a task on the running tokio runtime (there is
+    /// no awaiting here); without a runtime they are not given back, and stay spent in
+    /// Redis as if admitted.
+    fn drop(&mut self) {
+        let Some(leases) = &self.leases else {
+            return;
+        };
+        let held = leases.drain();
+        if held.is_empty() {
+            return;
+        }
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let returner = Arc::clone(&leases.returner);
+            let clock = self.test_clock.clone();
+            runtime.spawn(returner.give_back_all(held, clock));
+        }
+    }
 }
 
 /// The marks of a reservation that Redis did not make (the failure policy admitted it):
 /// settling it changes nothing. No script mark comes near: they are below 2^53.
 const NOT_IN_REDIS: Marks = [u64::MAX; Policy::MAX_BANDS];
-
-/// Builds a [`RedisLimiter`]: start with [`RedisLimiter::builder`], finish with
-/// [`connect`](RedisLimiterBuilder::connect) or
-/// [`connect_cluster`](RedisLimiterBuilder::connect_cluster).
-///
-/// | setting | default |
-/// |---|---|
-/// | [`prefix`](RedisLimiterBuilder::prefix) | `"tollgate"` |
-/// | [`timeout`](RedisLimiterBuilder::timeout) | 100 ms per call |
-/// | [`connect_timeout`](RedisLimiterBuilder::connect_timeout) | 2 s |
-/// | [`failure_policy`](RedisLimiterBuilder::failure_policy) | [`FailurePolicy::Error`] |
-/// | [`probe_interval`](RedisLimiterBuilder::probe_interval) | 1 s |
-/// | [`deny_cache`](RedisLimiterBuilder::deny_cache) | on, up to 100,000 keys |
-///
-/// # Examples
-///
-/// ```no_run
-/// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
-/// use std::time::Duration;
-/// use tollgate::redis::{FailurePolicy, RedisLimiter};
-///
-/// let limiter = RedisLimiter::builder("10/s".parse()?)
-///     .prefix("login")
-///     .timeout(Duration::from_millis(25))
-///     .failure_policy(FailurePolicy::Closed)
-///     .connect("redis://127.0.0.1:6379")
-///     .await?;
-/// # Ok(())
-/// # }
-/// ```
-#[must_use = "a builder does nothing until it connects"]
-pub struct RedisLimiterBuilder {
-    policy: Policy,
-    prefix: String,
-    timeout: Duration,
-    connect_timeout: Duration,
-    probe_interval: Duration,
-    failure: FailurePolicy,
-    deny_cache: usize,
-    /// Set only by `test_clock` (feature `test-util`).
-    test_clock: Option<Arc<dyn Clock>>,
-}
-
-impl RedisLimiterBuilder {
-    /// The prefix of every Redis key this limiter writes (default `"tollgate"`); an empty
-    /// prefix writes keys that start with the `{key}` hash tag. Limiters share state exactly
-    /// when they share the Redis, the prefix and the policy's bands.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// let builder = tollgate::redis::RedisLimiter::builder("5/s".parse()?).prefix("api:v2");
-    /// # Ok::<(), tollgate::PolicyError>(())
-    /// ```
-    pub fn prefix(mut self, prefix: &str) -> Self {
-        prefix.clone_into(&mut self.prefix);
-        self
-    }
-
-    /// The longest a call waits for Redis before the failure policy decides (default 100 ms).
-    /// A call that timed out may still have been decided by Redis (its permits spent); it is
-    /// never sent again.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// let builder = tollgate::redis::RedisLimiter::builder("5/s".parse()?)
-    ///     .timeout(Duration::from_millis(20));
-    /// # Ok::<(), tollgate::PolicyError>(())
-    /// ```
-    pub fn timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = timeout;
-        self
-    }
-
-    /// The longest [`connect`](RedisLimiterBuilder::connect) waits for the first connection
-    /// (default 2 s); later reconnections happen in the background.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// let builder = tollgate::redis::RedisLimiter::builder("5/s".parse()?)
-    ///     .connect_timeout(Duration::from_millis(500));
-    /// # Ok::<(), tollgate::PolicyError>(())
-    /// ```
-    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
-        self.connect_timeout = timeout;
-        self
-    }
-
-    /// What decides while Redis is slow or down (default [`FailurePolicy::Error`]).
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use tollgate::redis::{FailurePolicy, RedisLimiter};
-    /// let builder = RedisLimiter::builder("5/s".parse()?).failure_policy(FailurePolicy::Open);
-    /// # Ok::<(), tollgate::PolicyError>(())
-    /// ```
-    pub fn failure_policy(mut self, failure: FailurePolicy) -> Self {
-        self.failure = failure;
-        self
-    }
-
-    /// While the failure policy decides, how often one call tries Redis again (default 1 s).
-    /// Also the `retry_after` of [`FailurePolicy::Closed`]'s refusals.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// let builder = tollgate::redis::RedisLimiter::builder("5/s".parse()?)
-    ///     .probe_interval(Duration::from_millis(250));
-    /// # Ok::<(), tollgate::PolicyError>(())
-    /// ```
-    pub fn probe_interval(mut self, interval: Duration) -> Self {
-        self.probe_interval = interval;
-        self
-    }
-
-    /// The local deny cache: remember up to `max_keys` keys that Redis refused, and refuse
-    /// them locally, without a round trip, until their retry_after (0 turns the cache off;
-    /// default 100,000).
-    ///
-    /// The cache only ever refuses, and refuses only requests Redis would refuse too: of the
-    /// refused cost (a peek counts as cost 1), before the refused request's retry instant
-    /// (with a margin of 1 µs plus 0.1 % for the difference between the local and Redis
-    /// clocks). Its refusals report the `retry_after` and `reset_after` counted down since
-    /// Redis's refusal, and that refusal's `remaining` (a lower bound) and `limit`. Other servers'
-    /// admissions can only lengthen a refusal, so the cache stays sound across servers.
-    ///
-    /// A refusal leaves the cache when it expires, or when a new one arrives with the cache
-    /// full: the oldest cached refusal then makes room (its key's next request goes to Redis,
-    /// which refuses it as before). Caching a refusal takes the same few steps whatever the
-    /// cache holds. See `docs/REDIS.md`.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// let builder = tollgate::redis::RedisLimiter::builder("5/s".parse()?).deny_cache(0);
-    /// # Ok::<(), tollgate::PolicyError>(())
-    /// ```
-    pub fn deny_cache(mut self, max_keys: usize) -> Self {
-        self.deny_cache = max_keys;
-        self
-    }
-
-    /// **For tests only** (feature `test-util`). Decide at this clock's readings (rounded
-    /// down to microseconds) instead of Redis `TIME`, so that a test can drive time, as with a
-    /// [`FakeClock`](crate::FakeClock) in process. Every limiter that shares keys must then
-    /// share this clock, and keys get no expiry (Redis expires keys on its own clock, which
-    /// an injected time does not follow). Readings must stay below 2^52 µs.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use tollgate::FakeClock;
-    /// let builder = tollgate::redis::RedisLimiter::builder("5/s".parse()?)
-    ///     .test_clock(FakeClock::new());
-    /// # Ok::<(), tollgate::PolicyError>(())
-    /// ```
-    #[cfg(feature = "test-util")]
-    pub fn test_clock(mut self, clock: impl Clock + 'static) -> Self {
-        self.test_clock = Some(Arc::new(clock));
-        self
-    }
-
-    /// Connects to one Redis server at `url` (`redis://host:port/db`, `rediss://` for TLS
-    /// when the `redis` crate is built with it, `redis+unix:///path`), loads the script, and
-    /// builds the limiter. The connection reconnects by itself whenever it drops.
-    ///
-    /// # Errors
-    ///
-    /// [`BackendError::UnsupportedPolicy`] for a policy the scripts cannot decide,
-    /// [`BackendError::InvalidPrefix`] for a prefix with `{` or `}`,
-    /// [`BackendError::Redis`] for a bad URL or a failed connection or script load, and
-    /// [`BackendError::Timeout`] when that takes longer than the connect timeout.
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
-    /// let limiter = tollgate::redis::RedisLimiter::builder("5/s".parse()?)
-    ///     .connect("redis://127.0.0.1:6379")
-    ///     .await?;
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub async fn connect(self, url: &str) -> Result<RedisLimiter, BackendError> {
-        let bands = self.validate()?;
-        let client = ::redis::Client::open(url)?;
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(self.connect_timeout))
-            // Each call is bounded by the limiter's own timeout instead.
-            .set_response_timeout(None)
-            // Reconnect in the background with short waits: 50, 100, 200 ms, then again on
-            // the next call.
-            .set_min_delay(Duration::from_millis(50))
-            .set_max_delay(Duration::from_millis(500))
-            .set_number_of_retries(3);
-        let connecting = ConnectionManager::new_with_config(client, config);
-        let manager = tokio::time::timeout(self.connect_timeout, connecting)
-            .await
-            .map_err(|_| BackendError::Timeout(self.connect_timeout))??;
-        self.finish(Conn::Single(manager), bands).await
-    }
-
-    /// Connects to a Redis Cluster through any of its `nodes` (URLs as for
-    /// [`connect`](RedisLimiterBuilder::connect)), loads the script on every primary, and
-    /// builds the limiter. The cluster client follows slot moves and reconnects by itself;
-    /// it is built without request retries of its own, so that a call is resent only after
-    /// replies proving it did not run, and once after a dropped connection (see
-    /// `docs/REDIS.md`, "Script loading and retries").
-    ///
-    /// # Errors
-    ///
-    /// As for [`connect`](RedisLimiterBuilder::connect).
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
-    /// let limiter = tollgate::redis::RedisLimiter::builder("10/s & 1000/day".parse()?)
-    ///     .connect_cluster(&["redis://10.0.0.1:7000", "redis://10.0.0.2:7000"])
-    ///     .await?;
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub async fn connect_cluster(self, nodes: &[&str]) -> Result<RedisLimiter, BackendError> {
-        let bands = self.validate()?;
-        let client = ClusterClientBuilder::new(nodes.iter().copied())
-            .retries(0)
-            .connection_timeout(self.connect_timeout)
-            .response_timeout(self.timeout.max(Duration::from_secs(1)))
-            .build()?;
-        let connecting = client.get_async_connection();
-        let conn = tokio::time::timeout(self.connect_timeout, connecting)
-            .await
-            .map_err(|_| BackendError::Timeout(self.connect_timeout))??;
-        self.finish(Conn::Cluster(conn), bands).await
-    }
-
-    fn validate(&self) -> Result<Bands, BackendError> {
-        if self.prefix.contains(['{', '}']) {
-            return Err(BackendError::InvalidPrefix {
-                prefix: self.prefix.clone(),
-            });
-        }
-        Bands::new(&self.policy)
-    }
-
-    async fn finish(self, conn: Conn, bands: Bands) -> Result<RedisLimiter, BackendError> {
-        let sha = ::redis::Script::new(script::SOURCE).get_hash().to_owned();
-        // Load the script now (on every primary of a cluster): the first calls then find it,
-        // and a server that cannot run it fails here rather than on a request.
-        let mut load = ::redis::cmd("SCRIPT");
-        load.arg("LOAD").arg(script::SOURCE);
-        let loaded = tokio::time::timeout(self.connect_timeout, conn.query(&load))
-            .await
-            .map_err(|_| BackendError::Timeout(self.connect_timeout))??;
-        match &loaded {
-            ::redis::Value::BulkString(bytes) if bytes.as_slice() == sha.as_bytes() => {}
-            other => return Err(BackendError::Reply(format!("SCRIPT LOAD: {other:?}"))),
-        }
-        let clock: Arc<dyn Clock> = match &self.test_clock {
-            Some(clock) => Arc::clone(clock),
-            None => Arc::new(SystemClock::new()),
-        };
-        let exact = self.test_clock.is_some();
-        Ok(RedisLimiter {
-            inner: Arc::new(Inner {
-                conn,
-                policy: self.policy,
-                bands,
-                sha,
-                prefix: self.prefix,
-                timeout: self.timeout,
-                failure: self.failure,
-                breaker: Breaker::new(self.probe_interval),
-                cache: (self.deny_cache > 0).then(|| DenyCache::new(self.deny_cache, exact)),
-                test_clock: self.test_clock,
-                clock,
-                counters: Counters::default(),
-                id: next_limiter_id(),
-                hasher: KeyHasher::default(),
-                resets: AtomicU64::new(0),
-            }),
-        })
-    }
-}
-
-impl fmt::Debug for RedisLimiterBuilder {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RedisLimiterBuilder")
-            .field("policy", &self.policy)
-            .field("prefix", &self.prefix)
-            .field("timeout", &self.timeout)
-            .field("connect_timeout", &self.connect_timeout)
-            .field("probe_interval", &self.probe_interval)
-            .field("failure_policy", &self.failure)
-            .field("deny_cache", &self.deny_cache)
-            .field("test_clock", &self.test_clock.is_some())
-            .finish()
-    }
-}
 
 impl RedisLimiter {
     /// Connects to one Redis server at `url` with every other setting at its default (see
@@ -513,16 +233,7 @@ impl RedisLimiter {
     /// # }
     /// ```
     pub fn builder(policy: Policy) -> RedisLimiterBuilder {
-        RedisLimiterBuilder {
-            policy,
-            prefix: "tollgate".to_owned(),
-            timeout: Duration::from_millis(100),
-            connect_timeout: Duration::from_secs(2),
-            probe_interval: Duration::from_secs(1),
-            failure: FailurePolicy::Error,
-            deny_cache: 100_000,
-            test_clock: None,
-        }
+        RedisLimiterBuilder::new(policy)
     }
 
     /// Decides a request of cost 1 for `key`: one script call in Redis (or a local refusal
@@ -551,6 +262,9 @@ impl RedisLimiter {
     /// # }
     /// ```
     pub async fn try_acquire(&self, key: &str) -> Result<Decision, BackendError> {
+        if let Some(leases) = &self.inner.leases {
+            return self.acquire_leased(leases, key, 1).await;
+        }
         Ok(self.decide(key, Ask::Acquire(1)).await?.0)
     }
 
@@ -578,6 +292,9 @@ impl RedisLimiter {
     /// ```
     pub async fn try_acquire_n(&self, key: &str, n: u64) -> Result<Decision, BackendError> {
         self.check_cost(n)?;
+        if let Some(leases) = &self.inner.leases {
+            return self.acquire_leased(leases, key, n).await;
+        }
         Ok(self.decide(key, Ask::Acquire(n)).await?.0)
     }
 
@@ -615,207 +332,22 @@ impl RedisLimiter {
     /// # }
     /// ```
     pub async fn peek(&self, key: &str) -> Result<Decision, BackendError> {
+        if let Some(leases) = &self.inner.leases {
+            if let Some(decision) = leases.peek(key, self.inner.clock.now()) {
+                return Ok(decision);
+            }
+        }
         Ok(self.decide(key, Ask::Peek).await?.0)
-    }
-
-    /// Reserves `n` permits for `key` for a request whose real cost is known only later:
-    /// decided and spent exactly as [`try_acquire_n`](RedisLimiter::try_acquire_n) would, in
-    /// one script call, and returned as a [`Reservation`] to
-    /// [`settle`](RedisLimiter::settle) (or [`cancel`](RedisLimiter::cancel)) once the cost
-    /// is known. A refused reservation holds nothing.
-    ///
-    /// While the failure policy decides, the reservation gets its decision (an
-    /// [`Open`](FailurePolicy::Open) or [`Local`](FailurePolicy::Local) admission holds its
-    /// permits), but nothing of it is in Redis: settling or cancelling it returns `Ok(())`
-    /// and changes nothing anywhere (a `Local` limiter keeps the permits spent).
-    ///
-    /// # Errors
-    ///
-    /// As for [`try_acquire_n`](RedisLimiter::try_acquire_n).
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// # async fn run() -> Result<(), tollgate::redis::BackendError> {
-    /// let limiter = tollgate::redis::RedisLimiter::connect(
-    ///     "redis://127.0.0.1:6379",
-    ///     "1000/min".parse().unwrap(),
-    /// )
-    /// .await?;
-    /// let r = limiter.reserve_n("tenant-7", 400).await?; // an estimate
-    /// assert!(r.decision().is_allowed());
-    /// limiter.settle("tenant-7", r, 250).await?; // it really cost 250: 150 come back
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub async fn reserve_n(&self, key: &str, n: u64) -> Result<Reservation, BackendError> {
-        self.check_cost(n)?;
-        // The origin first: its count of resets must not be newer than the state the
-        // reservation is decided on.
-        let origin = self.origin(key);
-        let (decision, marks) = self.decide(key, Ask::Reserve(n)).await?;
-        Ok(Reservation::new(decision, n, marks, origin))
-    }
-
-    /// Settles `r`, a reservation made by [`reserve_n`](RedisLimiter::reserve_n) of this
-    /// limiter for `key`, at the `actual` permits the request used, in one script call: below
-    /// what it holds, the difference is given back; above, the excess is charged on top
-    /// whatever the key has left, a debt its next requests wait out (a token bucket's up to
-    /// twice its burst, a sliding counter's up to twice its permits; a sliding log fills up
-    /// to its permits, as it cannot hold more). Each band gives back only what it still
-    /// counts of the reservation (nothing once those permits have refilled or left its
-    /// window).
-    ///
-    /// A settle that gives permits back drops the key's refusal from this limiter's deny
-    /// cache (other limiters' caches may still refuse the key until their cached
-    /// retry_after). Settling at what the reservation holds, or a reservation made while the
-    /// failure policy decided, sends nothing.
-    ///
-    /// # Errors
-    ///
-    /// [`BackendError::Settle`] for a refused reservation ([`SettleError::Refused`]), one made
-    /// for another key ([`SettleError::OtherKey`]) or by another limiter
-    /// ([`SettleError::OtherLimiter`]): nothing is sent, and its permits stay spent. When
-    /// Redis cannot be reached, [`BackendError::Timeout`], [`BackendError::Redis`] or
-    /// [`BackendError::Unavailable`], whatever the failure policy: the reservation is gone and
-    /// its permits stay spent (after a timeout, Redis may have applied the settle, once).
-    /// [`BackendError::ClockOutOfRange`] for a test clock beyond range.
-    ///
-    /// [`SettleError::Refused`]: crate::SettleError::Refused
-    /// [`SettleError::OtherKey`]: crate::SettleError::OtherKey
-    /// [`SettleError::OtherLimiter`]: crate::SettleError::OtherLimiter
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// # async fn run() -> Result<(), tollgate::redis::BackendError> {
-    /// let limiter = tollgate::redis::RedisLimiter::connect(
-    ///     "redis://127.0.0.1:6379",
-    ///     "100/min".parse().unwrap(),
-    /// )
-    /// .await?;
-    /// let r = limiter.reserve_n("tenant-7", 40).await?;
-    /// assert_eq!(r.decision().remaining(), 60);
-    /// limiter.settle("tenant-7", r, 25).await?; // 15 come back
-    /// assert_eq!(limiter.peek("tenant-7").await?.remaining(), 74);
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub async fn settle(&self, key: &str, r: Reservation, actual: u64) -> Result<(), BackendError> {
-        let inner = &*self.inner;
-        let taken = r.take(self.origin(key))?;
-        let (held, marks) = (taken.held, taken.marks);
-        if marks == NOT_IN_REDIS || !taken.changes(actual) {
-            return Ok(());
-        }
-        let ask = if actual < held {
-            Ask::Refund {
-                permits: held - actual,
-                marks,
-            }
-        } else {
-            Ask::Charge {
-                permits: (actual - held).min(script::MAX_CHARGE),
-                marks,
-            }
-        };
-        let now_micros = match &inner.test_clock {
-            Some(clock) => Some(script::micros(clock.now())?),
-            None => None,
-        };
-        if !inner.breaker.should_try() {
-            return Err(BackendError::Unavailable);
-        }
-        let refund = matches!(ask, Ask::Refund { .. });
-        let keys = inner.bands.keys(&inner.prefix, key);
-        let args = inner.bands.args(now_micros, ask);
-        // A refund is never sent twice: applied twice, it would give back more than was
-        // held. A charge is resent once on a fresh connection, as a decision is: applied
-        // twice it only refuses sooner, and dropped it would forgive a debt.
-        let call = conn::eval(
-            &inner.conn,
-            &inner.sha,
-            script::SOURCE,
-            &keys,
-            &args,
-            &inner.counters.script_reloads,
-            !refund,
-        );
-        let reply = tokio::time::timeout(inner.timeout, call).await;
-        if let Some(cache) = &inner.cache {
-            if refund {
-                // As for a reset: a refusal Redis made before the refund, still on its way,
-                // must not be cached after it (see `DenyCache::forget`).
-                cache.forget(key);
-            } else {
-                // A charge may lengthen a cached refusal, as an admission may.
-                cache.remove(key);
-            }
-        }
-        match reply {
-            Ok(Ok(reply)) => {
-                script::settled(&reply)?;
-                self.recovered();
-                Ok(())
-            }
-            // A settle that fails says nothing the next decision would not find out for
-            // itself: it counts, but does not switch the limiter to its failure policy
-            // (a settle is often the first call after a long request, on a connection
-            // Redis dropped meanwhile).
-            Ok(Err(err)) if conn::is_unavailable(&err) => {
-                bump(&inner.counters.unavailable);
-                Err(BackendError::Redis(err))
-            }
-            Ok(Err(err)) => {
-                self.recovered();
-                Err(BackendError::Redis(err))
-            }
-            Err(_) => {
-                bump(&inner.counters.timeouts);
-                Err(BackendError::Timeout(inner.timeout))
-            }
-        }
-    }
-
-    /// Cancels `r`, a reservation of this limiter for `key`: settles it at 0, giving back
-    /// every permit it holds that the key still counts.
-    ///
-    /// # Errors
-    ///
-    /// As for [`settle`](RedisLimiter::settle).
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// # async fn run() -> Result<(), tollgate::redis::BackendError> {
-    /// let limiter = tollgate::redis::RedisLimiter::connect(
-    ///     "redis://127.0.0.1:6379",
-    ///     "10/s".parse().unwrap(),
-    /// )
-    /// .await?;
-    /// let r = limiter.reserve_n("upload", 4).await?;
-    /// limiter.cancel("upload", r).await?; // the upload never started
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub async fn cancel(&self, key: &str, r: Reservation) -> Result<(), BackendError> {
-        self.settle(key, r, 0).await
-    }
-
-    /// Where a reservation for `key` on this limiter comes from.
-    fn origin(&self, key: &str) -> Origin {
-        Origin {
-            limiter: self.inner.id,
-            key: self.inner.hasher.hash_one(key),
-            // Acquire: pairs with the Release increment in `reset`, read before the
-            // reservation is decided.
-            epoch: self.inner.resets.load(Ordering::Acquire),
-        }
     }
 
     /// Deletes `key`'s state in Redis (all bands) and its refusal in this limiter's deny
     /// cache: the key starts fresh. Returns `true` when there was state to delete. Other
     /// limiters' deny caches may still refuse the key until their cached retry_after.
+    ///
+    /// With [leases](RedisLimiterBuilder::lease), this limiter's lease of the key is dropped
+    /// (its permits went with the state) and its lease token deleted with the state; other
+    /// limiters keep admitting from their leases of the key until those are spent or
+    /// expire.
     ///
     /// # Errors
     ///
@@ -846,16 +378,24 @@ impl RedisLimiter {
             if let Some(cache) = &inner.cache {
                 cache.forget(key);
             }
+            if let Some(leases) = &inner.leases {
+                leases.forget(key);
+            }
         };
         forget();
         let mut del = ::redis::cmd("DEL");
-        del.arg(inner.bands.keys(&inner.prefix, key));
+        match &inner.leases {
+            Some(leases) => del.arg(leases.returner.keys(key)),
+            None => del.arg(inner.bands.keys(&inner.prefix, key)),
+        };
         let reply = tokio::time::timeout(inner.timeout, inner.conn.query(&del)).await;
         forget();
         // Release, once the DEL was sent (it may have run even if no answer came): a
         // reservation made before is stale from now on and gets no refund, which would land
         // on the fresh state.
-        inner.resets.fetch_add(1, Ordering::Release);
+        inner
+            .resets
+            .fetch_add(1, std::sync::atomic::Ordering::Release);
         let reply = reply.map_err(|_| BackendError::Timeout(inner.timeout))??;
         match reply {
             ::redis::Value::Int(deleted) => Ok(deleted > 0),
@@ -917,7 +457,14 @@ impl RedisLimiter {
     /// ```
     #[must_use]
     pub fn stats(&self) -> BackendStats {
-        self.inner.counters.snapshot()
+        let mut stats = self.inner.counters.snapshot();
+        if let Some(leases) = &self.inner.leases {
+            let counts = leases.counts();
+            stats.leased_permits = counts.leased;
+            stats.local_permits = counts.local;
+            stats.returned_permits = counts.returned;
+        }
+        stats
     }
 
     /// `true` while the failure policy decides (a recent call to Redis failed and no probe
@@ -937,9 +484,10 @@ impl RedisLimiter {
         self.inner.breaker.is_failing()
     }
 
-    /// Decides what `ask` asks for `key`: the decision, and for a reservation that Redis
-    /// admitted each band's mark ([`NOT_IN_REDIS`] when the failure policy decided).
-    async fn decide(&self, key: &str, ask: Ask) -> Result<(Decision, Marks), BackendError> {
+    /// Decides what `ask` asks for `key`: the decision, for a reservation or a lease that
+    /// Redis admitted each band's mark ([`NOT_IN_REDIS`] when the failure policy decided),
+    /// and for a lease the permits it took (0 when refused or not decided by Redis).
+    async fn decide(&self, key: &str, ask: Ask) -> Result<(Decision, Marks, u64), BackendError> {
         let inner = &*self.inner;
         // A peek is a request of cost 1 that writes nothing: the deny cache treats it so.
         let cover = ask.cost();
@@ -955,14 +503,17 @@ impl RedisLimiter {
         if let Some(cache) = &inner.cache {
             if let Some(refusal) = cache.check(key, cover, now) {
                 bump(&inner.counters.cached_refusals);
-                return Ok((refusal, NOT_IN_REDIS));
+                return Ok((refusal, NOT_IN_REDIS, 0));
             }
             ticket = cache.ticket(key);
         }
         if !inner.breaker.should_try() {
             return self.fallback(key, ask, BackendError::Unavailable);
         }
-        let keys = inner.bands.keys(&inner.prefix, key);
+        let keys = match &inner.leases {
+            Some(leases) if ask.has_token() => leases.returner.keys(key),
+            _ => inner.bands.keys(&inner.prefix, key),
+        };
         let args = inner.bands.args(now_micros, ask);
         let call = conn::eval(
             &inner.conn,
@@ -974,17 +525,18 @@ impl RedisLimiter {
             true,
         );
         let marks = match ask {
-            Ask::Reserve(_) => inner.bands.count(),
+            Ask::Reserve(_) | Ask::Lease { .. } => inner.bands.count(),
             _ => 0,
         };
+        let counted = matches!(ask, Ask::Lease { .. });
         match tokio::time::timeout(inner.timeout, call).await {
             Ok(Ok(reply)) => {
-                let (decision, marks) = script::decision(&reply, marks)?;
+                let (decision, marks, count) = script::decision(&reply, marks, counted)?;
                 self.recovered();
                 bump(&inner.counters.redis_decisions);
                 if let Some(cache) = &inner.cache {
                     if decision.is_allowed() {
-                        if let Ask::Acquire(_) | Ask::Reserve(_) = ask {
+                        if let Ask::Acquire(_) | Ask::Reserve(_) | Ask::Lease { .. } = ask {
                             // An admission may lengthen a cached refusal of another cost.
                             cache.remove(key);
                         }
@@ -992,7 +544,7 @@ impl RedisLimiter {
                         cache.insert(key, cover, now, ticket, &decision);
                     }
                 }
-                Ok((decision, marks))
+                Ok((decision, marks, count))
             }
             Ok(Err(err)) if conn::is_unavailable(&err) => {
                 bump(&inner.counters.unavailable);
@@ -1028,7 +580,7 @@ impl RedisLimiter {
         key: &str,
         ask: Ask,
         err: BackendError,
-    ) -> Result<(Decision, Marks), BackendError> {
+    ) -> Result<(Decision, Marks, u64), BackendError> {
         self.switch_to_failure(&err);
         self.fallback(key, ask, err)
     }
@@ -1055,7 +607,7 @@ impl RedisLimiter {
         key: &str,
         ask: Ask,
         err: BackendError,
-    ) -> Result<(Decision, Marks), BackendError> {
+    ) -> Result<(Decision, Marks, u64), BackendError> {
         let inner = &*self.inner;
         bump(&inner.counters.failure_decisions);
         // Open and Closed read no band's state: they report the shortest window's permits.
@@ -1070,11 +622,15 @@ impl RedisLimiter {
                 Ask::Acquire(cost) | Ask::Reserve(cost) => local
                     .try_acquire_n(key, cost)
                     .unwrap_or(Decision::deny(0, limit, wait, 0)),
+                // A lease's request alone: no lease while the failure policy decides.
+                Ask::Lease { .. } => local
+                    .try_acquire_n(key, 1)
+                    .unwrap_or(Decision::deny(0, limit, wait, 0)),
                 // Settles never reach the failure policy.
-                Ask::Refund { .. } | Ask::Charge { .. } => return Err(err),
+                Ask::Refund { .. } | Ask::Charge { .. } | Ask::Return { .. } => return Err(err),
             },
         };
-        Ok((decision, NOT_IN_REDIS))
+        Ok((decision, NOT_IN_REDIS, 0))
     }
 }
 
@@ -1087,6 +643,7 @@ impl fmt::Debug for RedisLimiter {
             .field("timeout", &inner.timeout)
             .field("failure_policy", &inner.failure)
             .field("deny_cache", &inner.cache.is_some())
+            .field("leases", &inner.leases.is_some())
             .field("failing", &inner.breaker.is_failing())
             .field("stats", &inner.counters.snapshot())
             .finish_non_exhaustive()

@@ -66,17 +66,55 @@ pub(crate) enum Ask {
         /// The reservation's marks.
         marks: Marks,
     },
+    /// A lease: a reservation of as many permits as every band has, at least 1 (else a
+    /// refusal of cost 1), at most `max`; the reply carries the marks and the count. A lease
+    /// of more than one permit sets the lease token (the extra key) to `serial`.
+    Lease {
+        /// The most permits taken.
+        max: u64,
+        /// The lease's serial number, which the token names.
+        serial: u64,
+        /// The token's expiry in milliseconds (0: none).
+        ttl_ms: u64,
+    },
+    /// As `Refund`, for the lease numbered `serial`: applied only while the lease token
+    /// names it, and then the token is deleted, so a lease is given back once at most.
+    Return {
+        /// The permits given back.
+        permits: u64,
+        /// The lease's marks.
+        marks: Marks,
+        /// The lease's serial number.
+        serial: u64,
+    },
 }
 
 impl Ask {
-    /// The cost decided: a peek is decided as a request of cost 1 that writes nothing; a
-    /// settle decides nothing (its amount).
+    /// The cost whose refusal a refusal of this call stands for (in the deny cache): a peek
+    /// is decided as a request of cost 1 that writes nothing, and a lease is refused only
+    /// when one permit does not fit.
     pub(crate) const fn cost(self) -> u64 {
         match self {
             Ask::Acquire(cost) | Ask::Reserve(cost) => cost,
-            Ask::Peek => 1,
-            Ask::Refund { permits, .. } | Ask::Charge { permits, .. } => permits,
+            Ask::Peek | Ask::Lease { .. } => 1,
+            Ask::Refund { permits, .. }
+            | Ask::Charge { permits, .. }
+            | Ask::Return { permits, .. } => permits,
         }
+    }
+
+    /// The amount sent to the script (ARGV[3]): the cost, a lease's most permits, a settle's
+    /// permits.
+    const fn amount(self) -> u64 {
+        match self {
+            Ask::Lease { max, .. } => max,
+            other => other.cost(),
+        }
+    }
+
+    /// `true` when the call takes the lease token as one key more.
+    pub(crate) const fn has_token(self) -> bool {
+        matches!(self, Ask::Lease { .. } | Ask::Return { .. })
     }
 
     /// The script's name for it (ARGV[2] in lua/decide.lua).
@@ -87,6 +125,8 @@ impl Ask {
             Ask::Reserve(_) => "reserve",
             Ask::Refund { .. } => "refund",
             Ask::Charge { .. } => "charge",
+            Ask::Lease { .. } => "lease",
+            Ask::Return { .. } => "return",
         }
     }
 }
@@ -163,38 +203,25 @@ impl Bands {
     /// scatter a composite's keys. The names are injective: different keys or bands never
     /// share a name.
     pub(crate) fn keys(&self, prefix: &str, key: &str) -> Vec<String> {
-        let mut tag = String::with_capacity(key.len() + 2);
-        tag.push('{');
-        if key.is_empty() {
-            tag.push('%');
-        }
-        for c in key.chars() {
-            match c {
-                '%' => tag.push_str("%25"),
-                '}' => tag.push_str("%7D"),
-                c => tag.push(c),
-            }
-        }
-        tag.push('}');
+        let tag = tag(key);
         self.bands
             .iter()
-            .map(|band| {
-                let mut name =
-                    String::with_capacity(prefix.len() + tag.len() + band.suffix.len() + 2);
-                if !prefix.is_empty() {
-                    name.push_str(prefix);
-                    name.push(':');
-                }
-                name.push_str(&tag);
-                name.push(':');
-                name.push_str(&band.suffix);
-                name
-            })
+            .map(|band| name(prefix, &tag, &band.suffix))
             .collect()
     }
 
+    /// The Redis key of the lease token of the limiter instance `instance` for `key`:
+    /// `<prefix>:{<key>}:lease:<instance>`, in the slot of the key's bands.
+    pub(crate) fn lease_key(prefix: &str, key: &str, instance: &str) -> String {
+        let mut suffix = String::with_capacity(6 + instance.len());
+        suffix.push_str("lease:");
+        suffix.push_str(instance);
+        name(prefix, &tag(key), &suffix)
+    }
+
     /// The script's arguments: `now` (in us, `None` for Redis TIME), what is asked and its
-    /// amount, each band's four, then (to settle) each band's mark.
+    /// amount, each band's four, then (to settle) each band's mark, and a lease's serial
+    /// number (and its token's expiry).
     pub(crate) fn args(&self, now_micros: Option<u64>, ask: Ask) -> Vec<String> {
         let mut args = Vec::with_capacity(3 + 5 * self.bands.len());
         let mut now = String::new();
@@ -204,12 +231,23 @@ impl Bands {
         }
         args.push(now);
         args.push(ask.op().to_owned());
-        args.push(ask.cost().to_string());
+        args.push(ask.amount().to_string());
         for band in &self.bands {
             args.extend(band.args.iter().cloned());
         }
-        if let Ask::Refund { marks, .. } | Ask::Charge { marks, .. } = ask {
-            args.extend(marks[..self.bands.len()].iter().map(u64::to_string));
+        match ask {
+            Ask::Refund { marks, .. } | Ask::Charge { marks, .. } => {
+                args.extend(marks[..self.bands.len()].iter().map(u64::to_string));
+            }
+            Ask::Lease { serial, ttl_ms, .. } => {
+                args.push(serial.to_string());
+                args.push(ttl_ms.to_string());
+            }
+            Ask::Return { marks, serial, .. } => {
+                args.extend(marks[..self.bands.len()].iter().map(u64::to_string));
+                args.push(serial.to_string());
+            }
+            Ask::Acquire(_) | Ask::Peek | Ask::Reserve(_) => {}
         }
         args
     }
@@ -220,9 +258,41 @@ impl Bands {
     }
 }
 
+/// `{<key>}`, escaped (see [`Bands::keys`]).
+fn tag(key: &str) -> String {
+    let mut tag = String::with_capacity(key.len() + 2);
+    tag.push('{');
+    if key.is_empty() {
+        tag.push('%');
+    }
+    for c in key.chars() {
+        match c {
+            '%' => tag.push_str("%25"),
+            '}' => tag.push_str("%7D"),
+            c => tag.push(c),
+        }
+    }
+    tag.push('}');
+    tag
+}
+
+/// `<prefix>:<tag>:<suffix>`, without the prefix and its colon for an empty prefix.
+fn name(prefix: &str, tag: &str, suffix: &str) -> String {
+    let mut name = String::with_capacity(prefix.len() + tag.len() + suffix.len() + 2);
+    if !prefix.is_empty() {
+        name.push_str(prefix);
+        name.push(':');
+    }
+    name.push_str(tag);
+    name.push(':');
+    name.push_str(suffix);
+    name
+}
+
 /// The decision in the script's reply, `[allowed, remaining, limit, retry_after_us,
-/// reset_after_us]`, followed by `marks` marks (one per band for a reservation, else none),
-/// all integers. Unused marks are 0.
+/// reset_after_us]`, followed by `marks` marks (one per band for a reservation or a lease,
+/// else none) and, when `counted` (a lease), the permits taken; all integers. Unused marks
+/// are 0, and so is the count of a call that is not a lease.
 ///
 /// # Errors
 ///
@@ -230,13 +300,14 @@ impl Bands {
 pub(crate) fn decision(
     reply: &::redis::Value,
     marks: usize,
-) -> Result<(Decision, Marks), BackendError> {
+    counted: bool,
+) -> Result<(Decision, Marks, u64), BackendError> {
     let bad = || BackendError::Reply(format!("{reply:?}"));
     let ::redis::Value::Array(items) = reply else {
         return Err(bad());
     };
-    let mut numbers = [0u64; 5 + Policy::MAX_BANDS];
-    if items.len() != 5 + marks || marks > Policy::MAX_BANDS {
+    let mut numbers = [0u64; 6 + Policy::MAX_BANDS];
+    if items.len() != 5 + marks + usize::from(counted) || marks > Policy::MAX_BANDS {
         return Err(bad());
     }
     for (number, item) in numbers.iter_mut().zip(items) {
@@ -247,14 +318,32 @@ pub(crate) fn decision(
     }
     let [allowed, remaining, limit, retry, reset, ..] = numbers;
     let mut out = [0; Policy::MAX_BANDS];
-    out.copy_from_slice(&numbers[5..]);
+    out[..marks].copy_from_slice(&numbers[5..5 + marks]);
+    let count = if counted { numbers[5 + marks] } else { 0 };
     let nanos = |micros: u64| micros.saturating_mul(1_000);
     let decision = match allowed {
         1 => Decision::allow(remaining, limit, nanos(reset)),
         0 => Decision::deny(remaining, limit, nanos(retry), nanos(reset)),
         _ => return Err(bad()),
     };
-    Ok((decision, out))
+    if counted && decision.is_allowed() != (count > 0) {
+        return Err(bad());
+    }
+    Ok((decision, out, count))
+}
+
+/// The script's reply to a lease given back: `true` (`1`) when it was applied, `false`
+/// (`0`) when the lease token no longer named the lease.
+///
+/// # Errors
+///
+/// [`BackendError::Reply`] for any other reply.
+pub(crate) fn returned(reply: &::redis::Value) -> Result<bool, BackendError> {
+    match reply {
+        ::redis::Value::Int(1) => Ok(true),
+        ::redis::Value::Int(0) => Ok(false),
+        other => Err(BackendError::Reply(format!("{other:?}"))),
+    }
 }
 
 /// Checks the script's reply to a settle: `1`.
@@ -338,6 +427,42 @@ mod tests {
             bands.args(None, Ask::Charge { permits: 7, marks })[1..3],
             ["charge", "7"]
         );
+    }
+
+    #[test]
+    fn a_lease_sends_its_serial_and_a_return_its_marks_and_serial() {
+        let bands = Bands::new(&"5/1s & sliding-counter 9/1min".parse().unwrap()).unwrap();
+        let lease = Ask::Lease {
+            max: 64,
+            serial: 7,
+            ttl_ms: 1500,
+        };
+        assert_eq!(lease.cost(), 1, "refused as a request of cost 1");
+        assert_eq!(
+            bands.args(None, lease),
+            [
+                "", "lease", "64", "tb", "5", "1000000", "200000", "sc", "9", "60000000", "0", "7",
+                "1500"
+            ]
+        );
+        let marks = [11, 22, 0, 0];
+        let back = Ask::Return {
+            permits: 3,
+            marks,
+            serial: 7,
+        };
+        assert_eq!(
+            bands.args(Some(4), back)[1..3],
+            ["return", "3"],
+            "as a refund"
+        );
+        assert_eq!(bands.args(Some(4), back)[11..], ["11", "22", "7"]);
+        assert_eq!(
+            Bands::lease_key("rl", "a}b", "00ff"),
+            "rl:{a%7Db}:lease:00ff",
+            "in the slot of the key's bands"
+        );
+        assert_eq!(Bands::lease_key("", "", "1"), "{%}:lease:1");
     }
 
     #[test]

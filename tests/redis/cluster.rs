@@ -1,7 +1,7 @@
 //! The Redis backend on a 3-node Redis Cluster started by the test: composite policies
 //! decided in one script call per key without CROSSSLOT errors, keys spread over every
-//! node, exact limits per key, one global limit across instances, and script reloads after
-//! `SCRIPT FLUSH` on every node.
+//! node, exact limits per key, one global limit across instances, script reloads after
+//! `SCRIPT FLUSH` on every node, and leases.
 //!
 //! Needs `redis-server` and `redis-cli` on PATH (`scripts/install-redis.sh`); without them
 //! the test fails saying so.
@@ -101,6 +101,35 @@ async fn composite_policies_on_a_three_node_cluster() {
     let reloads = limiter.stats().script_reloads - before;
     assert!((1..=3).contains(&reloads), "{reloads} reloads for 3 nodes");
     assert_eq!(limiter.stats().failure_decisions, 0);
+
+    // 5. Leases: the lease token lives in the key's slot, so taking and giving back a lease
+    //    is one call too. Three instances leasing up to 20 admit at most the 600, at least
+    //    600 less the 3 x 20 outstanding, and once they close Redis counts exactly what they
+    //    admitted.
+    let mut leasing = Vec::new();
+    for _ in 0..3 {
+        let urls = cluster.urls();
+        let nodes: Vec<&str> = urls.iter().map(String::as_str).collect();
+        leasing.push(
+            RedisLimiter::builder(policy.parse().unwrap())
+                .prefix("leased")
+                .timeout(Duration::from_secs(10))
+                .lease(20)
+                .connect_cluster(&nodes)
+                .await
+                .unwrap(),
+        );
+    }
+    let admitted = hammer(&leasing, 8, 40).await;
+    assert!((540..=600).contains(&admitted), "{admitted} admitted");
+    assert!(leasing.iter().map(|l| l.stats().local_permits).sum::<u64>() > 0);
+    for limiter in &leasing {
+        limiter.close().await.unwrap();
+    }
+    let view = connect(&cluster, policy, "leased", None).await;
+    let d = view.peek("hot").await.unwrap();
+    let available = d.remaining() + u64::from(d.is_allowed());
+    assert_eq!(available, 600 - admitted, "{d:?}");
 }
 
 /// A slot migrating between nodes (resharding): once the key has moved to the importing

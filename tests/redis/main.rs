@@ -1,6 +1,6 @@
 //! The Redis backend (feature `redis`) against real `redis-server` processes that each test
 //! starts on free loopback ports: one test binary, a module per scenario (`standalone`,
-//! `reserve`, `cluster`, `faults`, `middleware`, `throughput`), the server harness compiled
+//! `reserve`, `lease`, `cluster`, `faults`, `middleware`, `throughput`), the server harness compiled
 //! once.
 //! The harness needs feature `test-util` too (`standalone` and `cluster` drive time with
 //! `test_clock`); `middleware`, the HTTP layer deciding through Redis, needs `tower` as well.
@@ -24,6 +24,7 @@ mod redis_server;
 
 mod cluster;
 mod faults;
+mod lease;
 mod middleware;
 mod reserve;
 mod standalone;

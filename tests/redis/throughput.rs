@@ -1,6 +1,7 @@
 //! Throughput of the Redis backend against a local `redis-server`, side by side in one run:
-//! decisions per second with and without the deny cache under one hammering key, and for
-//! comparison admissions over many keys, a composite policy, and the in-process limiter.
+//! decisions per second with and without the deny cache under one hammering key, admissions
+//! of one hot key with and without leases, and for comparison admissions over many keys, a
+//! composite policy, and the in-process limiter.
 //! The figures in `docs/BENCHMARKS.md` ("Redis backend") come from this run:
 //!
 //! ```text
@@ -59,10 +60,22 @@ where
 }
 
 async fn limiter(server: &RedisServer, policy: &str, prefix: &str, cache: bool) -> RedisLimiter {
+    leasing(server, policy, prefix, cache, 0).await
+}
+
+/// As [`limiter`], with leases of at most `lease` permits (0: none).
+async fn leasing(
+    server: &RedisServer,
+    policy: &str,
+    prefix: &str,
+    cache: bool,
+    lease: u64,
+) -> RedisLimiter {
     RedisLimiter::builder(policy.parse().unwrap())
         .prefix(prefix)
         .timeout(Duration::from_secs(5))
         .deny_cache(if cache { 100_000 } else { 0 })
+        .lease(lease)
         .connect(&server.url())
         .await
         .unwrap()
@@ -114,6 +127,39 @@ async fn redis_throughput() {
             .await,
         );
     }
+
+    // One hot key admitted, not refused: a round trip per admission without leases; with
+    // leases, one per lease of up to 1,000 permits.
+    let admitting = "1000000000/1h";
+    let mut rates = Vec::new();
+    for lease in [0, 1_000] {
+        let hot = leasing(&server, admitting, &format!("lease{lease}"), true, lease).await;
+        let probe = hot.clone();
+        let case = if lease == 0 {
+            "one hot key admitted, token bucket, no lease".to_owned()
+        } else {
+            format!("one hot key admitted, token bucket, **lease({lease})**")
+        };
+        let (rate, share) = measure(64, move |_, _| {
+            let hot = hot.clone();
+            async move { hot.try_acquire("hot").await.unwrap().is_allowed() }
+        })
+        .await;
+        row(&case, 64, (rate, share));
+        let stats = probe.stats();
+        if lease > 0 {
+            println!(
+                "<!-- lease({lease}): {} Redis calls, {} permits leased, {} admitted locally -->",
+                stats.redis_decisions, stats.leased_permits, stats.local_permits
+            );
+        }
+        rates.push(rate);
+        probe.close().await.unwrap();
+    }
+    println!(
+        "<!-- leases: {:.1}x the admissions per second without -->",
+        rates[1] / rates[0]
+    );
 
     // Admissions: every decision writes, over many keys.
     for (case, policy) in [

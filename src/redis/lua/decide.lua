@@ -11,16 +11,27 @@
 --              'peek'     what a request of cost 1 would get (ARGV[3] is 1); nothing written;
 --              'reserve'  as 'acquire', and the reply carries each band's mark;
 --              'refund'   settle a reservation, giving back g = ARGV[3] >= 1 permits;
---              'charge'   settle a reservation, charging e = ARGV[3] >= 1 more permits.
+--              'charge'   settle a reservation, charging e = ARGV[3] >= 1 more permits;
+--              'lease'    reserve k permits, 1 <= k <= m = ARGV[3], as many as every band
+--                         has (a request of cost 1 decides whether there is a lease at all);
+--                         the reply carries each band's mark and k;
+--              'return'   as 'refund', only while the lease's token names the lease.
 -- ARGV[4 + 4(i - 1) ...]  band i: algorithm ('tb', 'sl' or 'sc'), permits N, window W (us),
 --              interval T (us; the token bucket's, rounded up; 0 for the others).
--- ARGV[3 + 4 #KEYS + i]   ('refund' and 'charge' only) band i's mark, from the reservation.
+-- ARGV[3 + 4 B + i]       ('refund', 'charge' and 'return') band i's mark, from the
+--              reservation, for B bands.
+-- 'lease' and 'return' take one key more, after the bands': the lease token of this limiter
+-- for this key, a string naming its latest lease (a serial number). 'lease' then ends with
+-- ARGV[4 + 4 B] (the new lease's serial) and ARGV[5 + 4 B] (the token's expiry in ms, 0 for
+-- none); 'return' with ARGV[4 + 5 B] (the serial of the lease given back).
 --
 -- Reply: { allowed (0 or 1), remaining, limit, retry_after (us), reset_after (us) }, and for
--- 'reserve' one mark per band after them (0 when refused); 1 for 'refund' and 'charge'.
--- Every band is read and decided before anything is written, and only an admission by
--- every band writes: a refusal changes nothing anywhere. A settle applies every band's own
--- rule, unconditionally.
+-- 'reserve' one mark per band after them (0 when refused), for 'lease' the marks and k (0
+-- when refused); 1 for 'refund' and 'charge'; for 'return' 1, or 0 when the token no longer
+-- names the lease (returned already, expired, or Redis lost its data since), which changes
+-- nothing. Every band is read and decided before anything is written, and only an admission
+-- by every band writes: a refusal changes nothing anywhere. A settle applies every band's
+-- own rule, unconditionally.
 
 if redis.replicate_commands then
   -- Redis 3.2 to 4: replicate the writes, not the script (it reads TIME). A no-op from 5 on.
@@ -39,20 +50,26 @@ end
 local op = ARGV[2]
 local amount = tonumber(ARGV[3])
 
-if op == 'refund' or op == 'charge' then
-  local give, take = 0, 0
-  if op == 'refund' then
-    give = amount
-  else
-    take = amount
-  end
-  -- Every band is read before anything is written, so a failed settle changes nothing.
+-- The number of bands: a lease's token key follows theirs.
+local nb = #KEYS
+if op == 'lease' or op == 'return' then
+  nb = nb - 1
+end
+
+-- Band i's algorithm, permits, window and interval.
+local function spec(i)
+  local at = 3 + 4 * (i - 1)
+  return ARGV[at + 1], tonumber(ARGV[at + 2]), tonumber(ARGV[at + 3]), tonumber(ARGV[at + 4])
+end
+
+-- Every band's settle of the reservation whose marks follow the bands' arguments, giving
+-- back `give` or charging `take`: the writes, once every band is read (nil and a message
+-- for an unknown algorithm, with nothing written).
+local function settle_writes(give, take)
   local writes = {}
-  for i = 1, #KEYS do
-    local at = 3 + 4 * (i - 1)
-    local algorithm = ARGV[at + 1]
-    local N, W, T = tonumber(ARGV[at + 2]), tonumber(ARGV[at + 3]), tonumber(ARGV[at + 4])
-    local mark = tonumber(ARGV[3 + 4 * #KEYS + i])
+  for i = 1, nb do
+    local algorithm, N, W, T = spec(i)
+    local mark = tonumber(ARGV[3 + 4 * nb + i])
     local write
     if algorithm == 'tb' then
       write = gcra_settle(KEYS[i], N, T, now, mark, give, take, expire)
@@ -61,11 +78,35 @@ if op == 'refund' or op == 'charge' then
     elseif algorithm == 'sl' then
       write = log_settle(KEYS[i], N, W, now, mark, give, take, expire)
     else
-      return redis.error_reply('tollgate: unknown algorithm ' .. tostring(algorithm))
+      return nil, 'tollgate: unknown algorithm ' .. tostring(algorithm)
     end
     if write then
       writes[#writes + 1] = write
     end
+  end
+  return writes
+end
+
+if op == 'refund' or op == 'charge' or op == 'return' then
+  local give, take = 0, 0
+  if op == 'charge' then
+    take = amount
+  else
+    give = amount
+  end
+  local token = KEYS[nb + 1]
+  if op == 'return' and redis.call('GET', token) ~= ARGV[4 + 5 * nb] then
+    -- Returned already, or the token expired, or Redis lost its data since the lease was
+    -- taken (a restart without persistence): nothing of this lease is counted to give back.
+    return 0
+  end
+  -- Every band is read before anything is written, so a failed settle changes nothing.
+  local writes, err = settle_writes(give, take)
+  if not writes then
+    return redis.error_reply(err)
+  end
+  if op == 'return' then
+    redis.call('DEL', token)
   end
   for i = 1, #writes do
     writes[i]()
@@ -74,31 +115,59 @@ if op == 'refund' or op == 'charge' then
 end
 
 local peek = op == 'peek'
-local reserve = op == 'reserve'
+local lease = op == 'lease'
+local reserve = op == 'reserve' or lease
 if not (peek or reserve or op == 'acquire') then
   return redis.error_reply('tollgate: unknown request ' .. tostring(op))
 end
 local cost = amount
+if lease then
+  cost = 1
+end
 
-local bands = {}
-local all = true
-for i = 1, #KEYS do
-  local at = 3 + 4 * (i - 1)
-  local algorithm = ARGV[at + 1]
-  local N, W, T = tonumber(ARGV[at + 2]), tonumber(ARGV[at + 3]), tonumber(ARGV[at + 4])
-  local band
-  if algorithm == 'tb' then
-    band = gcra_band(KEYS[i], N, T, now, cost)
-  elseif algorithm == 'sc' then
-    band = counter_band(KEYS[i], N, W, now, cost)
-  elseif algorithm == 'sl' then
-    band = log_band(KEYS[i], N, W, now, cost)
-  else
-    return redis.error_reply('tollgate: unknown algorithm ' .. tostring(algorithm))
+-- Every band's decision of a request of `cost` (nil and a message for an unknown
+-- algorithm), and whether all of them admit it.
+local function decide_all(cost)
+  local bands = {}
+  local all = true
+  for i = 1, nb do
+    local algorithm, N, W, T = spec(i)
+    local band
+    if algorithm == 'tb' then
+      band = gcra_band(KEYS[i], N, T, now, cost)
+    elseif algorithm == 'sc' then
+      band = counter_band(KEYS[i], N, W, now, cost)
+    elseif algorithm == 'sl' then
+      band = log_band(KEYS[i], N, W, now, cost)
+    else
+      return nil, 'tollgate: unknown algorithm ' .. tostring(algorithm)
+    end
+    bands[i] = band
+    if not band.ok then
+      all = false
+    end
   end
-  bands[i] = band
-  if not band.ok then
-    all = false
+  return bands, all
+end
+
+local bands, all = decide_all(cost)
+if not bands then
+  return redis.error_reply(all)
+end
+
+if lease and all then
+  -- Every band admits one permit and has `remaining` more: the lease takes as many as the
+  -- tightest band has, up to what was asked, decided again as one request of that cost
+  -- (which every band admits, the state being the same).
+  local k = amount
+  for i = 1, nb do
+    if bands[i].remaining + 1 < k then
+      k = bands[i].remaining + 1
+    end
+  end
+  if k > 1 then
+    cost = k
+    bands, all = decide_all(cost)
   end
 end
 
@@ -131,6 +200,19 @@ if all then
       reply[5 + i] = bands[i].mark
     end
   end
+  if lease then
+    reply[6 + #bands] = cost
+    if cost > 1 then
+      -- The lease holds permits beyond its first request's: its token names it, so that
+      -- they are given back once at most, and only to the state that counts them.
+      local token, serial, ttl = KEYS[nb + 1], ARGV[4 + 4 * nb], tonumber(ARGV[5 + 4 * nb])
+      if expire and ttl > 0 then
+        redis.call('SET', token, serial, 'PX', fmt(ttl))
+      else
+        redis.call('SET', token, serial)
+      end
+    end
+  end
   return reply
 end
 
@@ -148,5 +230,8 @@ if reserve then
   for i = 1, #bands do
     reply[5 + i] = 0
   end
+end
+if lease then
+  reply[6 + #bands] = 0
 end
 return reply

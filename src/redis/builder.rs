@@ -1,0 +1,432 @@
+//! [`RedisLimiterBuilder`]: the settings of a [`RedisLimiter`], and the connection that
+//! builds it.
+
+use std::fmt;
+use std::hash::BuildHasher;
+use std::sync::Arc;
+use std::time::Duration;
+
+use ::redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use ::redis::cluster::ClusterClientBuilder;
+
+use crate::clock::{Clock, SystemClock};
+use crate::hasher::KeyHasher;
+use crate::policy::Policy;
+use crate::reservation::next_limiter_id;
+
+use super::cache::DenyCache;
+use super::conn::Conn;
+use super::failure::{Breaker, Counters};
+use super::lease::{self, Leases};
+use super::script::{self, Bands};
+use super::{BackendError, FailurePolicy, Inner, RedisLimiter};
+
+/// Builds a [`RedisLimiter`]: start with [`RedisLimiter::builder`], finish with
+/// [`connect`](RedisLimiterBuilder::connect) or
+/// [`connect_cluster`](RedisLimiterBuilder::connect_cluster).
+///
+/// | setting | default |
+/// |---|---|
+/// | [`prefix`](RedisLimiterBuilder::prefix) | `"tollgate"` |
+/// | [`timeout`](RedisLimiterBuilder::timeout) | 100 ms per call |
+/// | [`connect_timeout`](RedisLimiterBuilder::connect_timeout) | 2 s |
+/// | [`failure_policy`](RedisLimiterBuilder::failure_policy) | [`FailurePolicy::Error`] |
+/// | [`probe_interval`](RedisLimiterBuilder::probe_interval) | 1 s |
+/// | [`deny_cache`](RedisLimiterBuilder::deny_cache) | on, up to 100,000 keys |
+/// | [`lease`](RedisLimiterBuilder::lease) | off |
+///
+/// # Examples
+///
+/// ```no_run
+/// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+/// use std::time::Duration;
+/// use tollgate::redis::{FailurePolicy, RedisLimiter};
+///
+/// let limiter = RedisLimiter::builder("10/s".parse()?)
+///     .prefix("login")
+///     .timeout(Duration::from_millis(25))
+///     .failure_policy(FailurePolicy::Closed)
+///     .connect("redis://127.0.0.1:6379")
+///     .await?;
+/// # Ok(())
+/// # }
+/// ```
+#[must_use = "a builder does nothing until it connects"]
+pub struct RedisLimiterBuilder {
+    policy: Policy,
+    prefix: String,
+    timeout: Duration,
+    connect_timeout: Duration,
+    probe_interval: Duration,
+    failure: FailurePolicy,
+    deny_cache: usize,
+    /// The largest lease (0: no leases).
+    lease: u64,
+    /// Set only by `test_clock` (feature `test-util`).
+    test_clock: Option<Arc<dyn Clock>>,
+}
+
+impl RedisLimiterBuilder {
+    /// A builder for a limiter enforcing `policy`, with every setting at its default.
+    pub(super) fn new(policy: Policy) -> Self {
+        RedisLimiterBuilder {
+            policy,
+            prefix: "tollgate".to_owned(),
+            timeout: Duration::from_millis(100),
+            connect_timeout: Duration::from_secs(2),
+            probe_interval: Duration::from_secs(1),
+            failure: FailurePolicy::Error,
+            deny_cache: 100_000,
+            lease: 0,
+            test_clock: None,
+        }
+    }
+
+    /// The prefix of every Redis key this limiter writes (default `"tollgate"`); an empty
+    /// prefix writes keys that start with the `{key}` hash tag. Limiters share state exactly
+    /// when they share the Redis, the prefix and the policy's bands.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let builder = tollgate::redis::RedisLimiter::builder("5/s".parse()?).prefix("api:v2");
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    pub fn prefix(mut self, prefix: &str) -> Self {
+        prefix.clone_into(&mut self.prefix);
+        self
+    }
+
+    /// The longest a call waits for Redis before the failure policy decides (default 100 ms).
+    /// A call that timed out may still have been decided by Redis (its permits spent); it is
+    /// never sent again.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let builder = tollgate::redis::RedisLimiter::builder("5/s".parse()?)
+    ///     .timeout(Duration::from_millis(20));
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// The longest [`connect`](RedisLimiterBuilder::connect) waits for the first connection
+    /// (default 2 s); later reconnections happen in the background.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let builder = tollgate::redis::RedisLimiter::builder("5/s".parse()?)
+    ///     .connect_timeout(Duration::from_millis(500));
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// What decides while Redis is slow or down (default [`FailurePolicy::Error`]).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::redis::{FailurePolicy, RedisLimiter};
+    /// let builder = RedisLimiter::builder("5/s".parse()?).failure_policy(FailurePolicy::Open);
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    pub fn failure_policy(mut self, failure: FailurePolicy) -> Self {
+        self.failure = failure;
+        self
+    }
+
+    /// While the failure policy decides, how often one call tries Redis again (default 1 s).
+    /// Also the `retry_after` of [`FailurePolicy::Closed`]'s refusals.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let builder = tollgate::redis::RedisLimiter::builder("5/s".parse()?)
+    ///     .probe_interval(Duration::from_millis(250));
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    pub fn probe_interval(mut self, interval: Duration) -> Self {
+        self.probe_interval = interval;
+        self
+    }
+
+    /// The local deny cache: remember up to `max_keys` keys that Redis refused, and refuse
+    /// them locally, without a round trip, until their retry_after (0 turns the cache off;
+    /// default 100,000).
+    ///
+    /// The cache only ever refuses, and refuses only requests Redis would refuse too: of the
+    /// refused cost (a peek counts as cost 1), before the refused request's retry instant
+    /// (with a margin of 1 µs plus 0.1 % for the difference between the local and Redis
+    /// clocks). Its refusals report the `retry_after` and `reset_after` counted down since
+    /// Redis's refusal, and that refusal's `remaining` (a lower bound) and `limit`. Other servers'
+    /// admissions can only lengthen a refusal, so the cache stays sound across servers.
+    ///
+    /// A refusal leaves the cache when it expires, or when a new one arrives with the cache
+    /// full: the oldest cached refusal then makes room (its key's next request goes to Redis,
+    /// which refuses it as before). Caching a refusal takes the same few steps whatever the
+    /// cache holds. See `docs/REDIS.md`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let builder = tollgate::redis::RedisLimiter::builder("5/s".parse()?).deny_cache(0);
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    pub fn deny_cache(mut self, max_keys: usize) -> Self {
+        self.deny_cache = max_keys;
+        self
+    }
+
+    /// Leases for hot keys: take up to `max_permits` permits of a key from Redis in one
+    /// script call (counted spent there at once), and admit this server's requests for the
+    /// key from them locally, without a round trip, until they are spent or the lease
+    /// expires (0 turns leases off, the default; a value above the smallest band's permits
+    /// counts as that).
+    ///
+    /// * **Size**: a key's first lease is one permit, used by the request that takes it, so
+    ///   a cold key holds nothing. Each next lease doubles, up to `max_permits`, when the
+    ///   previous one was spent within half the hold time, and halves when one expires with
+    ///   most of it unused.
+    /// * **Hold time**: a lease admits nothing after a tenth of the policy's shortest
+    ///   window; then, or once its key has been quiet for a sweep (a quarter of the hold
+    ///   time, at most 1 s), what it did not use is given back to Redis, once.
+    /// * **The promise**: never more admitted across all servers than the policy allows
+    ///   (every permit a lease admits was counted in Redis when the lease was taken); at most
+    ///   the unused permits of the leases held fewer, `servers x max_permits` per key (with
+    ///   the exceptions `docs/REDIS.md` lists: leases that could not be given back, and what
+    ///   a token bucket refilled into a lease while it was held).
+    /// * **Decisions** from a lease are admissions with `remaining` what Redis reported when
+    ///   the lease was taken plus what the lease has left (what Redis would have reported had
+    ///   the lease's requests gone to it one by one then), and `reset_after` Redis's, counted
+    ///   down. Refusals always come from Redis (or the deny cache).
+    /// * [`try_acquire_n`](RedisLimiter::try_acquire_n) of more than 1 takes from the lease
+    ///   when it holds that many, and otherwise goes to Redis, leaving the lease as it is;
+    ///   [`peek`](RedisLimiter::peek) answers from a lease that holds a permit, taking
+    ///   nothing; [`reset`](RedisLimiter::reset) drops the key's lease; `reserve_n`, `settle`
+    ///   and `cancel` never use leases.
+    /// * **While Redis is down** a lease keeps admitting within its own permits until it
+    ///   expires; then the failure policy decides.
+    /// * [`close`](RedisLimiter::close) gives every lease back (for a graceful shutdown); a
+    ///   limiter dropped with leases gives them back from a task when a tokio runtime is
+    ///   running.
+    /// * At most 100,000 keys have a lease at once; beyond, new keys go to Redis without one
+    ///   until quiet keys leave.
+    ///
+    /// See `docs/REDIS.md`, "Leases for hot keys".
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let builder = tollgate::redis::RedisLimiter::builder("10000/min".parse()?).lease(100);
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    pub fn lease(mut self, max_permits: u64) -> Self {
+        self.lease = max_permits;
+        self
+    }
+
+    /// **For tests only** (feature `test-util`). Decide at this clock's readings (rounded
+    /// down to microseconds) instead of Redis `TIME`, so that a test can drive time, as with a
+    /// [`FakeClock`](crate::FakeClock) in process. Every limiter that shares keys must then
+    /// share this clock, and keys get no expiry (Redis expires keys on its own clock, which
+    /// an injected time does not follow). Readings must stay below 2^52 µs.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::FakeClock;
+    /// let builder = tollgate::redis::RedisLimiter::builder("5/s".parse()?)
+    ///     .test_clock(FakeClock::new());
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    #[cfg(feature = "test-util")]
+    pub fn test_clock(mut self, clock: impl Clock + 'static) -> Self {
+        self.test_clock = Some(Arc::new(clock));
+        self
+    }
+
+    /// Connects to one Redis server at `url` (`redis://host:port/db`, `rediss://` for TLS
+    /// when the `redis` crate is built with it, `redis+unix:///path`), loads the script, and
+    /// builds the limiter. The connection reconnects by itself whenever it drops.
+    ///
+    /// # Errors
+    ///
+    /// [`BackendError::UnsupportedPolicy`] for a policy the scripts cannot decide,
+    /// [`BackendError::InvalidPrefix`] for a prefix with `{` or `}`,
+    /// [`BackendError::Redis`] for a bad URL or a failed connection or script load, and
+    /// [`BackendError::Timeout`] when that takes longer than the connect timeout.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+    /// let limiter = tollgate::redis::RedisLimiter::builder("5/s".parse()?)
+    ///     .connect("redis://127.0.0.1:6379")
+    ///     .await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn connect(self, url: &str) -> Result<RedisLimiter, BackendError> {
+        let bands = self.validate()?;
+        let client = ::redis::Client::open(url)?;
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(self.connect_timeout))
+            // Each call is bounded by the limiter's own timeout instead.
+            .set_response_timeout(None)
+            // Reconnect in the background with short waits: 50, 100, 200 ms, then again on
+            // the next call.
+            .set_min_delay(Duration::from_millis(50))
+            .set_max_delay(Duration::from_millis(500))
+            .set_number_of_retries(3);
+        let connecting = ConnectionManager::new_with_config(client, config);
+        let manager = tokio::time::timeout(self.connect_timeout, connecting)
+            .await
+            .map_err(|_| BackendError::Timeout(self.connect_timeout))??;
+        self.finish(Conn::Single(manager), bands).await
+    }
+
+    /// Connects to a Redis Cluster through any of its `nodes` (URLs as for
+    /// [`connect`](RedisLimiterBuilder::connect)), loads the script on every primary, and
+    /// builds the limiter. The cluster client follows slot moves and reconnects by itself;
+    /// it is built without request retries of its own, so that a call is resent only after
+    /// replies proving it did not run, and once after a dropped connection (see
+    /// `docs/REDIS.md`, "Script loading and retries").
+    ///
+    /// # Errors
+    ///
+    /// As for [`connect`](RedisLimiterBuilder::connect).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+    /// let limiter = tollgate::redis::RedisLimiter::builder("10/s & 1000/day".parse()?)
+    ///     .connect_cluster(&["redis://10.0.0.1:7000", "redis://10.0.0.2:7000"])
+    ///     .await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn connect_cluster(self, nodes: &[&str]) -> Result<RedisLimiter, BackendError> {
+        let bands = self.validate()?;
+        let client = ClusterClientBuilder::new(nodes.iter().copied())
+            .retries(0)
+            .connection_timeout(self.connect_timeout)
+            .response_timeout(self.timeout.max(Duration::from_secs(1)))
+            .build()?;
+        let connecting = client.get_async_connection();
+        let conn = tokio::time::timeout(self.connect_timeout, connecting)
+            .await
+            .map_err(|_| BackendError::Timeout(self.connect_timeout))??;
+        self.finish(Conn::Cluster(conn), bands).await
+    }
+
+    fn validate(&self) -> Result<Bands, BackendError> {
+        if self.prefix.contains(['{', '}']) {
+            return Err(BackendError::InvalidPrefix {
+                prefix: self.prefix.clone(),
+            });
+        }
+        Bands::new(&self.policy)
+    }
+
+    async fn finish(self, conn: Conn, bands: Bands) -> Result<RedisLimiter, BackendError> {
+        let sha = ::redis::Script::new(script::SOURCE).get_hash().to_owned();
+        // Load the script now (on every primary of a cluster): the first calls then find it,
+        // and a server that cannot run it fails here rather than on a request.
+        let mut load = ::redis::cmd("SCRIPT");
+        load.arg("LOAD").arg(script::SOURCE);
+        let loaded = tokio::time::timeout(self.connect_timeout, conn.query(&load))
+            .await
+            .map_err(|_| BackendError::Timeout(self.connect_timeout))??;
+        match &loaded {
+            ::redis::Value::BulkString(bytes) if bytes.as_slice() == sha.as_bytes() => {}
+            other => return Err(BackendError::Reply(format!("SCRIPT LOAD: {other:?}"))),
+        }
+        let clock: Arc<dyn Clock> = match &self.test_clock {
+            Some(clock) => Arc::clone(clock),
+            None => Arc::new(SystemClock::new()),
+        };
+        let exact = self.test_clock.is_some();
+        let max_lease = self.lease.min(self.policy.max_cost());
+        let leases = (max_lease > 0).then(|| {
+            let shortest = self
+                .policy
+                .bands()
+                .map(|band| band.window_nanos())
+                .min()
+                .unwrap_or(1);
+            // The instance's name in its lease tokens: random, so that servers never share
+            // one (a serial number alone restarts with the process).
+            let instance = format!(
+                "{:016x}",
+                KeyHasher::default().hash_one((
+                    std::process::id(),
+                    std::time::SystemTime::now(),
+                    next_limiter_id(),
+                ))
+            );
+            Leases::new(
+                max_lease,
+                (shortest / lease::HOLD_FRACTION).max(1),
+                exact,
+                conn.clone(),
+                sha.clone(),
+                bands.clone(),
+                self.prefix.clone(),
+                instance,
+                self.timeout,
+            )
+        });
+        let limiter = RedisLimiter {
+            inner: Arc::new(Inner {
+                conn,
+                policy: self.policy,
+                bands,
+                sha,
+                prefix: self.prefix,
+                timeout: self.timeout,
+                failure: self.failure,
+                breaker: Breaker::new(self.probe_interval),
+                cache: (self.deny_cache > 0).then(|| DenyCache::new(self.deny_cache, exact)),
+                test_clock: self.test_clock,
+                clock,
+                counters: Counters::default(),
+                id: next_limiter_id(),
+                hasher: KeyHasher::default(),
+                resets: std::sync::atomic::AtomicU64::new(0),
+                leases,
+            }),
+        };
+        if let Some(leases) = &limiter.inner.leases {
+            let sweeper = lease::sweeper(Arc::downgrade(&limiter.inner), leases.sweep_period());
+            leases.set_sweeper(tokio::spawn(sweeper).abort_handle());
+        }
+        Ok(limiter)
+    }
+}
+
+impl fmt::Debug for RedisLimiterBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisLimiterBuilder")
+            .field("policy", &self.policy)
+            .field("prefix", &self.prefix)
+            .field("timeout", &self.timeout)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("probe_interval", &self.probe_interval)
+            .field("failure_policy", &self.failure)
+            .field("deny_cache", &self.deny_cache)
+            .field("lease", &self.lease)
+            .field("test_clock", &self.test_clock.is_some())
+            .finish()
+    }
+}
