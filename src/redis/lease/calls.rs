@@ -173,7 +173,9 @@ impl RedisLimiter {
                     expires: now.saturating_add(leases.hold),
                     remaining: AtomicU64::new(decision.remaining()),
                     limit: decision.limit(),
-                    reset_at: now.saturating_add(
+                    // From a reading after the reply: Redis measured its reset_after then, and a
+                    // reading from before the round trip would report it shorter than Redis.
+                    reset_at: self.inner.clock.now().saturating_add(
                         u64::try_from(decision.reset_after().as_nanos()).unwrap_or(u64::MAX),
                     ),
                     busy: AtomicBool::new(false),
