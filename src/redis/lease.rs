@@ -225,7 +225,8 @@ pub(crate) struct Returner {
     sha: String,
     bands: Bands,
     prefix: String,
-    instance: String,
+    /// This limiter's field in each key's hash of lease tokens.
+    pub(crate) instance: String,
     timeout: Duration,
 }
 

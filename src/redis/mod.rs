@@ -510,11 +510,15 @@ impl RedisLimiter {
         if !inner.breaker.should_try() {
             return self.fallback(key, ask, BackendError::Unavailable);
         }
+        let mut args = inner.bands.args(now_micros, ask);
         let keys = match &inner.leases {
-            Some(leases) if ask.has_token() => leases.returner.keys(key),
+            Some(leases) if ask.has_token() => {
+                // The token's field in the key's hash of lease tokens.
+                args.push(leases.returner.instance.clone());
+                leases.returner.keys(key)
+            }
             _ => inner.bands.keys(&inner.prefix, key),
         };
-        let args = inner.bands.args(now_micros, ask);
         let call = conn::eval(
             &inner.conn,
             &inner.sha,

@@ -210,13 +210,10 @@ impl Bands {
             .collect()
     }
 
-    /// The Redis key of the lease token of the limiter instance `instance` for `key`:
-    /// `<prefix>:{<key>}:lease:<instance>`, in the slot of the key's bands.
-    pub(crate) fn lease_key(prefix: &str, key: &str, instance: &str) -> String {
-        let mut suffix = String::with_capacity(6 + instance.len());
-        suffix.push_str("lease:");
-        suffix.push_str(instance);
-        name(prefix, &tag(key), &suffix)
+    /// The Redis key of the lease tokens for `key`: `<prefix>:{<key>}:lease`, a hash with a
+    /// field per limiter instance, in the slot of the key's bands.
+    pub(crate) fn lease_key(prefix: &str, key: &str) -> String {
+        name(prefix, &tag(key), "lease")
     }
 
     /// The script's arguments: `now` (in us, `None` for Redis TIME), what is asked and its
@@ -458,11 +455,11 @@ mod tests {
         );
         assert_eq!(bands.args(Some(4), back)[11..], ["11", "22", "7"]);
         assert_eq!(
-            Bands::lease_key("rl", "a}b", "00ff"),
-            "rl:{a%7Db}:lease:00ff",
+            Bands::lease_key("rl", "a}b"),
+            "rl:{a%7Db}:lease",
             "in the slot of the key's bands"
         );
-        assert_eq!(Bands::lease_key("", "", "1"), "{%}:lease:1");
+        assert_eq!(Bands::lease_key("", ""), "{%}:lease");
     }
 
     #[test]

@@ -20,7 +20,7 @@ impl Returner {
     /// The keys of a lease call for `key`: the bands', then the lease token's.
     pub(crate) fn keys(&self, key: &str) -> Vec<String> {
         let mut keys = self.bands.keys(&self.prefix, key);
-        keys.push(Bands::lease_key(&self.prefix, key, &self.instance));
+        keys.push(Bands::lease_key(&self.prefix, key));
         keys
     }
 
@@ -40,7 +40,9 @@ impl Returner {
             serial: held.serial,
         };
         let keys = self.keys(key);
-        let args = self.bands.args(now_micros, ask);
+        let mut args = self.bands.args(now_micros, ask);
+        // The token's field in the key's hash of lease tokens.
+        args.push(self.instance.clone());
         let call = conn::eval(
             &self.conn,
             &self.sha,

@@ -20,10 +20,11 @@
 --              interval T (us; the token bucket's, rounded up; 0 for the others).
 -- ARGV[3 + 4 B + i]       ('refund', 'charge' and 'return') band i's mark, from the
 --              reservation, for B bands.
--- 'lease' and 'return' take one key more, after the bands': the lease token of this limiter
--- for this key, a string naming its latest lease (a serial number). 'lease' then ends with
--- ARGV[4 + 4 B] (the new lease's serial) and ARGV[5 + 4 B] (the token's expiry in ms, 0 for
--- none); 'return' with ARGV[4 + 5 B] (the serial of the lease given back).
+-- 'lease' and 'return' take one key more, after the bands': the key's hash of lease tokens,
+-- a field per limiter instance naming its latest lease (a serial number); a reset deletes it
+-- with the bands. 'lease' then ends with ARGV[4 + 4 B] (the new lease's serial), ARGV[5 + 4 B]
+-- (the token's expiry in ms, 0 for none) and ARGV[6 + 4 B] (the instance's field); 'return'
+-- with ARGV[4 + 5 B] (the serial of the lease given back) and ARGV[5 + 5 B] (the field).
 --
 -- Reply: { allowed (0 or 1), remaining, limit, retry_after (us), reset_after (us) }, and for
 -- 'reserve' one mark per band after them (0 when refused), for 'lease' the marks and k (0
@@ -95,7 +96,7 @@ if op == 'refund' or op == 'charge' or op == 'return' then
     give = amount
   end
   local token = KEYS[nb + 1]
-  if op == 'return' and redis.call('GET', token) ~= ARGV[4 + 5 * nb] then
+  if op == 'return' and redis.call('HGET', token, ARGV[5 + 5 * nb]) ~= ARGV[4 + 5 * nb] then
     -- Returned already, or the token expired, or Redis lost its data since the lease was
     -- taken (a restart without persistence): nothing of this lease is counted to give back.
     return 0
@@ -106,7 +107,7 @@ if op == 'refund' or op == 'charge' or op == 'return' then
     return redis.error_reply(err)
   end
   if op == 'return' then
-    redis.call('DEL', token)
+    redis.call('HDEL', token, ARGV[5 + 5 * nb])
   end
   for i = 1, #writes do
     writes[i]()
@@ -205,11 +206,18 @@ if all then
     if cost > 1 then
       -- The lease holds permits beyond its first request's: its token names it, so that
       -- they are given back once at most, and only to the state that counts them.
+      -- One hash per key, a field per limiter instance: a reset deletes every instance's
+      -- token with the state, so no lease taken before it is given back to the fresh one.
       local token, serial, ttl = KEYS[nb + 1], ARGV[4 + 4 * nb], tonumber(ARGV[5 + 4 * nb])
+      local before = redis.call('PTTL', token)
+      redis.call('HSET', token, ARGV[6 + 4 * nb], serial)
       if expire and ttl > 0 then
-        redis.call('SET', token, serial, 'PX', fmt(ttl))
+        -- The hash lives as long as its longest-lived token: extended, never shortened.
+        if before == -2 or (before >= 0 and before < ttl) then
+          redis.call('PEXPIRE', token, fmt(ttl))
+        end
       else
-        redis.call('SET', token, serial)
+        redis.call('PERSIST', token)
       end
     end
   end
