@@ -165,6 +165,19 @@ impl Lease {
             .is_ok()
     }
 
+    /// Ends the lease: what it holds to give back (taken once), and the permits it had not
+    /// admitted, swapped to zero so that no request takes one of them any more.
+    pub(crate) fn end(&self) -> (Option<Held>, u64) {
+        let held = self
+            .held
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        // Relaxed: see `Lease::take`; after the swap no request takes a permit of it.
+        let unused = self.left.swap(0, Ordering::Relaxed);
+        (held, unused)
+    }
+
     /// Permits this lease admitted locally, once it can admit no more (its first went to
     /// the request that took it, decided by Redis).
     fn local(&self, unused: u64) -> u64 {
@@ -494,13 +507,7 @@ impl Leases {
         self.stop_sweeper();
         let mut out = Vec::new();
         for (key, lease) in self.all() {
-            let held = lease
-                .held
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .take();
-            // Relaxed: see `Lease::take`.
-            let unused = lease.left.swap(0, Ordering::Relaxed);
+            let (held, unused) = lease.end();
             if let (Some(held), true) = (held, unused > 0) {
                 out.push((key, held, unused));
             }

@@ -4,7 +4,7 @@
 
 use std::pin::pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, PoisonError, Weak};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
 use tokio::sync::Notify;
@@ -224,13 +224,7 @@ impl RedisLimiter {
     /// Gives back what `lease` (claimed by this task) did not use, and counts what it
     /// admitted locally.
     async fn retire(&self, leases: &Leases, key: &str, lease: &Lease) -> Result<(), BackendError> {
-        let held = lease
-            .held
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take();
-        // Relaxed: see `Lease::take`; after the swap no request takes a permit of it.
-        let unused = lease.left.swap(0, Ordering::Relaxed);
+        let (held, unused) = lease.end();
         leases
             .local
             .fetch_add(lease.local(unused), Ordering::Relaxed);
