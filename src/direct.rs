@@ -10,6 +10,7 @@ use scc::{AtomicShared, Guard, Shared, Tag};
 use crate::clock::{Clock, SystemClock};
 use crate::decision::Decision;
 use crate::engine::dispatch::{with_state, Build, Erased, Family};
+use crate::engine::retry::Retries;
 use crate::engine::state::{Carry, RateState};
 use crate::error::CostError;
 use crate::policy::Policy;
@@ -301,6 +302,7 @@ impl<C: Clock> DirectLimiter<C> {
         }
         let guard = Guard::new();
         let backoff = Backoff::new();
+        let mut retries = Retries::default();
         loop {
             // After a policy change (the reservation is then stale) only a charge gets here,
             // and it reads no mark: the state in force takes it, whatever its policy.
@@ -315,6 +317,7 @@ impl<C: Clock> DirectLimiter<C> {
             }
             // A policy change is between retiring the old state and publishing the new one.
             backoff.snooze();
+            retries.again();
         }
     }
 
@@ -369,6 +372,7 @@ impl<C: Clock> DirectLimiter<C> {
     fn acquire_replaced(&self, cost: u64) -> Result<(Decision, Marks), CostError> {
         let guard = Guard::new();
         let backoff = Backoff::new();
+        let mut retries = Retries::default();
         loop {
             if let Some(generation) = self.latest(&guard) {
                 if let Some(result) = generation.state.reserve(&self.clock, cost) {
@@ -377,6 +381,7 @@ impl<C: Clock> DirectLimiter<C> {
             }
             // A policy change is between retiring the old state and publishing the new one.
             backoff.snooze();
+            retries.again();
         }
     }
 
@@ -395,11 +400,13 @@ impl<C: Clock> DirectLimiter<C> {
     /// The generation in force, waiting out a policy change being published.
     fn settled<'g>(&'g self, guard: &'g Guard) -> &'g Generation {
         let backoff = Backoff::new();
+        let mut retries = Retries::default();
         loop {
             if let Some(generation) = self.latest(guard) {
                 return generation;
             }
             backoff.snooze();
+            retries.again();
         }
     }
 
@@ -508,11 +515,13 @@ impl<C: Clock> DirectLimiter<C> {
     pub fn peek(&self) -> Decision {
         let guard = Guard::new();
         let backoff = Backoff::new();
+        let mut retries = Retries::default();
         loop {
             if let Some(decision) = self.settled(&guard).state.peek(&self.clock) {
                 return decision;
             }
             backoff.snooze();
+            retries.again();
         }
     }
 

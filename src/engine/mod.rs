@@ -17,10 +17,12 @@
 //! | [`word`] | the retired value of every state word, and the one-word compare-and-swap loop |
 //! | [`seqlock`] | the sequence word of the multi-word states |
 //! | [`sync`] | the atomics, from `std` or from `loom` (`--cfg tollgate_loom`) |
+//! | [`retry`] | a debug-build bound on the retries of every loop that waits for another thread |
 
 pub(crate) mod any_state;
 pub(crate) mod composite;
 pub(crate) mod dispatch;
+pub(crate) mod retry;
 pub(crate) mod seqlock;
 pub(crate) mod sliding_counter;
 pub(crate) mod sliding_log;

@@ -106,5 +106,10 @@ mod loom_shim {
         pub(crate) fn snooze(&self) {
             loom::thread::yield_now();
         }
+
+        /// Waits a little for another thread (a spin in the normal build).
+        pub(crate) fn spin(&self) {
+            loom::thread::yield_now();
+        }
     }
 }
