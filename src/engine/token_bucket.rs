@@ -356,4 +356,38 @@ mod tests {
         assert!(Gcra::is_at_rest(5, 5));
         assert!(!Gcra::is_at_rest(6, 5));
     }
+
+    /// The cell decides as the arithmetic does, retires only once its TAT is not ahead of
+    /// now, and once retired never decides, is never at rest and is never retired again.
+    #[test]
+    fn cell_follows_the_arithmetic_and_retires_exactly() {
+        let clock = crate::FakeClock::new();
+        // 5/s: T = 200 ms, B = 1 s.
+        let g = gcra(5, Duration::from_secs(1));
+        let cell = GcraCell::fresh(&g);
+        assert!(cell.is_at_rest(&g, 0));
+        // Two at 0 move the TAT to 400 ms; one more at 100 ms to 600 ms (debt 500 ms,
+        // so (1 s - 500 ms) / 200 ms = 2 left).
+        for remaining in [4, 3] {
+            assert_eq!(
+                cell.try_acquire(&g, &clock, 1).unwrap().remaining(),
+                remaining
+            );
+        }
+        assert!(!cell.try_retire(&g, 400 * MS - 1));
+        clock.set(Duration::from_millis(100));
+        assert_eq!(cell.try_acquire(&g, &clock, 1).unwrap().remaining(), 2);
+        // Not at rest until the TAT, 600 ms: a refused retirement changes nothing, and the
+        // cell still decides from 500 ms of debt (one more would leave 1).
+        assert!(!cell.is_at_rest(&g, 600 * MS - 1));
+        assert!(!cell.try_retire(&g, 600 * MS - 1));
+        assert_eq!(cell.peek(&g, &clock, 1).unwrap().remaining(), 1);
+        assert!(cell.is_at_rest(&g, 600 * MS));
+        assert!(cell.try_retire(&g, 600 * MS));
+        assert!(!cell.is_at_rest(&g, 600 * MS));
+        assert!(!cell.try_retire(&g, 600 * MS));
+        clock.set(Duration::from_millis(600));
+        assert_eq!(cell.try_acquire(&g, &clock, 1), None);
+        assert_eq!(cell.peek(&g, &clock, 1), None);
+    }
 }

@@ -166,6 +166,48 @@ fn decision_fields_when_allowed_and_refused() {
     );
 }
 
+/// A refusal's reset_after counts a sliding counter band that would allow, and whose counts
+/// have both rolled out, as at rest now: it adds nothing to the refusing band's reset.
+#[test]
+fn an_allowing_counter_band_with_nothing_counted_adds_nothing_to_the_reset() {
+    // Band 0: sliding counter, 10 per second. Band 1: token bucket, 1 per 10.5 s.
+    let clock = FakeClock::new();
+    let limiter =
+        DirectLimiter::with_clock(policy("sliding-counter 10/1s & 1/10500ms"), clock.clone());
+    // Allowed at 0: the bucket has 0 left, its TAT is 10.5 s (the counter's reset, 2 s, is
+    // the smaller).
+    assert_eq!(fields(limiter.try_acquire()), (true, 0, 1, 0, 10_500 * MS));
+    // Refused by the bucket at 10 s, 500 ms before its TAT. The counter would allow: its one
+    // request is in window 0, so window 10 sees neither a current nor a previous count, and
+    // it is at rest now. The reset is the bucket's alone, not the end of window 10 (1 s).
+    clock.set(Duration::from_secs(10));
+    assert_eq!(
+        fields(limiter.try_acquire()),
+        (false, 0, 1, 500 * MS, 500 * MS)
+    );
+}
+
+/// A refusal's reset_after counts a sliding log band that would allow until its newest entry
+/// leaves the window, when that is later than the refusing band's reset.
+#[test]
+fn an_allowing_log_band_reports_when_its_newest_entry_leaves() {
+    // Band 0: token bucket, 1 per second. Band 1: sliding log, 5 per hour. The first request
+    // comes at 10 s, so the log's entry is not the 0 an unwritten slot holds.
+    let clock = FakeClock::new();
+    clock.set(Duration::from_secs(10));
+    let limiter = DirectLimiter::with_clock(policy("1/1s & sliding-log 5/1h"), clock.clone());
+    // Allowed: the bucket has 0 left; the reset is the log's, its entry leaving at 3,610 s.
+    assert_eq!(fields(limiter.try_acquire()), (true, 0, 1, 0, 3_600 * SEC));
+    // Refused by the bucket at 10.5 s (its TAT is 11 s). The log would allow (4 available);
+    // its one entry, 500 ms old, leaves 3,600 s after it was stamped, which is the larger
+    // reset.
+    clock.set(Duration::from_millis(10_500));
+    assert_eq!(
+        fields(limiter.try_acquire()),
+        (false, 0, 1, 500 * MS, 3_600 * SEC - 500 * MS)
+    );
+}
+
 #[test]
 fn cost_is_capped_at_the_smallest_band() {
     let limiter = DirectLimiter::with_clock(policy("10/1s & 3/1h"), FakeClock::new());
