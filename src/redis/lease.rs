@@ -239,7 +239,7 @@ pub(crate) struct Returner {
     bands: Bands,
     prefix: String,
     /// This limiter's field in each key's hash of lease tokens.
-    pub(crate) instance: String,
+    instance: String,
     timeout: Duration,
 }
 

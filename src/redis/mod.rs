@@ -512,11 +512,7 @@ impl RedisLimiter {
         }
         let mut args = inner.bands.args(now_micros, ask);
         let keys = match &inner.leases {
-            Some(leases) if ask.has_token() => {
-                // The token's field in the key's hash of lease tokens.
-                args.push(leases.returner.instance.clone());
-                leases.returner.keys(key)
-            }
+            Some(leases) if ask.has_token() => leases.returner.token_call(key, &mut args),
             _ => inner.bands.keys(&inner.prefix, key),
         };
         let call = conn::eval(

@@ -24,6 +24,13 @@ impl Returner {
         keys
     }
 
+    /// The keys of a lease call (`lease` or `return`) for `key`, with this limiter's field in
+    /// the key's hash of lease tokens appended to the call's `args`.
+    pub(crate) fn token_call(&self, key: &str, args: &mut Vec<String>) -> Vec<String> {
+        args.push(self.instance.clone());
+        self.keys(key)
+    }
+
     /// Gives `permits` of the lease `held` back, once, never resent: `true` when applied,
     /// `false` when the token no longer named the lease.
     async fn send(
@@ -39,10 +46,8 @@ impl Returner {
             marks: held.marks,
             serial: held.serial,
         };
-        let keys = self.keys(key);
         let mut args = self.bands.args(now_micros, ask);
-        // The token's field in the key's hash of lease tokens.
-        args.push(self.instance.clone());
+        let keys = self.token_call(key, &mut args);
         let call = conn::eval(
             &self.conn,
             &self.sha,

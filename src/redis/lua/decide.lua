@@ -209,9 +209,11 @@ if all then
       -- One hash per key, a field per limiter instance: a reset deletes every instance's
       -- token with the state, so no lease taken before it is given back to the fresh one.
       local token, serial, ttl = KEYS[nb + 1], ARGV[4 + 4 * nb], tonumber(ARGV[5 + 4 * nb])
-      local before = redis.call('PTTL', token)
+      local expiring = expire and ttl > 0
+      -- Read before the field is set: -2 when the hash does not exist yet.
+      local before = expiring and redis.call('PTTL', token)
       redis.call('HSET', token, ARGV[6 + 4 * nb], serial)
-      if expire and ttl > 0 then
+      if expiring then
         -- The hash lives as long as its longest-lived token: extended, never shortened.
         if before == -2 or (before >= 0 and before < ttl) then
           redis.call('PEXPIRE', token, fmt(ttl))
