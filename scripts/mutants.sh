@@ -32,8 +32,7 @@ usage() {
 }
 
 # The engine's files, less the atomics' switch to loom (src/engine/sync.rs): its loom
-# stand-ins are not compiled in a normal build, and its `spin_loop` is called nowhere, so
-# their mutants could never be caught.
+# stand-ins are not compiled in a normal build, so their mutants could never be caught.
 engine=(--file 'src/engine/**/*.rs' --exclude src/engine/sync.rs)
 registry=(--file 'src/keyed/**/*.rs')
 

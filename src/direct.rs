@@ -4,13 +4,13 @@ use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 
-use crossbeam_utils::{Backoff, CachePadded};
+use crossbeam_utils::CachePadded;
 use scc::{AtomicShared, Guard, Shared, Tag};
 
 use crate::clock::{Clock, SystemClock};
 use crate::decision::Decision;
 use crate::engine::dispatch::{with_state, Build, Erased, Family};
-use crate::engine::retry::Retries;
+use crate::engine::retry::Retry;
 use crate::engine::state::{Carry, RateState};
 use crate::error::CostError;
 use crate::policy::Policy;
@@ -301,8 +301,7 @@ impl<C: Clock> DirectLimiter<C> {
             return Ok(());
         }
         let guard = Guard::new();
-        let backoff = Backoff::new();
-        let mut retries = Retries::default();
+        let mut retry = Retry::new();
         loop {
             // After a policy change (the reservation is then stale) only a charge gets here,
             // and it reads no mark: the state in force takes it, whatever its policy.
@@ -316,8 +315,7 @@ impl<C: Clock> DirectLimiter<C> {
                 }
             }
             // A policy change is between retiring the old state and publishing the new one.
-            backoff.snooze();
-            retries.again();
+            retry.snooze();
         }
     }
 
@@ -371,8 +369,7 @@ impl<C: Clock> DirectLimiter<C> {
     #[inline(never)]
     fn acquire_replaced(&self, cost: u64) -> Result<(Decision, Marks), CostError> {
         let guard = Guard::new();
-        let backoff = Backoff::new();
-        let mut retries = Retries::default();
+        let mut retry = Retry::new();
         loop {
             if let Some(generation) = self.latest(&guard) {
                 if let Some(result) = generation.state.reserve(&self.clock, cost) {
@@ -380,8 +377,7 @@ impl<C: Clock> DirectLimiter<C> {
                 }
             }
             // A policy change is between retiring the old state and publishing the new one.
-            backoff.snooze();
-            retries.again();
+            retry.snooze();
         }
     }
 
@@ -399,14 +395,12 @@ impl<C: Clock> DirectLimiter<C> {
 
     /// The generation in force, waiting out a policy change being published.
     fn settled<'g>(&'g self, guard: &'g Guard) -> &'g Generation {
-        let backoff = Backoff::new();
-        let mut retries = Retries::default();
+        let mut retry = Retry::new();
         loop {
             if let Some(generation) = self.latest(guard) {
                 return generation;
             }
-            backoff.snooze();
-            retries.again();
+            retry.snooze();
         }
     }
 
@@ -514,14 +508,12 @@ impl<C: Clock> DirectLimiter<C> {
     /// ```
     pub fn peek(&self) -> Decision {
         let guard = Guard::new();
-        let backoff = Backoff::new();
-        let mut retries = Retries::default();
+        let mut retry = Retry::new();
         loop {
             if let Some(decision) = self.settled(&guard).state.peek(&self.clock) {
                 return decision;
             }
-            backoff.snooze();
-            retries.again();
+            retry.snooze();
         }
     }
 

@@ -31,7 +31,7 @@
 
 use crate::clock::Clock;
 use crate::decision::Decision;
-use crate::engine::retry::Retries;
+use crate::engine::retry::Retry;
 use crate::engine::seqlock::{SeqLock, WriteGuard};
 use crate::engine::sliding_counter::{Counter, Snapshot};
 use crate::engine::sliding_log::{Fix, Log, LogWords, Ring};
@@ -575,7 +575,7 @@ impl RateState for CompositeCell {
         // band decides an older `now` than another writer's as a clock that went backwards,
         // which can only refuse more, never admit more.
         let now = clock.now();
-        let mut retries = Retries::default();
+        let mut retry = Retry::new();
         loop {
             let (seq, verdict) = self
                 .seq
@@ -595,7 +595,7 @@ impl RateState for CompositeCell {
                         return Some((decision, marks));
                     }
                     // Another writer came first.
-                    retries.again();
+                    retry.again();
                 }
             }
         }
@@ -609,7 +609,7 @@ impl RateState for CompositeCell {
         actual: u64,
         now: u64,
     ) -> Option<()> {
-        let mut retries = Retries::default();
+        let mut retry = Retry::new();
         loop {
             let (seq, writes) = self.seq.read_consistent(|_| {
                 let mut writes = [None; Policy::MAX_BANDS];
@@ -633,7 +633,7 @@ impl RateState for CompositeCell {
                 return Some(());
             }
             // Another writer came first.
-            retries.again();
+            retry.again();
         }
     }
 
@@ -666,7 +666,7 @@ impl RateState for CompositeCell {
     }
 
     fn retire_with_carry(&self, params: &Composite, now: u64) -> Option<Carry> {
-        let mut retries = Retries::default();
+        let mut retry = Retry::new();
         loop {
             let (seq, carry) = self
                 .seq
@@ -675,7 +675,7 @@ impl RateState for CompositeCell {
             if self.seq.try_retire(seq) {
                 return Some(carry);
             }
-            retries.again();
+            retry.again();
         }
     }
 

@@ -17,7 +17,7 @@
 //! | [`word`] | the retired value of every state word, and the one-word compare-and-swap loop |
 //! | [`seqlock`] | the sequence word of the multi-word states |
 //! | [`sync`] | the atomics, from `std` or from `loom` (`--cfg tollgate_loom`) |
-//! | [`retry`] | a debug-build bound on the retries of every loop that waits for another thread |
+//! | [`retry`] | how every loop that waits for another thread waits, and a debug-build bound on its retries |
 
 pub(crate) mod any_state;
 pub(crate) mod composite;

@@ -1,41 +1,82 @@
-//! A debug-build bound on the retries of the loops that wait for another thread.
+//! How a loop waits for another thread: one [`Retry`] per loop, for every retry loop of the
+//! engine, of the direct limiter and of the keyed registry.
 //!
-//! Every retry loop of the engine and of the direct limiter repeats only while another
-//! thread is in the middle of something short: a writer between its compare-and-swap and its
-//! publishing store, a writer that won the compare-and-swap this one lost, a policy change
-//! between retiring the old state and publishing the new one. Each of those takes a few
-//! stores, so a loop that retries [`Retries::LIMIT`] times in a row can only be waiting for a
-//! state that never becomes readable or writable: a bug, such as a retired or "writing"
-//! answer for a state that is neither. In a debug build [`Retries::again`] then panics at the
-//! loop that went round, so the bug fails its test within about a second instead of hanging
-//! it. In a release build [`Retries`] is empty and [`Retries::again`] compiles to nothing:
-//! the hot path pays nothing for the check.
+//! Every such loop repeats only while another thread is in the middle of something short: a
+//! writer between its compare-and-swap and its publishing store, a writer that won the
+//! compare-and-swap this one lost, a policy change between retiring the old state and
+//! publishing the new one, or a policy change that replaced the keyed registry's generation
+//! while a request looked in it. [`Retry`] says how long to wait before the next attempt
+//! ([`spin`](Retry::spin) after a lost compare-and-swap, [`snooze`](Retry::snooze) while
+//! another thread finishes, [`again`](Retry::again) when the next attempt can start at once)
+//! and counts the attempts.
+//!
+//! Each of those waits is for a few stores, so a loop that retries [`Retry::LIMIT`] times in
+//! a row can only be waiting for a state that never becomes readable or writable: a bug, such
+//! as a retired or "writing" answer for a state that is neither. A debug build then panics at
+//! the loop that went round, so the bug fails its test within about a second instead of
+//! hanging it. A release build keeps no count: the hot path pays nothing for the check.
 
-/// Counts one loop's consecutive retries (debug builds only; see the module docs).
-#[derive(Debug, Default)]
-pub(crate) struct Retries {
+use crate::engine::sync::Backoff;
+
+/// One retry loop's waiting and, in a debug build, its count of retries in a row (see the
+/// module docs).
+#[derive(Debug)]
+pub(crate) struct Retry {
+    /// How long the next wait is: doubles with each wait, up to a limit.
+    backoff: Backoff,
     /// Retries so far.
     #[cfg(debug_assertions)]
     count: u32,
 }
 
-impl Retries {
+impl Retry {
     /// Consecutive retries after which a debug build panics (2^20): far above any legitimate
     /// wait. A loop waiting for a writer or a policy change to finish yields to the scheduler
     /// before each retry once its first few spins are over, so 2^20 retries gave the thread
     /// it waits for a million chances to run its few stores (about a second of yielding on a
     /// loaded two-core machine). A loop whose compare-and-swap failed retries because another
-    /// writer succeeded; losing 2^20 times in a row, backing off a little longer after each loss
-    /// up to 64 spin hints, is starvation far beyond anything contention on one key produces. A
-    /// smaller bound would risk a spurious panic on an overloaded machine; a larger one makes
+    /// writer succeeded; losing 2^20 times in a row, backing off a little longer after each
+    /// loss up to 64 spin hints, is starvation far beyond anything contention on one key
+    /// produces, and so is a request that finds its generation replaced 2^20 times in a row.
+    /// A smaller bound would risk a spurious panic on an overloaded machine; a larger one makes
     /// every test that meets the bug take longer to fail.
     // Read only by the check, which a release build leaves out.
     #[cfg_attr(not(debug_assertions), allow(dead_code))]
     pub(crate) const LIMIT: u32 = 1 << 20;
 
-    /// Notes one more retry of the caller's loop. Panics in a debug build, at the caller,
-    /// once the loop has retried [`LIMIT`](Retries::LIMIT) times; does nothing in a release
-    /// build.
+    /// A loop's first attempt: no wait yet, no retry counted.
+    #[inline(always)]
+    pub(crate) fn new() -> Self {
+        Retry {
+            backoff: Backoff::new(),
+            #[cfg(debug_assertions)]
+            count: 0,
+        }
+    }
+
+    /// After a lost compare-and-swap: spins a little (1 to 64 spin hints, doubling with each
+    /// call) so the winner's core keeps the word's cache line for its next decision, instead
+    /// of both cores pulling it back and forth on every attempt.
+    #[inline(always)]
+    #[track_caller]
+    pub(crate) fn spin(&mut self) {
+        self.backoff.spin();
+        self.again();
+    }
+
+    /// While another thread finishes its few stores: spins, then yields to the scheduler once
+    /// the spins grow long, so a thread preempted mid-write gets to run.
+    #[inline(always)]
+    #[track_caller]
+    pub(crate) fn snooze(&mut self) {
+        self.backoff.snooze();
+        self.again();
+    }
+
+    /// A retry that starts at once: the state changed under a read, or another writer came
+    /// first and the read that follows finds it (and waits for it) if it is still writing.
+    /// Panics in a debug build, at the caller, once the loop has retried
+    /// [`LIMIT`](Retry::LIMIT) times; counts nothing in a release build.
     #[inline(always)]
     #[track_caller]
     pub(crate) fn again(&mut self) {
@@ -57,9 +98,9 @@ mod tests {
 
     #[test]
     fn retries_below_the_limit_are_allowed() {
-        let mut retries = Retries::default();
-        for _ in 1..Retries::LIMIT {
-            retries.again();
+        let mut retry = Retry::new();
+        for _ in 1..Retry::LIMIT {
+            retry.again();
         }
     }
 
@@ -67,9 +108,21 @@ mod tests {
     #[cfg(debug_assertions)]
     #[should_panic(expected = "retried 1048576 times in a row")]
     fn the_retry_at_the_limit_panics_in_a_debug_build() {
-        let mut retries = Retries::default();
-        for _ in 0..Retries::LIMIT {
-            retries.again();
+        let mut retry = Retry::new();
+        for _ in 1..Retry::LIMIT {
+            retry.again();
         }
+        retry.spin();
+    }
+
+    #[test]
+    #[cfg(debug_assertions)]
+    #[should_panic(expected = "retried 1048576 times in a row")]
+    fn a_snooze_counts_as_a_retry() {
+        let mut retry = Retry::new();
+        for _ in 1..Retry::LIMIT {
+            retry.again();
+        }
+        retry.snooze();
     }
 }

@@ -25,8 +25,8 @@
 //! its torn read as consistent. No user code runs inside a write section (a request reads
 //! its clock before entering).
 
-use crate::engine::retry::Retries;
-use crate::engine::sync::{fence, AtomicU64, Backoff, Ordering};
+use crate::engine::retry::Retry;
+use crate::engine::sync::{fence, AtomicU64, Ordering};
 use crate::engine::word::Retired;
 
 /// How one read section ended.
@@ -87,19 +87,17 @@ impl SeqLock {
     /// at, or `None` once the state is retired. Waits (with backoff) while a writer is inside
     /// its few stores; a torn read is simply repeated. Each attempt calls `f` afresh, so a
     /// clock read inside `f` is taken after the sequence. A debug build panics rather than
-    /// wait for ever on a sequence that never reads as complete ([`Retries`]).
+    /// wait for ever on a sequence that never reads as complete ([`Retry`]).
     #[inline]
     pub(crate) fn read_consistent<R>(&self, mut f: impl FnMut(u64) -> R) -> Option<(u64, R)> {
-        let backoff = Backoff::new();
-        let mut retries = Retries::default();
+        let mut retry = Retry::new();
         loop {
             match self.read(&mut f) {
                 Read::Consistent(seq, result) => return Some((seq, result)),
                 Read::Retired => return None,
-                Read::Writing => backoff.snooze(),
-                Read::Changed => {}
+                Read::Writing => retry.snooze(),
+                Read::Changed => retry.again(),
             }
-            retries.again();
         }
     }
 
@@ -107,13 +105,13 @@ impl SeqLock {
     /// when it was false, the state is retired, or a writer is inside (never waits for one:
     /// a state being written is not at rest, which is what the callers ask).
     pub(crate) fn seq_where(&self, mut holds: impl FnMut(u64) -> bool) -> Option<u64> {
-        let mut retries = Retries::default();
+        let mut retry = Retry::new();
         loop {
             match self.read(&mut holds) {
                 Read::Consistent(seq, holds) => return holds.then_some(seq),
                 Read::Retired | Read::Writing => return None,
                 // A writer finished meanwhile: look again.
-                Read::Changed => retries.again(),
+                Read::Changed => retry.again(),
             }
         }
     }

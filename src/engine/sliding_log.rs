@@ -21,7 +21,7 @@
 
 use crate::clock::Clock;
 use crate::decision::Decision;
-use crate::engine::retry::Retries;
+use crate::engine::retry::Retry;
 use crate::engine::seqlock::SeqLock;
 use crate::engine::state::{in_use, one_mark, single_from_carry, Carry, RateState, Verdict};
 use crate::engine::sync::{AtomicU64, Ordering};
@@ -435,7 +435,7 @@ impl LogCell {
         mut decide: impl FnMut(&Ring<'_>) -> (R, Option<W>),
         store: impl FnOnce(LogWords<'_>, u64, W),
     ) -> Option<R> {
-        let mut retries = Retries::default();
+        let mut retry = Retry::new();
         loop {
             let (seq, (answer, fix, written)) = self.seq.read_consistent(|_| {
                 let (ring, written) = self.log().view();
@@ -453,7 +453,7 @@ impl LogCell {
                 return Some(answer);
             }
             // Another writer came first.
-            retries.again();
+            retry.again();
         }
     }
 
@@ -538,14 +538,14 @@ impl RateState for LogCell {
     }
 
     fn retire_with_carry(&self, log: &Log, now: u64) -> Option<Carry> {
-        let mut retries = Retries::default();
+        let mut retry = Retry::new();
         loop {
             let (seq, carry) = self.read(|ring| log.carry(ring, now))?;
             // Retired from exactly the snapshot counted, or read again.
             if self.seq.try_retire(seq) {
                 return Some(carry);
             }
-            retries.again();
+            retry.again();
         }
     }
 

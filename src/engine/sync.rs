@@ -10,7 +10,6 @@
 //! | `AtomicU64`, `Ordering`, `fence` | `std::sync::atomic` | `loom::sync::atomic` |
 //! | `AtomicU128` | `portable_atomic::AtomicU128` (lock-free `cmpxchg16b` where the CPU has it) | a shim over `loom::sync::Mutex<u128>` |
 //! | `Backoff` | `crossbeam_utils::Backoff` | a shim that yields to loom's scheduler |
-//! | `spin_loop` | `std::hint::spin_loop` | `loom::thread::yield_now` |
 
 #[cfg(not(tollgate_loom))]
 pub(crate) use std::sync::atomic::{fence, AtomicU64, Ordering};
@@ -25,16 +24,6 @@ pub(crate) use loom::sync::atomic::{fence, AtomicU64, Ordering};
 
 #[cfg(tollgate_loom)]
 pub(crate) use self::loom_shim::{AtomicU128, Backoff};
-
-/// A hint that the caller is spinning on a word another thread holds.
-#[inline]
-#[allow(dead_code)]
-pub(crate) fn spin_loop() {
-    #[cfg(not(tollgate_loom))]
-    std::hint::spin_loop();
-    #[cfg(tollgate_loom)]
-    loom::thread::yield_now();
-}
 
 #[cfg(tollgate_loom)]
 mod loom_shim {

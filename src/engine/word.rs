@@ -7,8 +7,8 @@
 //! value, so two requests never both spend the same permits, and a retiring CAS to
 //! [`Retired::RETIRED`] and a request's CAS cannot both succeed from the same value.
 
-use crate::engine::retry::Retries;
-use crate::engine::sync::{AtomicU128, AtomicU64, Backoff, Ordering};
+use crate::engine::retry::Retry;
+use crate::engine::sync::{AtomicU128, AtomicU64, Ordering};
 
 /// The value of a retired state in a word of this width: all ones. A retired state never
 /// decides again and is never revived; no live state of any algorithm reaches all ones (each
@@ -118,10 +118,9 @@ pub(crate) fn live<W: Word>(word: &W) -> Option<W::Value> {
 /// writer came first, steps again from the value that writer left. `None` when the word is
 /// (or becomes) retired: a retired state never decides.
 ///
-/// After a failed CAS it backs off (`crossbeam_utils::Backoff::spin`, 1 to 64 spin hints,
-/// doubling): two threads on one key otherwise pull the word's cache line from each other on
+/// After a failed CAS it backs off ([`Retry::spin`]: 1 to 64 spin hints, doubling): two threads on one key otherwise pull the word's cache line from each other on
 /// every attempt, and most attempts fail. Each failure means another writer succeeded; a
-/// debug build panics after [`Retries::LIMIT`] of them in a row.
+/// debug build panics after [`Retry::LIMIT`] of them in a row.
 ///
 /// A stale first read only makes the CAS fail. An answer kept without writing (a refusal,
 /// a state not at rest) is the answer as of the moment the value read was current.
@@ -131,8 +130,7 @@ pub(crate) fn update<W: Word, R>(
     mut step: impl FnMut(W::Value) -> Update<W::Value, R>,
 ) -> Option<R> {
     let mut value = word.load();
-    let backoff = Backoff::new();
-    let mut retries = Retries::default();
+    let mut retry = Retry::new();
     loop {
         if value == W::Value::RETIRED {
             return None;
@@ -143,11 +141,8 @@ pub(crate) fn update<W: Word, R>(
             Some(new) => match word.swap_from(value, new) {
                 Ok(()) => return Some(answer),
                 Err(found) => {
-                    // Another writer came first: spin a little (longer after each failure)
-                    // before trying again, so the winner's core keeps the line for its next
-                    // decision instead of both cores pulling it back and forth.
-                    backoff.spin();
-                    retries.again();
+                    // Another writer came first: let its core keep the line a little.
+                    retry.spin();
                     value = found;
                 }
             },

@@ -13,6 +13,7 @@ use crate::clock::Clock;
 use crate::clock::Fixed;
 use crate::decision::Decision;
 use crate::engine::dispatch::with_state;
+use crate::engine::retry::Retry;
 use crate::error::CostError;
 use crate::policy::Policy;
 use crate::reservation::Marks;
@@ -193,6 +194,7 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
         Q: Hash + Eq + ToOwned + ?Sized,
     {
         let mut resolved = None;
+        let mut retry = Retry::new();
         loop {
             resolved = self.resolve(key, resolved);
             // Held across the attempt, so the map's own guard inside is a cheap nested one.
@@ -211,7 +213,7 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
                     return result;
                 }
                 // The generation was replaced while we looked: decide in the new one.
-                Step::Stale => {}
+                Step::Stale => retry.again(),
             }
         }
     }
@@ -384,6 +386,7 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
         Q: Hash + Eq + ToOwned + ?Sized,
     {
         let mut resolved = None;
+        let mut retry = Retry::new();
         loop {
             {
                 let guard = Guard::new();
@@ -398,6 +401,7 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
             // An untracked key under a per-key resolver: ask it, outside the guard, and look
             // again (a tracked key never gets here).
             resolved = self.resolve(key, resolved);
+            retry.again();
         }
     }
 

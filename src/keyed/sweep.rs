@@ -10,6 +10,7 @@ use scc::Guard;
 use crate::bounded::{sweep_step, Swept};
 use crate::clock::Clock;
 use crate::engine::dispatch::with_state;
+use crate::engine::retry::Retry;
 
 use super::generations::{Generation, Rules};
 use super::slot::{with_keyed, Keyed, Registry, Slot};
@@ -182,6 +183,7 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
     {
         let guard = Guard::new();
         let mut removed = 0;
+        let mut retry = Retry::new();
         loop {
             let current = self.generation(&guard);
             let mut chain = vec![current];
@@ -208,6 +210,7 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
             if std::ptr::eq(self.generation(&guard), current) {
                 break;
             }
+            retry.again();
         }
         // Relaxed: a statistic.
         self.tracked.fetch_sub(removed, Ordering::Relaxed);
