@@ -4,6 +4,8 @@
 
 #![allow(dead_code, unreachable_pub)]
 
+use std::fmt;
+use std::panic::{self, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Barrier};
 use std::thread;
@@ -53,6 +55,11 @@ impl Evictor {
         }
     }
 
+    /// Whether the thread has ended (before [`Evictor::stop`], only by panicking).
+    fn has_stopped(&self) -> bool {
+        self.thread.is_finished()
+    }
+
     /// States removed so far.
     fn evicted(&self) -> u64 {
         self.evicted.load(Ordering::Relaxed)
@@ -63,6 +70,68 @@ impl Evictor {
         self.stop.store(true, Ordering::Relaxed);
         self.thread.join().unwrap();
         self.evicted.load(Ordering::Relaxed)
+    }
+}
+
+/// Worker threads that make one pass of requests per phase, all started together, with the
+/// test's thread between phases (to move the clock and check the counts). A pass that panics
+/// is caught and fails the phase at [`Phases::run`], instead of leaving the other threads
+/// waiting at a barrier for ever.
+struct Phases {
+    start: Arc<Barrier>,
+    end: Arc<Barrier>,
+    panicked: Arc<AtomicBool>,
+    workers: Vec<thread::JoinHandle<()>>,
+}
+
+impl Phases {
+    /// `workers` threads, each calling `pass(w)` once per phase for `phases` phases.
+    fn start(workers: usize, phases: u64, pass: impl Fn(usize) + Send + Sync + 'static) -> Self {
+        let pass = Arc::new(pass);
+        let start = Arc::new(Barrier::new(workers + 1));
+        let end = Arc::new(Barrier::new(workers + 1));
+        let panicked = Arc::new(AtomicBool::new(false));
+        let workers = (0..workers)
+            .map(|w| {
+                let (pass, start, end) = (pass.clone(), start.clone(), end.clone());
+                let panicked = panicked.clone();
+                thread::spawn(move || {
+                    for _ in 0..phases {
+                        start.wait();
+                        // The panic's message is printed as it happens; the flag fails the
+                        // phase once every thread is through it.
+                        if panic::catch_unwind(AssertUnwindSafe(|| pass(w))).is_err() {
+                            panicked.store(true, Ordering::Relaxed);
+                        }
+                        end.wait();
+                    }
+                })
+            })
+            .collect();
+        Phases {
+            start,
+            end,
+            panicked,
+            workers,
+        }
+    }
+
+    /// Runs one phase: every worker makes its pass. Panics when a pass panicked.
+    fn run(&self, what: fmt::Arguments<'_>) {
+        self.start.wait();
+        self.end.wait();
+        // Relaxed: the barrier orders the workers' stores before this load.
+        assert!(
+            !self.panicked.load(Ordering::Relaxed),
+            "{what}: a request thread panicked"
+        );
+    }
+
+    /// Waits for the workers, once every phase has run.
+    fn join(self) {
+        for worker in self.workers {
+            worker.join().unwrap();
+        }
     }
 }
 
@@ -81,27 +150,18 @@ pub fn eviction_race(label: &str, policy: Policy, capacity: u64) {
     let limiter: Arc<RateLimiter<u64, FakeClock>> =
         Arc::new(RateLimiter::with_clock(policy, clock.clone()));
     let evictor = Evictor::start(&limiter);
-    let phase_start = Arc::new(Barrier::new(WORKERS + 1));
-    let phase_end = Arc::new(Barrier::new(WORKERS + 1));
     let counts: Arc<Vec<AtomicU64>> = Arc::new((0..KEYS).map(|_| AtomicU64::new(0)).collect());
-    let workers: Vec<_> = (0..WORKERS)
-        .map(|w| {
-            let (limiter, counts) = (limiter.clone(), counts.clone());
-            let (phase_start, phase_end) = (phase_start.clone(), phase_end.clone());
-            thread::spawn(move || {
-                for _ in 0..PHASES {
-                    phase_start.wait();
-                    for i in 0..(capacity * 3) {
-                        let key = (i + w as u64) % KEYS;
-                        if limiter.try_acquire(&key).is_allowed() {
-                            counts[key as usize].fetch_add(1, Ordering::Relaxed);
-                        }
-                    }
-                    phase_end.wait();
+    let phases = {
+        let (limiter, counts) = (limiter.clone(), counts.clone());
+        Phases::start(WORKERS, PHASES, move |w| {
+            for i in 0..(capacity * 3) {
+                let key = (i + w as u64) % KEYS;
+                if limiter.try_acquire(&key).is_allowed() {
+                    counts[key as usize].fetch_add(1, Ordering::Relaxed);
                 }
-            })
+            }
         })
-        .collect();
+    };
     for phase in 0..PHASES {
         let before = evictor.evicted();
         clock.set(Duration::from_secs(2 * phase + 2));
@@ -110,11 +170,11 @@ pub fn eviction_race(label: &str, policy: Policy, capacity: u64) {
             // start, so removal and re-creation are exercised for certain; the other phases
             // race them.
             while phase > 0 && evictor.evicted() == before {
+                assert!(!evictor.has_stopped(), "{label}: the evictor panicked");
                 thread::yield_now();
             }
         }
-        phase_start.wait();
-        phase_end.wait();
+        phases.run(format_args!("{label}, phase {phase}"));
         for (key, count) in counts.iter().enumerate() {
             let admitted = count.swap(0, Ordering::Relaxed);
             assert_eq!(
@@ -124,9 +184,7 @@ pub fn eviction_race(label: &str, policy: Policy, capacity: u64) {
         }
     }
     let evicted = evictor.stop();
-    for w in workers {
-        w.join().unwrap();
-    }
+    phases.join();
     assert!(
         evicted > 0,
         "{label}: the evictor must actually have removed states for the race to mean anything"
@@ -147,44 +205,32 @@ pub fn eviction_stress(keys: u64, phases: u64) {
     let limiter: Arc<RateLimiter<u64, FakeClock>> =
         Arc::new(RateLimiter::with_clock(policy, clock.clone()));
     let evictor = Evictor::start(&limiter);
-    let phase_start = Arc::new(Barrier::new(WORKERS + 1));
-    let phase_end = Arc::new(Barrier::new(WORKERS + 1));
     let counts: Arc<Vec<AtomicU64>> = Arc::new((0..keys).map(|_| AtomicU64::new(0)).collect());
-    let workers: Vec<_> = (0..WORKERS)
-        .map(|w| {
-            let (limiter, counts) = (limiter.clone(), counts.clone());
-            let (phase_start, phase_end) = (phase_start.clone(), phase_end.clone());
-            thread::spawn(move || {
-                for _ in 0..phases {
-                    phase_start.wait();
-                    for i in 0..2 * keys {
-                        let key = if w == 0 {
-                            i % keys
-                        } else {
-                            keys - 1 - i % keys
-                        };
-                        if limiter.try_acquire(&key).is_allowed() {
-                            counts[key as usize].fetch_add(1, Ordering::Relaxed);
-                        }
-                    }
-                    phase_end.wait();
+    let workers = {
+        let (limiter, counts) = (limiter.clone(), counts.clone());
+        Phases::start(WORKERS, phases, move |w| {
+            for i in 0..2 * keys {
+                let key = if w == 0 {
+                    i % keys
+                } else {
+                    keys - 1 - i % keys
+                };
+                if limiter.try_acquire(&key).is_allowed() {
+                    counts[key as usize].fetch_add(1, Ordering::Relaxed);
                 }
-            })
+            }
         })
-        .collect();
+    };
     for phase in 0..phases {
         clock.set(Duration::from_secs(2 * phase + 2));
-        phase_start.wait();
-        phase_end.wait();
+        workers.run(format_args!("phase {phase}"));
         for (key, count) in counts.iter().enumerate() {
             let admitted = count.swap(0, Ordering::Relaxed);
             assert_eq!(admitted, 1, "phase {phase}, key {key}: admitted {admitted}");
         }
     }
     let evicted = evictor.stop();
-    for w in workers {
-        w.join().unwrap();
-    }
+    workers.join();
     assert!(
         evicted > keys,
         "the evictor must actually have removed states for the race to mean anything"
