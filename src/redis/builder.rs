@@ -15,10 +15,10 @@ use crate::policy::Policy;
 use crate::reservation::next_limiter_id;
 
 use super::cache::DenyCache;
-use super::conn::Conn;
+use super::conn::{Conn, Script};
 use super::failure::{Breaker, Counters};
 use super::lease::{self, Leases};
-use super::script::{self, Bands};
+use super::script::Bands;
 use super::{BackendError, FailurePolicy, Inner, RedisLimiter};
 
 /// Builds a [`RedisLimiter`]: start with [`RedisLimiter::builder`], finish with
@@ -340,18 +340,7 @@ impl RedisLimiterBuilder {
     }
 
     async fn finish(self, conn: Conn, bands: Bands) -> Result<RedisLimiter, BackendError> {
-        let sha = ::redis::Script::new(script::SOURCE).get_hash().to_owned();
-        // Load the script now (on every primary of a cluster): the first calls then find it,
-        // and a server that cannot run it fails here rather than on a request.
-        let mut load = ::redis::cmd("SCRIPT");
-        load.arg("LOAD").arg(script::SOURCE);
-        let loaded = tokio::time::timeout(self.connect_timeout, conn.query(&load))
-            .await
-            .map_err(|_| BackendError::Timeout(self.connect_timeout))??;
-        match &loaded {
-            ::redis::Value::BulkString(bytes) if bytes.as_slice() == sha.as_bytes() => {}
-            other => return Err(BackendError::Reply(format!("SCRIPT LOAD: {other:?}"))),
-        }
+        let script = Script::load(conn, self.connect_timeout).await?;
         let clock: Arc<dyn Clock> = match &self.test_clock {
             Some(clock) => Arc::clone(clock),
             None => Arc::new(SystemClock::new()),
@@ -379,8 +368,7 @@ impl RedisLimiterBuilder {
                 max_lease,
                 (shortest / lease::HOLD_FRACTION).max(1),
                 exact,
-                conn.clone(),
-                sha.clone(),
+                script.clone(),
                 bands.clone(),
                 self.prefix.clone(),
                 instance,
@@ -389,10 +377,9 @@ impl RedisLimiterBuilder {
         });
         let limiter = RedisLimiter {
             inner: Arc::new(Inner {
-                conn,
+                script,
                 policy: self.policy,
                 bands,
-                sha,
                 prefix: self.prefix,
                 timeout: self.timeout,
                 failure: self.failure,

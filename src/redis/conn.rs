@@ -1,5 +1,6 @@
-//! The connection (one node or a cluster) and the script call: `EVALSHA`, sent again as
-//! `EVAL` on `NOSCRIPT`, retried only on replies that prove the script did not run.
+//! The connection (one node or a cluster) and the script on it: loaded when a limiter
+//! connects, then called as `EVALSHA`, sent again as `EVAL` on `NOSCRIPT`, retried only on
+//! replies that prove the script did not run.
 
 use std::sync::atomic::AtomicU64;
 use std::time::Duration;
@@ -10,6 +11,8 @@ use ::redis::cluster_routing::SingleNodeRoutingInfo;
 use ::redis::{Cmd, ErrorKind, RedisError, ServerErrorKind, Value};
 
 use super::failure::bump;
+use super::script::SOURCE;
+use super::BackendError;
 
 /// A connection that reconnects by itself: the connection manager for one node (a
 /// multiplexed connection, replaced in the background when it drops), or the cluster client
@@ -94,9 +97,55 @@ impl Node {
 /// redirect, a node still loading); the limiter's timeout bounds the whole call anyway.
 const RETRIES: u32 = 6;
 
+/// The limiter's script ([`SOURCE`]) on a connection: what every decision, settle and lease
+/// call runs.
+#[derive(Clone)]
+pub(crate) struct Script {
+    conn: Conn,
+    /// The SHA-1 of [`SOURCE`], for `EVALSHA`.
+    sha: String,
+}
+
+impl Script {
+    /// Loads the script on `conn` (on every primary of a cluster), within `timeout`: the first
+    /// calls then find it, and a server that cannot run it fails here rather than on a request.
+    pub(crate) async fn load(conn: Conn, timeout: Duration) -> Result<Script, BackendError> {
+        let sha = ::redis::Script::new(SOURCE).get_hash().to_owned();
+        let mut load = ::redis::cmd("SCRIPT");
+        load.arg("LOAD").arg(SOURCE);
+        let loaded = tokio::time::timeout(timeout, conn.query(&load))
+            .await
+            .map_err(|_| BackendError::Timeout(timeout))??;
+        match &loaded {
+            Value::BulkString(bytes) if bytes.as_slice() == sha.as_bytes() => {}
+            other => return Err(BackendError::Reply(format!("SCRIPT LOAD: {other:?}"))),
+        }
+        Ok(Script { conn, sha })
+    }
+
+    /// The connection, for the commands that are not the script (a reset's `DEL`).
+    pub(crate) fn conn(&self) -> &Conn {
+        &self.conn
+    }
+
+    /// Runs the script with `keys` and `args` ([`eval`]), given up after `timeout`: the
+    /// caller then reports a timeout (a call cut off may still have run).
+    pub(crate) async fn call(
+        &self,
+        keys: &[String],
+        args: &[String],
+        reloads: &AtomicU64,
+        resend_dropped: bool,
+        timeout: Duration,
+    ) -> Result<Result<Value, RedisError>, tokio::time::error::Elapsed> {
+        let call = eval(&self.conn, &self.sha, keys, args, reloads, resend_dropped);
+        tokio::time::timeout(timeout, call).await
+    }
+}
+
 /// Runs the script with `keys` and `args`: `EVALSHA sha`; after `NOSCRIPT` (Redis restarted,
-/// failed over, or ran `SCRIPT FLUSH`) the same call as `EVAL source`, which also caches the
-/// script again (each such reload bumps `reloads`).
+/// failed over, or ran `SCRIPT FLUSH`) the same call as `EVAL` with the [`SOURCE`], which
+/// also caches the script again (each such reload bumps `reloads`).
 ///
 /// A call is sent again after a reply that Redis gives *instead of* running the script
 /// (`NOSCRIPT`, `MOVED`, `ASK`, `TRYAGAIN`, `CLUSTERDOWN`, `LOADING`, `MASTERDOWN`,
@@ -113,10 +162,9 @@ const RETRIES: u32 = 6;
 /// `MOVED` by sending again (the client refreshes its slot map from the reply), `ASK` (a
 /// slot being migrated, the key already on the importing node) by sending `ASKING` and the
 /// call to the node the reply names.
-pub(crate) async fn eval(
+async fn eval(
     conn: &Conn,
     sha: &str,
-    source: &str,
     keys: &[String],
     args: &[String],
     reloads: &AtomicU64,
@@ -130,7 +178,7 @@ pub(crate) async fn eval(
     loop {
         let mut cmd = if full {
             let mut cmd = ::redis::cmd("EVAL");
-            cmd.arg(source);
+            cmd.arg(SOURCE);
             cmd
         } else {
             let mut cmd = ::redis::cmd("EVALSHA");

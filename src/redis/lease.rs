@@ -60,7 +60,7 @@ mod calls;
 
 pub(crate) use self::calls::sweeper;
 
-use super::conn::Conn;
+use super::conn::Script;
 use super::script::Bands;
 
 /// A lease is held at most this fraction of the policy's shortest window: 1/10.
@@ -234,8 +234,7 @@ enum Found {
 
 /// Sends what gives a lease back: what the limiter's `Drop` hands to a task, so it owns it.
 pub(crate) struct Returner {
-    conn: Conn,
-    sha: String,
+    script: Script,
     bands: Bands,
     prefix: String,
     /// This limiter's field in each key's hash of lease tokens.
@@ -282,8 +281,7 @@ impl Leases {
         max: u64,
         hold: u64,
         exact_clock: bool,
-        conn: Conn,
-        sha: String,
+        script: Script,
         bands: Bands,
         prefix: String,
         instance: String,
@@ -308,8 +306,7 @@ impl Leases {
             closed: AtomicBool::new(false),
             sweeper: Mutex::new(None),
             returner: Arc::new(Returner {
-                conn,
-                sha,
+                script,
                 bands,
                 prefix,
                 instance,

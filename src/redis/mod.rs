@@ -75,7 +75,7 @@ use crate::reservation::Marks;
 
 pub use self::builder::RedisLimiterBuilder;
 use self::cache::DenyCache;
-use self::conn::Conn;
+use self::conn::Script;
 pub use self::error::BackendError;
 use self::failure::{bump, Breaker, Counters};
 pub use self::failure::{BackendStats, FailurePolicy};
@@ -118,11 +118,9 @@ pub struct RedisLimiter {
 }
 
 struct Inner {
-    conn: Conn,
+    script: Script,
     policy: Policy,
     bands: Bands,
-    /// The SHA-1 of [`script::SOURCE`], for `EVALSHA`.
-    sha: String,
     prefix: String,
     timeout: Duration,
     failure: FailurePolicy,
@@ -388,7 +386,7 @@ impl RedisLimiter {
             Some(leases) => del.arg(leases.returner.keys(key)),
             None => del.arg(inner.bands.keys(&inner.prefix, key)),
         };
-        let reply = tokio::time::timeout(inner.timeout, inner.conn.query(&del)).await;
+        let reply = tokio::time::timeout(inner.timeout, inner.script.conn().query(&del)).await;
         forget();
         // Release, once the DEL was sent (it may have run even if no answer came): a
         // reservation made before is stale from now on and gets no refund, which would land
@@ -515,21 +513,19 @@ impl RedisLimiter {
             Some(leases) if ask.has_token() => leases.returner.token_call(key, &mut args),
             _ => inner.bands.keys(&inner.prefix, key),
         };
-        let call = conn::eval(
-            &inner.conn,
-            &inner.sha,
-            script::SOURCE,
+        let call = inner.script.call(
             &keys,
             &args,
             &inner.counters.script_reloads,
             true,
+            inner.timeout,
         );
         let marks = match ask {
             Ask::Reserve(_) | Ask::Lease { .. } => inner.bands.count(),
             _ => 0,
         };
         let counted = matches!(ask, Ask::Lease { .. });
-        match tokio::time::timeout(inner.timeout, call).await {
+        match call.await {
             Ok(Ok(reply)) => {
                 let (decision, marks, count) = script::decision(&reply, marks, counted)?;
                 self.recovered();

@@ -123,16 +123,16 @@ impl RedisLimiter {
         // A refund is never sent twice: applied twice, it would give back more than was
         // held. A charge is resent once on a fresh connection, as a decision is: applied
         // twice it only refuses sooner, and dropped it would forgive a debt.
-        let call = conn::eval(
-            &inner.conn,
-            &inner.sha,
-            script::SOURCE,
-            &keys,
-            &args,
-            &inner.counters.script_reloads,
-            !refund,
-        );
-        let reply = tokio::time::timeout(inner.timeout, call).await;
+        let reply = inner
+            .script
+            .call(
+                &keys,
+                &args,
+                &inner.counters.script_reloads,
+                !refund,
+                inner.timeout,
+            )
+            .await;
         if let Some(cache) = &inner.cache {
             if refund {
                 // As for a reset: a refusal Redis made before the refund, still on its way,

@@ -12,7 +12,6 @@ use tokio::sync::Notify;
 use crate::decision::Decision;
 
 use super::{Claim, Found, Held, Lease, Leases, Returner, FIRST_SIZE};
-use crate::redis::conn;
 use crate::redis::script::{self, Ask, Bands};
 use crate::redis::{BackendError, Inner, RedisLimiter, NOT_IN_REDIS};
 
@@ -48,16 +47,8 @@ impl Returner {
         };
         let mut args = self.bands.args(now_micros, ask);
         let keys = self.token_call(key, &mut args);
-        let call = conn::eval(
-            &self.conn,
-            &self.sha,
-            script::SOURCE,
-            &keys,
-            &args,
-            reloads,
-            false,
-        );
-        match tokio::time::timeout(self.timeout, call).await {
+        let call = self.script.call(&keys, &args, reloads, false, self.timeout);
+        match call.await {
             Ok(Ok(reply)) => script::returned(&reply),
             Ok(Err(err)) => Err(BackendError::Redis(err)),
             Err(_) => Err(BackendError::Timeout(self.timeout)),
