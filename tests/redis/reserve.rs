@@ -640,6 +640,23 @@ async fn settles_keep_key_expiry_right() {
     for key in &keys {
         assert_eq!(server.command(&["EXISTS", key]).int(), 0, "{key}");
     }
+
+    // A refund that leaves older entries: the log lives until the newest one left has gone,
+    // no longer than the refunded ones would have kept it.
+    let limiter = RedisLimiter::builder("sliding-log 3/1s".parse().unwrap())
+        .prefix("partly")
+        .deny_cache(0)
+        .connect(&server.url())
+        .await
+        .unwrap();
+    let key = &limiter.redis_keys("k")[0];
+    let _kept = limiter.reserve_n("k", 1).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let r = limiter.reserve_n("k", 1).await.unwrap();
+    assert!((800..=1000).contains(&pttl(key)), "{}", pttl(key));
+    limiter.cancel("k", r).await.unwrap();
+    assert_eq!(server.command(&["ZCARD", key]).int(), 1);
+    assert!((1..=700).contains(&pttl(key)), "{}", pttl(key));
 }
 
 /// One band of a policy as the scripts see it (microseconds), with its state, following the

@@ -1,4 +1,4 @@
--- tollgate: the sliding window counter (src/sliding_counter.rs, `Counter::decide`), in
+-- tollgate: the sliding window counter (src/engine/sliding_counter.rs, `Counter::decide`), in
 -- microseconds.
 --
 -- State: one hash with fields i (the window index the counts belong to), c (the count of

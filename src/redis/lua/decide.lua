@@ -1,5 +1,5 @@
 -- tollgate: one decision for one key under a whole policy, all bands at once
--- (src/composite.rs for how the bands merge), or the settling of a reservation. Preceded by
+-- (src/engine/composite.rs for how the bands merge), or the settling of a reservation. Preceded by
 -- arith.lua, gcra.lua, counter.lua and log.lua in the script Redis runs.
 --
 -- KEYS[i]      band i's key; every key of one call shares a {hash tag}, so one slot holds

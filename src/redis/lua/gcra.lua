@@ -1,4 +1,4 @@
--- tollgate: the token bucket as GCRA (src/token_bucket.rs, `Gcra::decide`), in microseconds.
+-- tollgate: the token bucket as GCRA (src/engine/token_bucket.rs, `Gcra::decide`), in microseconds.
 --
 -- State: one string key holding the theoretical arrival time (TAT) as an integer; a missing
 -- key is a full bucket (TAT 0). T (the interval, rounded up) comes from Rust; B = N * T.

@@ -1,4 +1,4 @@
--- tollgate: the sliding window log (src/sliding_log.rs, `Log::decide`), in microseconds.
+-- tollgate: the sliding window log (src/engine/sliding_log.rs, `Log::decide`), in microseconds.
 --
 -- State: one sorted set of the last N admitted permits, scored by their timestamps; members
 -- are a per-key sequence number, zero-padded so that members of equal score sort in
@@ -30,6 +30,17 @@ local function log_left(W, stamp, now)
   return left
 end
 
+-- Lets the key expire once every entry has left, W after the newest one's stamp `newest`
+-- (ahead of now when the clock went backwards: a stepped clock, a failover to a replica
+-- behind), or deletes it when that has passed already.
+local function log_expire(key, W, now, newest)
+  if newest - now + W > 0 then
+    redis.call('PEXPIRE', key, fmt(idiv(newest - now + W + 999, 1000)))
+  else
+    redis.call('DEL', key)
+  end
+end
+
 -- Appends `count` entries stamped `stamp`, members numbered from `first`, and keeps the last N.
 local function log_append(key, N, W, now, stamp, first, count, expire)
   local score = fmt(stamp)
@@ -48,10 +59,17 @@ local function log_append(key, N, W, now, stamp, first, count, expire)
   -- Keep the last N entries only: no more can ever be live at once.
   redis.call('ZREMRANGEBYRANK', key, 0, -(N + 1))
   if expire then
-    -- Every entry has left W after the newest one's stamp, which is ahead of now when
-    -- the clock went backwards (a stepped clock, a failover to a replica behind).
-    redis.call('PEXPIRE', key, fmt(idiv(stamp - now + W + 999, 1000)))
+    log_expire(key, W, now, stamp)
   end
+end
+
+-- The newest entry's stamp and sequence number (nil for an empty log).
+local function log_newest(key)
+  local newest = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+  if newest[1] then
+    return tonumber(newest[2]), tonumber(newest[1])
+  end
+  return nil, nil
 end
 
 -- The number of live entries (at most N), and the newest entry's stamp and sequence number
@@ -61,11 +79,21 @@ local function log_scan(key, N, W, now)
   if live > N then
     live = N
   end
-  local newest = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
-  if newest[1] then
-    return live, tonumber(newest[2]), tonumber(newest[1])
+  return live, log_newest(key)
+end
+
+-- Where the next entries go: stamped now, or at the newest entry's stamp when that is ahead
+-- of now (so stamps never decrease), numbered after the newest entry.
+local function log_next(newest_stamp, newest_seq, now)
+  local stamp = now
+  if newest_stamp and newest_stamp > now then
+    stamp = newest_stamp
   end
-  return live, nil, nil
+  local first = 0
+  if newest_seq then
+    first = newest_seq + 1
+  end
+  return stamp, first
 end
 
 local function log_band(key, N, W, now, cost)
@@ -76,14 +104,7 @@ local function log_band(key, N, W, now, cost)
     reset_now = log_left(W, newest_stamp, now)
   end
   if live + cost <= N then
-    local stamp = now
-    if newest_stamp and newest_stamp > now then
-      stamp = newest_stamp
-    end
-    local first = 0
-    if newest_seq then
-      first = newest_seq + 1
-    end
+    local stamp, first = log_next(newest_stamp, newest_seq, now)
     return {
       ok = true,
       limit = N,
@@ -137,11 +158,9 @@ local function log_settle(key, N, W, now, mark, give, take, expire)
       if expire then
         -- The newest entry may be older now: the key matters until it leaves (a set left
         -- empty is gone already).
-        local _, newest_stamp = log_scan(key, N, W, now)
-        if newest_stamp and newest_stamp - now + W > 0 then
-          redis.call('PEXPIRE', key, fmt(idiv(newest_stamp - now + W + 999, 1000)))
-        elseif newest_stamp then
-          redis.call('DEL', key)
+        local newest_stamp = log_newest(key)
+        if newest_stamp then
+          log_expire(key, W, now, newest_stamp)
         end
       end
     end
@@ -154,14 +173,7 @@ local function log_settle(key, N, W, now, mark, give, take, expire)
   if count == 0 then
     return nil
   end
-  local stamp = now
-  if newest_stamp and newest_stamp > now then
-    stamp = newest_stamp
-  end
-  local first = 0
-  if newest_seq then
-    first = newest_seq + 1
-  end
+  local stamp, first = log_next(newest_stamp, newest_seq, now)
   return function()
     log_append(key, N, W, now, stamp, first, count, expire)
   end
