@@ -23,10 +23,21 @@ fn keyed(policy: &str) -> (RateLimiter<String, FakeClock>, FakeClock) {
     (RateLimiter::with_clock(policy, clock.clone()), clock)
 }
 
+/// [`keyed`], and the same policy given to every key by a resolver (a policy per key: each
+/// state keeps its own parameters).
+fn keyed_both_ways(policy: &str) -> [(RateLimiter<String, FakeClock>, FakeClock); 2] {
+    let clock = FakeClock::new();
+    let parsed: Policy = policy.parse().unwrap();
+    let per_key = RateLimiter::with_resolver(move |_: &String| parsed, clock.clone());
+    [keyed(policy), (per_key, clock)]
+}
+
 #[test]
 fn a_refund_gives_back_what_the_request_did_not_use() {
-    for policy in POLICIES {
-        let (limiter, clock) = keyed(policy);
+    for (policy, (limiter, clock)) in POLICIES
+        .into_iter()
+        .flat_map(|policy| keyed_both_ways(policy).map(|limiter| (policy, limiter)))
+    {
         clock.set(Duration::from_secs(5));
         let r = limiter.reserve_n("k", 10).unwrap();
         assert!(r.decision().is_allowed(), "{policy}");
@@ -64,13 +75,14 @@ fn a_cancel_restores_full_capacity() {
 fn a_charge_beyond_the_reservation_is_a_debt() {
     // Token bucket 10/s (T = 100 ms): 5 reserved, 15 used, so 15 permits are spent at 0 and
     // the next permit comes back 600 ms later.
-    let (limiter, _) = keyed("10/1s");
-    let r = limiter.reserve_n("k", 5).unwrap();
-    limiter.settle("k", r, 15).unwrap();
-    let d = limiter.try_acquire("k");
-    assert!(!d.is_allowed());
-    assert_eq!(d.retry_after(), Duration::from_millis(600));
-    assert_eq!(d.reset_after(), Duration::from_millis(1_500));
+    for (limiter, _) in keyed_both_ways("10/1s") {
+        let r = limiter.reserve_n("k", 5).unwrap();
+        limiter.settle("k", r, 15).unwrap();
+        let d = limiter.try_acquire("k");
+        assert!(!d.is_allowed());
+        assert_eq!(d.retry_after(), Duration::from_millis(600));
+        assert_eq!(d.reset_after(), Duration::from_millis(1_500));
+    }
     // A counter carries it too: 15 counted in this window, nothing before the next one's
     // estimate drops below 10.
     let (limiter, _) = keyed("sliding-counter 10/1s");
