@@ -434,6 +434,28 @@ fn keys_left_behind_drain_and_the_old_map_is_dropped() {
     assert_eq!(limiter.try_acquire("a").remaining(), 6);
 }
 
+/// A state that keeps its own policy (a resolver's) is evicted once at rest, and carries the
+/// permits in use into the policy that replaces it, as a uniform limiter's state does.
+#[test]
+fn a_policy_per_key_is_evicted_at_rest_and_carries_its_permits() {
+    let clock = FakeClock::new();
+    let limiter: RateLimiter<String, FakeClock> =
+        RateLimiter::with_resolver(|_: &String| policy("5/1s"), clock.clone());
+    for _ in 0..3 {
+        assert!(limiter.try_acquire("a").is_allowed());
+    }
+    assert_eq!(limiter.evict_idle(), 0, "not at rest yet");
+    clock.advance(Duration::from_secs(1));
+    assert_eq!(limiter.evict_idle(), 1);
+    assert_eq!(limiter.len(), 0);
+    for _ in 0..3 {
+        assert!(limiter.try_acquire("b").is_allowed());
+    }
+    limiter.set_resolver(|_: &String| policy("10/1s"));
+    // The 3 in use come along: 10 less 3, less this request.
+    assert_eq!(limiter.try_acquire("b").remaining(), 6);
+}
+
 #[test]
 fn reconfiguring_while_threads_race_stays_exact() {
     // Capacity 1,000 under every policy the limiters switch between, clock frozen: however
