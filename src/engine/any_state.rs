@@ -105,3 +105,18 @@ impl fmt::Debug for AnyState {
             .finish())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The debug form shows the state and the parameters it keeps (a login guard's debug
+    /// form includes it).
+    #[test]
+    fn debug_shows_the_state_and_its_parameters() {
+        let policy: Policy = "5/1s".parse().unwrap();
+        let shown = format!("{:?}", AnyState::new(&policy, None, 0));
+        assert!(shown.starts_with("AnyState(GcraCell"), "{shown}");
+        assert!(shown.contains("interval: 200000000"), "{shown}");
+    }
+}
