@@ -31,15 +31,16 @@ pub(crate) struct Retry {
 
 impl Retry {
     /// Consecutive retries after which a debug build panics (2^20): far above any legitimate
-    /// wait. A loop waiting for a writer or a policy change to finish yields to the scheduler
-    /// before each retry once its first few spins are over, so 2^20 retries gave the thread
-    /// it waits for a million chances to run its few stores (about a second of yielding on a
-    /// loaded two-core machine). A loop whose compare-and-swap failed retries because another
-    /// writer succeeded; losing 2^20 times in a row, backing off a little longer after each
-    /// loss up to 64 spin hints, is starvation far beyond anything contention on one key
-    /// produces, and so is a request that finds its generation replaced 2^20 times in a row.
-    /// A smaller bound would risk a spurious panic on an overloaded machine; a larger one makes
-    /// every test that meets the bug take longer to fail.
+    /// run of retries. A loop that waits for a thread in the middle of its few stores (a
+    /// writer inside its write section, a policy change between retiring the old state and
+    /// publishing the new one) snoozes, which yields to the scheduler once its first spins
+    /// are over: 2^20 retries gave that thread a million chances to run (a tenth of a second
+    /// to a second of yielding on a busy two-core machine, far longer than a preempted thread
+    /// waits for its turn). Every other retry follows another thread's
+    /// progress (a CAS it won, a write section it finished, a policy change it made) and
+    /// starts afresh: losing 2^20 times in a row is starvation far beyond anything contention
+    /// on one key produces. A smaller bound would risk a spurious panic on an overloaded
+    /// machine; a larger one makes every test that meets the bug take longer to fail.
     // Read only by the check, which a release build leaves out.
     #[cfg_attr(not(debug_assertions), allow(dead_code))]
     pub(crate) const LIMIT: u32 = 1 << 20;

@@ -36,8 +36,8 @@ pub(crate) trait Word {
     fn load(&self) -> Self::Value;
 
     /// Stores `new` if the word holds `current`, `Relaxed` on both outcomes (see the module
-    /// docs); `Err` with the value found otherwise. May fail spuriously: callers loop.
-    fn swap_from(&self, current: Self::Value, new: Self::Value) -> Result<(), Self::Value>;
+    /// docs): `true` when it did. May fail spuriously: callers loop.
+    fn swap_from(&self, current: Self::Value, new: Self::Value) -> bool;
 }
 
 impl Word for AtomicU64 {
@@ -50,11 +50,11 @@ impl Word for AtomicU64 {
     }
 
     #[inline(always)]
-    fn swap_from(&self, current: u64, new: u64) -> Result<(), u64> {
+    fn swap_from(&self, current: u64, new: u64) -> bool {
         // Relaxed on both outcomes: the CAS itself is the linearisation point. Weak: every
         // caller loops, and a spurious failure only costs one more step.
         self.compare_exchange_weak(current, new, Ordering::Relaxed, Ordering::Relaxed)
-            .map(|_| ())
+            .is_ok()
     }
 }
 
@@ -68,11 +68,11 @@ impl Word for AtomicU128 {
     }
 
     #[inline(always)]
-    fn swap_from(&self, current: u128, new: u128) -> Result<(), u128> {
+    fn swap_from(&self, current: u128, new: u128) -> bool {
         // Relaxed on both outcomes: the CAS itself is the linearisation point. Strong: a
         // 128-bit CAS is one `cmpxchg16b` (or `casp`) either way.
         self.compare_exchange(current, new, Ordering::Relaxed, Ordering::Relaxed)
-            .map(|_| ())
+            .is_ok()
     }
 }
 
@@ -115,12 +115,16 @@ pub(crate) fn live<W: Word>(word: &W) -> Option<W::Value> {
 
 /// The compare-and-swap loop of every one-word cell: reads the word, lets `step` decide from
 /// its value, and stores what it asks for by a CAS from exactly that value; when another
-/// writer came first, steps again from the value that writer left. `None` when the word is
-/// (or becomes) retired: a retired state never decides.
+/// writer came first, reads the word again and steps from what it holds then. `None` when
+/// the word is (or becomes) retired: a retired state never decides.
 ///
-/// After a failed CAS it backs off ([`Retry::spin`]: 1 to 64 spin hints, doubling): two threads on one key otherwise pull the word's cache line from each other on
-/// every attempt, and most attempts fail. Each failure means another writer succeeded; a
-/// debug build panics after [`Retry::LIMIT`] of them in a row.
+/// After a failed CAS it backs off ([`Retry::spin`]: 1 to 64 spin hints, doubling) before
+/// it reads again: two threads on one key otherwise pull the word's cache line from each
+/// other on every attempt, and most attempts fail. The read comes after the wait, so the
+/// retry decides from the value as it is then, not as it was when the CAS failed: a thread
+/// that keeps deciding on the key cannot make every retry of the other fail. Each failure
+/// means another writer succeeded; a debug build panics after [`Retry::LIMIT`] of them in
+/// a row.
 ///
 /// A stale first read only makes the CAS fail. An answer kept without writing (a refusal,
 /// a state not at rest) is the answer as of the moment the value read was current.
@@ -138,14 +142,14 @@ pub(crate) fn update<W: Word, R>(
         let Update { answer, write } = step(value);
         match write {
             None => return Some(answer),
-            Some(new) => match word.swap_from(value, new) {
-                Ok(()) => return Some(answer),
-                Err(found) => {
-                    // Another writer came first: let its core keep the line a little.
-                    retry.spin();
-                    value = found;
+            Some(new) => {
+                if word.swap_from(value, new) {
+                    return Some(answer);
                 }
-            },
+                // Another writer came first: let its core keep the line a little.
+                retry.spin();
+                value = word.load();
+            }
         }
     }
 }
