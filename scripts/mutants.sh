@@ -68,7 +68,7 @@ done
 
 # A mutant needs one failing case, not the smallest one: without shrinking, a property test
 # that fails only by reaching the retry bound (about a second per case in a debug build)
-# fails once instead of once per shrinking step, which outlasted the timeout.
+# fails once instead of once per shrinking step, well inside the timeout.
 export PROPTEST_MAX_SHRINK_ITERS="${PROPTEST_MAX_SHRINK_ITERS:-0}"
 
 cargo mutants --version

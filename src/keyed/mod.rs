@@ -174,14 +174,17 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock> RateLimiter<K, C, KeyHasher> {
     /// before the limiter takes any lock or holds back any memory reclamation, once per
     /// attempt to create the state: a slow resolver (a database lookup of the customer's
     /// tier) delays only the new key's own request, and a resolver may ask its own limiter
-    /// about *other* keys. Two first requests
-    /// for the same key that race each other may each call it once; the state is built from
-    /// the answer of the one that creates it. A [`peek`](RateLimiter::peek) at a key not
-    /// tracked calls it once too. To move a key to another tier,
-    /// change what the resolver returns for it, then call `reset(&key)`: its next request
-    /// starts from a fresh state under the new policy. (Eviction does the same for keys at
-    /// rest.) Each key then stores its policy's parameters beside its state, so per-key
-    /// memory is larger than with one policy (see `docs/ALGORITHMS.md`).
+    /// about *other* keys. It must not change its limiter's rules
+    /// ([`set_resolver`](RateLimiter::set_resolver), [`set_policy`](RateLimiter::set_policy)):
+    /// a request that finds the rules changed while it created its key starts over and calls
+    /// the resolver again, so a resolver that changes them every time keeps its own request
+    /// from ever finishing. Two first requests for the same key that race each other may each
+    /// call it once; the state is built from the answer of the one that creates it. A
+    /// [`peek`](RateLimiter::peek) at a key not tracked calls it once too. To move a key to
+    /// another tier, change what the resolver returns for it, then call `reset(&key)`: its
+    /// next request starts from a fresh state under the new policy. (Eviction does the same
+    /// for keys at rest.) Each key then stores its policy's parameters beside its state, so
+    /// per-key memory is larger than with one policy (see `docs/ALGORITHMS.md`).
     ///
     /// # Examples
     ///

@@ -29,11 +29,12 @@ pub fn race(threads: usize, work: impl Fn(usize) -> u64 + Send + Sync + 'static)
     handles.into_iter().map(|h| h.join().unwrap()).sum()
 }
 
-/// A thread calling `evict_idle` in a loop until stopped, counting the states it removed.
+/// A thread calling `evict_idle` in a loop until stopped (or dropped, when a test fails),
+/// counting the states it removed.
 struct Evictor {
     stop: Arc<AtomicBool>,
     evicted: Arc<AtomicU64>,
-    thread: thread::JoinHandle<()>,
+    thread: Option<thread::JoinHandle<()>>,
 }
 
 impl Evictor {
@@ -51,13 +52,15 @@ impl Evictor {
         Evictor {
             stop,
             evicted,
-            thread,
+            thread: Some(thread),
         }
     }
 
     /// Whether the thread has ended (before [`Evictor::stop`], only by panicking).
     fn has_stopped(&self) -> bool {
-        self.thread.is_finished()
+        self.thread
+            .as_ref()
+            .is_none_or(thread::JoinHandle::is_finished)
     }
 
     /// States removed so far.
@@ -66,10 +69,19 @@ impl Evictor {
     }
 
     /// Stops the thread; the states it removed in all.
-    fn stop(self) -> u64 {
+    fn stop(mut self) -> u64 {
         self.stop.store(true, Ordering::Relaxed);
-        self.thread.join().unwrap();
+        if let Some(thread) = self.thread.take() {
+            thread.join().unwrap();
+        }
         self.evicted.load(Ordering::Relaxed)
+    }
+}
+
+impl Drop for Evictor {
+    /// A test that failed before [`Evictor::stop`] leaves no thread evicting behind it.
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
     }
 }
 
@@ -206,7 +218,7 @@ pub fn eviction_stress(keys: u64, phases: u64) {
         Arc::new(RateLimiter::with_clock(policy, clock.clone()));
     let evictor = Evictor::start(&limiter);
     let counts: Arc<Vec<AtomicU64>> = Arc::new((0..keys).map(|_| AtomicU64::new(0)).collect());
-    let workers = {
+    let passes = {
         let (limiter, counts) = (limiter.clone(), counts.clone());
         Phases::start(WORKERS, phases, move |w| {
             for i in 0..2 * keys {
@@ -223,14 +235,14 @@ pub fn eviction_stress(keys: u64, phases: u64) {
     };
     for phase in 0..phases {
         clock.set(Duration::from_secs(2 * phase + 2));
-        workers.run(format_args!("phase {phase}"));
+        passes.run(format_args!("phase {phase}"));
         for (key, count) in counts.iter().enumerate() {
             let admitted = count.swap(0, Ordering::Relaxed);
             assert_eq!(admitted, 1, "phase {phase}, key {key}: admitted {admitted}");
         }
     }
     let evicted = evictor.stop();
-    workers.join();
+    passes.join();
     assert!(
         evicted > keys,
         "the evictor must actually have removed states for the race to mean anything"
