@@ -569,6 +569,18 @@ mod tests {
 
     const MS: u64 = 1_000_000;
 
+    /// The binary search finds the end of the prefix wherever it is, and looks at nothing in
+    /// an empty range.
+    #[test]
+    fn partition_finds_the_end_of_the_prefix() {
+        for len in 1..=9 {
+            for end in 0..=len {
+                assert_eq!(Log::partition(len, |i| i < end), end, "{len} {end}");
+            }
+        }
+        assert_eq!(Log::partition(0, |_| panic!("no entry to look at")), 0);
+    }
+
     impl Entries for [u64] {
         fn count(&self) -> u64 {
             self.len() as u64
