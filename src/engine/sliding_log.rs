@@ -569,13 +569,22 @@ mod tests {
 
     const MS: u64 = 1_000_000;
 
-    /// The binary search finds the end of the prefix wherever it is, and looks at nothing in
-    /// an empty range.
+    /// The binary search finds the end of the prefix wherever it is, in at most
+    /// `ceil(log2(len + 1))` looks, only ever inside the range, and looks at nothing in an
+    /// empty range.
     #[test]
     fn partition_finds_the_end_of_the_prefix() {
-        for len in 1..=9 {
+        for len in 1..=9u64 {
+            let most = u64::BITS - len.leading_zeros();
             for end in 0..=len {
-                assert_eq!(Log::partition(len, |i| i < end), end, "{len} {end}");
+                let looks = std::cell::Cell::new(0);
+                let before = |i| {
+                    looks.set(looks.get() + 1);
+                    assert!(looks.get() <= most, "{len} {end}: more than {most} looks");
+                    assert!(i < len, "{len} {end}: looked at {i}");
+                    i < end
+                };
+                assert_eq!(Log::partition(len, before), end, "{len} {end}");
             }
         }
         assert_eq!(Log::partition(0, |_| panic!("no entry to look at")), 0);
