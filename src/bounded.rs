@@ -29,33 +29,96 @@ pub(crate) struct Swept {
     pub(crate) empty: bool,
 }
 
+/// A map the incremental sweep can walk: scc's `HashMap` and `HashIndex`, whose walks hold
+/// one bucket exclusively at a time.
+pub(crate) trait Walk<K, V> {
+    /// An entry, its bucket held exclusively.
+    type At<'m>
+    where
+        Self: 'm;
+    /// The first entry.
+    fn first(&self) -> Option<Self::At<'_>>;
+    /// `key`'s entry.
+    fn at<'m>(&'m self, key: &K) -> Option<Self::At<'m>>;
+    /// The entry's key and value.
+    fn here<'a, 'm>(at: &'a Self::At<'m>) -> (&'a K, &'a V);
+    /// The entry after `at`.
+    fn next(at: Self::At<'_>) -> Option<Self::At<'_>>;
+    /// Removes `at`'s entry; the entry after it.
+    fn remove(at: Self::At<'_>) -> Option<Self::At<'_>>;
+}
+
+impl<K: Hash + Eq, V, S: BuildHasher> Walk<K, V> for scc::HashMap<K, V, S> {
+    type At<'m>
+        = scc::hash_map::OccupiedEntry<'m, K, V, S>
+    where
+        Self: 'm;
+    fn first(&self) -> Option<Self::At<'_>> {
+        self.begin_sync()
+    }
+    fn at<'m>(&'m self, key: &K) -> Option<Self::At<'m>> {
+        self.get_sync(key)
+    }
+    fn here<'a, 'm>(at: &'a Self::At<'m>) -> (&'a K, &'a V) {
+        (at.key(), at.get())
+    }
+    fn next(at: Self::At<'_>) -> Option<Self::At<'_>> {
+        at.next_sync()
+    }
+    fn remove(at: Self::At<'_>) -> Option<Self::At<'_>> {
+        at.remove_and_sync().1
+    }
+}
+
+impl<K: Hash + Eq + 'static, V: 'static, S: BuildHasher> Walk<K, V> for scc::HashIndex<K, V, S> {
+    type At<'m>
+        = scc::hash_index::OccupiedEntry<'m, K, V, S>
+    where
+        Self: 'm;
+    fn first(&self) -> Option<Self::At<'_>> {
+        self.begin_sync()
+    }
+    fn at<'m>(&'m self, key: &K) -> Option<Self::At<'m>> {
+        self.get_sync(key)
+    }
+    fn here<'a, 'm>(at: &'a Self::At<'m>) -> (&'a K, &'a V) {
+        (at.key(), at.get())
+    }
+    fn next(at: Self::At<'_>) -> Option<Self::At<'_>> {
+        at.next_sync()
+    }
+    fn remove(at: Self::At<'_>) -> Option<Self::At<'_>> {
+        at.remove_and_sync()
+    }
+}
+
 /// One step of the incremental sweep over `map`: up to `slice` entries from `cursor` on
 /// (wrapping to the beginning at most once), removing those `is_idle` says may go.
 ///
 /// Each entry is checked and removed while its bucket is held exclusively (as `retain_sync`
-/// does), so no reader is inside an entry while it is checked and removed. One thread sweeps
-/// a map at a time (the cursor is `try_lock`ed); another that finds it busy sweeps nothing.
-pub(crate) fn sweep_step<K, V, S>(
-    map: &scc::HashMap<K, V, S>,
+/// does). One thread sweeps a map at a time (the cursor is `try_lock`ed); another that finds
+/// it busy sweeps nothing.
+pub(crate) fn sweep_step<K, V, M>(
+    map: &M,
     cursor: &Mutex<Option<K>>,
     slice: usize,
     mut is_idle: impl FnMut(&V) -> bool,
 ) -> Swept
 where
-    K: Hash + Eq + Clone,
-    S: BuildHasher,
+    K: Clone,
+    M: Walk<K, V>,
 {
     let Ok(mut cursor) = cursor.try_lock() else {
         return Swept::default();
     };
     let mut swept = Swept::default();
     let mut begin = || {
-        let first = map.begin_sync();
+        let first = map.first();
         swept.empty |= first.is_none();
         first
     };
     let mut entry = match cursor.take() {
-        Some(key) => map.get_sync(&key).or_else(&mut begin),
+        Some(key) => map.at(&key).or_else(&mut begin),
         None => begin(),
     };
     let mut removed = 0;
@@ -71,14 +134,14 @@ where
         }) else {
             break;
         };
-        if is_idle(here.get()) {
+        if is_idle(M::here(&here).1) {
             removed += 1;
-            entry = here.remove_and_sync().1;
+            entry = M::remove(here);
         } else {
-            entry = here.next_sync();
+            entry = M::next(here);
         }
     }
-    *cursor = entry.map(|here| here.key().clone());
+    *cursor = entry.map(|here| M::here(&here).0.clone());
     Swept { removed, ..swept }
 }
 

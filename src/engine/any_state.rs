@@ -84,13 +84,11 @@ impl AnyState {
     }
 
     /// See `RateState::retire_with_carry`.
-    #[cfg(tollgate_loom)]
     pub(crate) fn retire_with_carry(&self, now: u64) -> Option<Carry> {
         with_any!(self, (state, params) => state.retire_with_carry(params, now))
     }
 
     /// See `RateState::try_retire`.
-    #[cfg(tollgate_loom)]
     pub(crate) fn try_retire(&self, now: u64) -> bool {
         with_any!(self, (state, params) => state.try_retire(params, now))
     }

@@ -46,7 +46,7 @@ impl<W> Verdict<W> {
 /// One key's state: created at rest, updated lock-free, retired at most once: by a policy
 /// change that moves its permits elsewhere (`retire_with_carry`), or, with a map whose
 /// readers take no lock, by eviction (`try_retire`).
-pub(crate) trait RateState: Sized + Send + Sync + std::fmt::Debug {
+pub(crate) trait RateState: Sized + Send + Sync + std::fmt::Debug + 'static {
     /// Everything the arithmetic needs from the policy, computed once per limiter.
     type Params: Copy + Send + Sync + std::fmt::Debug;
 
@@ -130,14 +130,9 @@ pub(crate) trait RateState: Sized + Send + Sync + std::fmt::Debug {
     /// when it did; from then on every `try_acquire` returns `None`. Returns `false` (and
     /// changes nothing) when the state is not at rest or a request changed it first.
     ///
-    /// The keyed registry does not call it: its map's bucket locks already keep eviction
-    /// exact, so it removes states instead of retiring them, and no map ever holds a retired
-    /// state (a CAS per evicted key also made a sweep of 1,000,000 keys 2.7x slower; see
-    /// docs/ARCHITECTURE.md, "Eviction stays exact"). It is the eviction step of a map whose
-    /// readers take no lock, where a request that meets a retired state looks the key up
-    /// again; the loom models keep proving it, with [`RateState::retire_with_carry`] (the
-    /// direct limiter's policy change) sharing its retired values.
-    #[cfg_attr(not(any(test, tollgate_loom)), allow(dead_code))]
+    /// This is the keyed registry's eviction step: its requests take no lock, so a state
+    /// is retired before it is unlinked, and a request that meets a retired state looks the
+    /// key up again.
     fn try_retire(&self, params: &Self::Params, now: u64) -> bool;
 
     /// The permits in use at `now`, band by band, read from one consistent snapshot, changing

@@ -54,7 +54,7 @@ pub(super) enum Rules<K> {
     PerKey(Arc<Resolver<K>>),
 }
 
-impl<K: Hash + Eq + Clone, S: BuildHasher> Generation<K, S> {
+impl<K: Hash + Eq + Clone + 'static, S: BuildHasher> Generation<K, S> {
     /// Whether this generation, already replaced, holds no state and never will again.
     ///
     /// Why "never again": a generation gains a state only in `RateLimiter::create_in`, from a
@@ -74,7 +74,7 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> Generation<K, S> {
     pub(super) fn is_drained(&self) -> bool {
         // SeqCst: see above; pairs with the fence in `RateLimiter::create_in`.
         fence(Ordering::SeqCst);
-        with_keyed!(&self.registry, keyed => keyed.map.begin_sync().is_none())
+        with_keyed!(&self.registry, keyed => keyed.table.is_empty_locked())
     }
 
     /// Unlinks every generation older than this one that has drained, so that no request
@@ -122,12 +122,11 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
     {
         first_in_older(generation, guard, |old| {
             with_keyed!(&old.registry, keyed => {
+                // Retired from exactly the snapshot its permits are counted from: a request
+                // still holding the old state's slot meets it retired and looks again.
                 keyed
-                    .map
-                    .remove_sync(key)
-                    // Removed, so owned here: nothing else can reach it, and its permits
-                    // are counted without retiring it (which would be a CAS for nothing).
-                    .map(|(_, state)| Slot::<K>::carry(&state, &keyed.params, now))
+                    .table
+                    .remove(key, |state| Slot::<K>::retire_with_carry(state, &keyed.params, now))
             })
         })
         // The key keeps its place in `tracked`: the caller inserts it here.
@@ -147,9 +146,10 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
     {
         first_in_older(generation, guard, |old| {
             with_keyed!(&old.registry, keyed => {
+                // Under the bucket lock, where no state is met retired.
                 keyed
-                    .map
-                    .read_sync(key, |_, state| Slot::<K>::carry(state, &keyed.params, now))
+                    .table
+                    .read_locked(key, |state| Slot::<K>::carry(state, &keyed.params, now))
             })
         })
         .flatten()

@@ -40,6 +40,7 @@ mod settle;
 mod slot;
 mod stats;
 mod sweep;
+mod table;
 mod wait;
 
 /// How a limiter built with [`RateLimiter::with_resolver`] chooses each key's policy.

@@ -6,7 +6,6 @@ use std::hash::{BuildHasher, Hash};
 use std::sync::atomic::{fence, Ordering};
 use std::sync::Arc;
 
-use scc::hash_map::Entry;
 use scc::Guard;
 
 use crate::clock::Clock;
@@ -21,6 +20,7 @@ use crate::reservation::Marks;
 use super::generations::{Generation, Rules};
 use super::slot::{with_keyed, Keyed, Registry, Resolved, Settle, Slot};
 use super::sweep::FULL_SWEEP_SLICE;
+use super::table::TableEntry;
 use super::RateLimiter;
 
 /// A decision, and where its admission stands (for a reservation).
@@ -97,12 +97,9 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
         let guard = Guard::new();
         let generation = self.generation(&guard);
         with_keyed!(&generation.registry, keyed => {
-            keyed
-                .map
-                .read_sync(key, |_, state| {
-                    Slot::<K>::try_acquire(state, &keyed.params, &self.clock, 1)
-                })
-                .flatten()
+            keyed.table.read(key, &guard, |state| {
+                Slot::<K>::try_acquire(state, &keyed.params, &self.clock, 1)
+            })
         })
     }
 
@@ -166,16 +163,13 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
         let guard = Guard::new();
         let generation = self.generation(&guard);
         with_keyed!(&generation.registry, keyed => {
-            keyed
-                .map
-                .read_sync(key, |_, state| {
-                    let limit = Slot::<K>::max_cost(state, &keyed.params);
-                    if cost > limit {
-                        return Some(Err(CostError::ExceedsLimit { cost, limit }));
-                    }
-                    Slot::<K>::reserve(state, &keyed.params, &self.clock, cost).map(Ok)
-                })
-                .flatten()
+            keyed.table.read(key, &guard, |state| {
+                let limit = Slot::<K>::max_cost(state, &keyed.params);
+                if cost > limit {
+                    return Some(Err(CostError::ExceedsLimit { cost, limit }));
+                }
+                Slot::<K>::reserve(state, &keyed.params, &self.clock, cost).map(Ok)
+            })
         })
     }
 
@@ -249,7 +243,7 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
         let mut owned = K::from(key.to_owned());
         let mut swept = false;
         loop {
-            let entry = keyed.map.entry_sync(owned);
+            let entry = keyed.table.entry(owned);
             // We hold the bucket exclusively. A generation found no longer current gains no
             // state from here. One that was current when checked may still gain this key after
             // a swap: the key is moved out later under this same lock, and the generation is
@@ -279,8 +273,9 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
                 }
             };
             let entry = match entry {
-                Entry::Occupied(entry) => return Step::Done(decide(entry.get())),
-                Entry::Vacant(entry) => entry,
+                // The entry holds the bucket until the decision is made.
+                TableEntry::Occupied(entry) => return Step::Done(decide(entry.get())),
+                TableEntry::Vacant(entry) => entry,
             };
             // A cost that could never be admitted creates nothing and moves nothing (a key
             // still in an older generation stays there).
@@ -301,18 +296,28 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
                     swept = true;
                     continue;
                 }
-                if let Some(settle) = settle {
-                    St::overflow_settle(&keyed.overflow, &keyed.params, &spec, settle, &self.clock);
-                    return Step::Done(Ok(SETTLED));
-                }
-                let shared =
-                    St::overflow_acquire(&keyed.overflow, &keyed.params, &spec, &self.clock, cost);
-                return Step::Done(shared.map(|(decision, marks)| (decision.overflowed(), marks)));
+                return Step::Done(self.overflow(keyed, &spec, settle, cost));
             }
             let state = St::build(&keyed.params, &spec, carry.as_ref(), now);
-            let entry = entry.insert_entry(state);
+            let entry = entry.insert_entry(Box::new(state));
             return Step::Created(decide(entry.get()));
         }
+    }
+
+    /// Decides (or settles) on the state shared by new keys that find the limiter full.
+    fn overflow<St: Slot<K>>(
+        &self,
+        keyed: &Keyed<K, St, S>,
+        spec: &St::Spec,
+        settle: Option<&Settle>,
+        cost: u64,
+    ) -> Result<Decided, CostError> {
+        if let Some(settle) = settle {
+            St::overflow_settle(&keyed.overflow, &keyed.params, spec, settle, &self.clock);
+            return Ok(SETTLED);
+        }
+        let shared = St::overflow_acquire(&keyed.overflow, &keyed.params, spec, &self.clock, cost);
+        shared.map(|(decision, marks)| (decision.overflowed(), marks))
     }
 
     /// The per-key resolver's answer for `key`, when the limiter has one: `previous` when the
@@ -421,14 +426,18 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
     {
         let now = self.clock.now();
         let at_now = Fixed(now);
-        if let Some(Some(decision)) = keyed
-            .map
-            .read_sync(key, |_, state| state.peek(&keyed.params, &at_now))
+        let peek = |state: &St| state.peek(&keyed.params, &at_now);
+        // Without a lock first; then, if that found nothing, under the bucket's lock, where
+        // no state is met retired (one being moved to a new generation, or removed).
+        if let Some(decision) = keyed
+            .table
+            .read(key, guard, peek)
+            .or_else(|| keyed.table.read_locked(key, peek).flatten())
         {
             return Some(decision);
         }
-        // Not tracked here (or removed under us): decide on the state the key's next request
-        // would create, built aside and dropped.
+        // Not tracked here: decide on the state the key's next request would create, built
+        // aside and dropped.
         let spec = St::spec(&keyed.params, resolved)?;
         let carry = self.peek_older(generation, key, now, guard);
         if carry.is_none() && self.len() >= self.max_keys {

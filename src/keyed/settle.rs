@@ -197,22 +197,26 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
     {
         let guard = Guard::new();
         let generation = self.generation(&guard);
-        let on = |registry: &Registry<K, S>| {
+        let on = |registry: &Registry<K, S>, locked: bool| {
             with_keyed!(registry, keyed => {
-                keyed
-                    .map
-                    .read_sync(key, |_, state| {
-                        settle.on::<K, _>(state, &keyed.params, self.clock.now())
-                    })
-                    // A state in a map is never retired.
-                    .flatten()
+                let settle = |state: &_| settle.on::<K, _>(state, &keyed.params, self.clock.now());
+                if locked {
+                    // Under the bucket lock no state is met retired.
+                    keyed.table.read_locked(key, settle).flatten()
+                } else {
+                    keyed.table.read(key, &guard, settle)
+                }
             })
         };
         // The older generations first: a key only moves from one of them to the current
-        // one, so looking there last meets it wherever it is when it moves.
-        first_in_older(generation, &guard, |old| on(&old.registry))
-            .or_else(|| on(&generation.registry))
-            .is_some()
+        // one, so looking there last meets it wherever it is when it moves. Without locks
+        // first; a pass that found nothing (the key not tracked, or met retired while it
+        // moves) looks again under the bucket locks, which a move holds throughout.
+        [false, true].into_iter().any(|locked| {
+            first_in_older(generation, &guard, |old| on(&old.registry, locked))
+                .or_else(|| on(&generation.registry, locked))
+                .is_some()
+        })
     }
 
     /// Settles on the shared overflow state that decided `key`'s reservation.

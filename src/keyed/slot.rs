@@ -17,6 +17,7 @@ use crate::policy::Policy;
 use crate::reservation::Marks;
 
 use super::generations::Rules;
+use super::table::Table;
 use super::Resolver;
 
 /// A resolver's answer for one key, with the resolver that gave it.
@@ -53,14 +54,14 @@ macro_rules! with_keyed {
 pub(super) use with_keyed;
 
 pub(super) struct Keyed<K, St: Slot<K>, S: BuildHasher> {
-    pub(super) map: scc::HashMap<K, St, S>,
+    pub(super) table: Table<K, St, S>,
     pub(super) params: St::Params,
     /// What new keys share once the limiter tracks `max_keys` keys.
     pub(super) overflow: St::Overflow,
 }
 
 /// What the registry stores per key: a state machine and how to build one for a key.
-pub(super) trait Slot<K>: Sized + Send + Sync {
+pub(super) trait Slot<K>: Sized + Send + Sync + 'static {
     /// Shared by every key of the map: the policy's parameters, or the resolver.
     type Params: Send + Sync;
 
@@ -91,6 +92,11 @@ pub(super) trait Slot<K>: Sized + Send + Sync {
     fn is_at_rest(&self, params: &Self::Params, now: u64) -> bool;
     /// The permits in use at `now` (see `RateState::carry`).
     fn carry(&self, params: &Self::Params, now: u64) -> Option<Carry>;
+    /// Retires the state if it is at rest at `now` (see `RateState::try_retire`).
+    fn try_retire(&self, params: &Self::Params, now: u64) -> bool;
+    /// Retires the state, returning the permits it had in use (see
+    /// `RateState::retire_with_carry`); `None` when it was retired already.
+    fn retire_with_carry(&self, params: &Self::Params, now: u64) -> Option<Carry>;
 
     /// What a new state for a key is built from: nothing for a uniform policy, the key's
     /// policy under a resolver.
@@ -220,6 +226,14 @@ impl<K, St: RateState> Slot<K> for St {
         RateState::carry(self, params, now)
     }
 
+    fn try_retire(&self, params: &St::Params, now: u64) -> bool {
+        RateState::try_retire(self, params, now)
+    }
+
+    fn retire_with_carry(&self, params: &St::Params, now: u64) -> Option<Carry> {
+        RateState::retire_with_carry(self, params, now)
+    }
+
     /// Every key's state is built from the policy's parameters alone.
     type Spec = ();
 
@@ -328,6 +342,14 @@ impl<K> Slot<K> for AnyState {
         AnyState::carry(self, now)
     }
 
+    fn try_retire(&self, _: &Self::Params, now: u64) -> bool {
+        AnyState::try_retire(self, now)
+    }
+
+    fn retire_with_carry(&self, _: &Self::Params, now: u64) -> Option<Carry> {
+        AnyState::retire_with_carry(self, now)
+    }
+
     /// The policy the resolver chose for the key.
     type Spec = Policy;
 
@@ -408,7 +430,7 @@ impl<K> Slot<K> for AnyState {
 impl<K: Hash + Eq, St: Slot<K>, S: BuildHasher> Keyed<K, St, S> {
     pub(super) fn new(params: St::Params, hasher: S) -> Self {
         Keyed {
-            map: scc::HashMap::with_hasher(hasher),
+            table: Table::with_hasher(hasher),
             overflow: St::new_overflow(&params),
             params,
         }

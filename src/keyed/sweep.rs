@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 
 use scc::Guard;
 
-use crate::bounded::{sweep_step, Swept};
+use crate::bounded::Swept;
 use crate::clock::Clock;
 use crate::engine::dispatch::with_state;
 use crate::engine::retry::Retry;
@@ -35,25 +35,21 @@ pub(super) const DEFAULT_SWEEP_SLICE: usize = 8;
 /// Entries swept when a new key finds the limiter full.
 pub(super) const FULL_SWEEP_SLICE: usize = 64;
 
-impl<K: Hash + Eq, St: Slot<K>, S: BuildHasher> Keyed<K, St, S> {
+impl<K: Hash + Eq + Clone + 'static, St: Slot<K>, S: BuildHasher> Keyed<K, St, S> {
     /// Removes every state at rest at `now`; returns how many.
     pub(super) fn evict_idle(&self, now: u64) -> usize {
-        let mut removed = 0;
-        // `retain_sync` holds each bucket's lock exclusively while it runs the predicate, and
-        // a request touches a state only under its bucket's lock (shared in `read_sync`,
-        // exclusive in `entry_sync` and `remove_sync`): no request is inside the state while
-        // it is checked and unlinked, and none can reach it afterwards. So the state at rest
-        // is removed as it is; retiring it first (a CAS per key) would add nothing but time.
-        self.map.retain_sync(|_, state| {
-            let idle = state.is_at_rest(&self.params, now);
-            removed += usize::from(idle);
-            !idle
-        });
-        removed
+        self.table.retain(|state| self.retire_at_rest(state, now))
+    }
+
+    /// Retires `state` if it is at rest at `now`. The plain check first: most states a sweep
+    /// meets are either at rest or not, and only those at rest pay for the retiring CAS,
+    /// which fails, keeping the state, if a request admitted in between.
+    fn retire_at_rest(&self, state: &St, now: u64) -> bool {
+        state.is_at_rest(&self.params, now) && state.try_retire(&self.params, now)
     }
 }
 
-impl<K: Hash + Eq + Clone, S: BuildHasher> Generation<K, S> {
+impl<K: Hash + Eq + Clone + 'static, S: BuildHasher> Generation<K, S> {
     /// Up to `slice` entries of `keyed` (this generation's map) from the cursor on, removing
     /// the states at rest at `now`.
     pub(super) fn sweep_step<St: Slot<K>>(
@@ -62,10 +58,8 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> Generation<K, S> {
         slice: usize,
         now: u64,
     ) -> Swept {
-        // Each step holds one bucket exclusively at a time (as `retain_sync` does), so, as
-        // for `evict_idle`, no request is inside a state while it is checked and removed.
-        sweep_step(&keyed.map, &self.sweep_cursor, slice, |state| {
-            state.is_at_rest(&keyed.params, now)
+        keyed.table.sweep_step(&self.sweep_cursor, slice, |state| {
+            keyed.retire_at_rest(state, now)
         })
     }
 }
@@ -200,9 +194,16 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
             // could look in the current map just before the key arrives there and in the old
             // one just after it left.
             for generation in chain.iter().rev() {
-                // Removal takes the bucket exclusively: no request is inside the state.
+                // Retired, then removed, under the bucket lock: a request still holding the
+                // state's slot meets it retired and looks the key up again.
                 removed += with_keyed!(&generation.registry, keyed => {
-                    usize::from(keyed.map.remove_sync(key).is_some())
+                    let now = self.clock.now();
+                    usize::from(
+                        keyed
+                            .table
+                            .remove(key, |state| Slot::<K>::retire_with_carry(state, &keyed.params, now))
+                            .is_some(),
+                    )
                 });
             }
             // A policy change meanwhile made a newer generation the key could have moved to:
