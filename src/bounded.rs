@@ -2,9 +2,10 @@
 //! incremental sweep of idle entries ([`sweep_step`]) that keeps a capped map from filling
 //! with entries that no longer matter.
 //!
-//! Every entry is created, swept and removed under its bucket's exclusive lock, and read
-//! under its shared lock, so an entry checked idle and removed in one locked step cannot be
-//! in use by anyone at that moment.
+//! Every entry of a [`BoundedMap`] is created, swept and removed under its bucket's exclusive
+//! lock, and read under its shared lock, so an entry checked idle and removed in one locked
+//! step cannot be in use by anyone at that moment. (The keyed registry's table, also swept
+//! here, has lock-free readers: its sweep retires a state before removing it.)
 
 use std::borrow::Borrow;
 use std::hash::{BuildHasher, Hash};

@@ -40,7 +40,7 @@
 //!   alone at one instant inside the call.
 //! * **Lock-free per key.** A key's state is one or two atomic words updated by
 //!   compare-and-swap (the sliding log serialises its writers with a per-key sequence word).
-//!   Keys never wait on each other; the map takes only a shared bucket lock on a hit.
+//!   Keys never wait on each other, and a request for a tracked key takes no lock at all.
 //! * **A refused request changes nothing**, and neither does a refused cost.
 //! * **Exact eviction.** [`RateLimiter::evict_idle`] removes only states that are at rest,
 //!   and never lets a racing request through beyond the policy.

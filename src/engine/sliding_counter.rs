@@ -400,9 +400,8 @@ impl RateState for CounterCell {
 
     #[inline]
     fn is_at_rest(&self, counter: &Counter, now: u64) -> bool {
-        // A snapshot is all a reader needs. Eviction calls this under the map's exclusive
-        // bucket lock, whose Acquire orders it after every admission made under the lock
-        // before; `try_retire` re-checks with a CAS where no lock is held.
+        // A snapshot is all a reader needs: eviction uses it to skip states not at rest, and
+        // `try_retire` re-checks with a CAS before a state is removed.
         live(&self.word).is_some_and(|word| counter.is_at_rest(Snapshot::unpack(word), now))
     }
 

@@ -404,8 +404,8 @@ pub(crate) enum Fix {
 ///   `s` ([`LogWords::append`]). Readers never wait on a sequence left odd.
 /// * A settle is a writer like an admission: it decides on a consistent read
 ///   ([`Log::settle`]) and stores the result from exactly the value it read.
-/// * Retiring at rest (`try_retire`, the eviction step for a map whose readers take no lock;
-///   the registry's bucket locks make it unnecessary there) reads like a reader, checks the
+/// * Retiring at rest (`try_retire`, the registry's eviction step: its readers take no
+///   lock) reads like a reader, checks the
 ///   log is at rest, and compare-and-swaps the even value it read to `RETIRED`: any write
 ///   in between moved `seq` on and makes it fail.
 ///

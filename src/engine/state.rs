@@ -136,14 +136,15 @@ pub(crate) trait RateState: Sized + Send + Sync + std::fmt::Debug + 'static {
     fn try_retire(&self, params: &Self::Params, now: u64) -> bool;
 
     /// The permits in use at `now`, band by band, read from one consistent snapshot, changing
-    /// nothing: for a state its caller owns (removed from its map) or only looks at (a peek).
+    /// nothing: for a state its caller only looks at (a peek).
     /// `None` when the state was retired.
     fn carry(&self, params: &Self::Params, now: u64) -> Option<Carry>;
 
     /// [`RateState::carry`], and the state atomically retired from exactly the snapshot
     /// counted (whatever it holds), so the permits counted are never spent again behind the
     /// caller's back: a policy change of a state that requests may still reach (the direct
-    /// limiter's). `None` when the state was already retired.
+    /// limiter's, a key moving to the keyed registry's new generation), or a reset. `None`
+    /// when the state was already retired.
     fn retire_with_carry(&self, params: &Self::Params, now: u64) -> Option<Carry>;
 
     /// A state with the permits of `carry` already spent at `now`: each band takes the

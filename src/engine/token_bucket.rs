@@ -216,9 +216,8 @@ impl RateState for GcraCell {
 
     #[inline]
     fn is_at_rest(&self, _: &Gcra, now: u64) -> bool {
-        // A snapshot is all a reader needs. Eviction calls this under the map's exclusive
-        // bucket lock, whose Acquire orders it after every admission made under the lock
-        // before; `try_retire` re-checks with a CAS where no lock is held.
+        // A snapshot is all a reader needs: eviction uses it to skip states not at rest, and
+        // `try_retire` re-checks with a CAS before a state is removed.
         live(&self.tat).is_some_and(|tat| Gcra::is_at_rest(tat, now))
     }
 

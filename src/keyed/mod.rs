@@ -1,15 +1,16 @@
 //! The keyed registry: [`RateLimiter`], one state per key in a concurrent map.
 //!
-//! The request path is a shared-lock map lookup, then the key's own lock-free state machine.
-//! A key seen for the first time goes through the map's entry API, out of line. Eviction
-//! removes states that are at rest, exactly, while requests run. A policy change starts a new
-//! *generation* (a new map); keys move into it one by one, carrying the permits they have in
-//! use (see `docs/ARCHITECTURE.md`).
+//! The request path is a lock-free lookup, then the key's own lock-free state machine. A key
+//! seen for the first time goes through the table's entry API, out of line. Eviction retires
+//! and removes states that are at rest, exactly, while requests run. A policy change starts a
+//! new *generation* (a new table); keys move into it one by one, carrying the permits they
+//! have in use (see `docs/ARCHITECTURE.md`).
 //!
 //! | module | job |
 //! |---|---|
 //! | this one | the limiter, its constructors and options, what it reports |
-//! | `slot` | what a generation's map stores per key, one map type per algorithm |
+//! | `slot` | what a generation's table stores per key, one table type per algorithm |
+//! | `table` | the table: a lock-free index from key to state, retire-then-unlink removal |
 //! | `request` | deciding: a small inline hit, one cold miss that creates the key's state |
 //! | `generations` | policy changes: generations, keys carrying their permits into the new one |
 //! | `sweep` | removing states at rest: the incremental sweep, `evict_idle`, `reset` |
@@ -49,9 +50,9 @@ pub(crate) type Resolver<K> = dyn Fn(&K) -> Policy + Send + Sync;
 /// A rate limiter with one independent state per key (user id, API key, IP address...).
 ///
 /// Share it through an `Arc` or a `static`: every method takes `&self`, and requests for
-/// different keys never wait on each other. A request for an existing key takes a shared
-/// lock on one bucket of the map and a compare-and-swap on the key's state; it allocates
-/// nothing. Keys may be looked up by any borrowed form (`&str` for `String` keys).
+/// different keys never wait on each other. A request for an existing key takes no lock: a
+/// lock-free lookup, then a compare-and-swap on the key's state; it allocates nothing. Keys
+/// may be looked up by any borrowed form (`&str` for `String` keys).
 ///
 /// | method | does |
 /// |---|---|
@@ -91,10 +92,11 @@ pub(crate) type Resolver<K> = dyn Fn(&K) -> Policy + Send + Sync;
 ///
 /// The limiter keeps its own copy of each key, so the key type is most of the memory a
 /// tracked key costs. For string keys, `Box<str>` is the lean choice: it is looked up by
-/// `&str` exactly as `String` is, but it is 16 bytes in the map where `String` is 24 (no
-/// capacity word). With 1,000,000 11-byte keys on a token bucket that is 65.5 instead of
-/// 82.3 heap bytes per key (`cargo run --release --example memory`, docs/BENCHMARKS.md).
-/// Fixed-size keys (`u64`, `IpAddr`, `[u8; 16]`) allocate nothing besides the map.
+/// `&str` exactly as `String` is, but it is 16 bytes in the table where `String` is 24 (no
+/// capacity word). With 1,000,000 11-byte keys on a token bucket that is 73.5 instead of
+/// 90.3 heap bytes per key (`cargo run --release --example memory`, docs/BENCHMARKS.md).
+/// Fixed-size keys (`u64`, `IpAddr`, `[u8; 16]`) allocate nothing besides the table and the
+/// key's state.
 ///
 /// ```
 /// use tollgate::{FakeClock, RateLimiter};
@@ -110,8 +112,9 @@ pub struct RateLimiter<K = String, C = SystemClock, S: BuildHasher = KeyHasher> 
     clock: C,
     /// Builds the map of each new generation.
     hasher: S,
-    /// Keys tracked now, over all generations: incremented on creation, decremented on
-    /// removal, each under the bucket's exclusive lock, so it never drifts from the maps.
+    /// Keys tracked now, over all generations: incremented before an insertion (under the
+    /// bucket's exclusive lock) and decremented after a removal, so it never falls below the
+    /// keys present.
     tracked: CachePadded<AtomicUsize>,
     /// Serialises policy changes and the unlinking of drained generations (cold paths only).
     config: Mutex<()>,

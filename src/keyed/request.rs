@@ -53,8 +53,8 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
 {
     /// Decides a request of cost 1 for `key`.
     ///
-    /// An existing key costs a map lookup (shared lock on one bucket) and a compare-and-swap;
-    /// nothing is allocated. A new key allocates its entry (and clones the key) once.
+    /// An existing key costs a lock-free lookup and a compare-and-swap; nothing is allocated.
+    /// A new key allocates its state and its entry (and clones the key) once.
     ///
     /// # Examples
     ///
@@ -85,9 +85,9 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
     }
 
     /// The most common request, straight to the state: cost 1 (within every policy, so no
-    /// cost check) for a key already tracked in the current generation, under a shared
-    /// bucket lock for the duration of the state's CAS loop. `None` for a key not in the
-    /// current generation's map, which [`RateLimiter::miss`] then handles.
+    /// cost check) for a key already tracked in the current generation, found without a lock.
+    /// `None` for a key not in the current generation's table, or whose state was retired
+    /// under us, which [`RateLimiter::miss`] then handles.
     #[inline(always)]
     fn hit_of_cost_one<Q>(&self, key: &Q) -> Option<Decision>
     where
@@ -166,7 +166,10 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
             keyed.table.read(key, &guard, |state| {
                 let limit = Slot::<K>::max_cost(state, &keyed.params);
                 if cost > limit {
-                    return Some(Err(CostError::ExceedsLimit { cost, limit }));
+                    // Only a live state's limit counts: one retired under us (a reset moving
+                    // the key to another tier) sends the request to the state that replaces it.
+                    return Slot::<K>::peek(state, &keyed.params, &self.clock)
+                        .map(|_| Err(CostError::ExceedsLimit { cost, limit }));
                 }
                 Slot::<K>::reserve(state, &keyed.params, &self.clock, cost).map(Ok)
             })
@@ -255,10 +258,12 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
             if !self.is_current(generation, guard) {
                 return Step::Stale;
             }
+            // Every path that retires a state unlinks it under the same hold of its bucket
+            // lock (see `keyed::table`), and we hold that lock: the state found here is live.
             let decide = |state: &St| {
                 if let Some(settle) = settle {
-                    // A state in the map is never retired.
-                    let _ = settle.on::<K, St>(state, &keyed.params, self.clock.now());
+                    let settled = settle.on::<K, St>(state, &keyed.params, self.clock.now());
+                    debug_assert!(settled.is_some(), "a state in the table is live");
                     return Ok(SETTLED);
                 }
                 let limit = state.max_cost(&keyed.params);
@@ -267,9 +272,7 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
                 }
                 match state.reserve(&keyed.params, &self.clock, cost) {
                     Some(decided) => Ok(decided),
-                    // No registry path retires a state it leaves in a map: eviction and moves
-                    // remove states under the bucket's exclusive lock instead.
-                    None => unreachable!("a state in the map is never retired"),
+                    None => unreachable!("a state in the table under its bucket lock is live"),
                 }
             };
             let entry = match entry {

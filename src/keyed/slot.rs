@@ -1,5 +1,5 @@
-//! What a generation's map stores per key: one map type per algorithm, so each state sits
-//! inline in its map with no enum around it, plus the map of a per-key policy's states.
+//! What a generation's table stores per key: one table type per algorithm, so each state is
+//! its algorithm's cell with no enum around it, plus the table of a per-key policy's states.
 
 use std::hash::{BuildHasher, Hash};
 use std::marker::PhantomData;
@@ -26,8 +26,8 @@ pub(super) struct Resolved<K> {
     pub(super) policy: Policy,
 }
 
-/// One map per kind of state, chosen once per generation: a single predictable branch per
-/// call, and each map stores its state inline with no enum padding.
+/// One table per kind of state, chosen once per generation: a single predictable branch per
+/// call, and each table stores its algorithm's cell with no enum padding.
 pub(super) enum Registry<K, S: BuildHasher> {
     /// One policy for every key: the map of its algorithm's state.
     Uniform(Erased<Maps<K, S>>),

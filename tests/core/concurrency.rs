@@ -72,25 +72,39 @@ fn eviction_racing_acquires_stays_exact() {
         let inside: Arc<Vec<Inside>> = Arc::new(keys.iter().map(|_| Inside::default()).collect());
         let stop = Arc::new(AtomicBool::new(false));
         let passes = Arc::new(AtomicU64::new(0));
+        let evicted = Arc::new(AtomicU64::new(0));
         let evictor = {
-            let (limiter, stop, passes) = (limiter.clone(), stop.clone(), passes.clone());
+            let (limiter, stop, passes, evicted) = (
+                limiter.clone(),
+                stop.clone(),
+                passes.clone(),
+                evicted.clone(),
+            );
             thread::spawn(move || {
-                let mut evicted = 0;
                 while !stop.load(Ordering::Relaxed) {
-                    evicted += limiter.evict_idle();
+                    evicted.fetch_add(limiter.evict_idle() as u64, Ordering::Relaxed);
                     passes.fetch_add(1, Ordering::Relaxed);
                     thread::yield_now();
                 }
-                evicted
             })
         };
         // The evictor is looping before the workers start, so the two really overlap.
         while passes.load(Ordering::Relaxed) == 0 {
             thread::yield_now();
         }
-        let (l, i, ks) = (limiter.clone(), inside.clone(), keys.clone());
+        let (l, i, ks, e) = (
+            limiter.clone(),
+            inside.clone(),
+            keys.clone(),
+            evicted.clone(),
+        );
         race(8, move |t| {
-            for n in 0..2_000 {
+            // At least 2,000 requests each, and on until the evictor has removed a key (a
+            // busy machine may not schedule it in between), within a bound.
+            for n in 0..2_000_000 {
+                if n >= 2_000 && e.load(Ordering::Relaxed) > 0 {
+                    break;
+                }
                 let k = if n % 2 == 0 {
                     t % 2
                 } else {
@@ -103,9 +117,9 @@ fn eviction_racing_acquires_stays_exact() {
             0
         });
         stop.store(true, Ordering::Relaxed);
-        let evicted = evictor.join().unwrap();
+        evictor.join().unwrap();
         assert!(
-            evicted > 0,
+            evicted.load(Ordering::Relaxed) > 0,
             "the evictor never removed a key: the race was not exercised"
         );
         for (k, key) in keys.iter().enumerate() {
