@@ -222,3 +222,111 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
         removed > 0
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! Every path that removes a state retires it first, so a request that found the state
+    //! before it was unlinked cannot decide on it: unlinking a state merely checked at rest
+    //! would let that request admit on a state nobody sees any more.
+
+    use std::time::Duration;
+
+    use scc::Guard;
+
+    use crate::clock::{Clock, FakeClock};
+    use crate::engine::dispatch::with_state;
+    use crate::keyed::slot::{with_keyed, Registry, Slot};
+    use crate::keyed::RateLimiter;
+
+    /// Holds key 1's state as a request would, runs `act`, then says whether the state it
+    /// holds still decides (`false` once retired).
+    fn still_decides(limiter: &RateLimiter<u64, FakeClock>, act: &dyn Fn()) -> bool {
+        let guard = Guard::new();
+        let generation = limiter.generation(&guard);
+        with_keyed!(&generation.registry, keyed => {
+            let held = keyed.table.held(&1, &guard).expect("key 1 is tracked");
+            act();
+            Slot::<u64>::peek(held, &keyed.params, limiter.clock()).is_some()
+        })
+    }
+
+    fn limiter(policy: &str, clock: &FakeClock) -> RateLimiter<u64, FakeClock> {
+        RateLimiter::with_clock(policy.parse().unwrap(), clock.clone())
+    }
+
+    #[test]
+    fn eviction_retires_what_it_removes_and_nothing_else() {
+        for policy in [
+            "token-bucket 2/1s",
+            "sliding-log 2/1s",
+            "sliding-counter 2/1s",
+            "2/1s & 5/1h",
+        ] {
+            let clock = FakeClock::new();
+            let limiter = limiter(policy, &clock);
+            let _ = limiter.try_acquire(&1);
+            // Not at rest: kept, and still live.
+            assert!(
+                still_decides(&limiter, &|| assert_eq!(limiter.evict_idle(), 0)),
+                "{policy}"
+            );
+            clock.advance(Duration::from_secs(2));
+            if policy.contains("5/1h") {
+                // The hour-long band is not at rest: kept.
+                assert!(still_decides(&limiter, &|| assert_eq!(
+                    limiter.evict_idle(),
+                    0
+                )));
+                continue;
+            }
+            assert!(
+                !still_decides(&limiter, &|| assert_eq!(limiter.evict_idle(), 1)),
+                "{policy}"
+            );
+            assert_eq!(limiter.len(), 0);
+        }
+    }
+
+    #[test]
+    fn the_sweep_retires_what_it_removes() {
+        let clock = FakeClock::new();
+        let limiter = limiter("2/1s", &clock).sweep_per_insert(64);
+        let _ = limiter.try_acquire(&1);
+        clock.advance(Duration::from_secs(3));
+        // A new key's insertion sweeps key 1, at rest for longer than the grace period.
+        assert!(!still_decides(&limiter, &|| {
+            let _ = limiter.try_acquire(&2);
+        }));
+        assert_eq!(limiter.len(), 1);
+    }
+
+    #[test]
+    fn reset_retires_the_state_even_when_it_is_not_at_rest() {
+        let clock = FakeClock::new();
+        let limiter = limiter("2/1h", &clock);
+        let _ = limiter.try_acquire(&1);
+        assert!(!still_decides(&limiter, &|| assert!(limiter.reset(&1))));
+        assert_eq!(limiter.try_acquire(&1).remaining(), 1);
+    }
+
+    #[test]
+    fn a_move_to_a_new_policy_retires_the_old_state() {
+        let clock = FakeClock::new();
+        let limiter = limiter("2/1h", &clock);
+        let _ = limiter.try_acquire(&1);
+        let guard = Guard::new();
+        let old = limiter.generation(&guard);
+        limiter.set_policy("3/1h".parse().unwrap());
+        let decides = with_keyed!(&old.registry, keyed => {
+            let held = keyed.table.held(&1, &guard).expect("key 1 is in the old generation");
+            // Its next request moves it, carrying the permit it spent.
+            assert_eq!(limiter.try_acquire(&1).remaining(), 1);
+            Slot::<u64>::peek(held, &keyed.params, &FakeClock::new()).is_some()
+        });
+        assert!(
+            !decides,
+            "the old state must refuse once its permits are carried"
+        );
+        assert_eq!(clock.now(), 0);
+    }
+}

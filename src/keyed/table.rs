@@ -124,4 +124,14 @@ impl<K: Hash + Eq + Clone + 'static, St: 'static, S: BuildHasher> Table<K, St, S
     pub(super) fn is_empty_locked(&self) -> bool {
         self.index.begin_sync().is_none()
     }
+
+    /// `key`'s state, as a request holds it between its lookup and its decision.
+    #[cfg(test)]
+    pub(super) fn held<'g, Q>(&'g self, key: &Q, guard: &'g Guard) -> Option<&'g St>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        self.index.peek(key, guard).map(Box::as_ref)
+    }
 }
