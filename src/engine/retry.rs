@@ -36,11 +36,11 @@ impl Retry {
     /// publishing the new one) snoozes, which yields to the scheduler once its first spins
     /// are over: 2^20 retries gave that thread a million chances to run (a tenth of a second
     /// to a second of yielding on a busy two-core machine, far longer than a preempted thread
-    /// waits for its turn). Every other retry follows another thread's
-    /// progress (a CAS it won, a write section it finished, a policy change it made) and
-    /// starts afresh: losing 2^20 times in a row is starvation far beyond anything contention
-    /// on one key produces. A smaller bound would risk a spurious panic on an overloaded
-    /// machine; a larger one makes every test that meets the bug take longer to fail.
+    /// waits for its turn). Every other retry follows another thread's progress (a CAS it
+    /// won, a write section it finished, a policy change it made) and starts afresh: losing
+    /// 2^20 times in a row is starvation far beyond anything contention on one key produces.
+    /// A smaller bound would risk a spurious panic on an overloaded machine; a larger one
+    /// makes every test that meets the bug take longer to fail.
     // Read only by the check, which a release build leaves out.
     #[cfg_attr(not(debug_assertions), allow(dead_code))]
     pub(crate) const LIMIT: u32 = 1 << 20;
@@ -97,33 +97,31 @@ impl Retry {
 mod tests {
     use super::*;
 
-    #[test]
-    fn retries_below_the_limit_are_allowed() {
+    /// A loop that has retried one time short of the limit.
+    fn at_the_limit() -> Retry {
         let mut retry = Retry::new();
         for _ in 1..Retry::LIMIT {
             retry.again();
         }
+        retry
+    }
+
+    #[test]
+    fn retries_below_the_limit_are_allowed() {
+        let _ = at_the_limit();
     }
 
     #[test]
     #[cfg(debug_assertions)]
     #[should_panic(expected = "retried 1048576 times in a row")]
     fn the_retry_at_the_limit_panics_in_a_debug_build() {
-        let mut retry = Retry::new();
-        for _ in 1..Retry::LIMIT {
-            retry.again();
-        }
-        retry.spin();
+        at_the_limit().spin();
     }
 
     #[test]
     #[cfg(debug_assertions)]
     #[should_panic(expected = "retried 1048576 times in a row")]
     fn a_snooze_counts_as_a_retry() {
-        let mut retry = Retry::new();
-        for _ in 1..Retry::LIMIT {
-            retry.again();
-        }
-        retry.snooze();
+        at_the_limit().snooze();
     }
 }

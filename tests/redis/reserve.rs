@@ -41,6 +41,17 @@ async fn limiter_at(
         .unwrap()
 }
 
+/// A limiter on `server` deciding on Redis's own clock (so its keys get real expiries),
+/// without the deny cache.
+async fn on_redis_time(server: &RedisServer, policy: &str, prefix: &str) -> RedisLimiter {
+    RedisLimiter::builder(policy.parse().unwrap())
+        .prefix(prefix)
+        .deny_cache(0)
+        .connect(&server.url())
+        .await
+        .unwrap()
+}
+
 /// Everything Redis holds for `key` under `limiter`, band by band, as text.
 fn dump(server: &RedisServer, limiter: &RedisLimiter, key: &str) -> Vec<String> {
     limiter
@@ -611,12 +622,7 @@ async fn settles_skip_a_known_down_redis() {
 #[tokio::test]
 async fn settles_keep_key_expiry_right() {
     let server = RedisServer::start();
-    let limiter = RedisLimiter::builder("2/200ms & sliding-counter 5/1s".parse().unwrap())
-        .prefix("ttl")
-        .deny_cache(0)
-        .connect(&server.url())
-        .await
-        .unwrap();
+    let limiter = on_redis_time(&server, "2/200ms & sliding-counter 5/1s", "ttl").await;
     let keys = limiter.redis_keys("k");
     let pttl = |key: &str| server.command(&["PTTL", key]).int();
     let r = limiter.reserve_n("k", 2).await.unwrap();
@@ -627,12 +633,7 @@ async fn settles_keep_key_expiry_right() {
     assert_eq!(server.command(&["HGET", &keys[1], "c"]).text(), "4");
     assert!((900..=2000).contains(&pttl(&keys[1])), "{}", pttl(&keys[1]));
 
-    let limiter = RedisLimiter::builder("2/200ms & sliding-log 3/300ms".parse().unwrap())
-        .prefix("gone")
-        .deny_cache(0)
-        .connect(&server.url())
-        .await
-        .unwrap();
+    let limiter = on_redis_time(&server, "2/200ms & sliding-log 3/300ms", "gone").await;
     let keys = limiter.redis_keys("k");
     let r = limiter.reserve_n("k", 2).await.unwrap();
     limiter.cancel("k", r).await.unwrap();
@@ -643,12 +644,7 @@ async fn settles_keep_key_expiry_right() {
 
     // A refund that leaves older entries: the log lives until the newest one left has gone,
     // no longer than the refunded ones would have kept it.
-    let limiter = RedisLimiter::builder("sliding-log 3/1s".parse().unwrap())
-        .prefix("partly")
-        .deny_cache(0)
-        .connect(&server.url())
-        .await
-        .unwrap();
+    let limiter = on_redis_time(&server, "sliding-log 3/1s", "partly").await;
     let key = &limiter.redis_keys("k")[0];
     let _kept = limiter.reserve_n("k", 1).await.unwrap();
     tokio::time::sleep(Duration::from_millis(300)).await;
