@@ -19,7 +19,7 @@ use super::body::RateLimitBody;
 use super::future::ResponseFuture;
 use super::headers::{self, Fields};
 use super::key::{KeyExtractor, LimitKey, PeerIp, RequestHead};
-use super::rules::MissingKey;
+use super::route::MissingKey;
 use crate::concurrency::{AtCapacity, ConcurrencyLimiter, Permit};
 
 /// A concurrency limiter as the layer sees it: any hasher.

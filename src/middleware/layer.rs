@@ -6,10 +6,12 @@ use std::sync::Arc;
 
 use tower_layer::Layer;
 
+use super::backend::Backend;
 use super::error::ConfigError;
 use super::headers::{self, HeaderStyle};
 use super::key::{KeyExtractor, PeerIp};
-use super::rules::{Backend, Config, MissingKey, Route, Rule, Target};
+use super::route::{MissingKey, Route};
+use super::rules::{Config, Rule, Target};
 use super::service::RateLimit;
 #[cfg(doc)]
 use crate::decision::Decision;

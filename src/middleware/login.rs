@@ -17,7 +17,7 @@ use super::body::RateLimitBody;
 use super::future::ResponseFuture;
 use super::headers::{self, Fields};
 use super::key::{KeyExtractor, LimitKey, PeerIp, RequestHead};
-use super::rules::MissingKey;
+use super::route::MissingKey;
 use crate::clock::Clock;
 use crate::login::{LoginClient, LoginDecision, LoginGuard};
 

@@ -48,6 +48,7 @@
 //! See `docs/MIDDLEWARE.md` for the choices behind each default and how to deploy behind
 //! proxies.
 
+mod backend;
 mod body;
 mod concurrency;
 mod error;
@@ -58,10 +59,12 @@ mod headers;
 mod key;
 mod layer;
 mod login;
+mod route;
 mod rules;
 mod service;
 mod settlement;
 
+pub use backend::Backend;
 pub use body::RateLimitBody;
 pub use concurrency::{
     ConcurrencyBody, ConcurrencyFuture, ConcurrencyLimit, ConcurrencyLimitLayer,
@@ -74,5 +77,5 @@ pub use headers::HeaderStyle;
 pub use key::{GlobalKey, KeyExtractor, LimitKey, PeerIp, RequestHead};
 pub use layer::RateLimitLayer;
 pub use login::{Login, LoginFuture, LoginLayer, LoginOutcome};
-pub use rules::{Backend, MissingKey, Route};
+pub use route::{MissingKey, Route};
 pub use service::RateLimit;

@@ -6,9 +6,10 @@ use std::sync::Arc;
 
 use http::response;
 
+use super::backend::Local;
 use super::headers::Fields;
 use super::key::LimitKey;
-use super::rules::{Config, Local, RuleId};
+use super::rules::{Config, RuleId};
 use crate::decision::Decision;
 use crate::reservation::Reservation;
 

@@ -1,0 +1,153 @@
+//! The limiters a rule of a [`RateLimitLayer`](super::RateLimitLayer) can be decided by:
+//! [`Backend`], an in-process `RateLimiter` (any clock, any hasher) or a Redis limiter.
+
+use std::fmt;
+use std::hash::BuildHasher;
+use std::sync::Arc;
+
+use super::key::LimitKey;
+#[cfg(doc)]
+use super::RateLimitLayer;
+use crate::clock::Clock;
+use crate::decision::Decision;
+use crate::error::CostError;
+use crate::keyed::RateLimiter;
+use crate::policy::Policy;
+use crate::reservation::{Reservation, SettleError};
+
+/// An in-process limiter as the layer sees it: any clock, any hasher.
+pub(super) trait Local: Send + Sync {
+    fn try_acquire(&self, key: &LimitKey) -> Decision;
+    fn try_acquire_n(&self, key: &LimitKey, cost: u64) -> Result<Decision, CostError>;
+    fn reserve_n(&self, key: &LimitKey, cost: u64) -> Result<Reservation, CostError>;
+    fn settle(
+        &self,
+        key: &LimitKey,
+        reservation: Reservation,
+        actual: u64,
+    ) -> Result<(), SettleError>;
+    fn peek(&self, key: &LimitKey) -> Decision;
+    fn policy(&self) -> Option<Policy>;
+}
+
+impl<C, S> Local for RateLimiter<LimitKey, C, S>
+where
+    C: Clock + 'static,
+    S: BuildHasher + Clone + Send + Sync + 'static,
+{
+    #[inline]
+    fn try_acquire(&self, key: &LimitKey) -> Decision {
+        RateLimiter::try_acquire(self, key)
+    }
+
+    fn try_acquire_n(&self, key: &LimitKey, cost: u64) -> Result<Decision, CostError> {
+        RateLimiter::try_acquire_n(self, key, cost)
+    }
+
+    fn reserve_n(&self, key: &LimitKey, cost: u64) -> Result<Reservation, CostError> {
+        RateLimiter::reserve_n(self, key, cost)
+    }
+
+    fn settle(
+        &self,
+        key: &LimitKey,
+        reservation: Reservation,
+        actual: u64,
+    ) -> Result<(), SettleError> {
+        RateLimiter::settle(self, key, reservation, actual)
+    }
+
+    fn peek(&self, key: &LimitKey) -> Decision {
+        RateLimiter::peek(self, key)
+    }
+
+    fn policy(&self) -> Option<Policy> {
+        RateLimiter::policy(self)
+    }
+}
+
+/// What decides a rule's requests: a limiter given to [`RateLimitLayer::new`] or
+/// [`RateLimitLayer::route`], converted from
+///
+/// * a `RateLimiter<LimitKey, C, S>` or an `Arc` of one (in process: decided at once, in
+///   `call`; keep an `Arc` to call `evict_idle`, read `stats` or `set_policy`), or
+/// * with feature `redis`, a [`RedisLimiter`](crate::redis::RedisLimiter): every server
+///   sharing the Redis and the prefix shares one limit per key. The decision is awaited in
+///   the response future (`poll_ready` stays the inner service's); each [`LimitKey`] becomes
+///   the Redis key of its [`Display`](LimitKey#impl-Display-for-LimitKey) form
+///   (`ip:192.0.2.1`, `digest:<32 hex digits>`...). The limiter's
+///   [`FailurePolicy`](crate::redis::FailurePolicy) decides while Redis is down; an error
+///   it lets through (`FailurePolicy::Error`, or an error reply about the call) is answered
+///   `503 Service Unavailable` with a problem document (gRPC `UNAVAILABLE`), never let
+///   through. Deny-cache refusals are answered like any other refusal.
+///
+/// # Examples
+///
+/// ```
+/// use std::sync::Arc;
+/// use tollgate::middleware::{Backend, LimitKey};
+/// use tollgate::RateLimiter;
+///
+/// let shared: Arc<RateLimiter<LimitKey>> = Arc::new(RateLimiter::new("5/1s".parse()?));
+/// let backend = Backend::from(Arc::clone(&shared));
+/// # Ok::<(), tollgate::PolicyError>(())
+/// ```
+#[derive(Clone)]
+pub struct Backend(pub(super) Limiter);
+
+#[derive(Clone)]
+pub(super) enum Limiter {
+    Local(Arc<dyn Local>),
+    #[cfg(feature = "redis")]
+    Redis(crate::redis::RedisLimiter),
+}
+
+impl Limiter {
+    pub(super) fn policy(&self) -> Option<Policy> {
+        match self {
+            Limiter::Local(limiter) => limiter.policy(),
+            #[cfg(feature = "redis")]
+            Limiter::Redis(limiter) => Some(limiter.policy()),
+        }
+    }
+}
+
+impl<C, S> From<RateLimiter<LimitKey, C, S>> for Backend
+where
+    C: Clock + 'static,
+    S: BuildHasher + Clone + Send + Sync + 'static,
+{
+    fn from(limiter: RateLimiter<LimitKey, C, S>) -> Self {
+        Backend::from(Arc::new(limiter))
+    }
+}
+
+impl<C, S> From<Arc<RateLimiter<LimitKey, C, S>>> for Backend
+where
+    C: Clock + 'static,
+    S: BuildHasher + Clone + Send + Sync + 'static,
+{
+    fn from(limiter: Arc<RateLimiter<LimitKey, C, S>>) -> Self {
+        Backend(Limiter::Local(limiter))
+    }
+}
+
+#[cfg(feature = "redis")]
+impl From<crate::redis::RedisLimiter> for Backend {
+    fn from(limiter: crate::redis::RedisLimiter) -> Self {
+        Backend(Limiter::Redis(limiter))
+    }
+}
+
+impl fmt::Debug for Backend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.0 {
+            Limiter::Local(limiter) => f
+                .debug_struct("Backend::Local")
+                .field("policy", &limiter.policy())
+                .finish(),
+            #[cfg(feature = "redis")]
+            Limiter::Redis(limiter) => f.debug_tuple("Backend::Redis").field(limiter).finish(),
+        }
+    }
+}
