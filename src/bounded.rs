@@ -49,49 +49,38 @@ pub(crate) trait Walk<K, V> {
     fn remove(at: Self::At<'_>) -> Option<Self::At<'_>>;
 }
 
-impl<K: Hash + Eq, V, S: BuildHasher> Walk<K, V> for scc::HashMap<K, V, S> {
-    type At<'m>
-        = scc::hash_map::OccupiedEntry<'m, K, V, S>
-    where
-        Self: 'm;
-    fn first(&self) -> Option<Self::At<'_>> {
-        self.begin_sync()
-    }
-    fn at<'m>(&'m self, key: &K) -> Option<Self::At<'m>> {
-        self.get_sync(key)
-    }
-    fn here<'a, 'm>(at: &'a Self::At<'m>) -> (&'a K, &'a V) {
-        (at.key(), at.get())
-    }
-    fn next(at: Self::At<'_>) -> Option<Self::At<'_>> {
-        at.next_sync()
-    }
-    fn remove(at: Self::At<'_>) -> Option<Self::At<'_>> {
-        at.remove_and_sync().1
-    }
+/// `Walk` for one of scc's maps, whose entry APIs differ only in what a removal returns (and
+/// in `HashIndex` asking for `'static` keys and values).
+macro_rules! walk {
+    ($map:ident, $entries:ident, $($life:lifetime)?, |$at:ident| $remove:expr) => {
+        impl<K: Hash + Eq $(+ $life)?, V $(: $life)?, S: BuildHasher> Walk<K, V>
+            for scc::$map<K, V, S>
+        {
+            type At<'m>
+                = scc::$entries::OccupiedEntry<'m, K, V, S>
+            where
+                Self: 'm;
+            fn first(&self) -> Option<Self::At<'_>> {
+                self.begin_sync()
+            }
+            fn at<'m>(&'m self, key: &K) -> Option<Self::At<'m>> {
+                self.get_sync(key)
+            }
+            fn here<'a, 'm>(at: &'a Self::At<'m>) -> (&'a K, &'a V) {
+                (at.key(), at.get())
+            }
+            fn next(at: Self::At<'_>) -> Option<Self::At<'_>> {
+                at.next_sync()
+            }
+            fn remove($at: Self::At<'_>) -> Option<Self::At<'_>> {
+                $remove
+            }
+        }
+    };
 }
 
-impl<K: Hash + Eq + 'static, V: 'static, S: BuildHasher> Walk<K, V> for scc::HashIndex<K, V, S> {
-    type At<'m>
-        = scc::hash_index::OccupiedEntry<'m, K, V, S>
-    where
-        Self: 'm;
-    fn first(&self) -> Option<Self::At<'_>> {
-        self.begin_sync()
-    }
-    fn at<'m>(&'m self, key: &K) -> Option<Self::At<'m>> {
-        self.get_sync(key)
-    }
-    fn here<'a, 'm>(at: &'a Self::At<'m>) -> (&'a K, &'a V) {
-        (at.key(), at.get())
-    }
-    fn next(at: Self::At<'_>) -> Option<Self::At<'_>> {
-        at.next_sync()
-    }
-    fn remove(at: Self::At<'_>) -> Option<Self::At<'_>> {
-        at.remove_and_sync()
-    }
-}
+walk!(HashMap, hash_map, , |at| at.remove_and_sync().1);
+walk!(HashIndex, hash_index, 'static, |at| at.remove_and_sync());
 
 /// One step of the incremental sweep over `map`: up to `slice` entries from `cursor` on
 /// (wrapping to the beginning at most once), removing those `is_idle` says may go.
