@@ -3,6 +3,8 @@
 //! ```text
 //! cargo run --release --example memory                  # prints the tables
 //! cargo run --release --example memory -- memory.csv    # and writes them as CSV
+//! cargo run --release --example memory -- --rss tollgate # resident memory per key instead
+//! cargo run --release --example memory -- --rss governor
 //! ```
 //!
 //! Bytes per key = (heap bytes live after inserting `n` keys - before) / `n`: the map's
@@ -12,6 +14,10 @@
 //! by doubling, so bytes per key follow a sawtooth: compare at several sizes. Memory that the
 //! map or the limiter retires through epoch-based reclamation is let go (see `settle`) before
 //! each reading.
+//!
+//! `--rss`: what the counting allocator cannot see, the allocator's own overhead per block:
+//! the growth of the process's resident memory (`/proc/self/statm`, Linux) while 1,000,000
+//! `u64` keys are tracked on a token bucket, per key, in a process that does nothing else.
 //!
 //! Eviction: 1,000,000 `u64` keys are made to rest on a fake clock, then one `evict_idle`
 //! (governor: `retain_recent`) is timed; "peak" is the most heap it held above what was live
@@ -53,6 +59,9 @@ struct Row {
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let csv_path = std::env::args().nth(1);
+    if csv_path.as_deref() == Some("--rss") {
+        return resident_per_key(std::env::args().nth(2).as_deref());
+    }
     let mut rows = Vec::new();
 
     let u64_keys: Vec<u64> = (0..SIZES[SIZES.len() - 1] as u64).collect();
@@ -101,6 +110,41 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         std::fs::write(&path, csv)?;
         println!("\nwrote {path}");
     }
+    Ok(())
+}
+
+/// Resident memory per key of one limiter holding `EVICT_KEYS` `u64` keys.
+fn resident_per_key(limiter: Option<&str>) -> Result<(), Box<dyn std::error::Error>> {
+    fn resident() -> Result<u64, Box<dyn std::error::Error>> {
+        let statm = std::fs::read_to_string("/proc/self/statm")?;
+        let pages: u64 = statm.split_whitespace().nth(1).ok_or("statm")?.parse()?;
+        Ok(pages * 4096)
+    }
+    let keys: Vec<u64> = (0..EVICT_KEYS).collect();
+    let before = resident()?;
+    let after = match limiter {
+        Some("tollgate") => {
+            let limiter: RateLimiter<u64> =
+                RateLimiter::new("1000/1h".parse()?).sweep_per_insert(0);
+            keys.iter()
+                .for_each(|k| assert!(limiter.try_acquire(k).is_allowed()));
+            resident()?
+        }
+        Some("governor") => {
+            let quota = governor::Quota::per_hour(NonZeroU32::new(1000).ok_or("quota")?);
+            let limiter = governor::RateLimiter::<u64, _, _>::keyed(quota);
+            keys.iter()
+                .for_each(|k| assert!(limiter.check_key(k).is_ok()));
+            resident()?
+        }
+        _ => return Err("--rss takes tollgate or governor".into()),
+    };
+    println!(
+        "{}: {:.1} resident bytes per u64 key ({} keys, token bucket)",
+        limiter.unwrap_or_default(),
+        (after - before) as f64 / EVICT_KEYS as f64,
+        EVICT_KEYS
+    );
     Ok(())
 }
 

@@ -452,3 +452,22 @@ impl<K, C, S: BuildHasher> fmt::Debug for RateLimiter<K, C, S> {
             .finish_non_exhaustive()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::RateLimiter;
+    use crate::clock::FakeClock;
+
+    #[test]
+    fn len_is_empty_and_debug_count_the_keys_tracked() {
+        let limiter: RateLimiter<u64, FakeClock> =
+            RateLimiter::with_clock("1/1h".parse().unwrap(), FakeClock::new());
+        assert!(limiter.is_empty());
+        assert_eq!(format!("{limiter:?}"), "RateLimiter { keys: 0, .. }");
+        let _ = limiter.try_acquire(&1);
+        let _ = limiter.try_acquire(&2);
+        assert!(!limiter.is_empty());
+        assert_eq!(limiter.len(), 2);
+        assert_eq!(format!("{limiter:?}"), "RateLimiter { keys: 2, .. }");
+    }
+}
