@@ -31,6 +31,7 @@
 
 use crate::clock::Clock;
 use crate::decision::Decision;
+use crate::engine::cells::Boxed;
 use crate::engine::retry::Retry;
 use crate::engine::seqlock::{SeqLock, WriteGuard};
 use crate::engine::sliding_counter::{Counter, Snapshot};
@@ -544,6 +545,7 @@ impl CompositeCell {
 }
 
 impl RateState for CompositeCell {
+    type Cells = Boxed;
     type Params = Composite;
     /// Boxed beside a key's state: up to four bands' parameters, inline, would make every
     /// per-key state as large as the largest.

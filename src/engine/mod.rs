@@ -14,12 +14,14 @@
 //! | [`sliding_counter`] | the sliding window counter: arithmetic and the 128-bit cell |
 //! | [`composite`] | several bands decided all-or-nothing behind one sequence word |
 //! | [`any_state`] | a state of any algorithm beside its own parameters (a policy per key) |
+//! | [`cells`] | where a table with lock-free readers keeps its states: a box each, or a slab reused in place |
 //! | [`word`] | the retired value of every state word, and the one-word compare-and-swap loop |
 //! | [`seqlock`] | the sequence word of the multi-word states |
 //! | [`sync`] | the atomics, from `std` or from `loom` (`--cfg tollgate_loom`) |
 //! | [`retry`] | how every loop that waits for another thread waits, and a debug-build bound on its retries |
 
 pub(crate) mod any_state;
+pub(crate) mod cells;
 pub(crate) mod composite;
 pub(crate) mod dispatch;
 pub(crate) mod retry;

@@ -39,8 +39,9 @@
 
 use crate::clock::Clock;
 use crate::decision::Decision;
+use crate::engine::cells::{Reusable, Slab};
 use crate::engine::state::{in_use, one_mark, single_from_carry, Carry, RateState, Verdict};
-use crate::engine::sync::AtomicU128;
+use crate::engine::sync::{AtomicU128, Ordering};
 use crate::engine::word::{live, update, Retired, Update};
 use crate::policy::{Band, Policy};
 use crate::reservation::Marks;
@@ -331,7 +332,22 @@ pub(crate) struct CounterCell {
     word: AtomicU128,
 }
 
+impl Reusable for CounterCell {
+    fn blank() -> Self {
+        CounterCell {
+            word: AtomicU128::new(0),
+        }
+    }
+
+    fn reuse(&self, from: Self) {
+        // Relaxed: the cell is unreachable until the index publishes it (see `Reusable`).
+        self.word
+            .store(from.word.load(Ordering::Relaxed), Ordering::Relaxed);
+    }
+}
+
 impl RateState for CounterCell {
+    type Cells = Slab<Self>;
     type Params = Counter;
     type Kept = Counter;
 

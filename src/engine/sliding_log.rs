@@ -21,6 +21,7 @@
 
 use crate::clock::Clock;
 use crate::decision::Decision;
+use crate::engine::cells::Boxed;
 use crate::engine::retry::Retry;
 use crate::engine::seqlock::SeqLock;
 use crate::engine::state::{in_use, one_mark, single_from_carry, Carry, RateState, Verdict};
@@ -471,6 +472,7 @@ impl LogCell {
 }
 
 impl RateState for LogCell {
+    type Cells = Boxed;
     type Params = Log;
     type Kept = Log;
 

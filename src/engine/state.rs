@@ -10,6 +10,7 @@ use std::borrow::Borrow;
 use crate::clock::Clock;
 use crate::clock::Fixed;
 use crate::decision::Decision;
+use crate::engine::cells::Cells;
 use crate::policy::Policy;
 use crate::reservation::Marks;
 
@@ -53,6 +54,10 @@ pub(crate) trait RateState: Sized + Send + Sync + std::fmt::Debug + 'static {
     /// How a state keeps its parameters beside it when every key has its own policy
     /// (`AnyState`): inline, or boxed when they are large (a composite's).
     type Kept: From<Self::Params> + Borrow<Self::Params> + Send + Sync + std::fmt::Debug;
+
+    /// How the keyed registry's table keeps this state (`engine::cells`): in a slab, for a
+    /// state that is its atomic words alone, else in a box of its own.
+    type Cells: Cells<Self>;
 
     /// Derives the parameters from a policy whose algorithm matches this state.
     fn params(policy: &Policy) -> Self::Params;

@@ -14,8 +14,9 @@
 
 use crate::clock::Clock;
 use crate::decision::Decision;
+use crate::engine::cells::{Reusable, Slab};
 use crate::engine::state::{in_use, one_mark, single_from_carry, Carry, RateState, Verdict};
-use crate::engine::sync::AtomicU64;
+use crate::engine::sync::{AtomicU64, Ordering};
 use crate::engine::word::{live, update, Retired, Update};
 use crate::policy::{Band, Policy};
 use crate::reservation::Marks;
@@ -157,7 +158,22 @@ pub(crate) struct GcraCell {
     tat: AtomicU64,
 }
 
+impl Reusable for GcraCell {
+    fn blank() -> Self {
+        GcraCell {
+            tat: AtomicU64::new(0),
+        }
+    }
+
+    fn reuse(&self, from: Self) {
+        // Relaxed: the cell is unreachable until the index publishes it (see `Reusable`).
+        self.tat
+            .store(from.tat.load(Ordering::Relaxed), Ordering::Relaxed);
+    }
+}
+
 impl RateState for GcraCell {
+    type Cells = Slab<Self>;
     type Params = Gcra;
     type Kept = Gcra;
 

@@ -302,7 +302,12 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
                 return Step::Done(self.overflow(keyed, &spec, settle, cost));
             }
             let state = St::build(&keyed.params, &spec, carry.as_ref(), now);
-            let entry = entry.insert_entry(Box::new(state));
+            let Some(entry) = entry.insert(state) else {
+                // No place left for a state (2^32 of them): the new key shares the overflow
+                // state, and gives back the place it took in `tracked`.
+                self.tracked.fetch_sub(1, Ordering::Relaxed);
+                return Step::Done(self.overflow(keyed, &spec, settle, cost));
+            };
             return Step::Created(decide(entry.get()));
         }
     }

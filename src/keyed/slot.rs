@@ -10,6 +10,7 @@ use crossbeam_utils::CachePadded;
 use crate::clock::Clock;
 use crate::decision::Decision;
 use crate::engine::any_state::AnyState;
+use crate::engine::cells::{Boxed, Cells};
 use crate::engine::dispatch::{Build, Erased, Family};
 use crate::engine::state::{Carry, RateState};
 use crate::error::CostError;
@@ -54,7 +55,7 @@ macro_rules! with_keyed {
 pub(super) use with_keyed;
 
 pub(super) struct Keyed<K, St: Slot<K>, S: BuildHasher> {
-    pub(super) table: Table<K, St, S>,
+    pub(super) table: Table<K, St, St::Cells, S>,
     pub(super) params: St::Params,
     /// What new keys share once the limiter tracks `max_keys` keys.
     pub(super) overflow: St::Overflow,
@@ -64,6 +65,8 @@ pub(super) struct Keyed<K, St: Slot<K>, S: BuildHasher> {
 pub(super) trait Slot<K>: Sized + Send + Sync + 'static {
     /// Shared by every key of the map: the policy's parameters, or the resolver.
     type Params: Send + Sync;
+    /// How the table keeps states of this type.
+    type Cells: Cells<Self>;
 
     fn max_cost(&self, params: &Self::Params) -> u64;
     fn try_acquire<C: Clock + ?Sized>(
@@ -177,6 +180,7 @@ fn decide_live<St: RateState, C: Clock + ?Sized>(
 
 impl<K, St: RateState> Slot<K> for St {
     type Params = St::Params;
+    type Cells = St::Cells;
 
     #[inline(always)]
     fn max_cost(&self, params: &St::Params) -> u64 {
@@ -293,6 +297,8 @@ impl<K, St: RateState> Slot<K> for St {
 
 impl<K> Slot<K> for AnyState {
     type Params = Arc<Resolver<K>>;
+    /// Keys of different policies differ in layout: one box each.
+    type Cells = Boxed;
 
     #[inline]
     fn max_cost(&self, _: &Self::Params) -> u64 {

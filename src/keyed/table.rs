@@ -1,11 +1,11 @@
-//! A generation's table of keys: an index from each key to its state, which lives in a cell
-//! of its own that never moves.
+//! A generation's table of keys: an index from each key to its state, which lives in a place
+//! of its own that never moves (a cell of a slab, or a box: `engine::cells`).
 //!
 //! The request path takes no lock: a lock-free lookup in `scc::HashIndex` (an epoch guard,
 //! no bucket lock) finds the key's cell, and the request decides on the state in it with the
 //! state's own compare-and-swap. The index moves its entries when it resizes, so an entry
-//! holds only a pointer to the cell: a request that read the entry before a move still
-//! decides on the one state, never on a stale copy.
+//! holds only where the state is: a request that read the entry before a move still decides
+//! on the one state, never on a stale copy.
 //!
 //! Everything that writes the index (creating a key, removing one) holds the key's bucket
 //! lock. What a lock-free reader cannot be kept out of is the state itself, so a state leaves
@@ -13,39 +13,85 @@
 //! compare-and-swap from the exact word it was judged by (at rest, for eviction; its permits
 //! in use, for a move to a new policy), then unlinked. A request that read the entry before
 //! the unlink meets the retired state, which refuses to decide, and looks the key up again.
-//! The cell is freed by the index's epoch-based reclamation once no reader can hold it.
+//! The state's place is given again only once no reader can hold it (epoch-based
+//! reclamation: the index's own for a box, a deferred release for a slab's cell).
 
 use std::borrow::Borrow;
 use std::hash::{BuildHasher, Hash};
+use std::marker::PhantomData;
 use std::sync::Mutex;
 
 use scc::hash_index::{Entry, OccupiedEntry, VacantEntry};
 use scc::{Guard, HashIndex};
 
 use crate::bounded::{sweep_step, Swept};
+use crate::engine::cells::Cells;
 
 /// The keys of one generation and their states.
-pub(super) struct Table<K, St, S: BuildHasher> {
-    index: HashIndex<K, Box<St>, S>,
+pub(super) struct Table<K, St, C: Cells<St>, S: BuildHasher> {
+    index: HashIndex<K, C::Held, S>,
+    cells: C,
+    _states: PhantomData<fn() -> St>,
 }
 
 /// What `Table::entry` found for a key, its bucket held exclusively until dropped.
-pub(super) enum TableEntry<'t, K, St, S: BuildHasher> {
-    /// The key's state (the entry holds the bucket).
-    Occupied(OccupiedEntry<'t, K, Box<St>, S>),
+pub(super) enum TableEntry<'t, K, St, C: Cells<St>, S: BuildHasher> {
+    /// The key's state.
+    Occupied(Occupied<'t, K, St, C, S>),
     /// No state for the key yet.
-    Vacant(VacantEntry<'t, K, Box<St>, S>),
+    Vacant(Vacant<'t, K, St, C, S>),
 }
 
-impl<K, St, S: BuildHasher> Table<K, St, S> {
+/// A key's state, its bucket held exclusively.
+pub(super) struct Occupied<'t, K, St, C: Cells<St>, S: BuildHasher> {
+    entry: OccupiedEntry<'t, K, C::Held, S>,
+    cells: &'t C,
+    _states: PhantomData<fn() -> St>,
+}
+
+impl<K: Hash + Eq + 'static, St, C: Cells<St>, S: BuildHasher> Occupied<'_, K, St, C, S> {
+    pub(super) fn get(&self) -> &St {
+        self.cells.get(self.entry.get())
+    }
+}
+
+/// A key not in the table, its bucket held exclusively.
+pub(super) struct Vacant<'t, K, St, C: Cells<St>, S: BuildHasher> {
+    entry: VacantEntry<'t, K, C::Held, S>,
+    cells: &'t C,
+    _states: PhantomData<fn() -> St>,
+}
+
+impl<'t, K: Hash + Eq + 'static, St, C: Cells<St>, S: BuildHasher> Vacant<'t, K, St, C, S> {
+    /// Stores `state` for the key and publishes it (the index publishes an entry with a
+    /// Release store, which a reader's lookup acquires); `None`, with nothing published,
+    /// when the cells have no place left.
+    pub(super) fn insert(self, state: St) -> Option<Occupied<'t, K, St, C, S>> {
+        let held = self.cells.hold(state)?;
+        Some(Occupied {
+            entry: self.entry.insert_entry(held),
+            cells: self.cells,
+            _states: PhantomData,
+        })
+    }
+
+    /// Lets go of the bucket, handing back the key.
+    pub(super) fn into_key(self) -> K {
+        self.entry.into_key()
+    }
+}
+
+impl<K, St, C: Cells<St>, S: BuildHasher> Table<K, St, C, S> {
     pub(super) fn with_hasher(hasher: S) -> Self {
         Table {
             index: HashIndex::with_hasher(hasher),
+            cells: C::new(),
+            _states: PhantomData,
         }
     }
 }
 
-impl<K: Hash + Eq + Clone + 'static, St: 'static, S: BuildHasher> Table<K, St, S> {
+impl<K: Hash + Eq + Clone + 'static, St, C: Cells<St>, S: BuildHasher> Table<K, St, C, S> {
     /// Runs `decide` on `key`'s state without taking any lock; `None` when the key is not in
     /// the table or `decide` says no (the state was retired under us).
     #[inline(always)]
@@ -59,7 +105,7 @@ impl<K: Hash + Eq + Clone + 'static, St: 'static, S: BuildHasher> Table<K, St, S
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        decide(self.index.peek(key, guard)?)
+        decide(self.cells.get(self.index.peek(key, guard)?))
     }
 
     /// Runs `read` on `key`'s state under its bucket lock, where no state is ever met
@@ -70,14 +116,22 @@ impl<K: Hash + Eq + Clone + 'static, St: 'static, S: BuildHasher> Table<K, St, S
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        Some(read(self.index.get_sync(key)?.get()))
+        Some(read(self.cells.get(self.index.get_sync(key)?.get())))
     }
 
     /// The key's entry, its bucket held exclusively: its state, or a place to insert one.
-    pub(super) fn entry(&self, key: K) -> TableEntry<'_, K, St, S> {
+    pub(super) fn entry(&self, key: K) -> TableEntry<'_, K, St, C, S> {
         match self.index.entry_sync(key) {
-            Entry::Occupied(entry) => TableEntry::Occupied(entry),
-            Entry::Vacant(entry) => TableEntry::Vacant(entry),
+            Entry::Occupied(entry) => TableEntry::Occupied(Occupied {
+                entry,
+                cells: &self.cells,
+                _states: PhantomData,
+            }),
+            Entry::Vacant(entry) => TableEntry::Vacant(Vacant {
+                entry,
+                cells: &self.cells,
+                _states: PhantomData,
+            }),
         }
     }
 
@@ -90,21 +144,25 @@ impl<K: Hash + Eq + Clone + 'static, St: 'static, S: BuildHasher> Table<K, St, S
         Q: Hash + Eq + ?Sized,
     {
         let entry = self.index.get_sync(key)?;
-        let retired = retire(entry.get());
+        let retired = retire(self.cells.get(entry.get()));
+        let freed = C::freed(entry.get());
         entry.remove_entry();
+        self.cells.release(vec![freed]);
         Some(retired)
     }
 
     /// Removes every state `try_retire` retires (it must retire the state when it returns
     /// `true`, and leave it be otherwise), one bucket at a time; returns how many.
     pub(super) fn retain(&self, mut try_retire: impl FnMut(&St) -> bool) -> usize {
-        let mut removed = 0;
-        self.index.retain_sync(|_, state| {
-            let gone = try_retire(state);
-            removed += usize::from(gone);
+        let mut freed = Freed::new(&self.cells);
+        self.index.retain_sync(|_, held| {
+            let gone = try_retire(self.cells.get(held));
+            if gone {
+                freed.push(C::freed(held));
+            }
             !gone
         });
-        removed
+        freed.release()
     }
 
     /// One step of the incremental sweep: up to `slice` entries from `cursor` on, removing
@@ -115,9 +173,16 @@ impl<K: Hash + Eq + Clone + 'static, St: 'static, S: BuildHasher> Table<K, St, S
         slice: usize,
         mut try_retire: impl FnMut(&St) -> bool,
     ) -> Swept {
-        sweep_step(&self.index, cursor, slice, |state| {
-            try_retire(Box::as_ref(state))
-        })
+        let mut freed = Freed::new(&self.cells);
+        let swept = sweep_step(&self.index, cursor, slice, |held| {
+            let gone = try_retire(self.cells.get(held));
+            if gone {
+                freed.push(C::freed(held));
+            }
+            gone
+        });
+        freed.release();
+        swept
     }
 
     /// `true` when no key is in the table, having taken every bucket's lock in turn.
@@ -132,6 +197,42 @@ impl<K: Hash + Eq + Clone + 'static, St: 'static, S: BuildHasher> Table<K, St, S
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        self.index.peek(key, guard).map(Box::as_ref)
+        self.index.peek(key, guard).map(|held| self.cells.get(held))
+    }
+}
+
+/// The places freed by a walk over the table, handed back in batches: a sweep of a million
+/// keys holds a few kilobytes of them at a time, not megabytes.
+struct Freed<'t, St, C: Cells<St>> {
+    cells: &'t C,
+    batch: Vec<C::Freed>,
+    count: usize,
+    _states: PhantomData<fn() -> St>,
+}
+
+impl<'t, St, C: Cells<St>> Freed<'t, St, C> {
+    const BATCH: usize = 1024;
+
+    fn new(cells: &'t C) -> Self {
+        Freed {
+            cells,
+            batch: Vec::new(),
+            count: 0,
+            _states: PhantomData,
+        }
+    }
+
+    fn push(&mut self, freed: C::Freed) {
+        self.count += 1;
+        self.batch.push(freed);
+        if self.batch.len() == Self::BATCH {
+            self.cells.release(std::mem::take(&mut self.batch));
+        }
+    }
+
+    /// Hands back the rest; how many places were freed in all.
+    fn release(self) -> usize {
+        self.cells.release(self.batch);
+        self.count
     }
 }
