@@ -332,6 +332,65 @@ mod tests {
     }
 
     #[test]
+    fn with_sweeping_off_a_drained_generation_waits_for_evict_idle() {
+        let limiter: RateLimiter<u64, FakeClock> =
+            RateLimiter::with_clock(policy("5/1h"), FakeClock::new()).sweep_per_insert(0);
+        let _ = limiter.try_acquire(&1);
+        limiter.set_policy(policy("6/1h"));
+        // The move drains the old generation, but no new key sweeps.
+        assert_eq!(limiter.try_acquire(&1).remaining(), 4);
+        let _ = limiter.try_acquire(&2);
+        assert_eq!(limiter.generations(), 2);
+        assert_eq!(limiter.evict_idle(), 0);
+        assert_eq!(limiter.generations(), 1);
+    }
+
+    #[test]
+    fn a_resolver_that_changes_the_rules_once_is_asked_again_under_the_new_ones() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        use std::sync::{Arc, OnceLock};
+
+        let limiter: Arc<OnceLock<RateLimiter<u64, FakeClock>>> = Arc::new(OnceLock::new());
+        let changed = Arc::new(AtomicBool::new(false));
+        let (weak, flag) = (Arc::downgrade(&limiter), Arc::clone(&changed));
+        let first = RateLimiter::with_resolver(
+            move |_: &u64| {
+                // The first answer comes with a change of resolver: the request that asked
+                // must start over under the new one, not create the key from this answer.
+                if !flag.swap(true, Ordering::SeqCst) {
+                    if let Some(limiter) = weak.upgrade() {
+                        if let Some(limiter) = limiter.get() {
+                            limiter.set_resolver(|_: &u64| policy("7/1h"));
+                        }
+                    }
+                }
+                policy("2/1h")
+            },
+            FakeClock::new(),
+        );
+        assert!(limiter.set(first).is_ok());
+        let limiter = limiter.get().unwrap();
+        let decision = limiter.try_acquire(&1);
+        assert!(changed.load(Ordering::SeqCst));
+        assert_eq!((decision.limit(), decision.remaining()), (7, 6));
+    }
+
+    #[test]
+    fn a_peek_counts_what_a_key_in_an_older_generation_has_spent() {
+        let limiter: RateLimiter<u64, FakeClock> =
+            RateLimiter::with_resolver(|_: &u64| policy("5/1h"), FakeClock::new());
+        for _ in 0..3 {
+            let _ = limiter.try_acquire(&1);
+        }
+        limiter.set_resolver(|_: &u64| policy("4/1h"));
+        // Key 1 is still in the old generation: a peek counts its 3 spent permits.
+        assert_eq!(limiter.peek(&1).remaining(), 0);
+        limiter.set_policy(policy("10/1h"));
+        assert_eq!(limiter.peek(&1).remaining(), 6);
+        assert_eq!(limiter.try_acquire(&1).remaining(), 6);
+    }
+
+    #[test]
     fn the_sweep_unlinks_a_generation_drained_by_eviction() {
         let clock = FakeClock::new();
         let limiter: RateLimiter<u64, FakeClock> =

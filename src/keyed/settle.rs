@@ -247,3 +247,52 @@ fn overflow_settle<K, St: Slot<K>, S: BuildHasher, C: Clock>(
         St::overflow_settle(&keyed.overflow, &keyed.params, &spec, settle, clock);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use crate::clock::FakeClock;
+    use crate::error::CostError;
+    use crate::keyed::RateLimiter;
+
+    #[test]
+    fn settling_at_the_reserved_cost_for_an_evicted_key_creates_nothing() {
+        let clock = FakeClock::new();
+        let limiter: RateLimiter<u64, FakeClock> =
+            RateLimiter::with_clock("2/1s".parse().unwrap(), clock.clone());
+        let at_cost = limiter.reserve_n(&1, 1).unwrap();
+        let above = limiter.reserve_n(&1, 1).unwrap();
+        clock.advance(Duration::from_secs(1));
+        assert_eq!(limiter.evict_idle(), 1);
+        // Nothing to give back or to charge: no state comes back for it.
+        limiter.settle(&1, at_cost, 1).unwrap();
+        assert_eq!(limiter.len(), 0);
+        // A charge does land, on a new state.
+        limiter.settle(&1, above, 2).unwrap();
+        assert_eq!(limiter.len(), 1);
+        assert_eq!(limiter.peek(&1).remaining(), 0);
+    }
+
+    #[test]
+    fn overflowing_keys_under_per_key_policies_are_held_to_their_policys_cost_and_settle() {
+        let limiter: RateLimiter<u64, FakeClock> =
+            RateLimiter::with_resolver(|_: &u64| "3/1h".parse().unwrap(), FakeClock::new())
+                .max_keys(1);
+        let _ = limiter.try_acquire(&1);
+        // Key 2 overflows into the shared state of its policy, which takes costs up to 3.
+        assert_eq!(
+            limiter.try_acquire_n(&2, 4),
+            Err(CostError::ExceedsLimit { cost: 4, limit: 3 })
+        );
+        let reservation = limiter.reserve_n(&2, 3).unwrap();
+        assert!(reservation.decision().is_overflow() && reservation.decision().is_allowed());
+        assert!(!limiter.try_acquire(&3).is_allowed());
+        // Giving two back reaches the shared state: two more overflowing requests pass.
+        limiter.settle(&2, reservation, 1).unwrap();
+        assert!(limiter.try_acquire(&3).is_allowed());
+        assert!(limiter.try_acquire(&4).is_allowed());
+        assert!(!limiter.try_acquire(&5).is_allowed());
+        assert_eq!(limiter.len(), 1);
+    }
+}

@@ -254,6 +254,46 @@ mod tests {
         RateLimiter::with_clock(policy.parse().unwrap(), clock.clone())
     }
 
+    /// A limiter whose keys each carry their own policy (odd keys twice the permits).
+    fn per_key(clock: &FakeClock) -> RateLimiter<u64, FakeClock> {
+        RateLimiter::with_resolver(
+            |key: &u64| format!("{}/1s", 2 + 2 * (key % 2)).parse().unwrap(),
+            clock.clone(),
+        )
+    }
+
+    #[test]
+    fn eviction_under_per_key_policies_retires_what_it_removes_and_nothing_else() {
+        let clock = FakeClock::new();
+        let limiter = per_key(&clock);
+        let _ = limiter.try_acquire(&1);
+        assert!(still_decides(&limiter, &|| assert_eq!(
+            limiter.evict_idle(),
+            0
+        )));
+        clock.advance(Duration::from_secs(2));
+        assert!(!still_decides(&limiter, &|| assert_eq!(
+            limiter.evict_idle(),
+            1
+        )));
+        assert_eq!(limiter.len(), 0);
+    }
+
+    #[test]
+    fn a_full_limiter_sweeps_for_a_place_before_it_overflows() {
+        let clock = FakeClock::new();
+        let limiter = limiter("2/1s", &clock).max_keys(1).sweep_per_insert(0);
+        let _ = limiter.try_acquire(&1);
+        // Key 1 is still spending: the new key overflows.
+        assert!(limiter.try_acquire(&2).is_overflow());
+        clock.advance(Duration::from_secs(1));
+        // Key 1 is at rest (not yet for the routine sweep's grace): the full limiter's own
+        // sweep frees its place, and key 2 gets a state of its own.
+        let decision = limiter.try_acquire(&2);
+        assert!(!decision.is_overflow() && decision.is_allowed());
+        assert_eq!(limiter.len(), 1);
+    }
+
     #[test]
     fn eviction_retires_what_it_removes_and_nothing_else() {
         for policy in [
