@@ -280,6 +280,29 @@ mod tests {
     }
 
     #[test]
+    fn the_routine_sweep_waits_for_a_grace_period_of_one_window() {
+        let clock = FakeClock::new();
+        let limiter = limiter("2/1s", &clock);
+        let _ = limiter.try_acquire(&1);
+        // Key 1 is at rest from 0.5 s on, but not yet for a whole window at 1.4 s.
+        clock.advance(Duration::from_millis(1_400));
+        let _ = limiter.try_acquire(&2);
+        assert_eq!(limiter.len(), 2);
+        clock.advance(Duration::from_millis(200));
+        let _ = limiter.try_acquire(&3);
+        assert_eq!(limiter.len(), 2, "key 1 at rest for 1.1 s: swept");
+        // Under per-key policies the grace is a minute.
+        let limiter = per_key(&clock);
+        let _ = limiter.try_acquire(&1);
+        clock.advance(Duration::from_secs(59));
+        let _ = limiter.try_acquire(&2);
+        assert_eq!(limiter.len(), 2);
+        clock.advance(Duration::from_secs(2));
+        let _ = limiter.try_acquire(&3);
+        assert_eq!(limiter.len(), 2);
+    }
+
+    #[test]
     fn a_full_limiter_sweeps_for_a_place_before_it_overflows() {
         let clock = FakeClock::new();
         let limiter = limiter("2/1s", &clock).max_keys(1).sweep_per_insert(0);
