@@ -275,6 +275,22 @@ mod tests {
     }
 
     #[test]
+    fn a_reset_that_removes_nothing_keeps_every_refund() {
+        let limiter: RateLimiter<u64, FakeClock> =
+            RateLimiter::with_clock("2/1h".parse().unwrap(), FakeClock::new());
+        let kept = limiter.reserve_n(&1, 2).unwrap();
+        assert!(!limiter.reset(&2), "key 2 is not tracked");
+        limiter.cancel(&1, kept).unwrap();
+        assert_eq!(limiter.peek(&1).remaining(), 1, "both permits given back");
+        // A reset that removes a state does void the refunds of reservations made before.
+        let voided = limiter.reserve_n(&1, 2).unwrap();
+        let _ = limiter.try_acquire(&3);
+        assert!(limiter.reset(&3));
+        limiter.cancel(&1, voided).unwrap();
+        assert!(!limiter.peek(&1).is_allowed());
+    }
+
+    #[test]
     fn overflowing_keys_under_per_key_policies_are_held_to_their_policys_cost_and_settle() {
         let limiter: RateLimiter<u64, FakeClock> =
             RateLimiter::with_resolver(|_: &u64| "3/1h".parse().unwrap(), FakeClock::new())
