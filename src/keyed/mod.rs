@@ -93,10 +93,9 @@ pub(crate) type Resolver<K> = dyn Fn(&K) -> Policy + Send + Sync;
 /// The limiter keeps its own copy of each key, so the key type is most of the memory a
 /// tracked key costs. For string keys, `Box<str>` is the lean choice: it is looked up by
 /// `&str` exactly as `String` is, but it is 16 bytes in the table where `String` is 24 (no
-/// capacity word). With 1,000,000 11-byte keys on a token bucket that is 73.5 instead of
-/// 90.3 heap bytes per key (`cargo run --release --example memory`, docs/BENCHMARKS.md).
-/// Fixed-size keys (`u64`, `IpAddr`, `[u8; 16]`) allocate nothing besides the table and the
-/// key's state.
+/// capacity word). With 1,000,000 11-byte keys on a token bucket that is 65.5 instead of
+/// 82.3 heap bytes per key (`cargo run --release --example memory`, docs/BENCHMARKS.md).
+/// Fixed-size keys (`u64`, `IpAddr`, `[u8; 16]`) allocate nothing of their own.
 ///
 /// ```
 /// use tollgate::{FakeClock, RateLimiter};
