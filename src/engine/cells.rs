@@ -29,7 +29,8 @@ pub(crate) trait Cells<St>: Send + Sync + 'static {
     fn hold(&self, state: St) -> Option<Self::Held>;
     /// What to hand back once `held` has left the index.
     fn freed(held: &Self::Held) -> Self::Freed;
-    /// Gives the places of `freed` back, once every reader that could hold them is gone.
+    /// Gives the places of `freed` back, once every reader that could hold them is gone. To
+    /// be called only after their entries have left the index.
     fn release(&self, freed: Vec<Self::Freed>);
 }
 
@@ -158,10 +159,20 @@ impl<St: Reusable> Cells<St> for Slab<St> {
         if freed.is_empty() {
             return;
         }
-        let segments = Arc::clone(&self.0);
-        // After every guard present now, so after every reader that could have found these
-        // slots in the index before they left it: no request decides on another key's state.
-        Guard::new().defer_execute(move || segments.slots().free.extend(freed));
+        // Called once the slots' entries have left the index. The closure runs after every
+        // guard present now is gone, so after every reader that could have found these slots
+        // in the index: no request decides on another key's state. Weak: a slab dropped
+        // meanwhile (its generation gone) is not kept alive for its free list.
+        let segments = Arc::downgrade(&self.0);
+        let guard = Guard::new();
+        // Asks the collector to advance the epoch soon, so that freed slots come back while
+        // the table still grows, not only after this thread's next hundred guards.
+        guard.accelerate();
+        guard.defer_execute(move || {
+            if let Some(segments) = segments.upgrade() {
+                segments.slots().free.extend(freed);
+            }
+        });
     }
 }
 
@@ -215,7 +226,7 @@ mod tests {
         // Once the guards are gone (the collector runs the release after a few epochs), the
         // slot is reused and takes the new state.
         let mut reused = None;
-        for _ in 0..1_000 {
+        for _ in 0..100_000 {
             drop(Guard::new());
             let slot = slab.hold(Word(AtomicU64::new(200))).unwrap();
             if slot == 7 {

@@ -222,15 +222,18 @@ impl<'t, St, C: Cells<St>> Freed<'t, St, C> {
         }
     }
 
+    /// Called for an entry about to be unlinked (the walk unlinks it once this returns).
     fn push(&mut self, freed: C::Freed) {
-        self.count += 1;
-        self.batch.push(freed);
+        // A full batch goes first: its entries have all been unlinked by now, as `release`
+        // requires; the one being pushed has not yet.
         if self.batch.len() == Self::BATCH {
             self.cells.release(std::mem::take(&mut self.batch));
         }
+        self.count += 1;
+        self.batch.push(freed);
     }
 
-    /// Hands back the rest; how many places were freed in all.
+    /// Hands back the rest, once the walk has unlinked them all; how many were freed in all.
     fn release(self) -> usize {
         self.cells.release(self.batch);
         self.count
