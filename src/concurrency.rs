@@ -16,6 +16,7 @@ use std::hash::{BuildHasher, Hash};
 use std::sync::Arc;
 
 use crate::bounded::BoundedMap;
+use crate::engine::retry::Retry;
 use crate::engine::sync::{AtomicU64, Ordering};
 use crate::hasher::KeyHasher;
 
@@ -147,6 +148,7 @@ impl Gauge {
         // Relaxed: a snapshot to decide from. A stale value only makes the CAS below fail
         // (and retry with the fresh one) or refuses from a count the key really had.
         let mut count = self.count.load(Ordering::Relaxed);
+        let mut retry = Retry::new();
         loop {
             if count >= self.limit {
                 return Acquire::Full;
@@ -161,7 +163,12 @@ impl Gauge {
                 Ordering::Relaxed,
             ) {
                 Ok(_) => return Acquire::Acquired,
-                Err(actual) => count = actual,
+                Err(actual) => {
+                    // Another holder came or went first: let its core keep the line a
+                    // little, then decide from the count it left.
+                    retry.spin();
+                    count = actual;
+                }
             }
         }
     }

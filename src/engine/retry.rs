@@ -1,5 +1,6 @@
 //! How a loop waits for another thread: one [`Retry`] per loop, for every retry loop of the
-//! engine, of the direct limiter and of the keyed registry.
+//! engine, of the direct limiter, of the keyed registry, of the concurrency permits' count
+//! and of the login guard's strike record.
 //!
 //! Every such loop repeats only while another thread is in the middle of something short: a
 //! writer between its compare-and-swap and its publishing store, a writer that won the

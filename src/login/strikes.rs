@@ -3,6 +3,7 @@
 
 #[cfg(tollgate_loom)]
 use super::LoginConfig;
+use crate::engine::retry::Retry;
 use crate::engine::sync::{AtomicU128, Ordering};
 
 /// The lockout escalation as pure arithmetic on a [`Streak`] and `now`.
@@ -174,6 +175,7 @@ impl StrikeCell {
     pub(crate) fn strike(&self, escalation: &Escalation, now: u64) -> Streak {
         // Relaxed: see the type's docs; a stale read only makes the CAS fail and retry.
         let mut current = self.word.load(Ordering::Relaxed);
+        let mut retry = Retry::new();
         loop {
             let next = escalation.strike(Streak::unpack(current), now).pack();
             if next == current {
@@ -184,7 +186,11 @@ impl StrikeCell {
                 .compare_exchange(current, next, Ordering::Relaxed, Ordering::Relaxed)
             {
                 Ok(_) => return Streak::unpack(next),
-                Err(actual) => current = actual,
+                Err(actual) => {
+                    // Another strike came first: back off, then strike on top of it.
+                    retry.spin();
+                    current = actual;
+                }
             }
         }
     }
