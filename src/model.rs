@@ -2,11 +2,17 @@
 //! `--cfg tollgate_loom`, never part of the public API.
 //!
 //! [`ModelCell`] exposes one per-key state machine with its raw retire step, so a model can
-//! race requests against eviction on the very code the limiters run.
+//! race requests against eviction on the very code the limiters run. [`ModelSlab`] exposes
+//! the slab a keyed limiter keeps its token-bucket states in, with the epoch guard that holds
+//! back the reuse of a freed cell ([`ModelGuard`]).
 
 use crate::clock::Clock;
 use crate::decision::Decision;
 use crate::engine::any_state::AnyState;
+use crate::engine::cells::{Cells, Slab};
+use crate::engine::state::RateState;
+use crate::engine::sync::Guard;
+use crate::engine::token_bucket::{Gcra, GcraCell};
 use crate::policy::Policy;
 use crate::reservation::Marks;
 
@@ -82,5 +88,67 @@ impl ModelHeld {
     /// The permits held: the cost when admitted, 0 when refused.
     pub fn held(&self) -> u64 {
         self.held
+    }
+}
+
+/// The cells of a keyed limiter's table for a token-bucket policy: a slab whose freed cells
+/// are given to new keys once no reader can hold them.
+pub struct ModelSlab {
+    cells: Slab<GcraCell>,
+    gcra: Gcra,
+}
+
+impl std::fmt::Debug for ModelSlab {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ModelSlab").finish_non_exhaustive()
+    }
+}
+
+impl ModelSlab {
+    /// An empty slab for `policy`'s first band, decided as a token bucket.
+    pub fn new(policy: &Policy) -> Self {
+        ModelSlab {
+            cells: Slab::new(),
+            gcra: GcraCell::params(policy),
+        }
+    }
+
+    /// A cell holding a fresh state, not yet published: its slot (a freed one if any has
+    /// come back). `None` when the slab is full.
+    pub fn hold_fresh(&self) -> Option<u32> {
+        self.cells.hold(GcraCell::fresh(&self.gcra))
+    }
+
+    /// Decides a request on the state in `slot`; `None` when it is retired.
+    pub fn try_acquire<C: Clock>(&self, slot: u32, clock: &C, cost: u64) -> Option<Decision> {
+        self.cells.get(&slot).try_acquire(&self.gcra, clock, cost)
+    }
+
+    /// Retires the state in `slot` if it is at rest at `now`.
+    pub fn try_retire(&self, slot: u32, now: u64) -> bool {
+        self.cells.get(&slot).try_retire(&self.gcra, now)
+    }
+
+    /// Hands `slot` back, once its entry has left the index: it is given again once every
+    /// guard present now is gone.
+    pub fn release(&self, slot: u32) {
+        self.cells.release(vec![slot]);
+    }
+}
+
+/// What a reader holds from its lookup of a key to its decision on the key's cell.
+pub struct ModelGuard(#[allow(dead_code)] Guard);
+
+impl std::fmt::Debug for ModelGuard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ModelGuard").finish_non_exhaustive()
+    }
+}
+
+impl ModelGuard {
+    /// A guard.
+    #[allow(clippy::new_without_default)]
+    pub fn new() -> Self {
+        ModelGuard(Guard::new())
     }
 }

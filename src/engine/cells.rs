@@ -11,9 +11,10 @@
 //! state with its own parameters (a per-key policy) differs in layout from key to key, so
 //! those keep one box per key.
 
-use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::ops::DerefMut;
+use std::sync::{Arc, OnceLock, PoisonError};
 
-use scc::Guard;
+use crate::engine::sync::{Guard, Mutex};
 
 /// How a table keeps its states of type `St`.
 pub(crate) trait Cells<St>: Send + Sync + 'static {
@@ -108,7 +109,7 @@ fn locate(slot: u32) -> (usize, usize, usize) {
 }
 
 impl<St> Segments<St> {
-    fn slots(&self) -> std::sync::MutexGuard<'_, Slots> {
+    fn slots(&self) -> impl DerefMut<Target = Slots> + '_ {
         // Each change to `Slots` is one push, pop or increment: a panic cannot leave it torn.
         self.slots.lock().unwrap_or_else(PoisonError::into_inner)
     }

@@ -10,6 +10,8 @@
 //! | `AtomicU64`, `Ordering`, `fence` | `std::sync::atomic` | `loom::sync::atomic` |
 //! | `AtomicU128` | `portable_atomic::AtomicU128` (lock-free `cmpxchg16b` where the CPU has it) | a shim over `loom::sync::Mutex<u128>` |
 //! | `Backoff` | `crossbeam_utils::Backoff` | a shim that yields to loom's scheduler |
+//! | `Mutex` | `std::sync::Mutex` | `loom::sync::Mutex` |
+//! | `Guard` (deferring the reuse of a slab's cell) | `scc::Guard` | a shim that runs a deferred closure once every guard present at the time is gone |
 
 #[cfg(not(tollgate_loom))]
 pub(crate) use std::sync::atomic::{fence, AtomicU64, Ordering};
@@ -18,12 +20,18 @@ pub(crate) use std::sync::atomic::{fence, AtomicU64, Ordering};
 pub(crate) use crossbeam_utils::Backoff;
 #[cfg(not(tollgate_loom))]
 pub(crate) use portable_atomic::AtomicU128;
+#[cfg(not(tollgate_loom))]
+pub(crate) use scc::Guard;
+#[cfg(not(tollgate_loom))]
+pub(crate) use std::sync::Mutex;
 
 #[cfg(tollgate_loom)]
 pub(crate) use loom::sync::atomic::{fence, AtomicU64, Ordering};
 
 #[cfg(tollgate_loom)]
-pub(crate) use self::loom_shim::{AtomicU128, Backoff};
+pub(crate) use self::loom_shim::{AtomicU128, Backoff, Guard};
+#[cfg(tollgate_loom)]
+pub(crate) use loom::sync::Mutex;
 
 #[cfg(tollgate_loom)]
 mod loom_shim {
@@ -99,6 +107,74 @@ mod loom_shim {
         /// Waits a little for another thread (a spin in the normal build).
         pub(crate) fn spin(&self) {
             loom::thread::yield_now();
+        }
+    }
+
+    /// An epoch guard for loom models, standing in for `scc::Guard`, which loom cannot run.
+    ///
+    /// It keeps the one promise the slab relies on, and no more: a closure deferred while
+    /// some guards exist runs once each of those guards is gone (guards created later do not
+    /// hold it back), on the thread that drops the last of them. The bookkeeping sits behind
+    /// a loom mutex, so loom interleaves creating, dropping and deferring with every other
+    /// step of the model.
+    pub(crate) struct Guard {
+        ticket: u64,
+    }
+
+    /// Deferred work waiting for the guards of its time.
+    type Deferred = (Vec<u64>, Box<dyn FnOnce() + Send>);
+
+    #[derive(Default)]
+    struct Epochs {
+        next: u64,
+        active: Vec<u64>,
+        deferred: Vec<Deferred>,
+    }
+
+    loom::lazy_static! {
+        // One per model execution: loom resets its lazy statics between executions.
+        static ref EPOCHS: loom::sync::Mutex<Epochs> = loom::sync::Mutex::new(Epochs::default());
+    }
+
+    impl Guard {
+        /// A guard: what a reader holds while it may hold a cell it found.
+        pub(crate) fn new() -> Self {
+            let mut epochs = EPOCHS.lock().unwrap();
+            let ticket = epochs.next;
+            epochs.next += 1;
+            epochs.active.push(ticket);
+            Guard { ticket }
+        }
+
+        /// Asks for deferred work to run soon: nothing to ask here, it runs as soon as it may.
+        pub(crate) fn accelerate(&self) {}
+
+        /// Runs `work` once every guard present now is gone.
+        pub(crate) fn defer_execute(&self, work: impl FnOnce() + Send + 'static) {
+            let mut epochs = EPOCHS.lock().unwrap();
+            let waits_for = epochs.active.clone();
+            epochs.deferred.push((waits_for, Box::new(work)));
+        }
+    }
+
+    impl Drop for Guard {
+        fn drop(&mut self) {
+            let ready: Vec<Deferred> = {
+                let mut epochs = EPOCHS.lock().unwrap();
+                let ticket = self.ticket;
+                epochs.active.retain(|&t| t != ticket);
+                let Epochs {
+                    active, deferred, ..
+                } = &mut *epochs;
+                let (ready, waiting) = std::mem::take(deferred)
+                    .into_iter()
+                    .partition(|(waits_for, _)| waits_for.iter().all(|t| !active.contains(t)));
+                *deferred = waiting;
+                ready
+            };
+            for (_, work) in ready {
+                work();
+            }
         }
     }
 }

@@ -17,5 +17,6 @@ mod composite;
 mod concurrency;
 mod gcra;
 mod peek;
+mod reuse;
 mod settle;
 mod windowed;
