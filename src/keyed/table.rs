@@ -239,3 +239,67 @@ impl<'t, St, C: Cells<St>> Freed<'t, St, C> {
         self.count
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::hash_map::RandomState;
+
+    /// States in boxes, recording the size of each batch of freed places handed back.
+    struct Recording(Mutex<Vec<usize>>);
+
+    impl Cells<u64> for Recording {
+        type Held = Box<u64>;
+        type Freed = ();
+
+        fn new() -> Self {
+            Recording(Mutex::new(Vec::new()))
+        }
+
+        fn get<'a>(&'a self, held: &'a Box<u64>) -> &'a u64 {
+            held
+        }
+
+        fn hold(&self, state: u64) -> Option<Box<u64>> {
+            Some(Box::new(state))
+        }
+
+        fn freed(_: &Box<u64>) {}
+
+        fn release(&self, freed: Vec<()>) {
+            self.0.lock().unwrap().push(freed.len());
+        }
+    }
+
+    fn table_of(keys: u64) -> Table<u64, u64, Recording, RandomState> {
+        let table = Table::with_hasher(RandomState::new());
+        for key in 0..keys {
+            match table.entry(key) {
+                TableEntry::Vacant(vacant) => assert!(vacant.insert(key).is_some()),
+                TableEntry::Occupied(_) => unreachable!("{key} inserted twice"),
+            }
+        }
+        table
+    }
+
+    #[test]
+    fn a_walk_hands_freed_places_back_in_batches_of_1024() {
+        let table = table_of(2500);
+        assert_eq!(table.retain(|state| state % 5 != 0), 2000);
+        assert_eq!(*table.cells.0.lock().unwrap(), [1024, 976]);
+
+        let table = table_of(2500);
+        let cursor = Mutex::new(None);
+        let swept = table.sweep_step(&cursor, 2500, |_| true);
+        assert_eq!(swept.removed, 2500);
+        assert_eq!(*table.cells.0.lock().unwrap(), [1024, 1024, 452]);
+    }
+
+    #[test]
+    fn a_removal_hands_back_its_place_at_once() {
+        let table = table_of(3);
+        assert_eq!(table.remove(&1, |state| *state), Some(1));
+        assert_eq!(table.remove(&1, |state| *state), None);
+        assert_eq!(*table.cells.0.lock().unwrap(), [1]);
+    }
+}
