@@ -30,7 +30,7 @@ use std::num::NonZeroU32;
 use std::time::{Duration, Instant};
 
 use count_alloc::CountingAlloc;
-use tollgate::{FakeClock, RateLimiter};
+use tollgate::{FakeClock, InlineKey, RateLimiter};
 
 #[global_allocator]
 static ALLOC: CountingAlloc = CountingAlloc::new();
@@ -70,6 +70,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .collect();
     let str_keys: Vec<&str> = string_keys.iter().map(String::as_str).collect();
     let boxed_keys: Vec<Box<str>> = string_keys.iter().map(|s| s.as_str().into()).collect();
+    let inline_keys: Vec<InlineKey> = string_keys.iter().map(InlineKey::from).collect();
 
     for (name, policy) in LIMITERS {
         for n in SIZES {
@@ -90,6 +91,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 None => governor_bytes(&boxed_keys[..n]),
             };
             rows.push(memory_row(name, "Box<str> (11 B)", n, per_key));
+            // The same strings as tollgate's `InlineKey` (16 bytes, the string inside it),
+            // still looked up by `&str` in tollgate; governor takes it as any key type.
+            let per_key = match policy {
+                Some(p) => tollgate_bytes::<InlineKey, str, _>(p, &str_keys[..n]),
+                None => governor_bytes(&inline_keys[..n]),
+            };
+            rows.push(memory_row(name, "InlineKey (11 B)", n, per_key));
         }
     }
     print_memory(&rows);
@@ -286,7 +294,12 @@ fn print_memory(rows: &[Row]) {
         .map(|n| format!("{:>10}", format!("{}k", n / 1000)))
         .collect();
     println!("{:<28} {:<16}{header}", "limiter", "key");
-    for key in ["u64", "String (11 B)", "Box<str> (11 B)"] {
+    for key in [
+        "u64",
+        "String (11 B)",
+        "Box<str> (11 B)",
+        "InlineKey (11 B)",
+    ] {
         for (name, _) in LIMITERS {
             let cells: String = SIZES
                 .iter()

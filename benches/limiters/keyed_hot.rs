@@ -3,7 +3,8 @@
 //!
 //! Groups: `keyed_hot_u64` (a `u64` key) and `keyed_hot_str` (a `String` key looked up by
 //! `&str`; governor's `check_key` takes `&K`, so it gets a `&String`, the best it can do).
-//! Contestants: tollgate with its default hasher (aHash) and with foldhash, governor keyed
+//! Contestants: tollgate with its default hasher (aHash) and with foldhash (and, for the
+//! string key, with the key held as tollgate's `InlineKey`), governor keyed
 //! (its default: DashMap + SipHash), the same GCRA in one `HashMap` (SipHash) behind
 //! `std::sync::Mutex` and `parking_lot::Mutex`, the hand-written mutex version with a fast
 //! hash (`mutex_fast`: `parking_lot::Mutex` around a `HashMap` with foldhash), and the
@@ -12,7 +13,7 @@
 use std::hint::black_box;
 
 use criterion::Criterion;
-use tollgate::{RateLimiter, SystemClock};
+use tollgate::{InlineKey, RateLimiter, SystemClock};
 
 use crate::baseline::{Floor, LockedKeyed, MutexFast, PlMutex, StdMutex};
 use crate::common::{self, FAST, FAST_PERMITS, FAST_WINDOW_NANOS};
@@ -73,6 +74,13 @@ fn hot_str(c: &mut Criterion) {
     let tollgate: RateLimiter<String> = RateLimiter::new(common::policy(FAST));
     g.bench_function("tollgate", |b| {
         b.iter(|| black_box(tollgate.try_acquire(black_box(key))).is_allowed())
+    });
+
+    // The same string as tollgate's `InlineKey`, still looked up by `&str`: what keeping
+    // the key inside the entry costs at each comparison (a UTF-8 check of its bytes).
+    let inline: RateLimiter<InlineKey> = RateLimiter::new(common::policy(FAST));
+    g.bench_function("tollgate_inline_key", |b| {
+        b.iter(|| black_box(inline.try_acquire(black_box(key))).is_allowed())
     });
 
     let foldhash = RateLimiter::<String, _, _>::with_hasher(
