@@ -163,11 +163,12 @@ impl Gauge {
                 Ordering::Relaxed,
             ) {
                 Ok(_) => return Acquire::Acquired,
-                Err(actual) => {
+                Err(_) => {
                     // Another holder came or went first: let its core keep the line a
-                    // little, then decide from the count it left.
+                    // little, then read the count afresh (the value the CAS saw is stale
+                    // by then). Relaxed: as the first read.
                     retry.spin();
-                    count = actual;
+                    count = self.count.load(Ordering::Relaxed);
                 }
             }
         }

@@ -8,23 +8,25 @@ use std::hash::{Hash, Hasher};
 use std::ops::Deref;
 
 /// The longest string kept inside the key; a longer one goes to the heap.
-const INLINE: usize = 14;
+const INLINE: usize = 15;
 
-/// A string key of 16 bytes that holds strings of up to 14 bytes (UTF-8) inside itself, with
+/// A string key of 16 bytes that holds strings of up to 15 bytes (UTF-8) inside itself, with
 /// no heap block, and longer ones behind one pointer.
 ///
 /// A limiter stores a copy of every key it tracks. A `String` is 24 bytes plus a heap block
 /// for its bytes; `Box<str>` 16 bytes plus the block. Most rate-limiting keys are short
-/// (a user id, an account name, an IPv4 address as text), and for those an `InlineKey` is the
+/// (a user id, an account name, an IPv4 address as text, at most 15 bytes), and for those an
+/// `InlineKey` is the
 /// 16 bytes alone: for a million 11-byte keys on a token bucket it saves about a third of
 /// what the limiter holds per key with `String` keys (see the crate's benchmarks).
 ///
 /// It is looked up by `&str`, as a `String` key is: `RateLimiter<InlineKey>` takes
 /// `limiter.try_acquire("alice")`. It hashes, compares and orders exactly as the string it
 /// holds (the contract of [`Borrow<str>`]). The price is at each comparison: reading an
-/// inline key as `&str` checks that its bytes are UTF-8 (a few nanoseconds for 14 bytes), as
-/// the crate has no unsafe code to skip the check. A string longer than 14 bytes costs one
-/// allocation more than a `String` (the key points at a boxed `Box<str>`).
+/// inline key as `&str` checks that its bytes are UTF-8 (a few nanoseconds for 15 bytes), as
+/// the crate has no unsafe code to skip the check. A string longer than 15 bytes costs one
+/// allocation more than a `String` (the key points at a boxed `Box<str>`), and so does each
+/// clone of it.
 ///
 /// ```
 /// use tollgate::{InlineKey, RateLimiter};
@@ -41,19 +43,36 @@ pub struct InlineKey(Repr);
 #[derive(Clone)]
 enum Repr {
     /// `bytes[..len]` is the string; the rest is zero.
-    Inline { len: u8, bytes: [u8; INLINE] },
+    Inline { len: Len, bytes: [u8; INLINE] },
     /// Behind a thin pointer, so that the key stays 16 bytes.
     Heap(Box<Box<str>>),
 }
 
-// The whole point of the type: a tag and 15 bytes, or a tag and a pointer.
+/// The length of an inline string. An enum rather than a `u8` so that its unused values
+/// (16 to 255) can tell `Repr::Heap` apart: the length byte doubles as the tag, and 15 bytes
+/// are left for the string.
+#[derive(Clone, Copy)]
+#[repr(u8)]
+#[rustfmt::skip]
+enum Len { L0, L1, L2, L3, L4, L5, L6, L7, L8, L9, L10, L11, L12, L13, L14, L15 }
+
+impl Len {
+    /// Every length, at its own index.
+    #[rustfmt::skip]
+    const ALL: [Len; INLINE + 1] = [
+        Len::L0, Len::L1, Len::L2, Len::L3, Len::L4, Len::L5, Len::L6, Len::L7, Len::L8,
+        Len::L9, Len::L10, Len::L11, Len::L12, Len::L13, Len::L14, Len::L15,
+    ];
+}
+
+// The whole point of the type: 15 bytes and a length, or a pointer, in 16 bytes.
 const _: () = assert!(std::mem::size_of::<InlineKey>() == 16);
 
 impl InlineKey {
     /// The key's string.
     pub fn as_str(&self) -> &str {
         match &self.0 {
-            Repr::Inline { len, bytes } => match std::str::from_utf8(&bytes[..usize::from(*len)]) {
+            Repr::Inline { len, bytes } => match std::str::from_utf8(&bytes[..*len as usize]) {
                 Ok(text) => text,
                 // Only `From<&str>` fills `bytes`, with a whole string's bytes.
                 Err(_) => unreachable!("an inline key holds a copy of a string's bytes"),
@@ -62,7 +81,7 @@ impl InlineKey {
         }
     }
 
-    /// Whether the string is kept inside the key (14 bytes or fewer) rather than on the heap.
+    /// Whether the string is kept inside the key (15 bytes or fewer) rather than on the heap.
     pub fn is_inline(&self) -> bool {
         matches!(self.0, Repr::Inline { .. })
     }
@@ -70,19 +89,20 @@ impl InlineKey {
 
 impl From<&str> for InlineKey {
     fn from(text: &str) -> Self {
-        match u8::try_from(text.len()) {
-            Ok(len) if text.len() <= INLINE => {
+        match Len::ALL.get(text.len()) {
+            Some(&len) => {
                 let mut bytes = [0; INLINE];
                 bytes[..text.len()].copy_from_slice(text.as_bytes());
                 InlineKey(Repr::Inline { len, bytes })
             }
-            _ => InlineKey(Repr::Heap(Box::new(text.into()))),
+            None => InlineKey(Repr::Heap(Box::new(text.into()))),
         }
     }
 }
 
 impl From<String> for InlineKey {
-    /// Keeps the string's heap block when it is too long to go inline.
+    /// Moves a string too long to go inline into a box (reallocated only when the string
+    /// has spare capacity).
     fn from(text: String) -> Self {
         if text.len() <= INLINE {
             InlineKey::from(text.as_str())
@@ -160,6 +180,45 @@ impl PartialEq<&str> for InlineKey {
     }
 }
 
+impl PartialEq<String> for InlineKey {
+    fn eq(&self, other: &String) -> bool {
+        self.as_str() == other
+    }
+}
+
+impl PartialEq<InlineKey> for str {
+    fn eq(&self, other: &InlineKey) -> bool {
+        self == other.as_str()
+    }
+}
+
+impl PartialEq<InlineKey> for &str {
+    fn eq(&self, other: &InlineKey) -> bool {
+        *self == other.as_str()
+    }
+}
+
+impl PartialEq<InlineKey> for String {
+    fn eq(&self, other: &InlineKey) -> bool {
+        self == other.as_str()
+    }
+}
+
+impl Default for InlineKey {
+    /// The empty string.
+    fn default() -> Self {
+        InlineKey::from("")
+    }
+}
+
+impl std::str::FromStr for InlineKey {
+    type Err = std::convert::Infallible;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        Ok(InlineKey::from(text))
+    }
+}
+
 impl PartialOrd for InlineKey {
     fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
         Some(self.cmp(other))
@@ -180,8 +239,9 @@ impl fmt::Debug for InlineKey {
 }
 
 impl fmt::Display for InlineKey {
+    /// As the string displays, width and precision included.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
+        fmt::Display::fmt(self.as_str(), f)
     }
 }
 
@@ -193,14 +253,21 @@ mod tests {
     use proptest::prelude::*;
 
     #[test]
-    fn up_to_14_bytes_stay_inline() {
-        for text in ["", "a", "user-000042", "abcdefghijklmn", "é-ünïcödé"] {
+    fn up_to_15_bytes_stay_inline() {
+        for text in [
+            "",
+            "a",
+            "user-000042",
+            "192.168.100.200",
+            "é-ünïcödé",
+            "ünïcödé-ü",
+        ] {
             let key = InlineKey::from(text);
             assert!(key.is_inline(), "{text:?}");
             assert_eq!(key.as_str(), text);
         }
         for text in [
-            "abcdefghijklmno",
+            "abcdefghijklmnop",
             "2001:db8::8a2e:370:7334",
             "ünïcödé-ünïcödé",
         ] {
@@ -212,7 +279,18 @@ mod tests {
         }
         assert_eq!(String::from(InlineKey::from("short")), "short");
         assert_eq!(InlineKey::from(Box::<str>::from("boxed")), "boxed");
-        assert_eq!(format!("{}", InlineKey::from("x y")), "x y");
+        assert_eq!(
+            format!(
+                "{:>5}|{:.2}",
+                InlineKey::from("x y"),
+                InlineKey::from("x y")
+            ),
+            "  x y|x "
+        );
+        assert_eq!(InlineKey::default(), "");
+        assert_eq!("abc".parse::<InlineKey>(), Ok(InlineKey::from("abc")));
+        assert!(String::from("abc") == InlineKey::from("abc") && "abc" == InlineKey::from("abc"));
+        assert!(InlineKey::from("abc") == String::from("abc") && *"abc" == InlineKey::from("abc"));
         assert_eq!(format!("{:?}", InlineKey::from("x\"y")), r#""x\"y""#);
     }
 

@@ -117,4 +117,24 @@ mod tests {
         assert!(shown.starts_with("AnyState(GcraCell"), "{shown}");
         assert!(shown.contains("interval: 200000000"), "{shown}");
     }
+
+    /// A state is at rest until it admits, and again once what it admitted has expired, for
+    /// every algorithm and a composite.
+    #[test]
+    fn at_rest_until_it_admits_and_again_once_that_expires() {
+        let clock = crate::FakeClock::new();
+        for policy in [
+            "token-bucket 2/1s",
+            "sliding-counter 2/1s",
+            "sliding-log 2/1s",
+            "2/1s & 5/1h",
+        ] {
+            let state = AnyState::new(&policy.parse().unwrap(), None, 0);
+            assert!(state.is_at_rest(0), "{policy}");
+            assert!(state.try_acquire(&clock, 1).unwrap().is_allowed());
+            assert!(!state.is_at_rest(0), "{policy}");
+            let expired = if policy.contains("1h") { 3_600 } else { 2 } * 1_000_000_000;
+            assert!(state.is_at_rest(expired), "{policy}");
+        }
+    }
 }

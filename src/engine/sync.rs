@@ -112,6 +112,10 @@ mod loom_shim {
 
     /// An epoch guard for loom models, standing in for `scc::Guard`, which loom cannot run.
     ///
+    /// Only the slab takes its guards from here: the keyed table's readers keep scc's guard
+    /// in every build, so a loom model may drive the slab (`model::ModelSlab`) but not the
+    /// table or a limiter.
+    ///
     /// It keeps the one promise the slab relies on, and no more: a closure deferred while
     /// some guards exist runs once each of those guards is gone (guards created later do not
     /// hold it back), on the thread that drops the last of them. The bookkeeping sits behind

@@ -92,7 +92,7 @@ pub(crate) type Resolver<K> = dyn Fn(&K) -> Policy + Send + Sync;
 ///
 /// The limiter keeps its own copy of each key, so the key type is most of the memory a
 /// tracked key costs. For string keys, [`InlineKey`](crate::InlineKey) is the lean choice:
-/// 16 bytes holding a string of up to 14 bytes inside itself (a longer one behind a
+/// 16 bytes holding a string of up to 15 bytes inside itself (a longer one behind a
 /// pointer), looked up by `&str` exactly as `String` is. `Box<str>` is also 16 bytes in the
 /// table, but keeps the string in a heap block of its own; `String` is 24 bytes plus that
 /// block. With 1,000,000 11-byte keys on a token bucket that is 54.5 heap bytes per key with

@@ -186,10 +186,11 @@ impl StrikeCell {
                 .compare_exchange(current, next, Ordering::Relaxed, Ordering::Relaxed)
             {
                 Ok(_) => return Streak::unpack(next),
-                Err(actual) => {
-                    // Another strike came first: back off, then strike on top of it.
+                Err(_) => {
+                    // Another strike came first: back off, then read the record afresh and
+                    // strike on top of it. Relaxed: as the first read.
                     retry.spin();
-                    current = actual;
+                    current = self.word.load(Ordering::Relaxed);
                 }
             }
         }

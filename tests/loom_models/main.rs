@@ -1,6 +1,7 @@
 //! Loom models of every per-key state machine (`RUSTFLAGS="--cfg tollgate_loom"`): every
-//! interleaving of two threads, up to `LOOM_MAX_PREEMPTIONS` preemptions. One test binary, a
-//! module per family of models, the shared cells and clock compiled once.
+//! interleaving of two threads (three for the reuse of a slab's cell), up to
+//! `LOOM_MAX_PREEMPTIONS` preemptions. One test binary, a module per family of models, the
+//! shared cells and clock compiled once.
 //!
 //! ```text
 //! LOOM_MAX_PREEMPTIONS=3 RUSTFLAGS="--cfg tollgate_loom" CARGO_TARGET_DIR=target/loom \

@@ -52,6 +52,9 @@ fn request(entry: &AtomicU32, slab: &ModelSlab, clock: &FakeClock) -> Seen {
 ///   the entry).
 #[test]
 fn a_request_never_decides_on_the_key_that_reuses_its_cell() {
+    // Set when an execution gave `b` the cell freed by `a`: outside the model, so that the
+    // test can check that loom explored the reuse, not only runs where `b` took a new cell.
+    static REUSED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
     loom::model(|| {
         let clock = FakeClock::new();
         clock.set(Duration::from_secs(5));
@@ -77,7 +80,7 @@ fn a_request_never_decides_on_the_key_that_reuses_its_cell() {
                 // Creation of `b`: a cell holding a fresh state, published, then decided on.
                 let slot = slab.hold_fresh().unwrap();
                 b.store(slot + 1, Ordering::Release);
-                request(&b, &slab, &clock)
+                (slot, request(&b, &slab, &clock))
             })
         };
         let request_b = {
@@ -86,7 +89,10 @@ fn a_request_never_decides_on_the_key_that_reuses_its_cell() {
         };
 
         let seen_a = request_a.join().unwrap();
-        let creator_b = evict_and_create.join().unwrap();
+        let (slot_b, creator_b) = evict_and_create.join().unwrap();
+        if slot_b == 0 {
+            REUSED.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
         let seen_b = request_b.join().unwrap();
         assert!(
             matches!(seen_a, Seen::Decided(true) | Seen::Absent | Seen::Retired),
@@ -106,4 +112,8 @@ fn a_request_never_decides_on_the_key_that_reuses_its_cell() {
             "b's request met the retired value of a's cell"
         );
     });
+    assert!(
+        REUSED.load(std::sync::atomic::Ordering::Relaxed),
+        "no execution gave b the cell a left"
+    );
 }
