@@ -289,8 +289,9 @@ mod tests {
         );
         assert_eq!(InlineKey::default(), "");
         assert_eq!("abc".parse::<InlineKey>(), Ok(InlineKey::from("abc")));
-        assert!(String::from("abc") == InlineKey::from("abc") && "abc" == InlineKey::from("abc"));
-        assert!(InlineKey::from("abc") == String::from("abc") && *"abc" == InlineKey::from("abc"));
+        let (key, string) = (InlineKey::from("abc"), String::from("abc"));
+        assert!(string == key && "abc" == key && *"abc" == key);
+        assert!(key == string && key == "abc" && key == *"abc");
         assert_eq!(format!("{:?}", InlineKey::from("x\"y")), r#""x\"y""#);
     }
 
