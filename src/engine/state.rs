@@ -169,10 +169,9 @@ pub(crate) struct Carry {
 impl Carry {
     /// Records `in_use` permits for a band of `window` ns.
     pub(crate) fn push(&mut self, window: u64, in_use: u64) {
-        if self.len < Policy::MAX_BANDS {
-            self.bands[self.len] = (window, in_use);
-            self.len += 1;
-        }
+        // Once per band of a policy, which has at most `MAX_BANDS`.
+        self.bands[self.len] = (window, in_use);
+        self.len += 1;
     }
 
     /// One band's carry.

@@ -296,6 +296,16 @@ mod tests {
         }
     }
 
+    /// A charge near the end of the clock's range saturates one below the retired value: the
+    /// state stays live (and refuses), it never turns into a retired one.
+    #[test]
+    fn a_charge_at_the_end_of_time_stays_below_the_retired_value() {
+        let g = gcra(1, Duration::from_secs(1));
+        let now = u64::MAX - 5;
+        assert_eq!(g.settle(now, 0, now, 3, now), u64::MAX - 1);
+        assert_eq!(g.settle(u64::MAX - 1, 1, now, 4, now), u64::MAX - 1);
+    }
+
     #[test]
     fn burst_then_interval() {
         let g = gcra(5, Duration::from_secs(1));
