@@ -6,7 +6,8 @@
 //! `keyed_many_u64_1m_seq`, `keyed_many_u64_1m_random` (keys `0..n`, visited in key order or
 //! in a fixed shuffle) and `keyed_many_string_100k_random` (11-byte `user-000042` keys,
 //! shuffled; tollgate looks up by `&str`, governor by `&String`).
-//! Contestants: tollgate with aHash and with foldhash, governor keyed, and the same GCRA in
+//! Contestants: tollgate with aHash and with foldhash (and, for the String keys, with the
+//! keys held as tollgate's `InlineKey`), governor keyed, and the same GCRA in
 //! one `HashMap` behind `parking_lot::Mutex`, with SipHash (`parking_lot`) and with foldhash
 //! (`mutex_fast`, the hand-written mutex version with a fast hash; `&str` lookups).
 //!
@@ -19,7 +20,7 @@
 use std::hint::black_box;
 
 use criterion::{BenchmarkGroup, Criterion};
-use tollgate::{RateLimiter, SystemClock};
+use tollgate::{InlineKey, RateLimiter, SystemClock};
 
 use crate::baseline::{LockedKeyed, MutexFast, PlMutex};
 use crate::common::{self, Cycle, FAST, FAST_PERMITS, FAST_WINDOW_NANOS};
@@ -118,6 +119,18 @@ fn string_keys(g: &mut Group<'_>, keys: &[String], order: &[&str], order_owned: 
         let mut walk = Cycle::new(order, 0);
         g.bench_function("tollgate", |b| {
             b.iter(|| black_box(tollgate.try_acquire(*walk.next())).is_allowed())
+        });
+    }
+    {
+        // The same strings as tollgate's `InlineKey`: compared inside the entry, with no
+        // heap block to follow.
+        let inline: RateLimiter<InlineKey> =
+            RateLimiter::new(common::policy(FAST)).sweep_per_insert(0);
+        keys.iter()
+            .for_each(|k| assert!(inline.try_acquire(k.as_str()).is_allowed()));
+        let mut walk = Cycle::new(order, 0);
+        g.bench_function("tollgate_inline_key", |b| {
+            b.iter(|| black_box(inline.try_acquire(*walk.next())).is_allowed())
         });
     }
     {
