@@ -232,3 +232,42 @@ pub(crate) fn one_mark(mark: u64) -> Marks {
     marks[0] = mark;
     marks
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::sliding_counter::CounterCell;
+    use crate::engine::sliding_log::LogCell;
+    use crate::engine::token_bucket::GcraCell;
+
+    const SEC: u64 = 1_000_000_000;
+
+    /// A state built at 10 s with nothing carried decides as a fresh state, also for a
+    /// request whose clock reading is earlier (a clock set back, or a request that read
+    /// the clock before the state was built): nothing is admitted on its behalf.
+    fn a_zero_carry_builds_a_fresh_state<St: RateState>(policy: &str) {
+        let params = St::params(&policy.parse().unwrap());
+        let carry = Carry::single(SEC, 0);
+        let carried = St::from_carry(&params, &carry, 10 * SEC);
+        let fresh = St::fresh(&params);
+        for reading in [9 * SEC + SEC / 2, 10 * SEC, 11 * SEC] {
+            let clock = Fixed(reading);
+            let (a, b) = (
+                carried.try_acquire(&params, &clock, 1).unwrap(),
+                fresh.try_acquire(&params, &clock, 1).unwrap(),
+            );
+            assert_eq!(
+                (a.remaining(), a.reset_after()),
+                (b.remaining(), b.reset_after()),
+                "{policy} at {reading}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_zero_carry_builds_a_fresh_state_for_every_single_band_algorithm() {
+        a_zero_carry_builds_a_fresh_state::<GcraCell>("token-bucket 2/1s");
+        a_zero_carry_builds_a_fresh_state::<CounterCell>("sliding-counter 2/1s");
+        a_zero_carry_builds_a_fresh_state::<LogCell>("sliding-log 2/1s");
+    }
+}
