@@ -14,21 +14,21 @@ const INLINE: usize = 15;
 /// no heap block, and longer ones behind one pointer.
 ///
 /// A limiter stores a copy of every key it tracks. A `String` is 24 bytes plus a heap block
-/// for its bytes; `Box<str>` 16 bytes plus the block. Most rate-limiting keys are short
-/// (a user id, an account name, an IPv4 address as text, at most 15 bytes), and for those an
-/// `InlineKey` is the
-/// 16 bytes alone: for a million 11-byte keys on a token bucket it saves about a third of
-/// what the limiter holds per key with `String` keys (see the crate's benchmarks).
+/// for its bytes; `Box<str>` 16 bytes plus the block. Most rate-limiting keys are short (a
+/// user id, an account name, an IPv4 address as text, at most 15 bytes), and for those an
+/// `InlineKey` is the 16 bytes alone: for a million 11-byte keys on a token bucket it saves
+/// about a third of what the limiter holds per key with `String` keys (see the crate's
+/// benchmarks).
 ///
 /// It is looked up by `&str`, as a `String` key is: `RateLimiter<InlineKey>` takes
 /// `limiter.try_acquire("alice")`. It hashes, compares and orders exactly as the string it
 /// holds (the contract of [`Borrow<str>`]). Over many keys of up to 15 bytes a lookup is
 /// faster than with `String` keys, since the comparison reads the key in the table's entry
-/// rather than a heap block elsewhere. The price is at each comparison: reading an inline key as `&str` checks
-/// that its bytes are UTF-8 (about 10 ns more per decision on one hot key, measured), as the
-/// crate has no unsafe code to skip the check. A string longer than 15 bytes costs one
-/// allocation more than a `String` (the key points at a boxed `Box<str>`), and so does each
-/// clone of it.
+/// rather than a heap block elsewhere. The price is at each comparison: reading an inline
+/// key as `&str` checks that its bytes are UTF-8 (about 10 ns more per decision on one hot
+/// key, measured), as the crate has no unsafe code to skip the check. A string longer than
+/// 15 bytes costs one allocation more than a `String` (the key points at a boxed
+/// `Box<str>`), and so does each clone of it.
 ///
 /// ```
 /// use tollgate::{InlineKey, RateLimiter};

@@ -99,10 +99,10 @@ pub(crate) type Resolver<K> = dyn Fn(&K) -> Policy + Send + Sync;
 /// `InlineKey`, 65.5 with `Box<str>` and 82.3 with `String` (`cargo run --release --example
 /// memory`, docs/BENCHMARKS.md). Across many keys of up to 15 bytes it is also faster: a
 /// lookup compares the key inside the entry instead of following a pointer to its bytes (on
-/// 100,000 random keys, about 130 ns per decision against 220 to 310 with `String`). On one hot key it is slower
-/// by about 10 ns, the check that its bytes are UTF-8 each time it is compared with the
-/// `&str` looked up. Fixed-size keys (`u64`, `IpAddr`, `[u8; 16]`) allocate nothing of
-/// their own.
+/// 100,000 random keys, about 130 ns per decision against 220 to 310 with `String`). On one
+/// hot key it is slower by about 10 ns, the check that its bytes are UTF-8 each time it is
+/// compared with the `&str` looked up. Fixed-size keys (`u64`, `IpAddr`, `[u8; 16]`)
+/// allocate nothing of their own.
 ///
 /// ```
 /// use tollgate::{FakeClock, InlineKey, RateLimiter};
