@@ -17,6 +17,8 @@
 //! over 1M keys can take longer than that on a slow machine, which turns the group into a
 //! measure of key creation.
 
+use std::borrow::Borrow;
+use std::hash::{BuildHasher, Hash};
 use std::hint::black_box;
 
 use criterion::{BenchmarkGroup, Criterion};
@@ -57,30 +59,47 @@ pub fn bench(c: &mut Criterion) {
     g.finish();
 }
 
+/// Tracks every key of `keys` in tollgate's `limiter` (its automatic sweep off), then times
+/// its decisions on the keys of `order` in turn, each looked up as a `&Q`.
+fn tollgate<Q, K, S>(
+    g: &mut Group<'_>,
+    name: &str,
+    limiter: RateLimiter<K, SystemClock, S>,
+    keys: &[impl Borrow<Q>],
+    order: &[impl Borrow<Q>],
+) where
+    Q: Hash + Eq + ToOwned + ?Sized,
+    K: Hash + Eq + Clone + Borrow<Q> + From<Q::Owned> + 'static,
+    S: BuildHasher + Clone + 'static,
+{
+    let limiter = limiter.sweep_per_insert(0);
+    keys.iter()
+        .for_each(|k| assert!(limiter.try_acquire(k.borrow()).is_allowed()));
+    let mut walk = Cycle::new(order, 0);
+    g.bench_function(name, |b| {
+        b.iter(|| black_box(limiter.try_acquire(walk.next().borrow())).is_allowed())
+    });
+}
+
 fn u64_keys(g: &mut Group<'_>, keys: &[u64], order: &[u64]) {
-    {
-        let tollgate: RateLimiter<u64> = RateLimiter::new(common::policy(FAST)).sweep_per_insert(0);
-        keys.iter()
-            .for_each(|k| assert!(tollgate.try_acquire(k).is_allowed()));
-        let mut walk = Cycle::new(order, 0);
-        g.bench_function("tollgate", |b| {
-            b.iter(|| black_box(tollgate.try_acquire(walk.next())).is_allowed())
-        });
-    }
-    {
-        let foldhash = RateLimiter::<u64, _, _>::with_hasher(
+    tollgate::<u64, _, _>(
+        g,
+        "tollgate",
+        RateLimiter::<u64>::new(common::policy(FAST)),
+        keys,
+        order,
+    );
+    tollgate::<u64, _, _>(
+        g,
+        "tollgate_foldhash",
+        RateLimiter::<u64, _, _>::with_hasher(
             common::policy(FAST),
             SystemClock::new(),
             foldhash::fast::RandomState::default(),
-        )
-        .sweep_per_insert(0);
-        keys.iter()
-            .for_each(|k| assert!(foldhash.try_acquire(k).is_allowed()));
-        let mut walk = Cycle::new(order, 0);
-        g.bench_function("tollgate_foldhash", |b| {
-            b.iter(|| black_box(foldhash.try_acquire(walk.next())).is_allowed())
-        });
-    }
+        ),
+        keys,
+        order,
+    );
     {
         let governor = governor::RateLimiter::<u64, _, _>::keyed(common::governor_fast());
         keys.iter()
@@ -111,42 +130,33 @@ fn u64_keys(g: &mut Group<'_>, keys: &[u64], order: &[u64]) {
 }
 
 fn string_keys(g: &mut Group<'_>, keys: &[String], order: &[&str], order_owned: &[&String]) {
-    {
-        let tollgate: RateLimiter<String> =
-            RateLimiter::new(common::policy(FAST)).sweep_per_insert(0);
-        keys.iter()
-            .for_each(|k| assert!(tollgate.try_acquire(k.as_str()).is_allowed()));
-        let mut walk = Cycle::new(order, 0);
-        g.bench_function("tollgate", |b| {
-            b.iter(|| black_box(tollgate.try_acquire(*walk.next())).is_allowed())
-        });
-    }
-    {
-        // The same strings as tollgate's `InlineKey`: compared inside the entry, with no
-        // heap block to follow.
-        let inline: RateLimiter<InlineKey> =
-            RateLimiter::new(common::policy(FAST)).sweep_per_insert(0);
-        keys.iter()
-            .for_each(|k| assert!(inline.try_acquire(k.as_str()).is_allowed()));
-        let mut walk = Cycle::new(order, 0);
-        g.bench_function("tollgate_inline_key", |b| {
-            b.iter(|| black_box(inline.try_acquire(*walk.next())).is_allowed())
-        });
-    }
-    {
-        let foldhash = RateLimiter::<String, _, _>::with_hasher(
+    tollgate::<str, _, _>(
+        g,
+        "tollgate",
+        RateLimiter::<String>::new(common::policy(FAST)),
+        keys,
+        order,
+    );
+    // The same strings as tollgate's `InlineKey`: compared inside the entry, with no heap
+    // block to follow.
+    tollgate::<str, _, _>(
+        g,
+        "tollgate_inline_key",
+        RateLimiter::<InlineKey>::new(common::policy(FAST)),
+        keys,
+        order,
+    );
+    tollgate::<str, _, _>(
+        g,
+        "tollgate_foldhash",
+        RateLimiter::<String, _, _>::with_hasher(
             common::policy(FAST),
             SystemClock::new(),
             foldhash::fast::RandomState::default(),
-        )
-        .sweep_per_insert(0);
-        keys.iter()
-            .for_each(|k| assert!(foldhash.try_acquire(k.as_str()).is_allowed()));
-        let mut walk = Cycle::new(order, 0);
-        g.bench_function("tollgate_foldhash", |b| {
-            b.iter(|| black_box(foldhash.try_acquire(*walk.next())).is_allowed())
-        });
-    }
+        ),
+        keys,
+        order,
+    );
     {
         let governor = governor::RateLimiter::<String, _, _>::keyed(common::governor_fast());
         keys.iter()
