@@ -1,7 +1,7 @@
 //! The direct limiter: [`DirectLimiter`], one state and no map, for one very hot key.
 
 use std::fmt;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
 use crossbeam_utils::CachePadded;
@@ -10,6 +10,7 @@ use scc::{AtomicShared, Guard, Shared, Tag};
 use crate::clock::{Clock, SystemClock};
 use crate::decision::Decision;
 use crate::engine::dispatch::{with_state, Build, Erased, Family};
+use crate::engine::rebuilds::Rebuilds;
 use crate::engine::retry::Retry;
 use crate::engine::state::{Carry, RateState};
 use crate::error::CostError;
@@ -52,8 +53,8 @@ pub struct DirectLimiter<C = SystemClock> {
     config: Mutex<()>,
     /// Tells this limiter's reservations from another's.
     id: u64,
-    /// Policy changes so far: a reservation made before one gets no refund.
-    policy_changes: AtomicU64,
+    /// Policy changes so far: a reservation made before one gets no refund (see `Rebuilds`).
+    rebuilds: Rebuilds,
 }
 
 /// A policy and the state deciding for it.
@@ -174,7 +175,7 @@ impl<C: Clock> DirectLimiter<C> {
             clock,
             config: Mutex::new(()),
             id: next_limiter_id(),
-            policy_changes: AtomicU64::new(0),
+            rebuilds: Rebuilds::new(),
         }
     }
 
@@ -303,13 +304,18 @@ impl<C: Clock> DirectLimiter<C> {
         let guard = Guard::new();
         let mut retry = Retry::new();
         loop {
-            // After a policy change (the reservation is then stale) only a charge gets here,
-            // and it reads no mark: the state in force takes it, whatever its policy.
+            // After a policy change a refund gives nothing back, checked once the state is
+            // found (see `Rebuilds`); a charge reads no mark, so the state in force takes it,
+            // whatever its policy.
             if let Some(generation) = self.latest(&guard) {
                 let now = self.clock.now();
-                let settled = generation
-                    .state
-                    .settle(taken.held, &taken.marks, actual, now);
+                let settled =
+                    self.rebuilds
+                        .settle_unless_rebuilt(taken.made, taken.held, actual, || {
+                            generation
+                                .state
+                                .settle(taken.held, &taken.marks, actual, now)
+                        });
                 if settled.is_some() {
                     return Ok(());
                 }
@@ -345,9 +351,9 @@ impl<C: Clock> DirectLimiter<C> {
         Origin {
             limiter: self.id,
             key: 0,
-            // Acquire: pairs with the Release increment in `set_policy`; read before the
-            // reservation is decided (see there).
-            epoch: self.policy_changes.load(Ordering::Acquire),
+            // Read before the reservation is decided: the count must not be newer than the
+            // state it is decided on.
+            epoch: self.rebuilds.read(),
         }
     }
 
@@ -567,6 +573,9 @@ impl<C: Clock> DirectLimiter<C> {
         // Retire the state in force, taking the permits it has in use. Only this call (under
         // the mutex) retires states, so it is live and the carry is there.
         let old = self.settled(&guard);
+        // Counted before the old state is retired: a settle that finds the new state sees
+        // the count, and gives it nothing back (see `Rebuilds`).
+        self.rebuilds.advance();
         let carry = old.state.retire_with_carry(now);
         let generation = Generation {
             policy,
@@ -577,11 +586,6 @@ impl<C: Clock> DirectLimiter<C> {
             .swap((Some(Shared::new(generation)), Tag::None), Ordering::AcqRel);
         // Release: orders the publication above before the flag; readers pair with Acquire.
         self.replaced.store(true, Ordering::Release);
-        // Release, after the new state is published: a reservation that reads the new count
-        // (Acquire, before deciding) decides on the new state. One that read the old count
-        // is stale once this lands, wherever it was decided: it then gets no refund, which
-        // gives back less, never more.
-        self.policy_changes.fetch_add(1, Ordering::Release);
     }
 
     /// The policy enforced.

@@ -10,6 +10,7 @@ use crate::clock::Clock;
 use crate::decision::Decision;
 use crate::engine::any_state::AnyState;
 use crate::engine::cells::{Cells, Slab};
+use crate::engine::rebuilds::Rebuilds;
 use crate::engine::state::RateState;
 use crate::engine::sync::Guard;
 use crate::engine::token_bucket::{Gcra, GcraCell};
@@ -150,5 +151,40 @@ impl ModelGuard {
     #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         ModelGuard(Guard::new())
+    }
+}
+
+/// A limiter's count of rebuilds (resets, policy changes) and the rule that keeps a refund off
+/// every state built after one, as the keyed and direct limiters run it.
+#[derive(Debug)]
+pub struct ModelRebuilds(Rebuilds);
+
+impl ModelRebuilds {
+    /// No rebuild yet.
+    #[allow(clippy::new_without_default)]
+    pub fn new() -> Self {
+        ModelRebuilds(Rebuilds::new())
+    }
+
+    /// The count now, as a reservation records it.
+    pub fn read(&self) -> u64 {
+        self.0.read()
+    }
+
+    /// Counts a rebuild, before the state it replaces is retired.
+    pub fn advance(&self) {
+        self.0.advance();
+    }
+
+    /// Runs `settle` on a state just found, unless it is a refund of a reservation made
+    /// under `made` and a rebuild came in since (then `Some(())`: nothing given back).
+    pub fn settle_unless_rebuilt(
+        &self,
+        made: u64,
+        held: u64,
+        actual: u64,
+        settle: impl FnOnce() -> Option<()>,
+    ) -> Option<()> {
+        self.0.settle_unless_rebuilt(made, held, actual, settle)
     }
 }

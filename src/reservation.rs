@@ -39,6 +39,9 @@ pub(crate) struct Taken {
     /// `true` when a `reset` or a policy change came in between: nothing is given back (the
     /// state that held the permits is gone), though a charge still is made.
     pub(crate) stale: bool,
+    /// The limiter's count of resets and policy changes when the reservation was made: a
+    /// refund checks it again once it has found the state it would write to.
+    pub(crate) made: u64,
 }
 
 impl Taken {
@@ -91,6 +94,9 @@ pub struct Reservation {
     held: u64,
     marks: Marks,
     origin: Origin,
+    /// For a reservation decided by the shared overflow state of a per-key policy, that
+    /// policy: the settle goes to the same state, whatever the resolver answers by then.
+    overflow: Option<Policy>,
 }
 
 impl Reservation {
@@ -108,7 +114,21 @@ impl Reservation {
             held,
             marks,
             origin,
+            overflow: None,
         }
+    }
+
+    /// This reservation, decided by the shared overflow state of `policy` (a per-key policy's).
+    pub(crate) fn decided_by_overflow_of(self, policy: Option<Policy>) -> Self {
+        Reservation {
+            overflow: policy,
+            ..self
+        }
+    }
+
+    /// The policy whose shared overflow state decided this reservation, if it was recorded.
+    pub(crate) fn overflow_policy(&self) -> Option<Policy> {
+        self.overflow
     }
 
     /// The decision the reservation got: allowed (its permits are held) or refused (nothing
@@ -162,6 +182,7 @@ impl Reservation {
             held: self.held,
             marks: self.marks,
             stale: self.origin.epoch != origin.epoch,
+            made: self.origin.epoch,
         })
     }
 }

@@ -17,6 +17,7 @@
 //! | [`cells`] | where a table with lock-free readers keeps its states: a box each, or a slab reused in place |
 //! | [`word`] | the retired value of every state word, and the one-word compare-and-swap loop |
 //! | [`seqlock`] | the sequence word of the multi-word states |
+//! | [`rebuilds`] | the count of a limiter's resets and policy changes, which keeps a refund off every state built after one |
 //! | [`sync`] | the atomics, from `std` or from `loom` (`--cfg tollgate_loom`) |
 //! | [`retry`] | how every loop that waits for another thread waits, and a debug-build bound on its retries |
 
@@ -24,6 +25,7 @@ pub(crate) mod any_state;
 pub(crate) mod cells;
 pub(crate) mod composite;
 pub(crate) mod dispatch;
+pub(crate) mod rebuilds;
 pub(crate) mod retry;
 pub(crate) mod seqlock;
 pub(crate) mod sliding_counter;

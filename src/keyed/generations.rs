@@ -226,6 +226,9 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
                 return;
             }
         }
+        // Counted before the swap: a settle that finds a state of the new generation sees the
+        // count (see `Rebuilds`).
+        self.rebuilding();
         let older = self.current.get_shared(Ordering::Acquire, &guard);
         let registry = Registry::new(&rules, self.hasher.clone());
         let grace = sweep_grace(&rules);
@@ -240,8 +243,6 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
         // Acquire. The old one stays reachable through `older` until it drains.
         self.current
             .swap((Some(Shared::new(generation)), Tag::None), Ordering::AcqRel);
-        // Reservations made before the new generation get no refund (see `forgot`).
-        self.forgot();
         // A generation replaced before it held a key (a reload soon after another) is
         // unlinked now, so reloads never grow the chain new keys walk.
         self.generation(&guard).unlink_drained(&guard);

@@ -19,13 +19,14 @@
 
 use std::fmt;
 use std::hash::{BuildHasher, Hash};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crossbeam_utils::CachePadded;
 use scc::{AtomicShared, Guard};
 
 use crate::clock::{Clock, SystemClock};
+use crate::engine::rebuilds::Rebuilds;
 use crate::hasher::KeyHasher;
 use crate::policy::Policy;
 use crate::reservation::next_limiter_id;
@@ -136,7 +137,7 @@ pub struct RateLimiter<K = String, C = SystemClock, S: BuildHasher = KeyHasher> 
     id: u64,
     /// States forgotten or rebuilt so far (`reset`, a policy change): a reservation made
     /// before one gets no refund (see `settle`).
-    epoch: AtomicU64,
+    rebuilds: Rebuilds,
 }
 
 impl<K: Hash + Eq + Clone + 'static> RateLimiter<K, SystemClock, KeyHasher> {
@@ -270,7 +271,7 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
             counters: None,
             shadow: false,
             id: next_limiter_id(),
-            epoch: AtomicU64::new(0),
+            rebuilds: Rebuilds::new(),
         }
     }
 

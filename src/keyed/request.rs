@@ -13,6 +13,7 @@ use crate::clock::Fixed;
 use crate::decision::Decision;
 use crate::engine::dispatch::with_state;
 use crate::engine::retry::Retry;
+use crate::engine::state::Carry;
 use crate::error::CostError;
 use crate::policy::Policy;
 use crate::reservation::Marks;
@@ -23,8 +24,26 @@ use super::sweep::FULL_SWEEP_SLICE;
 use super::table::TableEntry;
 use super::RateLimiter;
 
-/// A decision, and where its admission stands (for a reservation).
-pub(super) type Decided = (Decision, Marks);
+/// A decision, where its admission stands, and (for a decision of a per-key policy's shared
+/// overflow state) the policy whose overflow state decided it: what a reservation keeps to be
+/// settled on the same state later.
+pub(super) struct Decided {
+    pub(super) decision: Decision,
+    pub(super) marks: Marks,
+    pub(super) overflow: Option<Policy>,
+}
+
+impl Decided {
+    /// Decided on the key's own state.
+    #[inline(always)]
+    fn own((decision, marks): (Decision, Marks)) -> Self {
+        Decided {
+            decision,
+            marks,
+            overflow: None,
+        }
+    }
+}
 
 /// What the cold path is asked to do once it has found or created the key's state.
 #[derive(Clone, Copy)]
@@ -32,11 +51,15 @@ pub(super) enum Ask<'a> {
     /// Decide a request of this cost.
     Cost(u64),
     /// Settle this reservation (a charge for a key whose state was gone).
-    Settle(&'a Settle),
+    Settle(&'a Settle<'a>),
 }
 
 /// What a settle's pass through the creation path returns in place of a decision.
-const SETTLED: Decided = (Decision::allow(0, 0, 0), [0; Policy::MAX_BANDS]);
+const SETTLED: Decided = Decided {
+    decision: Decision::allow(0, 0, 0),
+    marks: [0; Policy::MAX_BANDS],
+    overflow: None,
+};
 
 /// How far one attempt at a decision got.
 enum Step {
@@ -78,7 +101,7 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
             return self.finish(decision);
         }
         match self.miss(key, Ask::Cost(1)) {
-            Ok((decision, _)) => self.finish(decision),
+            Ok(decided) => self.finish(decided.decision),
             // Every policy has at least one permit, so a cost of 1 is always acceptable.
             Err(_) => unreachable!("a cost of 1 is within every policy"),
         }
@@ -134,7 +157,7 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
             return Err(CostError::Zero);
         }
         // Inlined, the marks are never stored.
-        self.reserve_cost(key, n).map(|(decision, _)| decision)
+        self.reserve_cost(key, n).map(|decided| decided.decision)
     }
 
     /// A request of `cost` (at least 1) for `key`, its decision through stats and shadow
@@ -149,7 +172,10 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
             Some(result) => result,
             None => self.miss(key, Ask::Cost(cost)),
         };
-        result.map(|(decision, marks)| (self.finish(decision), marks))
+        result.map(|decided| Decided {
+            decision: self.finish(decided.decision),
+            ..decided
+        })
     }
 
     /// [`RateLimiter::hit_of_cost_one`] for any cost: the cost is checked against the key's
@@ -171,7 +197,8 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
                     return Slot::<K>::peek(state, &keyed.params, &self.clock)
                         .map(|_| Err(CostError::ExceedsLimit { cost, limit }));
                 }
-                Slot::<K>::reserve(state, &keyed.params, &self.clock, cost).map(Ok)
+                Slot::<K>::reserve(state, &keyed.params, &self.clock, cost)
+                    .map(|decided| Ok(Decided::own(decided)))
             })
         })
     }
@@ -271,7 +298,7 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
                     return Err(CostError::ExceedsLimit { cost, limit });
                 }
                 match state.reserve(&keyed.params, &self.clock, cost) {
-                    Some(decided) => Ok(decided),
+                    Some(decided) => Ok(Decided::own(decided)),
                     None => unreachable!("a state in the table under its bucket lock is live"),
                 }
             };
@@ -289,8 +316,8 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
             let now = self.clock.now();
             // A key still in an older generation moves here: its place is already counted, so
             // it takes no new one.
-            let carry = self.take_from_older(generation, key, now, guard);
-            if carry.is_none() && !self.reserve() {
+            let moved = self.take_from_older(generation, key, now, guard);
+            if moved.is_none() && !self.reserve() {
                 if !swept {
                     // Full: let go of the bucket (the sweep may need it), sweep a larger slice
                     // for states at rest, then try once more with the same spec.
@@ -301,6 +328,10 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
                 }
                 return Step::Done(self.overflow(keyed, &spec, settle, cost));
             }
+            // A key new to the table may have spent permits on the shared overflow state while
+            // the limiter was full (its requests are decided there under this same bucket
+            // lock): it starts with what that state still counts (see `overflow_carry`).
+            let carry = moved.or_else(|| self.overflow_carry(keyed, &spec, now));
             let state = St::build(&keyed.params, &spec, carry.as_ref(), now);
             let Some(entry) = entry.insert(state) else {
                 // No place left for a state (2^32 of them): the new key shares the overflow
@@ -317,7 +348,7 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
         &self,
         keyed: &Keyed<K, St, S>,
         spec: &St::Spec,
-        settle: Option<&Settle>,
+        settle: Option<&Settle<'_>>,
         cost: u64,
     ) -> Result<Decided, CostError> {
         if let Some(settle) = settle {
@@ -325,7 +356,33 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
             return Ok(SETTLED);
         }
         let shared = St::overflow_acquire(&keyed.overflow, &keyed.params, spec, &self.clock, cost);
-        shared.map(|(decision, marks)| (decision.overflowed(), marks))
+        shared.map(|(decision, marks)| Decided {
+            decision: decision.overflowed(),
+            marks,
+            overflow: St::spec_policy(spec),
+        })
+    }
+
+    /// The permits the shared overflow state counts at `now` (the one of `spec`'s policy),
+    /// for a key that gets a state of its own: `None` when it is at rest, or when the limiter
+    /// has no cap (no key ever overflows).
+    ///
+    /// Every key that overflowed spent its permits there, and that state counts no fewer
+    /// than any one of them spent, so a key starting with that count is never admitted
+    /// beyond its policy, counting what it spent while it shared. The price falls on keys
+    /// that never overflowed but get their state while the shared one is busy: they start
+    /// with its permits spent (at most one window of the policy, and only after a flood
+    /// filled the limiter).
+    fn overflow_carry<St: Slot<K>>(
+        &self,
+        keyed: &Keyed<K, St, S>,
+        spec: &St::Spec,
+        now: u64,
+    ) -> Option<Carry> {
+        if self.max_keys == usize::MAX {
+            return None;
+        }
+        St::overflow_carry(&keyed.overflow, &keyed.params, spec, now)
     }
 
     /// The per-key resolver's answer for `key`, when the limiter has one: `previous` when the
@@ -447,12 +504,13 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
         // Not tracked here: decide on the state the key's next request would create, built
         // aside and dropped.
         let spec = St::spec(&keyed.params, resolved)?;
-        let carry = self.peek_older(generation, key, now, guard);
-        if carry.is_none() && self.len() >= self.max_keys {
+        let moved = self.peek_older(generation, key, now, guard);
+        if moved.is_none() && self.len() >= self.max_keys {
             return Some(
                 St::overflow_peek(&keyed.overflow, &keyed.params, &spec, &at_now).overflowed(),
             );
         }
+        let carry = moved.or_else(|| self.overflow_carry(keyed, &spec, now));
         let state = St::build(&keyed.params, &spec, carry.as_ref(), now);
         match state.peek(&keyed.params, &at_now) {
             Some(decision) => Some(decision),

@@ -9,8 +9,7 @@ use scc::Guard;
 use crate::clock::Clock;
 use crate::engine::dispatch::with_state;
 use crate::error::CostError;
-use std::sync::atomic::Ordering;
-
+use crate::policy::Policy;
 use crate::reservation::{Origin, Reservation, SettleError};
 
 use super::generations::first_in_older;
@@ -57,11 +56,12 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
         if n == 0 {
             return Err(CostError::Zero);
         }
-        // The origin first: its epoch must not be newer than the state the reservation is
-        // decided on (see `forgot`).
+        // The origin first: its count of rebuilds must not be newer than the state the
+        // reservation is decided on (see `rebuilding`).
         let origin = self.origin(key);
-        let (decision, marks) = self.reserve_cost(key, n)?;
-        Ok(Reservation::new(decision, n, marks, origin))
+        let decided = self.reserve_cost(key, n)?;
+        Ok(Reservation::new(decided.decision, n, decided.marks, origin)
+            .decided_by_overflow_of(decided.overflow))
     }
 
     /// Settles a reservation of `key` at what the request really cost.
@@ -116,6 +116,7 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
         Q: Hash + Eq + ToOwned + ?Sized,
     {
         let overflowed = reservation.decision().is_overflow();
+        let overflow_policy = reservation.overflow_policy();
         let taken = reservation.take(self.origin(key))?;
         if !taken.changes(actual) {
             return Ok(());
@@ -124,9 +125,11 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
             held: taken.held,
             marks: taken.marks,
             actual,
+            made: taken.made,
+            rebuilds: &self.rebuilds,
         };
         if overflowed {
-            self.settle_overflow(key, &settle);
+            self.settle_overflow(key, overflow_policy.as_ref(), &settle);
         } else if !self.settle_tracked(key, &settle) && actual > taken.held {
             // A charge for a key no longer tracked: on the state its next request would
             // create (or the shared one, when the limiter is full). A refund has nothing to
@@ -169,28 +172,27 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
             limiter: self.id,
             // `K: Borrow<Q>` hashes `key` as the owned key would be hashed.
             key: self.hasher.hash_one(key),
-            // Acquire: pairs with the Release increment in `forgot`, read before the
-            // reservation is decided.
-            epoch: self.epoch.load(Ordering::Acquire),
+            // Read before the reservation is decided: the count must not be newer than the
+            // state it is decided on.
+            epoch: self.rebuilds.read(),
         }
     }
 
-    /// Counts a `reset` or a policy change, once it has taken effect: a reservation that read
-    /// the new count decides on a state made after it, and one that read the old count is
-    /// stale from now on, wherever it was decided, and gets no refund. A refund would land on
-    /// a state that never held its permits (a reset's fresh one, or one built under another
-    /// policy, which reads the marks differently); a charge still lands, as it reads no mark.
-    /// Limiter-wide, so a reset of one key also withholds the refunds of reservations
-    /// outstanding on others: those give back less, never more.
-    pub(super) fn forgot(&self) {
-        // Release: see above.
-        self.epoch.fetch_add(1, Ordering::Release);
+    /// Counts a `reset` or a policy change, before it retires the state(s) it replaces: a
+    /// reservation made before is stale from then on, wherever it was decided, and gets no
+    /// refund (`Settle::on` checks the count once it has found the state it would write to).
+    /// A refund would land on a state that never held its permits (a reset's fresh one, or
+    /// one built under another policy, which reads the marks differently); a charge still
+    /// lands, as it reads no mark. Limiter-wide, so a reset of one key also withholds the
+    /// refunds of reservations outstanding on others: those give back less, never more.
+    pub(super) fn rebuilding(&self) {
+        self.rebuilds.advance();
     }
 
     /// Settles on `key`'s state in the current generation, or in an older one that still
     /// holds it (its move into the current one then carries the settle along). `false` when
     /// no generation holds the key.
-    fn settle_tracked<Q>(&self, key: &Q, settle: &Settle) -> bool
+    fn settle_tracked<Q>(&self, key: &Q, settle: &Settle<'_>) -> bool
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
@@ -219,31 +221,39 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
         })
     }
 
-    /// Settles on the shared overflow state that decided `key`'s reservation.
-    fn settle_overflow<Q>(&self, key: &Q, settle: &Settle)
+    /// Settles on the shared overflow state that decided `key`'s reservation: the one of the
+    /// policy it `recorded` (a per-key policy's), never the one the resolver gives the key
+    /// now. After a policy change the reservation is stale: a refund gives nothing back, and
+    /// a charge lands on the overflow state in force.
+    fn settle_overflow<Q>(&self, key: &Q, recorded: Option<&Policy>, settle: &Settle<'_>)
     where
         K: Borrow<Q> + From<Q::Owned>,
         Q: Hash + Eq + ToOwned + ?Sized,
     {
-        // The resolver (if any) runs outside the guard, as for a new key.
-        let resolved = self.resolve(key, None);
+        // The resolver runs only for a reservation that recorded no policy (one made before a
+        // change to per-key policies), outside the guard, as for a new key.
+        let resolved = match recorded {
+            Some(_) => None,
+            None => self.resolve(key, None),
+        };
         let guard = Guard::new();
         let generation = self.generation(&guard);
         with_keyed!(&generation.registry, keyed => {
-            overflow_settle(keyed, resolved.as_ref(), settle, &self.clock)
+            overflow_settle(keyed, recorded, resolved.as_ref(), settle, &self.clock)
         });
     }
 }
 
-/// Settles on `keyed`'s overflow state for the key whose policy `resolved` gave (nothing when
-/// a policy change came in since: that overflow state is gone with its generation).
+/// Settles on `keyed`'s overflow state that decided the reservation (see
+/// [`Slot::overflow_spec`]); nothing when there is none.
 fn overflow_settle<K, St: Slot<K>, S: BuildHasher, C: Clock>(
     keyed: &Keyed<K, St, S>,
+    recorded: Option<&Policy>,
     resolved: Option<&Resolved<K>>,
-    settle: &Settle,
+    settle: &Settle<'_>,
     clock: &C,
 ) {
-    if let Some(spec) = St::spec(&keyed.params, resolved) {
+    if let Some(spec) = St::overflow_spec(&keyed.params, recorded, resolved) {
         St::overflow_settle(&keyed.overflow, &keyed.params, &spec, settle, clock);
     }
 }

@@ -12,6 +12,7 @@ use crate::decision::Decision;
 use crate::engine::any_state::AnyState;
 use crate::engine::cells::{Boxed, Cells};
 use crate::engine::dispatch::{Build, Erased, Family};
+use crate::engine::rebuilds::Rebuilds;
 use crate::engine::state::{Carry, RateState};
 use crate::error::CostError;
 use crate::policy::Policy;
@@ -113,6 +114,17 @@ pub(super) trait Slot<K>: Sized + Send + Sync + 'static {
     /// A new state of `spec`: fresh, or carrying permits from an older generation.
     fn build(params: &Self::Params, spec: &Self::Spec, carry: Option<&Carry>, now: u64) -> Self;
 
+    /// The policy of `spec`, when each key has its own (`None` for a uniform policy): what a
+    /// reservation decided by the shared overflow state keeps, to be settled there.
+    fn spec_policy(spec: &Self::Spec) -> Option<Policy>;
+    /// The spec of the overflow state that decided a reservation: the policy it recorded
+    /// (`recorded`), else `resolved` as in [`Slot::spec`].
+    fn overflow_spec(
+        params: &Self::Params,
+        recorded: Option<&Policy>,
+        resolved: Option<&Resolved<K>>,
+    ) -> Option<Self::Spec>;
+
     /// The state(s) shared by new keys that find the limiter full.
     type Overflow: Send + Sync;
     fn new_overflow(params: &Self::Params) -> Self::Overflow;
@@ -129,9 +141,17 @@ pub(super) trait Slot<K>: Sized + Send + Sync + 'static {
         overflow: &Self::Overflow,
         params: &Self::Params,
         spec: &Self::Spec,
-        settle: &Settle,
+        settle: &Settle<'_>,
         clock: &C,
     );
+    /// The permits in use at `now` on the overflow state of `spec`; `None` when it is at rest
+    /// (or was never used).
+    fn overflow_carry(
+        overflow: &Self::Overflow,
+        params: &Self::Params,
+        spec: &Self::Spec,
+        now: u64,
+    ) -> Option<Carry>;
     /// What a request of a new key of `spec` would get from the overflow state now.
     fn overflow_peek<C: Clock + ?Sized>(
         overflow: &Self::Overflow,
@@ -142,22 +162,39 @@ pub(super) trait Slot<K>: Sized + Send + Sync + 'static {
 }
 
 /// A reservation being settled: what it holds, where it stood, and what it really cost.
-pub(super) struct Settle {
+pub(super) struct Settle<'a> {
     pub(super) held: u64,
     pub(super) marks: Marks,
     pub(super) actual: u64,
+    /// The limiter's count of rebuilds when the reservation was made.
+    pub(super) made: u64,
+    /// The limiter's count now, read again once the state to settle on is found.
+    pub(super) rebuilds: &'a Rebuilds,
 }
 
-impl Settle {
+impl Settle<'_> {
     /// Settles on `state` at `now` (read once the state is found: a slow resolver or a wait
-    /// for a lock must not leave it stale); `None` when the state was retired.
+    /// for a lock must not leave it stale); `None` when the state was retired. A refund on a
+    /// state found after a `reset` or a policy change gives nothing back (see `Rebuilds`).
     pub(super) fn on<K, St: Slot<K>>(
         &self,
         state: &St,
         params: &St::Params,
         now: u64,
     ) -> Option<()> {
-        state.settle(params, self.held, &self.marks, self.actual, now)
+        self.rebuilds
+            .settle_unless_rebuilt(self.made, self.held, self.actual, || {
+                state.settle(params, self.held, &self.marks, self.actual, now)
+            })
+    }
+}
+
+/// The permits an overflow state (never retired) has in use at `now`; `None` at rest.
+fn at_rest_or_carry<St: RateState>(state: &St, params: &St::Params, now: u64) -> Option<Carry> {
+    if state.is_at_rest(params, now) {
+        None
+    } else {
+        state.carry(params, now)
     }
 }
 
@@ -254,6 +291,15 @@ impl<K, St: RateState> Slot<K> for St {
         St::new(params, carry, now)
     }
 
+    fn spec_policy((): &()) -> Option<Policy> {
+        None
+    }
+
+    /// The one overflow state of the generation.
+    fn overflow_spec(_: &St::Params, _: Option<&Policy>, _: Option<&Resolved<K>>) -> Option<()> {
+        Some(())
+    }
+
     /// One state shared by every overflowing key.
     type Overflow = CachePadded<St>;
 
@@ -275,11 +321,20 @@ impl<K, St: RateState> Slot<K> for St {
         overflow: &CachePadded<St>,
         params: &St::Params,
         (): &(),
-        settle: &Settle,
+        settle: &Settle<'_>,
         clock: &C,
     ) {
         // Overflow states are never retired.
         let _ = settle.on::<K, St>(overflow, params, clock.now());
+    }
+
+    fn overflow_carry(
+        overflow: &CachePadded<St>,
+        params: &St::Params,
+        (): &(),
+        now: u64,
+    ) -> Option<Carry> {
+        at_rest_or_carry(&**overflow, params, now)
     }
 
     fn overflow_peek<C: Clock + ?Sized>(
@@ -373,6 +428,20 @@ impl<K> Slot<K> for AnyState {
         AnyState::new(policy, carry, now)
     }
 
+    fn spec_policy(policy: &Policy) -> Option<Policy> {
+        Some(*policy)
+    }
+
+    /// The overflow state of the policy the reservation was decided under, not of the one the
+    /// resolver gives the key now (its answer may have changed since).
+    fn overflow_spec(
+        resolver: &Self::Params,
+        recorded: Option<&Policy>,
+        resolved: Option<&Resolved<K>>,
+    ) -> Option<Policy> {
+        recorded.copied().or_else(|| Self::spec(resolver, resolved))
+    }
+
     /// One shared state per policy the resolver returns for overflowing keys.
     type Overflow = scc::HashMap<Policy, AnyState>;
 
@@ -408,13 +477,30 @@ impl<K> Slot<K> for AnyState {
         overflow: &Self::Overflow,
         _: &Self::Params,
         policy: &Policy,
-        settle: &Settle,
+        settle: &Settle<'_>,
         clock: &C,
     ) {
         // The policy's shared state exists: the reservation was decided on it.
         let _ = overflow.read_sync(policy, |_, state| {
             state.settle(settle.held, &settle.marks, settle.actual, clock.now())
         });
+    }
+
+    fn overflow_carry(
+        overflow: &Self::Overflow,
+        _: &Self::Params,
+        policy: &Policy,
+        now: u64,
+    ) -> Option<Carry> {
+        overflow
+            .read_sync(policy, |_, state| {
+                if state.is_at_rest(now) {
+                    None
+                } else {
+                    state.carry(now)
+                }
+            })
+            .flatten()
     }
 
     fn overflow_peek<C: Clock + ?Sized>(

@@ -201,7 +201,12 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
                     usize::from(
                         keyed
                             .table
-                            .remove(key, |state| Slot::<K>::retire_with_carry(state, &keyed.params, now))
+                            .remove(key, |state| {
+                                // Counted before the state is retired: a settle that finds the
+                                // key's next state sees the count (see `Rebuilds`).
+                                self.rebuilding();
+                                Slot::<K>::retire_with_carry(state, &keyed.params, now)
+                            })
                             .is_some(),
                     )
                 });
@@ -215,10 +220,6 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
         }
         // Relaxed: a statistic.
         self.tracked.fetch_sub(removed, Ordering::Relaxed);
-        if removed > 0 {
-            // Reservations made before get no refund (see `forgot`).
-            self.forgot();
-        }
         removed > 0
     }
 }

@@ -18,6 +18,7 @@ mod composite;
 mod concurrency;
 mod gcra;
 mod peek;
+mod rebuild;
 mod reuse;
 mod settle;
 mod windowed;

@@ -1,0 +1,160 @@
+//! A key cap (`max_keys`) never lets a key past its policy: what a key spent on the shared
+//! overflow state while the limiter was full follows it into the state it gets later, for
+//! every algorithm, and a reservation decided by the overflow state of a per-key policy is
+//! settled on that same state whatever the resolver answers by then.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tollgate::{FakeClock, Policy, RateLimiter};
+
+use crate::support::race;
+
+const MINUTE: Duration = Duration::from_secs(60);
+
+/// Admissions of `key` until the first refusal.
+fn admissions(limiter: &RateLimiter<u64, FakeClock>, key: u64) -> u64 {
+    let mut admitted = 0;
+    while limiter.try_acquire(&key).is_allowed() {
+        admitted += 1;
+        assert!(admitted <= 1_000, "never refused");
+    }
+    admitted
+}
+
+/// Key 0 fills a cap of 1 at time 0; key 1 spends the shared state's 10 at `overflow_at`;
+/// at `rest_at` key 0 is at rest and evicted, and key 1 gets a state of its own. Returns
+/// what key 1 is admitted then (a peek first must agree).
+fn after_overflow(policy: &str, overflow_at: Duration, rest_at: Duration) -> u64 {
+    let clock = FakeClock::new();
+    let limiter: RateLimiter<u64, FakeClock> =
+        RateLimiter::with_clock(policy.parse().unwrap(), clock.clone()).max_keys(1);
+    assert!(limiter.try_acquire(&0).is_allowed());
+    clock.set(overflow_at);
+    for _ in 0..10 {
+        let decision = limiter.try_acquire(&1);
+        assert!(decision.is_allowed() && decision.is_overflow(), "{policy}");
+    }
+    assert!(!limiter.try_acquire(&1).is_allowed(), "{policy}");
+    clock.set(rest_at);
+    assert_eq!(limiter.evict_idle(), 1, "{policy}: key 0 at rest");
+    let peeked = limiter.peek(&1);
+    let admitted = admissions(&limiter, 1);
+    assert_eq!(
+        peeked.is_allowed(),
+        admitted > 0,
+        "{policy}: the peek agrees"
+    );
+    assert_eq!(limiter.len(), 1, "{policy}: key 1 is tracked now");
+    admitted
+}
+
+#[test]
+fn what_a_key_spent_on_the_shared_state_follows_it_into_its_own() {
+    // Token bucket 10/1h (a permit every 6 minutes): 10 at time 0, then one refill by the
+    // time key 0 is at rest. The policy allows 11 in those 6 minutes; a fresh state would
+    // give 10 more.
+    assert_eq!(
+        after_overflow("token-bucket 10/1h", Duration::ZERO, 6 * MINUTE),
+        1
+    );
+    // Sliding log: the 10 at 1 minute stay in the window until 61 minutes.
+    assert_eq!(after_overflow("sliding-log 10/1h", MINUTE, 60 * MINUTE), 0);
+    // Sliding counter: the 10 of the window [1 h, 2 h) weigh fully at 2 h.
+    assert_eq!(
+        after_overflow("sliding-counter 10/1h", 60 * MINUTE, 120 * MINUTE),
+        0
+    );
+    // A composite: its tightest band's 10 carry.
+    assert_eq!(
+        after_overflow("10/1h & 20/2h", Duration::ZERO, 6 * MINUTE),
+        1
+    );
+}
+
+#[test]
+fn a_key_that_shared_under_a_per_key_policy_carries_it_too() {
+    let clock = FakeClock::new();
+    let limiter: RateLimiter<u64, FakeClock> =
+        RateLimiter::with_resolver(|_: &u64| "10/1h".parse().unwrap(), clock.clone()).max_keys(1);
+    assert!(limiter.try_acquire(&0).is_allowed());
+    assert_eq!(admissions(&limiter, 1), 10);
+    clock.set(6 * MINUTE);
+    assert_eq!(limiter.evict_idle(), 1);
+    assert_eq!(admissions(&limiter, 1), 1);
+}
+
+#[test]
+fn once_the_shared_state_is_at_rest_new_keys_start_fresh() {
+    let clock = FakeClock::new();
+    let limiter: RateLimiter<u64, FakeClock> =
+        RateLimiter::with_clock("10/1h".parse().unwrap(), clock.clone()).max_keys(1);
+    assert!(limiter.try_acquire(&0).is_allowed());
+    assert_eq!(admissions(&limiter, 1), 10);
+    clock.set(60 * MINUTE);
+    assert_eq!(limiter.evict_idle(), 1);
+    assert_eq!(admissions(&limiter, 1), 10);
+}
+
+#[test]
+fn racing_threads_never_take_more_than_one_policy_for_a_key_across_the_cap() {
+    // A frozen clock and a capacity of 10: whatever the interleaving of key 1's requests,
+    // other keys' floods and the reset that frees the only place, key 1 gets at most 10.
+    for trial in 0..20 {
+        let limiter: Arc<RateLimiter<u64, FakeClock>> = Arc::new(
+            RateLimiter::with_clock("10/1h".parse().unwrap(), FakeClock::new()).max_keys(1),
+        );
+        assert!(limiter.try_acquire(&0).is_allowed());
+        let shared = Arc::clone(&limiter);
+        let admitted = race(16, move |thread| {
+            let mut admitted = 0;
+            for i in 0..200 {
+                if thread == 0 && i == 20 {
+                    // Frees the place: key 1, or a flooding key, takes it.
+                    shared.reset(&0);
+                }
+                let key = if thread % 2 == 0 {
+                    1
+                } else {
+                    2 + (i % 3) as u64
+                };
+                let allowed = shared.try_acquire(&key).is_allowed();
+                admitted += u64::from(allowed && key == 1);
+            }
+            admitted
+        });
+        assert!(admitted <= 10, "trial {trial}: key 1 admitted {admitted}");
+    }
+}
+
+#[test]
+fn an_overflow_reservation_settles_on_the_state_that_decided_it() {
+    // Key 2's policy changes after its reservation was decided by the shared state of the
+    // token bucket: the refund goes back there, not to the sliding log's shared state.
+    let moved = Arc::new(AtomicBool::new(false));
+    let flag = Arc::clone(&moved);
+    let bucket: Policy = "token-bucket 3/1h".parse().unwrap();
+    let log: Policy = "sliding-log 3/1h".parse().unwrap();
+    let limiter: RateLimiter<u64, FakeClock> = RateLimiter::with_resolver(
+        move |key: &u64| {
+            if *key >= 3 || (*key == 2 && flag.load(Ordering::SeqCst)) {
+                log
+            } else {
+                bucket
+            }
+        },
+        FakeClock::new(),
+    )
+    .max_keys(1);
+    assert!(limiter.try_acquire(&0).is_allowed());
+    let reservation = limiter.reserve_n(&2, 3).unwrap();
+    assert!(reservation.decision().is_overflow() && reservation.decision().is_allowed());
+    // The sliding log's shared state is spent by other keys.
+    assert_eq!(admissions(&limiter, 3), 3);
+    moved.store(true, Ordering::SeqCst);
+    limiter.cancel(&2, reservation).unwrap();
+    // The log's shared state gained nothing; the bucket's got its 3 back.
+    assert!(!limiter.try_acquire(&4).is_allowed());
+    assert_eq!(admissions(&limiter, 1), 3);
+}

@@ -1,0 +1,160 @@
+//! A reservation made before a `reset` or a policy change gives nothing back to the state
+//! built after it, whatever the interleaving: here the change runs *inside* the settle, from
+//! the clock reading it takes once it has found the state it would write to (the widest
+//! window such a race has).
+
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use tollgate::{Clock, DirectLimiter, FakeClock, RateLimiter};
+
+type Hook = Box<dyn FnOnce() + Send>;
+
+/// A frozen clock that runs a hook (once) at the next reading taken after it is armed.
+#[derive(Clone, Default)]
+struct HookClock {
+    time: FakeClock,
+    hook: Arc<Mutex<Option<Hook>>>,
+}
+
+impl HookClock {
+    fn arm(&self, hook: impl FnOnce() + Send + 'static) {
+        *self.hook.lock().unwrap() = Some(Box::new(hook));
+    }
+}
+
+impl Clock for HookClock {
+    fn now(&self) -> u64 {
+        let hook = self.hook.lock().unwrap().take();
+        if let Some(hook) = hook {
+            hook();
+        }
+        self.time.now()
+    }
+
+    fn sleep(&self, duration: Duration) {
+        self.time.sleep(duration);
+    }
+}
+
+/// Admissions of `try_acquire` until the first refusal.
+fn admissions(mut try_acquire: impl FnMut() -> bool) -> u64 {
+    let mut admitted = 0;
+    while try_acquire() {
+        admitted += 1;
+        assert!(admitted <= 1_000, "never refused");
+    }
+    admitted
+}
+
+#[test]
+fn a_reset_inside_a_settle_gets_no_refund_of_what_came_before_it() {
+    for policy in [
+        "token-bucket 10/1h",
+        "sliding-log 10/1h",
+        "sliding-counter 10/1h",
+        "10/1h & sliding-log 20/1d",
+    ] {
+        let clock = HookClock::default();
+        let cell: Arc<OnceLock<RateLimiter<u64, HookClock>>> = Arc::new(OnceLock::new());
+        assert!(cell
+            .set(RateLimiter::with_clock(
+                policy.parse().unwrap(),
+                clock.clone()
+            ))
+            .is_ok());
+        let limiter = cell.get().unwrap();
+        let reservation = limiter.reserve_n(&1, 10).unwrap();
+        assert!(reservation.decision().is_allowed(), "{policy}");
+        let inside = Arc::clone(&cell);
+        clock.arm(move || {
+            let limiter = inside.get().unwrap();
+            assert!(limiter.reset(&1));
+            for _ in 0..10 {
+                assert!(limiter.try_acquire(&1).is_allowed());
+            }
+        });
+        limiter.cancel(&1, reservation).unwrap();
+        // The reset's fresh state admitted its 10 inside the settle, and the reservation's
+        // 10 were never its own to give back.
+        assert_eq!(
+            admissions(|| limiter.try_acquire(&1).is_allowed()),
+            0,
+            "{policy}"
+        );
+    }
+}
+
+#[test]
+fn a_policy_change_inside_a_settle_gets_no_refund_of_what_came_before_it() {
+    // The new policy has the old one's rate and twice its burst: the 10 reserved move over
+    // spent, the hook spends the 10 left, and a refund would hand 10 more.
+    for (old, new) in [
+        ("token-bucket 10/1h", "token-bucket 20/2h"),
+        ("sliding-log 10/1h", "sliding-log 20/1h"),
+        ("sliding-counter 10/1h", "sliding-counter 20/1h"),
+    ] {
+        // The keyed limiter: the key moves to the new generation inside the settle.
+        let clock = HookClock::default();
+        let cell: Arc<OnceLock<RateLimiter<u64, HookClock>>> = Arc::new(OnceLock::new());
+        assert!(cell
+            .set(RateLimiter::with_clock(old.parse().unwrap(), clock.clone()))
+            .is_ok());
+        let limiter = cell.get().unwrap();
+        let reservation = limiter.reserve_n(&1, 10).unwrap();
+        let inside = Arc::clone(&cell);
+        let new_policy = new.parse().unwrap();
+        clock.arm(move || {
+            let limiter = inside.get().unwrap();
+            limiter.set_policy(new_policy);
+            for _ in 0..10 {
+                assert!(limiter.try_acquire(&1).is_allowed());
+            }
+        });
+        limiter.cancel(&1, reservation).unwrap();
+        assert_eq!(
+            admissions(|| limiter.try_acquire(&1).is_allowed()),
+            0,
+            "{old} -> {new}"
+        );
+
+        // The direct limiter.
+        let clock = HookClock::default();
+        let cell: Arc<OnceLock<DirectLimiter<HookClock>>> = Arc::new(OnceLock::new());
+        assert!(cell
+            .set(DirectLimiter::with_clock(
+                old.parse().unwrap(),
+                clock.clone()
+            ))
+            .is_ok());
+        let limiter = cell.get().unwrap();
+        let reservation = limiter.reserve_n(10).unwrap();
+        let inside = Arc::clone(&cell);
+        clock.arm(move || {
+            let limiter = inside.get().unwrap();
+            limiter.set_policy(new_policy);
+            for _ in 0..10 {
+                assert!(limiter.try_acquire().is_allowed());
+            }
+        });
+        limiter.cancel(reservation).unwrap();
+        assert_eq!(
+            admissions(|| limiter.try_acquire().is_allowed()),
+            0,
+            "{old} -> {new}"
+        );
+    }
+}
+
+#[test]
+fn a_refund_before_the_change_still_counts() {
+    // The control: a settle that lands before the change gives back, and the change then
+    // carries the state as the settle left it.
+    let clock = FakeClock::new();
+    let limiter: RateLimiter<u64, FakeClock> =
+        RateLimiter::with_clock("10/1h".parse().unwrap(), clock);
+    let reservation = limiter.reserve_n(&1, 10).unwrap();
+    limiter.settle(&1, reservation, 4).unwrap();
+    limiter.set_policy("20/2h".parse().unwrap());
+    assert_eq!(admissions(|| limiter.try_acquire(&1).is_allowed()), 16);
+}

@@ -1,0 +1,95 @@
+//! Loom model of a settle racing a rebuild (a `reset`, or a policy change): a reservation made
+//! before the rebuild must never give anything back to the state built after it, whatever
+//! the interleaving (`Rebuilds` in the crate: the rebuild counts itself before it retires the
+//! old state, and the settle reads the count after it has found the state it writes to).
+//!
+//! Run with:
+//!
+//! ```text
+//! LOOM_MAX_PREEMPTIONS=3 RUSTFLAGS="--cfg tollgate_loom" CARGO_TARGET_DIR=target/loom \
+//!     cargo test --release --test loom_models rebuild::
+//! ```
+//!
+//! The key's table is one atomic index (0: the old state, 1: the new one), published with
+//! Release and read with Acquire, as the map's bucket lock and the generation pointer publish
+//! a state. The rebuilder counts the rebuild, retires the old state, publishes the new one
+//! and spends its two permits; the settler cancels a reservation of the old state's two
+//! permits on whichever state it finds, looking again when the one it found was retired.
+
+use loom::sync::atomic::{AtomicUsize, Ordering};
+use loom::sync::Arc;
+use loom::thread;
+use tollgate::model::{ModelCell, ModelRebuilds};
+use tollgate::Policy;
+
+use crate::support::{frozen_clock, NOW, STATE_MACHINES as POLICIES};
+
+/// How the settle ended: on the old state before its retirement, or with nothing given back.
+#[derive(Clone, Copy, Default)]
+struct Seen {
+    refunded_old: bool,
+    withheld: bool,
+}
+
+#[test]
+fn a_refund_never_lands_on_the_state_built_after_a_rebuild() {
+    for policy in POLICIES {
+        let seen = std::sync::Arc::new(std::sync::Mutex::new(Seen::default()));
+        let seen_in = seen.clone();
+        loom::model(move || {
+            let policy: Policy = policy.parse().unwrap();
+            let clock = frozen_clock();
+            let states = Arc::new([ModelCell::new(&policy), ModelCell::new(&policy)]);
+            let table = Arc::new(AtomicUsize::new(0));
+            let rebuilds = Arc::new(ModelRebuilds::new());
+            let made = rebuilds.read();
+            let (decision, held) = states[0].reserve(&clock, 2).unwrap();
+            assert!(decision.is_allowed(), "{policy}");
+
+            let rebuilder = {
+                let (states, table, rebuilds, clock) = (
+                    states.clone(),
+                    table.clone(),
+                    rebuilds.clone(),
+                    clock.clone(),
+                );
+                thread::spawn(move || {
+                    rebuilds.advance();
+                    assert!(states[0].retire_for_change(NOW).is_some());
+                    table.store(1, Ordering::Release);
+                    let spent = states[1].try_acquire(&clock, 2).unwrap();
+                    assert!(spent.is_allowed());
+                })
+            };
+
+            let mut refunded_old = false;
+            loop {
+                let found = table.load(Ordering::Acquire);
+                let settled = rebuilds.settle_unless_rebuilt(made, held.held(), 0, || {
+                    let settled = states[found].settle(&held, 0, NOW);
+                    refunded_old |= found == 0 && settled.is_some();
+                    settled
+                });
+                if settled.is_some() {
+                    break;
+                }
+                thread::yield_now();
+            }
+            rebuilder.join().unwrap();
+
+            // The new state holds exactly its own two permits: nothing came back to it.
+            assert!(
+                !states[1].peek(&clock, 1).unwrap().is_allowed(),
+                "{policy}: the new state was given the old reservation's permits"
+            );
+            let mut seen = seen_in.lock().unwrap();
+            seen.refunded_old |= refunded_old;
+            seen.withheld |= !refunded_old;
+        });
+        let seen = *seen.lock().unwrap();
+        assert!(
+            seen.refunded_old && seen.withheld,
+            "{policy}: both orders explored"
+        );
+    }
+}
