@@ -181,6 +181,39 @@ impl Carry {
         carry
     }
 
+    /// Counts `other`'s permits too: afterwards, for every window, [`Carry::spent_within`] is
+    /// at least what either said before (the states of several policies folded into one).
+    /// A band of a window already here keeps the larger count; a new window takes a free
+    /// place, or, when every place is taken, is folded into the band of the shortest window
+    /// (the shorter of the two windows, the larger of the two counts), which can only count
+    /// more, never less.
+    pub(crate) fn merge(&mut self, other: &Carry) {
+        for &(window, in_use) in &other.bands[..other.len] {
+            if let Some(band) = self.bands[..self.len]
+                .iter_mut()
+                .find(|(w, _)| *w == window)
+            {
+                band.1 = band.1.max(in_use);
+            } else if self.len < Policy::MAX_BANDS {
+                self.push(window, in_use);
+            } else if let Some(band) = self.bands[..self.len].iter_mut().min_by_key(|(w, _)| *w) {
+                *band = (band.0.min(window), band.1.max(in_use));
+            }
+        }
+    }
+
+    /// The bands whose window is longer than `elapsed` (those whose permits may still be in
+    /// use after that long); `None` when none is.
+    pub(crate) fn within(&self, elapsed: u64) -> Option<Carry> {
+        let mut live = Carry::default();
+        for &(window, in_use) in &self.bands[..self.len] {
+            if window > elapsed && in_use > 0 {
+                live.push(window, in_use);
+            }
+        }
+        (live.len > 0).then_some(live)
+    }
+
     /// The permits a new band of `window` ns must count as spent: the most in use in any old
     /// band whose window is no longer (those permits were all spent within the last `window`).
     /// An old band with a longer window says nothing about the last `window` ns, so it is not
@@ -262,6 +295,27 @@ mod tests {
                 "{policy} at {reading}"
             );
         }
+    }
+
+    #[test]
+    fn a_merged_carry_counts_at_least_what_either_did_for_every_window() {
+        let mut merged = Carry::single(SEC, 3);
+        merged.push(60 * SEC, 10);
+        let mut other = Carry::single(SEC, 5);
+        other.push(3_600 * SEC, 40);
+        merged.merge(&other);
+        assert_eq!(merged.spent_within(SEC), 5);
+        assert_eq!(merged.spent_within(60 * SEC), 10);
+        assert_eq!(merged.spent_within(3_600 * SEC), 40);
+        // Full: a new window folds into the shortest band, counting more, never less.
+        let mut full = Carry::default();
+        for i in 1..=Policy::MAX_BANDS as u64 {
+            full.push(i * 10 * SEC, i);
+        }
+        full.merge(&Carry::single(SEC / 2, 100));
+        assert_eq!(full.spent_within(SEC / 2), 100);
+        assert_eq!(full.spent_within(10 * SEC), 100);
+        assert_eq!(full.spent_within(20 * SEC), 100);
     }
 
     #[test]

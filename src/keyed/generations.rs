@@ -229,8 +229,13 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
         // Counted before the swap: a settle that finds a state of the new generation sees the
         // count (see `Rebuilds`).
         self.rebuilding();
+        // The keys sharing the overflow state keep what they spent there, as tracked keys
+        // keep theirs: the new generation's shared state starts with it. A request that meets
+        // the retired one starts over, in the new generation once it is swapped in.
+        let now = self.clock.now();
+        let inherited = self.generation(&guard).registry.retire_overflow(now);
         let older = self.current.get_shared(Ordering::Acquire, &guard);
-        let registry = Registry::new(&rules, self.hasher.clone());
+        let registry = Registry::new(&rules, self.hasher.clone(), inherited);
         let grace = sweep_grace(&rules);
         let generation = Generation {
             rules,

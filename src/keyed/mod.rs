@@ -37,6 +37,7 @@ use self::slot::Registry;
 use self::sweep::{sweep_grace, DEFAULT_SWEEP_SLICE};
 
 mod generations;
+mod overflow;
 mod request;
 mod settle;
 mod slot;
@@ -251,7 +252,7 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
     }
 
     fn build(rules: Rules<K>, clock: C, hasher: S) -> Self {
-        let registry = Registry::new(&rules, hasher.clone());
+        let registry = Registry::new(&rules, hasher.clone(), None);
         let grace = sweep_grace(&rules);
         let generation = Generation {
             rules,

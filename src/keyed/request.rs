@@ -326,46 +326,62 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
                     swept = true;
                     continue;
                 }
-                return Step::Done(self.overflow(keyed, &spec, settle, cost));
+                return self.overflow(keyed, &spec, settle, cost);
             }
             // A key new to the table may have spent permits on the shared overflow state while
             // the limiter was full (its requests are decided there under this same bucket
             // lock): it starts with what that state still counts (see `overflow_carry`).
-            let carry = moved.or_else(|| self.overflow_carry(keyed, &spec, now));
+            let carry = match moved {
+                Some(moved) => Some(moved),
+                None => match self.overflow_carry(keyed, &spec, now) {
+                    Some(carry) => carry,
+                    None => {
+                        // A policy change retired the shared state: start over in the new
+                        // generation, giving back the place taken.
+                        self.tracked.fetch_sub(1, Ordering::Relaxed);
+                        return Step::Stale;
+                    }
+                },
+            };
             let state = St::build(&keyed.params, &spec, carry.as_ref(), now);
             let Some(entry) = entry.insert(state) else {
                 // No place left for a state (2^32 of them): the new key shares the overflow
                 // state, and gives back the place it took in `tracked`.
                 self.tracked.fetch_sub(1, Ordering::Relaxed);
-                return Step::Done(self.overflow(keyed, &spec, settle, cost));
+                return self.overflow(keyed, &spec, settle, cost);
             };
             return Step::Created(decide(entry.get()));
         }
     }
 
-    /// Decides (or settles) on the state shared by new keys that find the limiter full.
+    /// Decides (or settles) on the state shared by new keys that find the limiter full;
+    /// stale when a policy change retired it.
     fn overflow<St: Slot<K>>(
         &self,
         keyed: &Keyed<K, St, S>,
         spec: &St::Spec,
         settle: Option<&Settle<'_>>,
         cost: u64,
-    ) -> Result<Decided, CostError> {
+    ) -> Step {
         if let Some(settle) = settle {
-            St::overflow_settle(&keyed.overflow, &keyed.params, spec, settle, &self.clock);
-            return Ok(SETTLED);
+            if St::overflow_settle(&keyed.overflow, &keyed.params, spec, settle, &self.clock) {
+                return Step::Done(Ok(SETTLED));
+            }
+            return Step::Stale;
         }
-        let shared = St::overflow_acquire(&keyed.overflow, &keyed.params, spec, &self.clock, cost);
-        shared.map(|(decision, marks)| Decided {
-            decision: decision.overflowed(),
-            marks,
-            overflow: St::spec_policy(spec),
-        })
+        match St::overflow_acquire(&keyed.overflow, &keyed.params, spec, &self.clock, cost) {
+            Some(shared) => Step::Done(shared.map(|(decision, marks)| Decided {
+                decision: decision.overflowed(),
+                marks,
+                overflow: St::spec_policy(spec),
+            })),
+            None => Step::Stale,
+        }
     }
 
     /// The permits the shared overflow state counts at `now` (the one of `spec`'s policy),
-    /// for a key that gets a state of its own: `None` when it is at rest, or when the limiter
-    /// has no cap (no key ever overflows).
+    /// for a key that gets a state of its own: `Some(None)` when it is at rest, or when the
+    /// limiter has no cap (no key ever overflows); `None` when a policy change retired it.
     ///
     /// Every key that overflowed spent its permits there, and that state counts no fewer
     /// than any one of them spent, so a key starting with that count is never admitted
@@ -378,9 +394,9 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
         keyed: &Keyed<K, St, S>,
         spec: &St::Spec,
         now: u64,
-    ) -> Option<Carry> {
+    ) -> Option<Option<Carry>> {
         if self.max_keys == usize::MAX {
-            return None;
+            return Some(None);
         }
         St::overflow_carry(&keyed.overflow, &keyed.params, spec, now)
     }
@@ -506,11 +522,14 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
         let spec = St::spec(&keyed.params, resolved)?;
         let moved = self.peek_older(generation, key, now, guard);
         if moved.is_none() && self.len() >= self.max_keys {
-            return Some(
-                St::overflow_peek(&keyed.overflow, &keyed.params, &spec, &at_now).overflowed(),
-            );
+            // `None` (retired by a policy change): the caller looks again.
+            return St::overflow_peek(&keyed.overflow, &keyed.params, &spec, &at_now)
+                .map(Decision::overflowed);
         }
-        let carry = moved.or_else(|| self.overflow_carry(keyed, &spec, now));
+        let carry = match moved {
+            Some(moved) => Some(moved),
+            None => self.overflow_carry(keyed, &spec, now)?,
+        };
         let state = St::build(&keyed.params, &spec, carry.as_ref(), now);
         match state.peek(&keyed.params, &at_now) {
             Some(decision) => Some(decision),

@@ -8,6 +8,7 @@ use scc::Guard;
 
 use crate::clock::Clock;
 use crate::engine::dispatch::with_state;
+use crate::engine::retry::Retry;
 use crate::error::CostError;
 use crate::policy::Policy;
 use crate::reservation::{Origin, Reservation, SettleError};
@@ -236,25 +237,36 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
             Some(_) => None,
             None => self.resolve(key, None),
         };
-        let guard = Guard::new();
-        let generation = self.generation(&guard);
-        with_keyed!(&generation.registry, keyed => {
-            overflow_settle(keyed, recorded, resolved.as_ref(), settle, &self.clock)
-        });
+        let mut retry = Retry::new();
+        loop {
+            let guard = Guard::new();
+            let generation = self.generation(&guard);
+            let settled = with_keyed!(&generation.registry, keyed => {
+                overflow_settle(keyed, recorded, resolved.as_ref(), settle, &self.clock)
+            });
+            if settled {
+                return;
+            }
+            // A policy change retired the shared state: settle on the new generation's (a
+            // charge; a refund is withheld there, the reservation being stale).
+            retry.again();
+        }
     }
 }
 
 /// Settles on `keyed`'s overflow state that decided the reservation (see
-/// [`Slot::overflow_spec`]); nothing when there is none.
+/// [`Slot::overflow_spec`]); nothing when there is none. `false` when a policy change
+/// retired it.
 fn overflow_settle<K, St: Slot<K>, S: BuildHasher, C: Clock>(
     keyed: &Keyed<K, St, S>,
     recorded: Option<&Policy>,
     resolved: Option<&Resolved<K>>,
     settle: &Settle<'_>,
     clock: &C,
-) {
-    if let Some(spec) = St::overflow_spec(&keyed.params, recorded, resolved) {
-        St::overflow_settle(&keyed.overflow, &keyed.params, &spec, settle, clock);
+) -> bool {
+    match St::overflow_spec(&keyed.params, recorded, resolved) {
+        Some(spec) => St::overflow_settle(&keyed.overflow, &keyed.params, &spec, settle, clock),
+        None => true,
     }
 }
 

@@ -11,7 +11,7 @@ use crate::clock::Clock;
 use crate::decision::Decision;
 use crate::engine::any_state::AnyState;
 use crate::engine::cells::{Boxed, Cells};
-use crate::engine::dispatch::{Build, Erased, Family};
+use crate::engine::dispatch::{with_state, Build, Erased, Family};
 use crate::engine::rebuilds::Rebuilds;
 use crate::engine::state::{Carry, RateState};
 use crate::error::CostError;
@@ -19,6 +19,7 @@ use crate::policy::Policy;
 use crate::reservation::Marks;
 
 use super::generations::Rules;
+use super::overflow::{Inherited, PolicyOverflows};
 use super::table::Table;
 use super::Resolver;
 
@@ -125,40 +126,48 @@ pub(super) trait Slot<K>: Sized + Send + Sync + 'static {
         resolved: Option<&Resolved<K>>,
     ) -> Option<Self::Spec>;
 
-    /// The state(s) shared by new keys that find the limiter full.
+    /// The state(s) shared by new keys that find the limiter full (see `keyed::overflow`).
     type Overflow: Send + Sync;
-    fn new_overflow(params: &Self::Params) -> Self::Overflow;
-    /// Decides a request of a new key of `spec` on the shared overflow state.
+    /// New shared state(s), counting what the replaced generation's counted.
+    fn new_overflow(params: &Self::Params, inherited: Option<Inherited>) -> Self::Overflow;
+    /// Decides a request of a new key of `spec` on the shared overflow state; `None` when a
+    /// policy change retired it (the caller starts over in the new generation).
     fn overflow_acquire<C: Clock + ?Sized>(
         overflow: &Self::Overflow,
         params: &Self::Params,
         spec: &Self::Spec,
         clock: &C,
         cost: u64,
-    ) -> Result<(Decision, Marks), CostError>;
-    /// Settles a reservation that the shared overflow state for `spec` admitted.
+    ) -> Option<Result<(Decision, Marks), CostError>>;
+    /// Settles a reservation that the shared overflow state for `spec` admitted; `false` when
+    /// a policy change retired it.
     fn overflow_settle<C: Clock + ?Sized>(
         overflow: &Self::Overflow,
         params: &Self::Params,
         spec: &Self::Spec,
         settle: &Settle<'_>,
         clock: &C,
-    );
-    /// The permits in use at `now` on the overflow state of `spec`; `None` when it is at rest
-    /// (or was never used).
+    ) -> bool;
+    /// The permits in use at `now` on the overflow state of `spec`: `Some(None)` when it is at
+    /// rest (or was never used), `None` when a policy change retired it.
     fn overflow_carry(
         overflow: &Self::Overflow,
         params: &Self::Params,
         spec: &Self::Spec,
         now: u64,
-    ) -> Option<Carry>;
-    /// What a request of a new key of `spec` would get from the overflow state now.
+    ) -> Option<Option<Carry>>;
+    /// What a request of a new key of `spec` would get from the overflow state now; `None`
+    /// when a policy change retired it.
     fn overflow_peek<C: Clock + ?Sized>(
         overflow: &Self::Overflow,
         params: &Self::Params,
         spec: &Self::Spec,
         clock: &C,
-    ) -> Decision;
+    ) -> Option<Decision>;
+    /// Retires the shared state(s) for a policy change, returning what they counted at
+    /// `now`, merged.
+    fn retire_overflow(overflow: &Self::Overflow, params: &Self::Params, now: u64)
+        -> Option<Carry>;
 }
 
 /// A reservation being settled: what it holds, where it stood, and what it really cost.
@@ -186,32 +195,6 @@ impl Settle<'_> {
             .settle_unless_rebuilt(self.made, self.held, self.actual, || {
                 state.settle(params, self.held, &self.marks, self.actual, now)
             })
-    }
-}
-
-/// The permits an overflow state (never retired) has in use at `now`; `None` at rest.
-fn at_rest_or_carry<St: RateState>(state: &St, params: &St::Params, now: u64) -> Option<Carry> {
-    if state.is_at_rest(params, now) {
-        None
-    } else {
-        state.carry(params, now)
-    }
-}
-
-/// Decides on a state that is never retired (an overflow state), checking the cost first.
-fn decide_live<St: RateState, C: Clock + ?Sized>(
-    state: &St,
-    params: &St::Params,
-    clock: &C,
-    cost: u64,
-) -> Result<(Decision, Marks), CostError> {
-    let limit = St::max_cost(params);
-    if cost > limit {
-        return Err(CostError::ExceedsLimit { cost, limit });
-    }
-    match state.reserve(params, clock, cost) {
-        Some(decided) => Ok(decided),
-        None => unreachable!("overflow states are never retired"),
     }
 }
 
@@ -303,8 +286,11 @@ impl<K, St: RateState> Slot<K> for St {
     /// One state shared by every overflowing key.
     type Overflow = CachePadded<St>;
 
-    fn new_overflow(params: &St::Params) -> CachePadded<St> {
-        CachePadded::new(St::fresh(params))
+    fn new_overflow(params: &St::Params, inherited: Option<Inherited>) -> CachePadded<St> {
+        CachePadded::new(match inherited {
+            Some(inherited) => St::new(params, Some(&inherited.carry), inherited.at),
+            None => St::fresh(params),
+        })
     }
 
     fn overflow_acquire<C: Clock + ?Sized>(
@@ -313,8 +299,12 @@ impl<K, St: RateState> Slot<K> for St {
         (): &(),
         clock: &C,
         cost: u64,
-    ) -> Result<(Decision, Marks), CostError> {
-        decide_live(&**overflow, params, clock, cost)
+    ) -> Option<Result<(Decision, Marks), CostError>> {
+        let limit = St::max_cost(params);
+        if cost > limit {
+            return Some(Err(CostError::ExceedsLimit { cost, limit }));
+        }
+        overflow.reserve(params, clock, cost).map(Ok)
     }
 
     fn overflow_settle<C: Clock + ?Sized>(
@@ -323,9 +313,8 @@ impl<K, St: RateState> Slot<K> for St {
         (): &(),
         settle: &Settle<'_>,
         clock: &C,
-    ) {
-        // Overflow states are never retired.
-        let _ = settle.on::<K, St>(overflow, params, clock.now());
+    ) -> bool {
+        settle.on::<K, St>(overflow, params, clock.now()).is_some()
     }
 
     fn overflow_carry(
@@ -333,8 +322,12 @@ impl<K, St: RateState> Slot<K> for St {
         params: &St::Params,
         (): &(),
         now: u64,
-    ) -> Option<Carry> {
-        at_rest_or_carry(&**overflow, params, now)
+    ) -> Option<Option<Carry>> {
+        if overflow.is_at_rest(params, now) {
+            // A retired state is never at rest.
+            return Some(None);
+        }
+        overflow.carry(params, now).map(Some)
     }
 
     fn overflow_peek<C: Clock + ?Sized>(
@@ -342,11 +335,12 @@ impl<K, St: RateState> Slot<K> for St {
         params: &St::Params,
         (): &(),
         clock: &C,
-    ) -> Decision {
-        match overflow.peek(params, clock, 1) {
-            Some(decision) => decision,
-            None => unreachable!("overflow states are never retired"),
-        }
+    ) -> Option<Decision> {
+        overflow.peek(params, clock, 1)
+    }
+
+    fn retire_overflow(overflow: &CachePadded<St>, params: &St::Params, now: u64) -> Option<Carry> {
+        overflow.retire_with_carry(params, now)
     }
 }
 
@@ -443,103 +437,95 @@ impl<K> Slot<K> for AnyState {
     }
 
     /// One shared state per policy the resolver returns for overflowing keys.
-    type Overflow = scc::HashMap<Policy, AnyState>;
+    type Overflow = PolicyOverflows;
 
-    fn new_overflow(_: &Self::Params) -> Self::Overflow {
-        scc::HashMap::new()
+    fn new_overflow(_: &Self::Params, inherited: Option<Inherited>) -> PolicyOverflows {
+        PolicyOverflows::new(inherited)
     }
 
     fn overflow_acquire<C: Clock + ?Sized>(
-        overflow: &Self::Overflow,
+        overflow: &PolicyOverflows,
         _: &Self::Params,
         policy: &Policy,
         clock: &C,
         cost: u64,
-    ) -> Result<(Decision, Marks), CostError> {
-        let limit = policy.max_cost();
-        if cost > limit {
-            return Err(CostError::ExceedsLimit { cost, limit });
-        }
-        let decide = |state: &AnyState| match state.reserve(clock, cost) {
-            Some(decided) => decided,
-            None => unreachable!("overflow states are never retired"),
-        };
-        if let Some(decision) = overflow.read_sync(policy, |_, state| decide(state)) {
-            return Ok(decision);
-        }
-        let entry = overflow
-            .entry_sync(*policy)
-            .or_insert_with(|| AnyState::new(policy, None, 0));
-        Ok(decide(entry.get()))
+    ) -> Option<Result<(Decision, Marks), CostError>> {
+        overflow.acquire(policy, clock, cost)
     }
 
     fn overflow_settle<C: Clock + ?Sized>(
-        overflow: &Self::Overflow,
-        _: &Self::Params,
+        overflow: &PolicyOverflows,
+        resolver: &Self::Params,
         policy: &Policy,
         settle: &Settle<'_>,
         clock: &C,
-    ) {
-        // The policy's shared state exists: the reservation was decided on it.
-        let _ = overflow.read_sync(policy, |_, state| {
-            state.settle(settle.held, &settle.marks, settle.actual, clock.now())
-        });
+    ) -> bool {
+        overflow.settle(policy, |state| {
+            settle.on::<K, AnyState>(state, resolver, clock.now())
+        })
     }
 
     fn overflow_carry(
-        overflow: &Self::Overflow,
+        overflow: &PolicyOverflows,
         _: &Self::Params,
         policy: &Policy,
         now: u64,
-    ) -> Option<Carry> {
-        overflow
-            .read_sync(policy, |_, state| {
-                if state.is_at_rest(now) {
-                    None
-                } else {
-                    state.carry(now)
-                }
-            })
-            .flatten()
+    ) -> Option<Option<Carry>> {
+        overflow.carry(policy, now)
     }
 
     fn overflow_peek<C: Clock + ?Sized>(
-        overflow: &Self::Overflow,
+        overflow: &PolicyOverflows,
         _: &Self::Params,
         policy: &Policy,
         clock: &C,
-    ) -> Decision {
-        let peek = |state: &AnyState| match state.peek(clock, 1) {
-            Some(decision) => decision,
-            None => unreachable!("overflow states are never retired"),
-        };
-        overflow
-            .read_sync(policy, |_, state| peek(state))
-            .unwrap_or_else(|| peek(&AnyState::new(policy, None, 0)))
+    ) -> Option<Decision> {
+        overflow.peek(policy, clock)
+    }
+
+    fn retire_overflow(overflow: &PolicyOverflows, _: &Self::Params, now: u64) -> Option<Carry> {
+        overflow.retire(now)
     }
 }
 
 impl<K: Hash + Eq, St: Slot<K>, S: BuildHasher> Keyed<K, St, S> {
-    pub(super) fn new(params: St::Params, hasher: S) -> Self {
+    pub(super) fn new(params: St::Params, hasher: S, inherited: Option<Inherited>) -> Self {
         Keyed {
             table: Table::with_hasher(hasher),
-            overflow: St::new_overflow(&params),
+            overflow: St::new_overflow(&params, inherited),
             params,
         }
+    }
+
+    fn retire_overflow(&self, now: u64) -> Option<Carry> {
+        St::retire_overflow(&self.overflow, &self.params, now)
     }
 }
 
 impl<K: Hash + Eq + 'static, S: BuildHasher + 'static> Registry<K, S> {
-    pub(super) fn new(rules: &Rules<K>, hasher: S) -> Self {
-        struct New<S>(S);
+    /// The tables of a generation under `rules`, its shared overflow state(s) counting what
+    /// the replaced generation's counted (`inherited`).
+    pub(super) fn new(rules: &Rules<K>, hasher: S, inherited: Option<Inherited>) -> Self {
+        struct New<S>(S, Option<Inherited>);
         impl<K: Hash + Eq, S: BuildHasher> Build<Maps<K, S>> for New<S> {
             fn build<St: RateState>(self, params: St::Params) -> Keyed<K, St, S> {
-                Keyed::new(params, self.0)
+                Keyed::new(params, self.0, self.1)
             }
         }
         match rules {
-            Rules::PerKey(resolver) => Registry::PerKey(Keyed::new(resolver.clone(), hasher)),
-            Rules::Uniform(policy) => Registry::Uniform(Erased::new(policy, New(hasher))),
+            Rules::PerKey(resolver) => {
+                Registry::PerKey(Keyed::new(resolver.clone(), hasher, inherited))
+            }
+            Rules::Uniform(policy) => {
+                Registry::Uniform(Erased::new(policy, New(hasher, inherited)))
+            }
         }
+    }
+
+    /// Retires this generation's shared overflow state(s) for a policy change: what they
+    /// counted at `now`, for the new generation's to inherit.
+    pub(super) fn retire_overflow(&self, now: u64) -> Option<Inherited> {
+        with_keyed!(self, keyed => keyed.retire_overflow(now))
+            .map(|carry| Inherited { carry, at: now })
     }
 }

@@ -158,3 +158,68 @@ fn an_overflow_reservation_settles_on_the_state_that_decided_it() {
     assert!(!limiter.try_acquire(&4).is_allowed());
     assert_eq!(admissions(&limiter, 1), 3);
 }
+
+#[test]
+fn a_policy_change_keeps_what_the_shared_state_spent() {
+    // Key 0 holds the only place; keys 1 and 2 spend the shared state's 10. A new policy of
+    // the same burst then has nothing more for them, as a tracked key would have nothing.
+    for (old, new) in [
+        ("token-bucket 10/1h", "token-bucket 10/2h"),
+        ("sliding-log 10/1h", "sliding-counter 10/1h"),
+        ("sliding-counter 10/1h", "10/1h & 100/1d"),
+    ] {
+        let limiter: RateLimiter<u64, FakeClock> =
+            RateLimiter::with_clock(old.parse().unwrap(), FakeClock::new()).max_keys(1);
+        assert!(limiter.try_acquire(&0).is_allowed());
+        assert_eq!(admissions(&limiter, 1), 10, "{old}");
+        limiter.set_policy(new.parse().unwrap());
+        assert_eq!(admissions(&limiter, 2), 0, "{old} -> {new}");
+        assert_eq!(
+            admissions(&limiter, 0),
+            9,
+            "{old} -> {new}: the tracked key"
+        );
+    }
+}
+
+#[test]
+fn a_change_of_resolver_keeps_what_the_shared_states_spent() {
+    let limiter: RateLimiter<u64, FakeClock> =
+        RateLimiter::with_resolver(|_: &u64| "10/1h".parse().unwrap(), FakeClock::new())
+            .max_keys(1);
+    assert!(limiter.try_acquire(&0).is_allowed());
+    assert_eq!(admissions(&limiter, 1), 10);
+    limiter.set_resolver(|_: &u64| "sliding-log 10/1h".parse().unwrap());
+    assert_eq!(admissions(&limiter, 2), 0);
+    limiter.set_policy("10/1h".parse().unwrap());
+    assert_eq!(admissions(&limiter, 3), 0);
+}
+
+#[test]
+fn racing_policy_changes_never_hand_the_shared_state_a_new_budget() {
+    // A frozen clock: whatever the interleaving of overflowing requests and policy changes
+    // between two policies of 10 in the same window (so each counts what the other spent),
+    // the keys sharing the overflow state get 10 in all.
+    let policies: [Policy; 2] = [
+        "token-bucket 10/1h".parse().unwrap(),
+        "sliding-log 10/1h".parse().unwrap(),
+    ];
+    for trial in 0..20 {
+        let limiter: Arc<RateLimiter<u64, FakeClock>> =
+            Arc::new(RateLimiter::with_clock(policies[0], FakeClock::new()).max_keys(1));
+        assert!(limiter.try_acquire(&0).is_allowed());
+        let shared = Arc::clone(&limiter);
+        let admitted = race(8, move |thread| {
+            let mut admitted = 0;
+            for i in 0..200_u64 {
+                if thread == 0 && i % 20 == 0 {
+                    shared.set_policy(policies[(i / 20 % 2) as usize]);
+                }
+                let decision = shared.try_acquire(&(1 + i % 5));
+                admitted += u64::from(decision.is_allowed());
+            }
+            admitted
+        });
+        assert_eq!(admitted, 10, "trial {trial}");
+    }
+}
