@@ -202,18 +202,38 @@ impl<K: Hash + Eq + Clone, V, S: BuildHasher> BoundedMap<K, V, S> {
         is_idle: impl FnMut(&V) -> bool + Copy,
         f: impl FnOnce(&V) -> R,
     ) -> Option<R> {
+        self.get_or_insert_else(key, |_| make(), is_idle, |value| Some(f(value)), |_| None)
+    }
+
+    /// `f` on the key's value, inserting `make(&key)` first when the key is absent and a place
+    /// is free (sweeping idle entries to free one); `full(&key)` when the key is absent and
+    /// the map is full (nothing is inserted).
+    ///
+    /// `make` and `full` run while the key's bucket is held exclusively, the key absent: no
+    /// other call for the same key can read, insert or decide on it until they return, so
+    /// whatever they do for the key (the concurrency limiter's overflow ledger) is one step
+    /// with the key's insertion. They must not lock this map again.
+    pub(crate) fn get_or_insert_else<R>(
+        &self,
+        key: K,
+        make: impl FnOnce(&K) -> V,
+        is_idle: impl FnMut(&V) -> bool + Copy,
+        f: impl FnOnce(&V) -> R,
+        full: impl FnOnce(&K) -> R,
+    ) -> R {
         self.make_room(is_idle);
         let result = match self.map.entry_sync(key) {
-            Entry::Occupied(entry) => return Some(f(entry.get())),
+            Entry::Occupied(entry) => return f(entry.get()),
             Entry::Vacant(entry) => {
                 if !self.reserve() {
-                    return None;
+                    return full(entry.key());
                 }
-                f(entry.insert_entry(make()).get())
+                let value = make(entry.key());
+                f(entry.insert_entry(value).get())
             }
         };
         self.sweep(SWEEP_PER_INSERT, is_idle);
-        Some(result)
+        result
     }
 
     /// Runs `update` on the key's value under its bucket's exclusive lock, inserting

@@ -13,9 +13,11 @@
 use std::borrow::Borrow;
 use std::fmt;
 use std::hash::{BuildHasher, Hash};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
-use crate::bounded::BoundedMap;
+use scc::hash_map::Entry;
+
+use crate::bounded::{sweep_step, BoundedMap, SWEEP_PER_INSERT};
 use crate::engine::retry::Retry;
 use crate::engine::sync::{AtomicU64, Ordering};
 use crate::hasher::KeyHasher;
@@ -55,7 +57,8 @@ type LimitResolver<K> = dyn Fn(&K) -> u64 + Send + Sync;
 ///   more than `limit` permits are out. A key seen for the first time is created through
 ///   the map's entry API under the bucket's exclusive lock: one gauge per key.
 /// * **Release** is a `fetch_sub` on the gauge the permit holds (its own `Arc`), with no map
-///   lookup and no lock, so dropping a permit never waits on anything.
+///   lookup and no lock, so dropping a permit never waits on anything. (A permit taken
+///   while the map was full holds two gauges, its key's and a shared one: two `fetch_sub`s.)
 /// * **Eviction** (and the sweep that each new key's creation runs) holds each bucket
 ///   exclusively and removes the gauges whose count is 0. Under that lock no acquirer is
 ///   inside the bucket's gauges, and a count of 0 means no permit is out (each holds one
@@ -63,6 +66,10 @@ type LimitResolver<K> = dyn Fn(&K) -> u64 + Send + Sync;
 ///   gauge with a permit out is never removed**, a permit always releases into the gauge
 ///   that is still its key's, and a removed gauge is reached by nobody again. The map's lock
 ///   is the whole protocol; the gauge needs no retired value.
+/// * **A full map** ([`max_keys`](ConcurrencyLimiter::max_keys)): an untracked key keeps its
+///   gauge in an overflow ledger, handled only under the key's exclusive bucket lock in the
+///   map, and moved into the map with the permits it counts when room frees up: a key has
+///   one gauge at a time, whichever gauges its permits also share.
 ///
 /// Why an `Arc` per key rather than the count inline in the map entry: the map moves entries
 /// when it resizes, so an inline count may only be touched under the bucket lock, and a
@@ -93,8 +100,136 @@ pub struct ConcurrencyLimiter<K = String, S: BuildHasher = KeyHasher> {
     /// The gauge of each key tracked now, at most `max_keys` of them.
     map: BoundedMap<K, Arc<Gauge>, S>,
     limits: Limits<K>,
-    /// The gauges shared by keys that find the map full, one per limit.
-    overflow: scc::HashMap<u64, Arc<Gauge>>,
+    /// What keys get while the map is full: the shared gauges and the overflow ledger.
+    overflow: Overflow<K>,
+}
+
+/// What keys that find the map full are decided on (see
+/// [`max_keys`](ConcurrencyLimiter::max_keys)): one gauge shared by all such keys of a limit,
+/// and, in the *ledger*, the key's own gauge, so that every permit of a key, shared or not,
+/// counts on one gauge.
+///
+/// A key's ledger entry is read, created and taken out only inside
+/// [`BoundedMap::get_or_insert_else`]'s `make` and `full`, while the key's bucket in the map
+/// is held exclusively with the key absent. So a key has one gauge at a time, in the map or
+/// in the ledger, and a gauge moves from the ledger into the map (when room frees up) in a
+/// step during which nobody can take a permit of the key. The sweep removes only ledger
+/// gauges with nothing in flight, under the ledger bucket's exclusive lock, which every
+/// acquire on a ledger gauge also holds: a count of 0 there cannot be raised while it is
+/// checked, exactly as in the map. Lock order: the map's bucket, then the ledger's, then the
+/// shared gauges'; nothing takes them the other way round (a permit's release takes none).
+struct Overflow<K> {
+    /// One gauge per distinct limit, shared by every key of that limit that overflows.
+    shared: scc::HashMap<u64, Arc<Gauge>>,
+    /// The gauge of each untracked key that holds (or lately held) shared permits. Hashed
+    /// with the default hasher whatever the map's: it is on the cold path, keyed by clients.
+    ledger: scc::HashMap<K, Arc<Gauge>, KeyHasher>,
+    /// Where the incremental sweep of idle ledger gauges stopped.
+    cursor: Mutex<Option<K>>,
+}
+
+impl<K: Hash + Eq + Clone> Overflow<K> {
+    fn new() -> Self {
+        Overflow {
+            shared: scc::HashMap::new(),
+            ledger: scc::HashMap::with_hasher(KeyHasher::default()),
+            cursor: Mutex::new(None),
+        }
+    }
+
+    /// Takes the key's ledger gauge out, to be tracked in the map. Call only from `make`.
+    fn take(&self, key: &K) -> Option<Arc<Gauge>> {
+        self.ledger.remove_sync(key).map(|(_, gauge)| gauge)
+    }
+
+    /// A shared permit for `key`, on its ledger gauge (created with `limit` when it has
+    /// none) and on the shared gauge of that gauge's limit, and whether it added a ledger
+    /// gauge. Call only from `full`. A refusal adds nothing.
+    fn acquire(&self, key: &K, limit: u64) -> (Result<Permit, AtCapacity>, bool) {
+        if let Some(entry) = self.ledger.get_sync(key) {
+            return (self.on_shared(entry.get()), false);
+        }
+        // A new entry, added only on admission (the clone of the key is on the cold path).
+        match self.ledger.entry_sync(key.clone()) {
+            // Not reached while the caller holds the key's map bucket (nobody else adds the
+            // key here meanwhile), but decided the same way if it were.
+            Entry::Occupied(entry) => (self.on_shared(entry.get()), false),
+            Entry::Vacant(entry) => {
+                let gauge = Arc::new(Gauge::new(limit));
+                let decided = self.on_shared(&gauge);
+                let added = decided.is_ok();
+                if added {
+                    entry.insert_entry(gauge);
+                }
+                (decided, added)
+            }
+        }
+    }
+
+    /// Decides on `gauge` and the shared gauge of its limit.
+    fn on_shared(&self, gauge: &Arc<Gauge>) -> Result<Permit, AtCapacity> {
+        let limit = gauge.limit;
+        let decide = |shared: &Arc<Gauge>| acquire_shared(gauge, shared);
+        if let Some(decided) = self.shared.read_sync(&limit, |_, shared| decide(shared)) {
+            return decided;
+        }
+        let entry = self
+            .shared
+            .entry_sync(limit)
+            .or_insert_with(|| Arc::new(Gauge::new(limit)));
+        decide(entry.get())
+    }
+
+    /// Permits of the key held now, if it has a ledger gauge.
+    fn in_flight<Q>(&self, key: &Q) -> Option<u64>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        self.ledger.read_sync(key, |_, gauge| gauge.in_flight())
+    }
+
+    /// One step of the incremental sweep of idle ledger gauges, after a new one.
+    fn sweep(&self) {
+        sweep_step(&self.ledger, &self.cursor, SWEEP_PER_INSERT, |gauge| {
+            gauge.in_flight() == 0
+        });
+    }
+
+    /// Removes every ledger gauge with nothing in flight.
+    fn evict(&self) {
+        // Each bucket is held exclusively while its gauges are checked (see the type's docs).
+        self.ledger.retain_sync(|_, gauge| gauge.in_flight() != 0);
+    }
+}
+
+/// A permit on a key's gauge and on the shared gauge of its limit (what a request decides
+/// while the map is full), or a refusal that leaves both as they were.
+///
+/// The key's gauge is tried first: a refusal by the shared gauge then gives the key's place
+/// back, so no other key's request ever sees a shared place taken and returned. The key's
+/// own gauge is raised here only while its map bucket is held (see [`Overflow`]), so no
+/// other request of the key decides while the place is out either; only a snapshot
+/// ([`Permit::in_flight`]) can see it.
+#[inline]
+fn acquire_shared(gauge: &Arc<Gauge>, shared: &Arc<Gauge>) -> Result<Permit, AtCapacity> {
+    let refused = Err(AtCapacity {
+        limit: gauge.limit,
+        overflow: true,
+    });
+    if gauge.try_acquire() == Acquire::Full {
+        return refused;
+    }
+    if shared.try_acquire() == Acquire::Full {
+        // The `Release` of `release` is more than this needs (the request did nothing to
+        // publish); a `Relaxed` RMW would keep the count exact as well.
+        gauge.release();
+        return refused;
+    }
+    Ok(Permit {
+        gauge: Arc::clone(gauge),
+        shared: Some(Arc::clone(shared)),
+    })
 }
 
 enum Limits<K> {
@@ -218,8 +353,10 @@ impl Gauge {
 /// ```
 #[must_use = "the place is given back as soon as the permit is dropped"]
 pub struct Permit {
+    /// The key's gauge: the one in the map, or the key's ledger gauge while it overflows.
     gauge: Arc<Gauge>,
-    overflow: bool,
+    /// The shared gauge of the key's limit, for a permit taken while the map was full.
+    shared: Option<Arc<Gauge>>,
 }
 
 impl Permit {
@@ -237,7 +374,8 @@ impl Permit {
         self.gauge.limit
     }
 
-    /// How many permits of this key are held now, this one included (a snapshot).
+    /// How many permits of this key are held now, this one included, shared permits of
+    /// the key counted with its own (a snapshot).
     ///
     /// # Examples
     ///
@@ -267,12 +405,18 @@ impl Permit {
     /// ```
     #[must_use]
     pub fn is_overflow(&self) -> bool {
-        self.overflow
+        self.shared.is_some()
     }
 }
 
 impl Drop for Permit {
     fn drop(&mut self) {
+        // The shared place first: by the time the key's own place is free, and another
+        // request of the key can take it, the shared one is back as well. (Either order
+        // keeps every count at or above the permits really out.)
+        if let Some(shared) = &self.shared {
+            shared.release();
+        }
         self.gauge.release();
     }
 }
@@ -425,7 +569,7 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> ConcurrencyLimiter<K, S> {
         ConcurrencyLimiter {
             map: BoundedMap::with_hasher(hasher),
             limits,
-            overflow: scc::HashMap::new(),
+            overflow: Overflow::new(),
         }
     }
 
@@ -438,17 +582,33 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> ConcurrencyLimiter<K, S> {
     /// removed to make room: tracked keys stay exact, and a flood of new keys cannot hand
     /// anyone a fresh set of places.
     ///
-    /// When `max_keys` keys all have permits out, a new key shares one gauge with every other
-    /// new key of the same limit (its permits and refusals say
-    /// [`is_overflow`](Permit::is_overflow)): in-flight work over all of them is capped at
-    /// that one limit until places come back. A flood of new keys therefore squeezes other
-    /// new keys, never the keys already tracked. The shared gauges live as long as the
-    /// limiter, one per distinct limit. A key that took shared permits while the map was full
-    /// and is then tracked again meets its own gauge, which does not count the shared permits
-    /// still out: until those end, such a key can have up to twice its limit in flight (its
-    /// own limit and the shared one). Where that matters (a limit of 1 that serialises work),
-    /// size `max_keys` above the keys that can be busy at once. `max_keys(0)` makes every
-    /// key share the gauge of its limit.
+    /// When `max_keys` keys all have permits out, a key that is not tracked is decided on
+    /// two gauges: one shared by every such key of the same limit, and the key's own, kept
+    /// in a small *overflow ledger* beside the map. Its permits take a place on both, and
+    /// its permits and refusals say [`is_overflow`](Permit::is_overflow). So in-flight work
+    /// over all untracked keys of a limit is capped at that one limit, and each of them at
+    /// its own.
+    ///
+    /// **No key ever has more than its limit in flight, shared permits included.** When
+    /// room frees up and a key with shared permits out is tracked again, the gauge that goes
+    /// into the map is its ledger gauge, which still counts those permits (they release into
+    /// it as they end), not a fresh one. This is exact under any interleaving: a key's
+    /// ledger gauge is read, created and moved into the map only while the key's bucket in
+    /// the map is held exclusively and the key is absent, the same lock under which the map
+    /// creates a key's gauge, so a key has one gauge at a time and every permit of the key
+    /// holds a place on it. Tracked keys are decided as before: their hit path takes no
+    /// other lock, and the release of any permit takes none.
+    ///
+    /// **What a flood does to new keys.** A flood of new keys squeezes other new keys, never
+    /// the keys already tracked: while the flood holds the shared places of a limit, every
+    /// untracked key of that limit is refused (with `is_overflow`) until places come back or
+    /// the sweep frees room in the map for it. A refused request creates nothing. Memory
+    /// stays bounded: the map holds at most `max_keys` gauges; the ledger holds one gauge
+    /// per untracked key with shared permits out (each holds a shared place, so at most
+    /// `limit` keys per distinct limit) plus idle ones, which each new ledger gauge sweeps
+    /// as the map does and `evict_idle` removes; the shared gauges live as long as the
+    /// limiter, one per distinct limit. `max_keys(0)` tracks no key: each key is held to
+    /// its limit by its ledger gauge, and all keys of a limit together by the shared gauge.
     ///
     /// # Examples
     ///
@@ -462,7 +622,13 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> ConcurrencyLimiter<K, S> {
     /// let _also_shared = limiter.try_acquire(&3)?;
     /// assert!(limiter.try_acquire(&4).unwrap_err().is_overflow()); // the shared 2 are out
     /// drop(held);
-    /// assert!(!limiter.try_acquire(&5)?.is_overflow()); // key 1 was idle: swept for 5
+    /// // Key 1 was idle: swept, and key 2 is tracked, on a gauge that counts its shared permit.
+    /// let own = limiter.try_acquire(&2)?;
+    /// assert!(!own.is_overflow());
+    /// assert_eq!(limiter.in_flight(&2), 2);
+    /// assert!(!limiter.try_acquire(&2).unwrap_err().is_overflow()); // 2 in flight: its limit
+    /// drop(shared);
+    /// assert!(limiter.try_acquire(&2).is_ok());
     /// # Ok::<(), tollgate::AtCapacity>(())
     /// ```
     #[must_use]
@@ -503,30 +669,31 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> ConcurrencyLimiter<K, S> {
         K: Borrow<Q> + From<Q::Owned>,
         Q: Hash + Eq + ToOwned + ?Sized,
     {
-        match self.map.read(key, |gauge| Self::acquire_on(gauge, false)) {
+        match self.map.read(key, Self::acquire_on) {
             Some(result) => result,
             None => self.acquire_slow(key),
         }
     }
 
-    /// Decides on a gauge.
+    /// Decides on a tracked key's gauge.
     #[inline]
-    fn acquire_on(gauge: &Arc<Gauge>, overflow: bool) -> Result<Permit, AtCapacity> {
+    fn acquire_on(gauge: &Arc<Gauge>) -> Result<Permit, AtCapacity> {
         match gauge.try_acquire() {
             Acquire::Acquired => Ok(Permit {
                 gauge: Arc::clone(gauge),
-                overflow,
+                shared: None,
             }),
             Acquire::Full => Err(AtCapacity {
                 limit: gauge.limit,
-                overflow,
+                overflow: false,
             }),
         }
     }
 
-    /// A key not in the map: create its gauge under the bucket's exclusive lock, then
-    /// decide. Two racing first requests meet here and the
-    /// entry API gives both the same gauge.
+    /// A key not in the map: under the bucket's exclusive lock, track it (with its ledger
+    /// gauge, if it has one, else a new one) and decide on its gauge, or, when the map is
+    /// full, decide on its ledger gauge and the shared one. Two racing first requests meet
+    /// here and the entry API gives both the same gauge.
     #[cold]
     #[inline(never)]
     fn acquire_slow<Q>(&self, key: &Q) -> Result<Permit, AtCapacity>
@@ -544,32 +711,33 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> ConcurrencyLimiter<K, S> {
                 overflow: false,
             });
         }
-        let decided = self.map.get_or_insert(
+        let mut added = false;
+        let decided = self.map.get_or_insert_else(
             key,
-            || Arc::new(Gauge::new(limit)),
+            // Room: the key's ledger gauge, still counting its shared permits out, becomes
+            // its tracked gauge.
+            |key| {
+                self.overflow
+                    .take(key)
+                    .unwrap_or_else(|| Arc::new(Gauge::new(limit)))
+            },
             |gauge| gauge.in_flight() == 0,
-            |gauge| Self::acquire_on(gauge, false),
+            Self::acquire_on,
+            |key| {
+                let (decided, new) = self.overflow.acquire(key, limit);
+                added = new;
+                decided
+            },
         );
-        match decided {
-            Some(result) => result,
-            None => self.acquire_overflow(limit),
+        if added {
+            // After the map's bucket is released, as the map sweeps after an insertion.
+            self.overflow.sweep();
         }
+        decided
     }
 
-    /// A permit from the gauge shared by new keys of `limit` while the map is full.
-    fn acquire_overflow(&self, limit: u64) -> Result<Permit, AtCapacity> {
-        let acquire = |gauge: &Arc<Gauge>| Self::acquire_on(gauge, true);
-        if let Some(result) = self.overflow.read_sync(&limit, |_, gauge| acquire(gauge)) {
-            return result;
-        }
-        let entry = self
-            .overflow
-            .entry_sync(limit)
-            .or_insert_with(|| Arc::new(Gauge::new(limit)));
-        acquire(entry.get())
-    }
-
-    /// How many permits of `key` are held now (0 for a key not tracked). A snapshot.
+    /// How many permits of `key` are held now, shared ones (taken while the map was full)
+    /// included; 0 for a key with none. A snapshot.
     ///
     /// # Examples
     ///
@@ -586,7 +754,10 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> ConcurrencyLimiter<K, S> {
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        self.map.read(key, |gauge| gauge.in_flight()).unwrap_or(0)
+        self.map
+            .read(key, |gauge| gauge.in_flight())
+            .or_else(|| self.overflow.in_flight(key))
+            .unwrap_or(0)
     }
 
     /// Removes every key with nothing in flight and returns how many it removed.
@@ -595,7 +766,9 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> ConcurrencyLimiter<K, S> {
     /// (its count is at least 1, so the retiring CAS from 0 fails), and a request racing the
     /// removal either takes its permit first (and the key stays) or finds the key gone and
     /// creates it afresh, never a second count for one key. It visits the whole map, locking
-    /// one bucket at a time: call it from a timer, not per request.
+    /// one bucket at a time: call it from a timer, not per request. It also drops the idle
+    /// gauges of the overflow ledger (see [`max_keys`](ConcurrencyLimiter::max_keys)), which
+    /// are not tracked keys and not counted.
     ///
     /// # Examples
     ///
@@ -612,7 +785,9 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> ConcurrencyLimiter<K, S> {
     pub fn evict_idle(&self) -> usize {
         // Each bucket is held exclusively while its gauges are checked: no acquirer is inside
         // them, and a count of 0 has no permit out to change it (see the type's docs).
-        self.map.evict(|gauge| gauge.in_flight() == 0)
+        let removed = self.map.evict(|gauge| gauge.in_flight() == 0);
+        self.overflow.evict();
+        removed
     }
 
     /// How many keys are tracked now.
@@ -692,7 +867,13 @@ impl ModelGauge {
 
     /// What the limiter's hit path does on this gauge.
     pub fn try_acquire(&self) -> Result<Permit, AtCapacity> {
-        ConcurrencyLimiter::<String>::acquire_on(&self.0, false)
+        ConcurrencyLimiter::<String>::acquire_on(&self.0)
+    }
+
+    /// What a request does while the map is full, this gauge being the key's (in the
+    /// overflow ledger, its map bucket held) and `shared` the shared gauge of its limit.
+    pub fn try_acquire_overflow(&self, shared: &ModelGauge) -> Result<Permit, AtCapacity> {
+        acquire_shared(&self.0, &shared.0)
     }
 
     /// Permits held now.
@@ -715,6 +896,42 @@ mod tests {
         gauge.release();
         assert_eq!(gauge.in_flight(), 1);
         assert_eq!(gauge.try_acquire(), Acquire::Acquired);
+    }
+
+    /// The ledger holds a gauge only for a key admitted while the map was full, gives it
+    /// to the map when the key is tracked again, and forgets idle ones (the sweep of each
+    /// new one, and `evict_idle`); a refusal adds none.
+    #[test]
+    fn the_ledger_holds_only_keys_that_overflowed() {
+        let limiter: ConcurrencyLimiter<u32> = ConcurrencyLimiter::new(1).max_keys(1);
+        let ledger = |limiter: &ConcurrencyLimiter<u32>| limiter.overflow.ledger.len();
+        let held = limiter.try_acquire(&0).unwrap();
+        let shared = limiter.try_acquire(&1).unwrap();
+        assert!(shared.is_overflow());
+        assert_eq!(ledger(&limiter), 1);
+        // The only shared place is out: a new key is refused and leaves nothing behind.
+        assert!(limiter.try_acquire(&2).unwrap_err().is_overflow());
+        assert_eq!(ledger(&limiter), 1);
+        // Key 1's idle gauge goes with the sweep that key 2's new one runs.
+        drop(shared);
+        let shared = limiter.try_acquire(&2).unwrap();
+        assert!(shared.is_overflow());
+        assert_eq!(ledger(&limiter), 1);
+        assert_eq!(limiter.in_flight(&1), 0);
+        assert_eq!(limiter.in_flight(&2), 1);
+        // Room: key 2 is tracked on its ledger gauge, which leaves the ledger.
+        drop(held);
+        assert!(!limiter.try_acquire(&2).unwrap_err().is_overflow());
+        assert_eq!(ledger(&limiter), 0);
+        assert_eq!(limiter.len(), 1);
+        drop(shared);
+        // An idle ledger gauge goes with `evict_idle` too.
+        let held = limiter.try_acquire(&2).unwrap();
+        drop(limiter.try_acquire(&3).unwrap());
+        assert_eq!(ledger(&limiter), 1);
+        assert_eq!(limiter.evict_idle(), 0);
+        assert_eq!(ledger(&limiter), 0);
+        drop(held);
     }
 
     #[test]

@@ -278,3 +278,119 @@ fn racing_first_requests_create_one_gauge_per_key() {
     held.lock().unwrap().clear();
     assert_eq!(limiter.evict_idle(), 2_000);
 }
+
+/// A key that took shared permits while the map was full, and is tracked again once room
+/// frees up, never has more than its limit in flight: the gauge it is tracked on is the one
+/// that counts its shared permits still out. (A fresh gauge there would let it have its
+/// limit twice: 2 shared and 2 of its own.)
+#[test]
+fn a_key_tracked_again_counts_its_shared_permits() {
+    let limiter: ConcurrencyLimiter<u32> = ConcurrencyLimiter::new(2).max_keys(1);
+    let busy = limiter.try_acquire(&1).unwrap();
+    let mut shared: Vec<Permit> = (0..2).map(|_| limiter.try_acquire(&2).unwrap()).collect();
+    assert!(shared.iter().all(Permit::is_overflow));
+    assert!(limiter.try_acquire(&2).unwrap_err().is_overflow());
+    assert_eq!(limiter.in_flight(&2), 2);
+
+    drop(busy); // key 1 is idle: key 2's next request finds room in the map
+    let third = limiter.try_acquire(&2);
+    assert!(
+        third.is_err(),
+        "key 2, tracked again with its 2 shared permits out, got a third place"
+    );
+    assert!(!third.unwrap_err().is_overflow(), "key 2 is tracked now");
+    assert_eq!(limiter.len(), 1);
+    assert_eq!(limiter.in_flight(&2), 2);
+
+    // Each shared permit that ends gives the key one place of its own, never more.
+    drop(shared.pop());
+    let own = limiter.try_acquire(&2).unwrap();
+    assert!(!own.is_overflow());
+    assert_eq!(own.in_flight(), 2);
+    assert!(limiter.try_acquire(&2).is_err());
+    drop(shared);
+    let own_too = limiter.try_acquire(&2).unwrap();
+    assert!(limiter.try_acquire(&2).is_err());
+    drop((own, own_too));
+    assert_eq!(limiter.in_flight(&2), 0);
+    assert_eq!(limiter.evict_idle(), 1);
+    assert!(limiter.is_empty());
+}
+
+/// While a key overflows, it is held to its own limit too, even when room frees up for
+/// another key first, and a refusal there leaves its count as it was.
+#[test]
+fn an_overflowing_key_keeps_its_limit_while_others_take_the_room() {
+    let limiter: ConcurrencyLimiter<u32> = ConcurrencyLimiter::new(3).max_keys(1);
+    let busy = limiter.try_acquire(&1).unwrap();
+    let shared: Vec<Permit> = (0..2).map(|_| limiter.try_acquire(&2).unwrap()).collect();
+    drop(busy);
+    // Key 3 takes the room; key 2 still overflows with its 2 permits counted.
+    let other = limiter.try_acquire(&3).unwrap();
+    assert!(!other.is_overflow());
+    let third = limiter.try_acquire(&2).unwrap();
+    assert!(third.is_overflow());
+    assert_eq!(third.in_flight(), 3);
+    let refused = limiter.try_acquire(&2).unwrap_err();
+    assert!(refused.is_overflow() && refused.limit() == 3);
+    assert_eq!(limiter.in_flight(&2), 3);
+    drop((shared, third));
+    assert_eq!(limiter.in_flight(&2), 0);
+    drop(other);
+    // Key 3 is idle now: key 2 is tracked on the gauge it overflowed on, with nothing out.
+    assert!(!limiter.try_acquire(&2).unwrap().is_overflow());
+}
+
+/// Many threads on a few keys of limit 1, with room for two of them tracked and a thread
+/// evicting in a loop: keys overflow, come to rest, are swept and tracked again all the
+/// time, and the guarded work of each key never sees two inside, shared permits or not.
+#[test]
+fn overflowing_keys_tracked_again_never_exceed_their_limit() {
+    const KEYS: usize = 5;
+    for trial in 0..5 {
+        let limiter: Arc<ConcurrencyLimiter<u64>> =
+            Arc::new(ConcurrencyLimiter::new(1).max_keys(2));
+        let inside: Arc<Vec<Inside>> = Arc::new((0..KEYS).map(|_| Inside::default()).collect());
+        let stop = Arc::new(AtomicBool::new(false));
+        let evictor = {
+            let (limiter, stop) = (limiter.clone(), stop.clone());
+            thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    limiter.evict_idle();
+                    thread::yield_now();
+                }
+            })
+        };
+        let shared = Arc::new(AtomicU64::new(0));
+        let (l, i, s) = (limiter.clone(), inside.clone(), shared.clone());
+        let own = race(8, move |t| {
+            let mut own = 0;
+            for n in 0..20_000 {
+                let k = (t + n * 3) % KEYS;
+                if let Ok(permit) = l.try_acquire(&(k as u64)) {
+                    i[k].work(1);
+                    if permit.is_overflow() {
+                        s.fetch_add(1, Ordering::Relaxed);
+                    } else {
+                        own += 1;
+                    }
+                }
+            }
+            own
+        });
+        stop.store(true, Ordering::Relaxed);
+        evictor.join().unwrap();
+        let shared = shared.load(Ordering::Relaxed);
+        println!("trial {trial}: {shared} shared permits, {own} own");
+        assert!(
+            shared > 0 && own > 0,
+            "trial {trial}: {shared} shared, {own} own: the race was not exercised"
+        );
+        for k in 0..KEYS {
+            assert!(inside[k].max.load(Ordering::SeqCst) <= 1);
+            assert_eq!(limiter.in_flight(&(k as u64)), 0, "trial {trial}, key {k}");
+        }
+        limiter.evict_idle();
+        assert!(limiter.is_empty(), "{} keys left", limiter.len());
+    }
+}

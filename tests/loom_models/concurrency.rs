@@ -1,6 +1,6 @@
 //! Loom models of the concurrency limiter's per-key count (`ModelGauge` wraps the very gauge
-//! and `Permit` the limiter hands out) and of the login guard's strike record: every
-//! interleaving of two threads.
+//! and `Permit` the limiter hands out, shared permits of a full limiter included) and of the
+//! login guard's strike record: every interleaving of two threads.
 //!
 //! Run with:
 //!
@@ -98,6 +98,80 @@ fn a_permit_orders_the_guarded_work() {
             entered,
             "an increment was lost"
         );
+    });
+}
+
+/// A key's permit taken while the map was full (on its ledger gauge, limit 1, and the shared
+/// gauge) ends while the key, tracked again on that same gauge, takes a permit of its own:
+/// the own permit is granted only from the count the shared one left, so the key never has
+/// two in flight, and the guarded work of the two is ordered as by a lock. Every place, the
+/// shared one included, comes back.
+#[test]
+fn a_shared_permit_counts_on_the_gauge_its_key_is_tracked_on() {
+    loom::model(|| {
+        let key = gauge(1);
+        let shared = gauge(2);
+        let data = Arc::new(AtomicU64::new(0));
+        let permit = key.try_acquire_overflow(&shared).expect("a shared place");
+        assert!(permit.is_overflow());
+        let holder = {
+            let data = data.clone();
+            thread::spawn(move || {
+                let seen = data.load(Ordering::Relaxed);
+                data.store(seen + 1, Ordering::Relaxed);
+                drop(permit);
+            })
+        };
+        let mine = acquire(&key);
+        if mine.is_some() {
+            let seen = data.load(Ordering::Relaxed);
+            assert_eq!(seen, 1, "the shared permit's work is not seen");
+            data.store(seen + 1, Ordering::Relaxed);
+        }
+        holder.join().unwrap();
+        assert!(key.in_flight() <= 1);
+        drop(mine);
+        assert_eq!((key.in_flight(), shared.in_flight()), (0, 0));
+    });
+}
+
+/// Two untracked keys race for the last shared place (limit 1) while a third key's shared
+/// permit ends: at most one place is out at a time, a refused key's own gauge is left as it
+/// was (its place given back), and every place comes back.
+#[test]
+fn racing_overflow_requests_share_the_last_place_and_refusals_change_nothing() {
+    loom::model(|| {
+        let shared = gauge(1);
+        let (first, second, third) = (gauge(1), gauge(1), gauge(1));
+        let held = first
+            .try_acquire_overflow(&shared)
+            .expect("the shared place");
+        assert!(second.try_acquire_overflow(&shared).is_err());
+        assert_eq!(second.in_flight(), 0);
+        let other = {
+            let (shared, second) = (shared.clone(), second.clone());
+            thread::spawn(move || {
+                let got = second.try_acquire_overflow(&shared).ok();
+                if got.is_none() {
+                    assert_eq!(second.in_flight(), 0, "a refusal kept the key's place");
+                }
+                got
+            })
+        };
+        drop(held);
+        let mine = third.try_acquire_overflow(&shared).ok();
+        if mine.is_none() {
+            assert_eq!(third.in_flight(), 0, "a refusal kept the key's place");
+        }
+        let theirs = other.join().unwrap();
+        assert!(mine.is_none() || theirs.is_none(), "two shared places out");
+        assert!(shared.in_flight() <= 1);
+        drop((mine, theirs));
+        assert_eq!(
+            (first.in_flight(), second.in_flight(), third.in_flight()),
+            (0, 0, 0)
+        );
+        assert_eq!(shared.in_flight(), 0);
     });
 }
 
