@@ -290,6 +290,15 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
     /// into a denial of service for every new legitimate user; this rule degrades them to a
     /// shared budget until the flood's keys come to rest and are swept.
     ///
+    /// What a key spent on the shared state follows it: when a place frees up and a key gets
+    /// a state of its own, that state starts with the permits the shared state still counts
+    /// (all the overflowing keys' together, so at least the key's own). A key cannot double
+    /// its budget by being pushed out of the map and back in. The price is paid by new keys
+    /// that never overflowed but get their state while the shared one is still busy: they
+    /// start with its permits spent, for at most one window of the policy after a flood. A
+    /// policy change keeps the shared state's spent permits too, under the rule of
+    /// [`set_policy`](RateLimiter::set_policy).
+    ///
     /// # Examples
     ///
     /// ```

@@ -83,7 +83,11 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
     /// [`set_policy`](RateLimiter::set_policy) (of any key), reservations made before get
     /// no refund, since the state that held their permits is gone, but are still charged.
     /// A reservation decided by the shared overflow state of a full limiter
-    /// ([`max_keys`](RateLimiter::max_keys)) is settled there. See `docs/ALGORITHMS.md`.
+    /// ([`max_keys`](RateLimiter::max_keys)) is settled there: on the shared state of the
+    /// policy it was decided under, whatever a resolver answers for the key by then. A
+    /// refund is checked against resets and policy changes once the state it would write to
+    /// is found, so a settle racing a `reset` of its key never gives back to the fresh state.
+    /// See `docs/ALGORITHMS.md`.
     ///
     /// # Errors
     ///
