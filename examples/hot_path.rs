@@ -15,7 +15,15 @@
 //! the floor's.
 //!
 //! Every contestant is called through a function that is never inlined, so all pay the same
-//! call; each row is the fastest repetition, in ns per decision. Interference from other
+//! call; each row is the fastest repetition, in ns per decision.
+//!
+//! The run says last whether it can be trusted. It is valid when the machine was quiet: the
+//! floor (a clock read, a load and a compare-and-swap) took at most 1.15x a bare clock read
+//! measured in the same rounds (on a quiet machine the two agree: the load and the
+//! uncontended compare-and-swap hide behind the clock read), and every single-thread
+//! contestant's median repetition lies within 5% of its fastest. A disturbed run inflates
+//! the floor and spreads the repetitions; its ratios are suspect, and
+//! `scripts/bench-report.py` refuses to put them in the docs. Interference from other
 //! processes only ever adds time, so the minimum is the closest to what the code costs.
 //! Contestants take turns, one repetition each per round. The thread rows start 2 or 4
 //! threads together and report wall time / (threads x calls), ns per decision of aggregate
@@ -56,6 +64,11 @@ const CACHED_RESOLUTION: std::time::Duration = std::time::Duration::from_millis(
 struct Floor {
     word: crossbeam_utils::CachePadded<AtomicU64>,
     clock: SystemClock,
+}
+
+#[inline(never)]
+fn clock(c: &SystemClock) -> u64 {
+    c.now()
 }
 
 #[inline(never)]
@@ -114,25 +127,35 @@ where
 struct Bench {
     reps: usize,
     calls: u64,
+    /// Every single-thread contestant's median repetition over its fastest, as measured.
+    spreads: std::sync::Mutex<Vec<f64>>,
 }
+
+/// The limits of a valid run (see the module docs).
+const FLOOR_OVER_CLOCK: f64 = 1.15;
+const SPREAD: f64 = 1.05;
 
 impl Bench {
     /// The fastest of `reps` runs of `calls` calls of each contestant, in ns per call. The
     /// contestants take turns, one run each per round, so a change in the machine's load
     /// during the measurement falls on all of them alike.
     fn single<const N: usize>(&self, mut fs: [&mut dyn FnMut(); N]) -> [f64; N] {
-        let mut best = [f64::MAX; N];
+        let mut runs: [Vec<f64>; N] = std::array::from_fn(|_| Vec::with_capacity(self.reps));
         for _ in 0..self.reps {
-            for (f, best) in fs.iter_mut().zip(best.iter_mut()) {
+            for (f, runs) in fs.iter_mut().zip(runs.iter_mut()) {
                 let start = Instant::now();
                 for _ in 0..self.calls {
                     f();
                 }
-                let ns = start.elapsed().as_nanos() as f64 / self.calls as f64;
-                *best = best.min(ns);
+                runs.push(start.elapsed().as_nanos() as f64 / self.calls as f64);
             }
         }
-        best
+        runs.map(|mut runs| {
+            runs.sort_by(f64::total_cmp);
+            let (best, median) = (runs[0], runs[runs.len() / 2]);
+            self.spreads.lock().expect("spreads").push(median / best);
+            best
+        })
     }
 
     /// The median of `reps` runs of `threads` threads x `calls` calls of each contestant,
@@ -222,6 +245,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let bench = Bench {
         reps: args.next().map_or(Ok(15), |s| s.parse())?,
         calls: args.next().map_or(Ok(1_000_000), |s| s.parse())?,
+        spreads: std::sync::Mutex::new(Vec::new()),
     };
     let policy: Policy = "token-bucket 1000000000/1s".parse()?;
     let quota = governor::Quota::per_second(NonZeroU32::new(1_000_000_000).ok_or("zero")?);
@@ -239,9 +263,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         word: crossbeam_utils::CachePadded::new(AtomicU64::new(0)),
         clock: SystemClock::new(),
     };
+    let bare = SystemClock::new();
     let d = DirectLimiter::new(policy);
     let gd = governor::RateLimiter::direct(quota);
-    let [f, t, g] = bench.single([
+    let [c, f, t, g] = bench.single([
+        &mut || {
+            black_box(clock(black_box(&bare)));
+        },
         &mut || {
             black_box(floor(black_box(&fl)));
         },
@@ -252,6 +280,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             black_box(gov_direct(black_box(&gd)));
         },
     ]);
+    println!("{:<30} {c:>9.2}", "clock read");
     println!("{:<30} {f:>9.2}", "floor");
     row("direct", t, g, None, Some(f));
 
@@ -489,5 +518,35 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         bench.reps,
         kept.join(", ")
     );
+
+    // Last: whether the run can be trusted (see the module docs).
+    let spread = bench
+        .spreads
+        .lock()
+        .expect("spreads")
+        .iter()
+        .copied()
+        .fold(1.0, f64::max);
+    let mut faults = Vec::new();
+    if f > FLOOR_OVER_CLOCK * c {
+        faults.push(format!(
+            "the floor took {:.2}x the bare clock read (at most {FLOOR_OVER_CLOCK}x)",
+            f / c
+        ));
+    }
+    if spread > SPREAD {
+        faults.push(format!(
+            "a contestant's median repetition took {spread:.3}x its fastest (at most {SPREAD}x)"
+        ));
+    }
+    println!(
+        "\nclock read {c:.2} ns, floor {f:.2} ns ({:.2}x), widest spread {spread:.3}x",
+        f / c
+    );
+    if faults.is_empty() {
+        println!("run: VALID");
+    } else {
+        println!("run: NOT VALID: {}", faults.join("; "));
+    }
     Ok(())
 }

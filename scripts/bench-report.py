@@ -4,8 +4,10 @@ tables and an SVG chart. Python 3 standard library only.
 
     cargo bench --bench limiters
     cargo run --release --example memory -- target/memory.csv
+    for i in 1 2 3; do cargo run --release --example hot_path > target/hot_path.$i.txt; done
     python3 scripts/bench-report.py --memory target/memory.csv \
-        --svg docs/benchmarks.svg --update docs/BENCHMARKS.md
+        --hot-path target/hot_path.1.txt --hot-path target/hot_path.2.txt \
+        --hot-path target/hot_path.3.txt --svg docs/benchmarks.svg --update docs/BENCHMARKS.md
 
 Reads every `<criterion>/**/new/benchmark.json` and the `estimates.json` beside it (the
 median's point estimate, ns per iteration). For each group it prints the contestants' medians
@@ -266,12 +268,31 @@ def svg_chart(results, memory):
     return "\n".join(parts) + "\n"
 
 
+def refuse_disturbed(hot_path_outputs):
+    """Exits unless three or more hot_path outputs were given and each says its run was valid:
+    a run on a disturbed machine (its floor well above a bare clock read, its repetitions
+    spread) gives ratios that do not reproduce, and the docs must not carry them."""
+    if len(hot_path_outputs) < 3:
+        sys.exit("--update needs three runs of `cargo run --release --example hot_path` from the "
+                 "same quiet spell, each given with --hot-path FILE")
+    for path in hot_path_outputs:
+        verdicts = [line.strip() for line in Path(path).read_text().splitlines()
+                    if line.startswith("run: ")]
+        if verdicts != ["run: VALID"]:
+            found = verdicts[-1] if verdicts else "no `run:` line"
+            sys.exit(f"{path}: {found}; refusing to update the docs from a disturbed run")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--criterion", default=default_criterion_dir(), help="criterion output dir (default: $CARGO_TARGET_DIR/criterion or target/criterion)")
     ap.add_argument("--memory", help="CSV written by `cargo run --release --example memory -- FILE`")
     ap.add_argument("--svg", help="write the bar chart here (e.g. docs/benchmarks.svg)")
     ap.add_argument("--update", help="splice the tables into this Markdown file between the bench-report markers")
+    ap.add_argument("--hot-path", action="append", default=[], metavar="FILE",
+                    help="the output of `cargo run --release --example hot_path` from the same quiet "
+                         "spell (give it three times, one per run); --update refuses unless every "
+                         "run says `run: VALID`")
     args = ap.parse_args()
 
     results, stamps = load_criterion(args.criterion)
@@ -286,6 +307,7 @@ def main():
     md = markdown(results, memory)
 
     if args.update:
+        refuse_disturbed(args.hot_path)
         doc = Path(args.update).read_text()
         if BEGIN not in doc or END not in doc:
             sys.exit(f"{args.update} has no {BEGIN} ... {END} markers")

@@ -1,0 +1,92 @@
+//! One contestant of the keyed hot path, called a fixed number of times, for a profiler:
+//! instruction counts under callgrind and `perf stat` are steady where time is not, so they
+//! show where a keyed hit's work goes (docs/BENCHMARKS.md, "Where a keyed hit goes").
+//!
+//! ```text
+//! cargo build --release --example hit_profile
+//! valgrind --tool=callgrind target/release/examples/hit_profile tollgate 1000000
+//! perf stat -e instructions,cycles target/release/examples/hit_profile mutex_fast 10000000
+//! ```
+//!
+//! Contestants: `tollgate` (a `RateLimiter<u64>`, one hot key), `direct` (a `DirectLimiter`),
+//! `mutex_fast` (the same GCRA in a `parking_lot::Mutex<HashMap<u64, u64>>` with foldhash:
+//! benches/limiters/baseline.rs), `floor` (a clock read, a load and a compare-and-swap) and
+//! `clock` (a clock read alone). Each call goes through a function that is never inlined.
+
+use std::hint::black_box;
+
+use tollgate::{Clock, Decision, DirectLimiter, RateLimiter, SystemClock};
+
+#[path = "../benches/limiters/baseline.rs"]
+#[allow(dead_code)]
+mod baseline;
+
+use baseline::{Floor, MutexFast, Verdict};
+
+#[inline(never)]
+fn keyed(l: &RateLimiter<u64>, k: &u64) -> Decision {
+    l.try_acquire(k)
+}
+
+#[inline(never)]
+fn direct(l: &DirectLimiter) -> Decision {
+    l.try_acquire()
+}
+
+#[inline(never)]
+fn mutex_fast(l: &MutexFast<u64>, k: &u64) -> Verdict {
+    l.check(k)
+}
+
+#[inline(never)]
+fn floor(f: &Floor) -> bool {
+    f.check()
+}
+
+#[inline(never)]
+fn clock(c: &SystemClock) -> u64 {
+    c.now()
+}
+
+fn main() {
+    let mut args = std::env::args().skip(1);
+    let which = args.next().unwrap_or_else(|| "tollgate".into());
+    let calls: u64 = args.next().map_or(1_000_000, |n| n.parse().expect("calls"));
+    // A policy that never refuses in the run, so every call is an admission.
+    let (permits, window_nanos) = (1_000_000_000_u64, 1_000_000_000_u64);
+    let policy = format!("{permits}/1s").parse().expect("policy");
+    let key = 42_u64;
+    match which.as_str() {
+        "tollgate" => {
+            let l: RateLimiter<u64> = RateLimiter::new(policy);
+            for _ in 0..calls {
+                let _ = black_box(keyed(black_box(&l), black_box(&key)));
+            }
+        }
+        "direct" => {
+            let l = DirectLimiter::new(policy);
+            for _ in 0..calls {
+                let _ = black_box(direct(black_box(&l)));
+            }
+        }
+        "mutex_fast" => {
+            let l: MutexFast<u64> = MutexFast::new(permits, window_nanos);
+            for _ in 0..calls {
+                black_box(mutex_fast(black_box(&l), black_box(&key)));
+            }
+        }
+        "floor" => {
+            let f = Floor::new();
+            for _ in 0..calls {
+                black_box(floor(black_box(&f)));
+            }
+        }
+        "clock" => {
+            let c = SystemClock::new();
+            for _ in 0..calls {
+                black_box(clock(black_box(&c)));
+            }
+        }
+        other => panic!("unknown contestant {other}: tollgate, direct, mutex_fast, floor, clock"),
+    }
+}
