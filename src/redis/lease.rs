@@ -34,6 +34,13 @@
 //! persistence forgets the token with the counts), where a refund would give back permits
 //! counted for other requests.
 //!
+//! A token also carries its own deadline (twice the hold time, plus the timeout and a
+//! second, after its lease was taken), and every lease of the key that writes a token first
+//! drops a bounded number of tokens whose deadline has passed: those of instances that closed
+//! with their lease spent (nothing to give back, so nothing sent) or died. So a hot key's hash
+//! of tokens holds about one token per instance that leased it recently, however many came
+//! and went.
+//!
 //! # Size and hold time
 //!
 //! A key's first lease is of one permit: the request that takes it uses it, and nothing is

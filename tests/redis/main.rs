@@ -1,6 +1,6 @@
 //! The Redis backend (feature `redis`) against real `redis-server` processes that each test
 //! starts on free loopback ports: one test binary, a module per scenario (`standalone`,
-//! `reserve`, `lease`, `settings`, `cluster`, `faults`, `middleware`,
+//! `reserve`, `lease`, `settings`, `tokens`, `cluster`, `faults`, `middleware`,
 //! `throughput`), the server harness compiled once.
 //! The harness needs feature `test-util` too (`standalone` and `cluster` drive time with
 //! `test_clock`); `middleware`, the HTTP layer deciding through Redis, needs `tower` as well.
@@ -30,3 +30,4 @@ mod reserve;
 mod settings;
 mod standalone;
 mod throughput;
+mod tokens;

@@ -21,10 +21,12 @@
 -- ARGV[3 + 4 B + i]       ('refund', 'charge' and 'return') band i's mark, from the
 --              reservation, for B bands.
 -- 'lease' and 'return' take one key more, after the bands': the key's hash of lease tokens,
--- a field per limiter instance naming its latest lease (a serial number); a reset deletes it
--- with the bands. 'lease' then ends with ARGV[4 + 4 B] (the new lease's serial), ARGV[5 + 4 B]
--- (the token's expiry in ms, 0 for none) and ARGV[6 + 4 B] (the instance's field); 'return'
--- with ARGV[4 + 5 B] (the serial of the lease given back) and ARGV[5 + 5 B] (the field).
+-- a field per limiter instance naming its latest lease: '<serial>:<deadline>', the deadline
+-- (us, on the script's clock) from which the token is no longer needed; a reset deletes the
+-- hash with the bands. 'lease' then ends with ARGV[4 + 4 B] (the new lease's serial),
+-- ARGV[5 + 4 B] (the token's lifetime in ms, 1 to 2^40) and ARGV[6 + 4 B] (the instance's
+-- field); 'return' with ARGV[4 + 5 B] (the serial of the lease given back) and ARGV[5 + 5 B]
+-- (the field).
 --
 -- Reply: { allowed (0 or 1), remaining, limit, retry_after (us), reset_after (us) }, and for
 -- 'reserve' one mark per band after them (0 when refused), for 'lease' the marks and k (0
@@ -50,6 +52,43 @@ else
 end
 local op = ARGV[2]
 local amount = tonumber(ARGV[3])
+
+-- A lease token's value is '<serial>:<deadline>': the serial number of the lease it names,
+-- and the instant (us) from which it is no longer needed. The serial of `value` (nil for a
+-- missing field, which Redis gives as false).
+local function token_serial(value)
+  if not value then
+    return nil
+  end
+  return string.match(value, '^(%d+)')
+end
+
+-- The field of the hash of lease tokens that keeps where the walk of `reclaim_tokens` is.
+local TOKEN_CURSOR = '#'
+
+-- Drops the tokens of `token` (a key's hash of lease tokens) whose deadline is at or before
+-- `now`, and any value it cannot read: one HSCAN step of about 16 fields per call, resumed
+-- where the previous call stopped (the cursor is kept in the hash), so that every token is
+-- looked at within a bounded number of calls. A small hash (Redis's compact encoding, up to
+-- 128 fields by default) is returned whole by one step.
+local function reclaim_tokens(token, now)
+  local cursor = redis.call('HGET', token, TOKEN_CURSOR) or '0'
+  local scan = redis.call('HSCAN', token, cursor, 'COUNT', 16)
+  local items = scan[2]
+  for j = 1, #items, 2 do
+    if items[j] ~= TOKEN_CURSOR then
+      local deadline = tonumber(string.match(items[j + 1], ':(%d+)$'))
+      if not deadline or deadline <= now then
+        redis.call('HDEL', token, items[j])
+      end
+    end
+  end
+  if scan[1] == '0' then
+    redis.call('HDEL', token, TOKEN_CURSOR)
+  else
+    redis.call('HSET', token, TOKEN_CURSOR, scan[1])
+  end
+end
 
 -- The number of bands: a lease's token key follows theirs.
 local nb = #KEYS
@@ -96,7 +135,7 @@ if op == 'refund' or op == 'charge' or op == 'return' then
     give = amount
   end
   local token = KEYS[nb + 1]
-  if op == 'return' and redis.call('HGET', token, ARGV[5 + 5 * nb]) ~= ARGV[4 + 5 * nb] then
+  if op == 'return' and token_serial(redis.call('HGET', token, ARGV[5 + 5 * nb])) ~= ARGV[4 + 5 * nb] then
     -- Returned already, or the token expired, or Redis lost its data since the lease was
     -- taken (a restart without persistence): nothing of this lease is counted to give back.
     return 0
@@ -108,6 +147,10 @@ if op == 'refund' or op == 'charge' or op == 'return' then
   end
   if op == 'return' then
     redis.call('HDEL', token, ARGV[5 + 5 * nb])
+    if redis.call('HLEN', token) == 1 then
+      -- Only the walk's cursor may be left: no token, no hash.
+      redis.call('HDEL', token, TOKEN_CURSOR)
+    end
   end
   for i = 1, #writes do
     writes[i]()
@@ -122,8 +165,14 @@ if not (peek or reserve or op == 'acquire') then
   return redis.error_reply('tollgate: unknown request ' .. tostring(op))
 end
 local cost = amount
+local token_ttl
 if lease then
   cost = 1
+  -- Checked before anything is written: a call that fails changes nothing.
+  token_ttl = tonumber(ARGV[5 + 4 * nb])
+  if not token_ttl or token_ttl < 1 or token_ttl > 2 ^ 40 then
+    return redis.error_reply('tollgate: lease token lifetime out of range: ' .. tostring(ARGV[5 + 4 * nb]))
+  end
 end
 
 -- Every band's decision of a request of `cost` (nil and a message for an unknown
@@ -208,17 +257,20 @@ if all then
       -- they are given back once at most, and only to the state that counts them.
       -- One hash per key, a field per limiter instance: a reset deletes every instance's
       -- token with the state, so no lease taken before it is given back to the fresh one.
-      local token, serial, ttl = KEYS[nb + 1], ARGV[4 + 4 * nb], tonumber(ARGV[5 + 4 * nb])
-      local expiring = expire and ttl > 0
+      local token, serial, ttl = KEYS[nb + 1], ARGV[4 + 4 * nb], token_ttl
+      -- Tokens of instances that are gone (closed with their lease spent, or dead) are
+      -- dropped once their deadline has passed, a bounded number per call.
+      reclaim_tokens(token, now)
       -- Read before the field is set: -2 when the hash does not exist yet.
-      local before = expiring and redis.call('PTTL', token)
-      redis.call('HSET', token, ARGV[6 + 4 * nb], serial)
-      if expiring then
+      local before = expire and redis.call('PTTL', token)
+      redis.call('HSET', token, ARGV[6 + 4 * nb], serial .. ':' .. fmt(now + ttl * 1000))
+      if expire then
         -- The hash lives as long as its longest-lived token: extended, never shortened.
         if before == -2 or (before >= 0 and before < ttl) then
           redis.call('PEXPIRE', token, fmt(ttl))
         end
       else
+        -- Injected time: Redis's own expiry does not follow it; the deadlines do.
         redis.call('PERSIST', token)
       end
     end
