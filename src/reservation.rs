@@ -39,6 +39,9 @@ pub(crate) struct Taken {
     /// `true` when a `reset` or a policy change came in between: nothing is given back (the
     /// state that held the permits is gone), though a charge still is made.
     pub(crate) stale: bool,
+    /// The Redis backend's serial number of the reservation's token (0 in process).
+    #[cfg(feature = "redis")]
+    pub(crate) token: u64,
 }
 
 impl Taken {
@@ -91,6 +94,9 @@ pub struct Reservation {
     held: u64,
     marks: Marks,
     origin: Origin,
+    /// The Redis backend's serial number of the reservation's token (0 in process).
+    #[cfg(feature = "redis")]
+    token: u64,
 }
 
 impl Reservation {
@@ -108,7 +114,16 @@ impl Reservation {
             held,
             marks,
             origin,
+            #[cfg(feature = "redis")]
+            token: 0,
         }
+    }
+
+    /// The reservation, naming its token in Redis by `token`.
+    #[cfg(feature = "redis")]
+    pub(crate) fn with_token(mut self, token: u64) -> Self {
+        self.token = token;
+        self
     }
 
     /// The decision the reservation got: allowed (its permits are held) or refused (nothing
@@ -162,6 +177,8 @@ impl Reservation {
             held: self.held,
             marks: self.marks,
             stale: self.origin.epoch != origin.epoch,
+            #[cfg(feature = "redis")]
+            token: self.token,
         })
     }
 }

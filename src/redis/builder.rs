@@ -425,6 +425,16 @@ impl RedisLimiterBuilder {
         };
         let exact = self.test_clock.is_some();
         let max_lease = self.lease.unwrap_or(0).min(self.policy.max_cost());
+        // The instance's name in its tokens: random, so that servers never share one (a
+        // serial number alone restarts with the process).
+        let instance = format!(
+            "{:016x}",
+            KeyHasher::default().hash_one((
+                std::process::id(),
+                std::time::SystemTime::now(),
+                next_limiter_id(),
+            ))
+        );
         let leases = (max_lease > 0).then(|| {
             let shortest = self
                 .policy
@@ -432,23 +442,13 @@ impl RedisLimiterBuilder {
                 .map(|band| band.window_nanos())
                 .min()
                 .unwrap_or(1);
-            // The instance's name in its lease tokens: random, so that servers never share
-            // one (a serial number alone restarts with the process).
-            let instance = format!(
-                "{:016x}",
-                KeyHasher::default().hash_one((
-                    std::process::id(),
-                    std::time::SystemTime::now(),
-                    next_limiter_id(),
-                ))
-            );
             Leases::new(
                 max_lease,
                 (shortest / lease::HOLD_FRACTION).max(1),
                 script.clone(),
                 bands.clone(),
                 self.prefix.clone(),
-                instance,
+                instance.clone(),
                 self.timeout,
             )
         });
@@ -466,6 +466,8 @@ impl RedisLimiterBuilder {
                 clock,
                 counters: Counters::default(),
                 id: next_limiter_id(),
+                instance,
+                reservations: std::sync::atomic::AtomicU64::new(0),
                 hasher: KeyHasher::default(),
                 resets: std::sync::atomic::AtomicU64::new(0),
                 leases,

@@ -27,11 +27,18 @@
 -- ARGV[5 + 4 B] (the token's lifetime in ms, 1 to 2^40) and ARGV[6 + 4 B] (the instance's
 -- field); 'return' with ARGV[4 + 5 B] (the serial of the lease given back) and ARGV[5 + 5 B]
 -- (the field).
+-- 'reserve', 'refund' and 'charge' take one key more too: the key's hash of reservation
+-- tokens, a field '<instance>:<serial>' per reservation admitted and not yet settled, whose
+-- value is '<serial>:<deadline>' (the deadline: twice the longest window and a second after
+-- the reservation, when no band counts it any more). 'reserve' ends with ARGV[4 + 4 B] (the
+-- serial) and ARGV[5 + 4 B] (the instance); 'refund' and 'charge' with ARGV[4 + 5 B] and
+-- ARGV[5 + 5 B], the same. A refund applies only while the token is there; a charge applies
+-- anyway (it only ever spends more); both delete it.
 --
 -- Reply: { allowed (0 or 1), remaining, limit, retry_after (us), reset_after (us) }, and for
 -- 'reserve' one mark per band after them (0 when refused), for 'lease' the marks and k (0
--- when refused); 1 for 'refund' and 'charge'; for 'return' 1, or 0 when the token no longer
--- names the lease (returned already, expired, or Redis lost its data since), which changes
+-- when refused); 1 for 'charge'; for 'refund' and 'return' 1, or 0 when the token is gone
+-- (settled or returned already, expired, or Redis lost its data since), which changes
 -- nothing. Every band is read and decided before anything is written, and only an admission
 -- by every band writes: a refusal changes nothing anywhere. A settle applies every band's
 -- own rule, unconditionally.
@@ -90,9 +97,37 @@ local function reclaim_tokens(token, now)
   end
 end
 
--- The number of bands: a lease's token key follows theirs.
+-- Writes the token `field` = '<serial>:<deadline>' into `token` (a key's hash of lease or
+-- reservation tokens), needed for `life` us from now: first drops expired tokens (a bounded
+-- number), then sets the field, and on Redis TIME lets the hash live as long as its
+-- longest-lived token (extended, never shortened).
+local function write_token(token, field, serial, life)
+  reclaim_tokens(token, now)
+  local ttl = idiv(life + 999, 1000)
+  -- Read before the field is set: -2 when the hash does not exist yet.
+  local before = expire and redis.call('PTTL', token)
+  redis.call('HSET', token, field, serial .. ':' .. fmt(now + life))
+  if expire then
+    if before == -2 or (before >= 0 and before < ttl) then
+      redis.call('PEXPIRE', token, fmt(ttl))
+    end
+  else
+    -- Injected time: Redis's own expiry does not follow it; the deadlines do.
+    redis.call('PERSIST', token)
+  end
+end
+
+-- Deletes the token `field` of `token`, and the hash when only the walk's cursor is left.
+local function delete_token(token, field)
+  redis.call('HDEL', token, field)
+  if redis.call('HLEN', token) == 1 then
+    redis.call('HDEL', token, TOKEN_CURSOR)
+  end
+end
+
+-- The number of bands: a hash of tokens follows their keys for these.
 local nb = #KEYS
-if op == 'lease' or op == 'return' then
+if op == 'lease' or op == 'return' or op == 'reserve' or op == 'refund' or op == 'charge' then
   nb = nb - 1
 end
 
@@ -135,23 +170,28 @@ if op == 'refund' or op == 'charge' or op == 'return' then
     give = amount
   end
   local token = KEYS[nb + 1]
-  if op == 'return' and token_serial(redis.call('HGET', token, ARGV[5 + 5 * nb])) ~= ARGV[4 + 5 * nb] then
-    -- Returned already, or the token expired, or Redis lost its data since the lease was
-    -- taken (a restart without persistence): nothing of this lease is counted to give back.
-    return 0
+  local field = ARGV[5 + 5 * nb]
+  if op == 'return' then
+    if token_serial(redis.call('HGET', token, field)) ~= ARGV[4 + 5 * nb] then
+      -- Returned already, or the token expired, or Redis lost its data since the lease was
+      -- taken (a restart without persistence): nothing of this lease is counted to give back.
+      return 0
+    end
+  else
+    field = field .. ':' .. ARGV[4 + 5 * nb]
+    if op == 'refund' and redis.call('HEXISTS', token, field) == 0 then
+      -- Settled already, or Redis lost the reservation since (a restart without persistence,
+      -- a FLUSHALL, a failover to a replica that never had it, an eviction): the state does
+      -- not count it, and a refund would give back permits it never held.
+      return 0
+    end
   end
   -- Every band is read before anything is written, so a failed settle changes nothing.
   local writes, err = settle_writes(give, take)
   if not writes then
     return redis.error_reply(err)
   end
-  if op == 'return' then
-    redis.call('HDEL', token, ARGV[5 + 5 * nb])
-    if redis.call('HLEN', token) == 1 then
-      -- Only the walk's cursor may be left: no token, no hash.
-      redis.call('HDEL', token, TOKEN_CURSOR)
-    end
-  end
+  delete_token(token, field)
   for i = 1, #writes do
     writes[i]()
   end
@@ -257,23 +297,23 @@ if all then
       -- they are given back once at most, and only to the state that counts them.
       -- One hash per key, a field per limiter instance: a reset deletes every instance's
       -- token with the state, so no lease taken before it is given back to the fresh one.
-      local token, serial, ttl = KEYS[nb + 1], ARGV[4 + 4 * nb], token_ttl
       -- Tokens of instances that are gone (closed with their lease spent, or dead) are
       -- dropped once their deadline has passed, a bounded number per call.
-      reclaim_tokens(token, now)
-      -- Read before the field is set: -2 when the hash does not exist yet.
-      local before = expire and redis.call('PTTL', token)
-      redis.call('HSET', token, ARGV[6 + 4 * nb], serial .. ':' .. fmt(now + ttl * 1000))
-      if expire then
-        -- The hash lives as long as its longest-lived token: extended, never shortened.
-        if before == -2 or (before >= 0 and before < ttl) then
-          redis.call('PEXPIRE', token, fmt(ttl))
-        end
-      else
-        -- Injected time: Redis's own expiry does not follow it; the deadlines do.
-        redis.call('PERSIST', token)
+      write_token(KEYS[nb + 1], ARGV[6 + 4 * nb], ARGV[4 + 4 * nb], token_ttl * 1000)
+    end
+  elseif reserve then
+    -- The reservation's token: a refund applies only while it is there, so never to a state
+    -- that lost the reservation. No band counts the reservation two longest windows after it
+    -- (a bucket's debt is at most 2B, a log forgets after W, a counter after 2W).
+    local longest = 0
+    for i = 1, nb do
+      local _, _, W = spec(i)
+      if W > longest then
+        longest = W
       end
     end
+    local serial = ARGV[4 + 4 * nb]
+    write_token(KEYS[nb + 1], ARGV[5 + 4 * nb] .. ':' .. serial, serial, 2 * longest + 1000000)
   end
   return reply
 end
