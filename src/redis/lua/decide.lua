@@ -60,9 +60,9 @@ end
 local op = ARGV[2]
 local amount = tonumber(ARGV[3])
 
--- A lease token's value is '<serial>:<deadline>': the serial number of the lease it names,
--- and the instant (us) from which it is no longer needed. The serial of `value` (nil for a
--- missing field, which Redis gives as false).
+-- A token's value (a lease's or a reservation's) is '<serial>:<deadline>': the serial number
+-- of the lease or reservation it names, and the instant (us) from which it is no longer
+-- needed. The serial of `value` (nil for a missing field, which Redis gives as false).
 local function token_serial(value)
   if not value then
     return nil
@@ -70,14 +70,14 @@ local function token_serial(value)
   return string.match(value, '^(%d+)')
 end
 
--- The field of the hash of lease tokens that keeps where the walk of `reclaim_tokens` is.
+-- The field of a hash of tokens that keeps where the walk of `reclaim_tokens` is.
 local TOKEN_CURSOR = '#'
 
--- Drops the tokens of `token` (a key's hash of lease tokens) whose deadline is at or before
--- `now`, and any value it cannot read: one HSCAN step of about 16 fields per call, resumed
--- where the previous call stopped (the cursor is kept in the hash), so that every token is
--- looked at within a bounded number of calls. A small hash (Redis's compact encoding, up to
--- 128 fields by default) is returned whole by one step.
+-- Drops the tokens of `token` (a key's hash of lease or reservation tokens) whose deadline is
+-- at or before `now`, and any value it cannot read: one HSCAN step of about 16 fields per
+-- call, resumed where the previous call stopped (the cursor is kept in the hash), so that
+-- every token is looked at within a bounded number of calls. A small hash (Redis's compact
+-- encoding, up to 128 fields by default) is returned whole by one step.
 local function reclaim_tokens(token, now)
   local cursor = redis.call('HGET', token, TOKEN_CURSOR) or '0'
   local scan = redis.call('HSCAN', token, cursor, 'COUNT', 16)
