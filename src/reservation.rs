@@ -42,6 +42,9 @@ pub(crate) struct Taken {
     /// The limiter's count of resets and policy changes when the reservation was made: a
     /// refund checks it again once it has found the state it would write to.
     pub(crate) made: u64,
+    /// The Redis backend's serial number of the reservation's token (0 in process).
+    #[cfg(feature = "redis")]
+    pub(crate) token: u64,
 }
 
 impl Taken {
@@ -97,6 +100,9 @@ pub struct Reservation {
     /// For a reservation decided by the shared overflow state of a per-key policy, that
     /// policy: the settle goes to the same state, whatever the resolver answers by then.
     overflow: Option<Policy>,
+    /// The Redis backend's serial number of the reservation's token (0 in process).
+    #[cfg(feature = "redis")]
+    token: u64,
 }
 
 impl Reservation {
@@ -115,6 +121,8 @@ impl Reservation {
             marks,
             origin,
             overflow: None,
+            #[cfg(feature = "redis")]
+            token: 0,
         }
     }
 
@@ -129,6 +137,13 @@ impl Reservation {
     /// The policy whose shared overflow state decided this reservation, if it was recorded.
     pub(crate) fn overflow_policy(&self) -> Option<Policy> {
         self.overflow
+    }
+
+    /// The reservation, naming its token in Redis by `token`.
+    #[cfg(feature = "redis")]
+    pub(crate) fn with_token(mut self, token: u64) -> Self {
+        self.token = token;
+        self
     }
 
     /// The decision the reservation got: allowed (its permits are held) or refused (nothing
@@ -183,6 +198,8 @@ impl Reservation {
             marks: self.marks,
             stale: self.origin.epoch != origin.epoch,
             made: self.origin.epoch,
+            #[cfg(feature = "redis")]
+            token: self.token,
         })
     }
 }

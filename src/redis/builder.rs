@@ -11,7 +11,7 @@ use ::redis::cluster::ClusterClientBuilder;
 
 use crate::clock::{Clock, SystemClock};
 use crate::hasher::KeyHasher;
-use crate::policy::Policy;
+use crate::policy::{Algorithm, Policy};
 use crate::reservation::next_limiter_id;
 
 use super::cache::DenyCache;
@@ -34,6 +34,13 @@ use super::{BackendError, FailurePolicy, Inner, RedisLimiter};
 /// | [`probe_interval`](RedisLimiterBuilder::probe_interval) | 1 s |
 /// | [`deny_cache`](RedisLimiterBuilder::deny_cache) | on, up to 100,000 keys |
 /// | [`lease`](RedisLimiterBuilder::lease) | off |
+///
+/// [`connect`](RedisLimiterBuilder::connect) checks the settings before it connects, and
+/// refuses with [`BackendError::InvalidSetting`] (naming the setting and the value) a zero
+/// timeout, connect timeout or probe interval, `lease(0)`, and a lease of more than one permit
+/// under a policy with a sliding log band. A timeout or connect timeout above
+/// [`MAX_TIMEOUT`](RedisLimiterBuilder::MAX_TIMEOUT) (an hour) counts as an hour, so that
+/// `Duration::MAX` means "as long as it takes" without overflowing any deadline.
 ///
 /// # Examples
 ///
@@ -60,13 +67,19 @@ pub struct RedisLimiterBuilder {
     probe_interval: Duration,
     failure: FailurePolicy,
     deny_cache: usize,
-    /// The largest lease (0: no leases).
-    lease: u64,
+    /// The largest lease (`None`: no leases).
+    lease: Option<u64>,
     /// Set only by `test_clock` (feature `test-util`).
     test_clock: Option<Arc<dyn Clock>>,
 }
 
 impl RedisLimiterBuilder {
+    /// The longest [`timeout`](RedisLimiterBuilder::timeout) and
+    /// [`connect_timeout`](RedisLimiterBuilder::connect_timeout): one hour. A longer one
+    /// counts as this, which keeps every deadline computed from it, and the lease tokens'
+    /// expiry derived from it, far from overflowing.
+    pub const MAX_TIMEOUT: Duration = Duration::from_secs(3600);
+
     /// A builder for a limiter enforcing `policy`, with every setting at its default.
     pub(super) fn new(policy: Policy) -> Self {
         RedisLimiterBuilder {
@@ -77,7 +90,7 @@ impl RedisLimiterBuilder {
             probe_interval: Duration::from_secs(1),
             failure: FailurePolicy::Error,
             deny_cache: 100_000,
-            lease: 0,
+            lease: None,
             test_clock: None,
         }
     }
@@ -101,6 +114,9 @@ impl RedisLimiterBuilder {
     /// A call that timed out may still have been decided by Redis (its permits spent); it is
     /// never sent again.
     ///
+    /// Zero is refused at connect ([`BackendError::InvalidSetting`]); a timeout above
+    /// [`MAX_TIMEOUT`](RedisLimiterBuilder::MAX_TIMEOUT) (an hour) counts as an hour.
+    ///
     /// # Examples
     ///
     /// ```
@@ -110,12 +126,15 @@ impl RedisLimiterBuilder {
     /// # Ok::<(), tollgate::PolicyError>(())
     /// ```
     pub fn timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = timeout;
+        self.timeout = timeout.min(Self::MAX_TIMEOUT);
         self
     }
 
     /// The longest [`connect`](RedisLimiterBuilder::connect) waits for the first connection
     /// (default 2 s); later reconnections happen in the background.
+    ///
+    /// Zero is refused at connect ([`BackendError::InvalidSetting`]); a timeout above
+    /// [`MAX_TIMEOUT`](RedisLimiterBuilder::MAX_TIMEOUT) (an hour) counts as an hour.
     ///
     /// # Examples
     ///
@@ -126,7 +145,7 @@ impl RedisLimiterBuilder {
     /// # Ok::<(), tollgate::PolicyError>(())
     /// ```
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
-        self.connect_timeout = timeout;
+        self.connect_timeout = timeout.min(Self::MAX_TIMEOUT);
         self
     }
 
@@ -145,7 +164,9 @@ impl RedisLimiterBuilder {
     }
 
     /// While the failure policy decides, how often one call tries Redis again (default 1 s).
-    /// Also the `retry_after` of [`FailurePolicy::Closed`]'s refusals.
+    /// Also the `retry_after` of [`FailurePolicy::Closed`]'s refusals. Zero is refused at
+    /// connect ([`BackendError::InvalidSetting`]): every call would probe a Redis that is
+    /// down, and `Closed` would tell clients to retry at once.
     ///
     /// # Examples
     ///
@@ -190,8 +211,18 @@ impl RedisLimiterBuilder {
     /// Leases for hot keys: take up to `max_permits` permits of a key from Redis in one
     /// script call (counted spent there at once), and admit this server's requests for the
     /// key from them locally, without a round trip, until they are spent or the lease
-    /// expires (0 turns leases off, the default; a value above the smallest band's permits
-    /// counts as that).
+    /// expires (leases are off unless set; a value above the smallest band's permits counts
+    /// as that).
+    ///
+    /// * **Refused at connect** ([`BackendError::InvalidSetting`], naming `lease` and the
+    ///   value): `lease(0)`, and a lease of more than one permit under a policy with a
+    ///   [sliding log](crate::Algorithm::SlidingLog) band. A sliding log promises at most `N`
+    ///   admissions in every window of real time, but a lease's permits are stamped when it
+    ///   is taken and admitted up to its hold time (a tenth of the window) later: a lease of
+    ///   50 on `sliding-log 100/1s` taken at 0 s and spent at 0.099 s, then 100 admitted at
+    ///   1.0 s, would put 150 admissions inside (0.0995 s, 1.0995 s]. `lease(1)` is
+    ///   accepted (each lease is the request that takes it, stamped when it is admitted); the
+    ///   sliding log is meant for small `N`, where a round trip per request is cheap.
     ///
     /// * **Size**: a key's first lease is one permit, used by the request that takes it, so
     ///   a cold key holds nothing. Each next lease doubles, up to `max_permits`, when the
@@ -231,7 +262,7 @@ impl RedisLimiterBuilder {
     /// # Ok::<(), tollgate::PolicyError>(())
     /// ```
     pub fn lease(mut self, max_permits: u64) -> Self {
-        self.lease = max_permits;
+        self.lease = Some(max_permits);
         self
     }
 
@@ -336,6 +367,53 @@ impl RedisLimiterBuilder {
                 prefix: self.prefix.clone(),
             });
         }
+        let zero = |setting, value: Duration, reason| {
+            if value.is_zero() {
+                Err(BackendError::InvalidSetting {
+                    setting,
+                    value: format!("{value:?}"),
+                    reason,
+                })
+            } else {
+                Ok(())
+            }
+        };
+        zero(
+            "timeout",
+            self.timeout,
+            "every call would time out before Redis could answer",
+        )?;
+        zero(
+            "connect_timeout",
+            self.connect_timeout,
+            "the connection would time out before it is made",
+        )?;
+        zero(
+            "probe_interval",
+            self.probe_interval,
+            "while Redis is down every call would probe it, and the closed failure policy would tell clients to retry at once",
+        )?;
+        if let Some(lease) = self.lease {
+            let invalid = |reason| BackendError::InvalidSetting {
+                setting: "lease",
+                value: lease.to_string(),
+                reason,
+            };
+            if lease == 0 {
+                return Err(invalid(
+                    "a lease holds at least one permit (leases are off unless set)",
+                ));
+            }
+            let sliding_log = self
+                .policy
+                .bands()
+                .any(|band| band.algorithm() == Algorithm::SlidingLog);
+            if lease > 1 && sliding_log {
+                return Err(invalid(
+                    "the policy has a sliding log band, whose exact window a lease of more than one permit would break (its permits are stamped when taken, not when admitted); use lease(1) or another algorithm",
+                ));
+            }
+        }
         Bands::new(&self.policy)
     }
 
@@ -346,7 +424,17 @@ impl RedisLimiterBuilder {
             None => Arc::new(SystemClock::new()),
         };
         let exact = self.test_clock.is_some();
-        let max_lease = self.lease.min(self.policy.max_cost());
+        let max_lease = self.lease.unwrap_or(0).min(self.policy.max_cost());
+        // The instance's name in its tokens: random, so that servers never share one (a
+        // serial number alone restarts with the process).
+        let instance = format!(
+            "{:016x}",
+            KeyHasher::default().hash_one((
+                std::process::id(),
+                std::time::SystemTime::now(),
+                next_limiter_id(),
+            ))
+        );
         let leases = (max_lease > 0).then(|| {
             let shortest = self
                 .policy
@@ -354,24 +442,13 @@ impl RedisLimiterBuilder {
                 .map(|band| band.window_nanos())
                 .min()
                 .unwrap_or(1);
-            // The instance's name in its lease tokens: random, so that servers never share
-            // one (a serial number alone restarts with the process).
-            let instance = format!(
-                "{:016x}",
-                KeyHasher::default().hash_one((
-                    std::process::id(),
-                    std::time::SystemTime::now(),
-                    next_limiter_id(),
-                ))
-            );
             Leases::new(
                 max_lease,
                 (shortest / lease::HOLD_FRACTION).max(1),
-                exact,
                 script.clone(),
                 bands.clone(),
                 self.prefix.clone(),
-                instance,
+                instance.clone(),
                 self.timeout,
             )
         });
@@ -389,6 +466,8 @@ impl RedisLimiterBuilder {
                 clock,
                 counters: Counters::default(),
                 id: next_limiter_id(),
+                instance,
+                reservations: std::sync::atomic::AtomicU64::new(0),
                 hasher: KeyHasher::default(),
                 resets: std::sync::atomic::AtomicU64::new(0),
                 leases,

@@ -42,6 +42,17 @@ pub enum BackendError {
         /// The prefix given.
         prefix: String,
     },
+    /// A builder setting that cannot work: zero for a duration, a lease of no permit, or a
+    /// lease of more than one permit under a sliding log. Nothing was connected.
+    InvalidSetting {
+        /// The setting: the name of the [`RedisLimiterBuilder`](super::RedisLimiterBuilder)
+        /// method that took it.
+        setting: &'static str,
+        /// The value given, as `Debug` writes it.
+        value: String,
+        /// Why it cannot work.
+        reason: &'static str,
+    },
     /// The test clock read beyond what the script supports (2^52 us, about 142 years).
     ClockOutOfRange {
         /// The reading.
@@ -73,6 +84,11 @@ impl fmt::Display for BackendError {
                 f,
                 "prefix `{prefix}` contains `{{` or `}}`, which would change the keys' hash tag"
             ),
+            BackendError::InvalidSetting {
+                setting,
+                value,
+                reason,
+            } => write!(f, "invalid `{setting}` setting {value}: {reason}"),
             BackendError::ClockOutOfRange { now } => write!(
                 f,
                 "test clock reading {now:?} is beyond the Redis backend's range of 2^52 us"

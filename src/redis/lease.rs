@@ -34,6 +34,13 @@
 //! persistence forgets the token with the counts), where a refund would give back permits
 //! counted for other requests.
 //!
+//! A token also carries its own deadline (twice the hold time, plus the timeout and a
+//! second, after its lease was taken), and every lease of the key that writes a token first
+//! drops a bounded number of tokens whose deadline has passed: those of instances that closed
+//! with their lease spent (nothing to give back, so nothing sent) or died. So a hot key's hash
+//! of tokens holds about one token per instance that leased it recently, however many came
+//! and went.
+//!
 //! # Size and hold time
 //!
 //! A key's first lease is of one permit: the request that takes it uses it, and nothing is
@@ -62,6 +69,11 @@ pub(crate) use self::calls::sweeper;
 
 use super::conn::Script;
 use super::script::Bands;
+
+/// The longest a lease token is kept, in ms: 2^40 ms, about 34.8 years (twice the longest
+/// hold time of a supported policy, plus an hour's timeout, is below it). Keeps the token's
+/// deadline, `now + ttl` in microseconds, below 2^53, where Lua's numbers are exact.
+pub(crate) const MAX_TOKEN_TTL_MS: u64 = 1 << 40;
 
 /// A lease is held at most this fraction of the policy's shortest window: 1/10.
 pub(crate) const HOLD_FRACTION: u64 = 10;
@@ -251,7 +263,8 @@ pub(crate) struct Leases {
     max: u64,
     /// How long a lease may be held, in the limiter's clock's nanoseconds.
     hold: u64,
-    /// The lease token's expiry in ms (0 for none: an injected test clock).
+    /// How long a lease token is kept, in ms: the token's own deadline in the key's hash of
+    /// tokens, and (on Redis `TIME`) the hash's expiry.
     ttl_ms: u64,
     serial: AtomicU64,
     /// Bumped by `reset`: a lease asked for before a reset is not installed after it.
@@ -280,7 +293,6 @@ impl Leases {
     pub(crate) fn new(
         max: u64,
         hold: u64,
-        exact_clock: bool,
         script: Script,
         bands: Bands,
         prefix: String,
@@ -288,13 +300,14 @@ impl Leases {
         timeout: Duration,
     ) -> Self {
         // The token outlives the lease: it is needed until the lease is given back, at its
-        // expiry plus a sweep and a call.
-        let ttl_ms = if exact_clock {
-            0
-        } else {
-            let nanos = u128::from(hold) * 2 + timeout.as_nanos();
-            u64::try_from(nanos.div_ceil(1_000_000)).unwrap_or(u64::MAX / 2) + 1_000
-        };
+        // expiry plus a sweep and a call. Clamped, so that the script's deadline arithmetic
+        // stays exact and `PEXPIRE` accepts it whatever the settings (the hold time of a
+        // supported policy, and a timeout clamped by the builder, keep it far below anyway).
+        let nanos = u128::from(hold) * 2 + timeout.as_nanos();
+        let ttl_ms = u64::try_from(nanos.div_ceil(1_000_000))
+            .unwrap_or(u64::MAX)
+            .saturating_add(1_000)
+            .min(MAX_TOKEN_TTL_MS);
         Leases {
             map: HashIndex::with_hasher(KeyHasher::default()),
             keys: AtomicUsize::new(0),

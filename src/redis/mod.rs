@@ -134,6 +134,12 @@ struct Inner {
     counters: Counters,
     /// This limiter's serial number, in the origin of its reservations.
     id: u64,
+    /// This limiter instance's name in the tokens it writes next to a key's state (its lease
+    /// token's field, the prefix of its reservations' fields): random, so that servers never
+    /// share one.
+    instance: String,
+    /// The serial number of this limiter's latest reservation, which its token names.
+    reservations: AtomicU64,
     /// Hashes a key for the origin of its reservations.
     hasher: KeyHasher,
     /// `reset`s this limiter has made: a reservation made before one gets no refund (its
@@ -342,6 +348,9 @@ impl RedisLimiter {
     /// cache: the key starts fresh. Returns `true` when there was state to delete. Other
     /// limiters' deny caches may still refuse the key until their cached retry_after.
     ///
+    /// The key's reservation tokens are deleted with it: a reservation made before, by any
+    /// limiter, gets no refund.
+    ///
     /// With [leases](RedisLimiterBuilder::lease), this limiter's lease of the key is dropped
     /// (its permits went with the state) and its lease token deleted with the state; other
     /// limiters keep admitting from their leases of the key until those are spent or
@@ -386,6 +395,8 @@ impl RedisLimiter {
             Some(leases) => del.arg(leases.returner.keys(key)),
             None => del.arg(inner.bands.keys(&inner.prefix, key)),
         };
+        // The reservation tokens go with the state: a reservation made before gets no refund.
+        del.arg(Bands::reserve_key(&inner.prefix, key));
         let reply = tokio::time::timeout(inner.timeout, inner.script.conn().query(&del)).await;
         forget();
         // Release, once the DEL was sent (it may have run even if no answer came): a
@@ -509,10 +520,9 @@ impl RedisLimiter {
             return self.fallback(key, ask, BackendError::Unavailable);
         }
         let mut args = inner.bands.args(now_micros, ask);
-        let keys = match &inner.leases {
-            Some(leases) if ask.has_token() => leases.returner.token_call(key, &mut args),
-            _ => inner.bands.keys(&inner.prefix, key),
-        };
+        let keys = inner
+            .bands
+            .call_keys(&inner.prefix, key, ask, &inner.instance, &mut args);
         let call = inner.script.call(
             &keys,
             &args,
@@ -521,7 +531,7 @@ impl RedisLimiter {
             inner.timeout,
         );
         let marks = match ask {
-            Ask::Reserve(_) | Ask::Lease { .. } => inner.bands.count(),
+            Ask::Reserve { .. } | Ask::Lease { .. } => inner.bands.count(),
             _ => 0,
         };
         let counted = matches!(ask, Ask::Lease { .. });
@@ -532,7 +542,7 @@ impl RedisLimiter {
                 bump(&inner.counters.redis_decisions);
                 if let Some(cache) = &inner.cache {
                     if decision.is_allowed() {
-                        if let Ask::Acquire(_) | Ask::Reserve(_) | Ask::Lease { .. } = ask {
+                        if let Ask::Acquire(_) | Ask::Reserve { .. } | Ask::Lease { .. } = ask {
                             // An admission may lengthen a cached refusal of another cost.
                             cache.remove(key);
                         }
@@ -615,7 +625,7 @@ impl RedisLimiter {
             FailurePolicy::Closed => Decision::deny(0, limit, wait, 0),
             FailurePolicy::Local(local) => match ask {
                 Ask::Peek => local.peek(key),
-                Ask::Acquire(cost) | Ask::Reserve(cost) => local
+                Ask::Acquire(cost) | Ask::Reserve { cost, .. } => local
                     .try_acquire_n(key, cost)
                     .unwrap_or(Decision::deny(0, limit, wait, 0)),
                 // A lease's request alone: no lease while the failure policy decides.

@@ -18,6 +18,13 @@ impl RedisLimiter {
     /// [`settle`](RedisLimiter::settle) (or [`cancel`](RedisLimiter::cancel)) once the cost
     /// is known. A refused reservation holds nothing.
     ///
+    /// An admitted reservation also writes its *token* next to the key's state (a field of
+    /// the hash `<prefix>:{<key>}:reserved`, in the key's cluster slot, written by the same
+    /// script call): its refund applies only while the token is there, so never to a Redis
+    /// that lost the reservation since (see [`settle`](RedisLimiter::settle)). The token is
+    /// deleted by the settle, or dropped by a later reservation of the key once no band can
+    /// count the reservation any more (twice the longest window, and a second).
+    ///
     /// While the failure policy decides, the reservation gets its decision (an
     /// [`Open`](crate::redis::FailurePolicy::Open) or [`Local`](crate::redis::FailurePolicy::Local) admission holds its
     /// permits), but nothing of it is in Redis: settling or cancelling it returns `Ok(())`
@@ -47,8 +54,11 @@ impl RedisLimiter {
         // The origin first: its count of resets must not be newer than the state the
         // reservation is decided on.
         let origin = self.origin(key);
-        let (decision, marks, _) = self.decide(key, Ask::Reserve(n)).await?;
-        Ok(Reservation::new(decision, n, marks, origin))
+        // Relaxed: only uniqueness matters, and a read-modify-write gives every call its own.
+        let serial = self.inner.reservations.fetch_add(1, Ordering::Relaxed) + 1;
+        let ask = Ask::Reserve { cost: n, serial };
+        let (decision, marks, _) = self.decide(key, ask).await?;
+        Ok(Reservation::new(decision, n, marks, origin).with_token(serial))
     }
 
     /// Settles `r`, a reservation made by [`reserve_n`](RedisLimiter::reserve_n) of this
@@ -59,6 +69,14 @@ impl RedisLimiter {
     /// to its permits, as it cannot hold more). Each band gives back only what it still
     /// counts of the reservation (nothing once those permits have refilled or left its
     /// window).
+    ///
+    /// **After Redis lost the reservation** (a restart without persistence, a `FLUSHALL`, a
+    /// failover to a replica that never received it), its token is gone with it, and a refund
+    /// gives back nothing: the state in Redis never held those permits. A charge is still
+    /// made (it only spends more). Under `maxmemory` eviction, which removes keys one by
+    /// one, the token may outlive a band's state: the refund then lands on that band's fresh
+    /// state under the rules above, at most the permits given back, once; a token evicted
+    /// before the state makes the refund give back nothing.
     ///
     /// A settle that gives permits back drops the key's refusal from this limiter's deny
     /// cache (other limiters' caches may still refuse the key until their cached
@@ -98,7 +116,7 @@ impl RedisLimiter {
     pub async fn settle(&self, key: &str, r: Reservation, actual: u64) -> Result<(), BackendError> {
         let inner = &*self.inner;
         let taken = r.take(self.origin(key))?;
-        let (held, marks) = (taken.held, taken.marks);
+        let (held, marks, serial) = (taken.held, taken.marks, taken.token);
         if marks == NOT_IN_REDIS || !taken.changes(actual) {
             return Ok(());
         }
@@ -106,11 +124,13 @@ impl RedisLimiter {
             Ask::Refund {
                 permits: held - actual,
                 marks,
+                serial,
             }
         } else {
             Ask::Charge {
                 permits: (actual - held).min(script::MAX_CHARGE),
                 marks,
+                serial,
             }
         };
         let now_micros = self.test_micros()?;
@@ -118,8 +138,10 @@ impl RedisLimiter {
             return Err(BackendError::Unavailable);
         }
         let refund = matches!(ask, Ask::Refund { .. });
-        let keys = inner.bands.keys(&inner.prefix, key);
-        let args = inner.bands.args(now_micros, ask);
+        let mut args = inner.bands.args(now_micros, ask);
+        let keys = inner
+            .bands
+            .call_keys(&inner.prefix, key, ask, &inner.instance, &mut args);
         // A refund is never sent twice: applied twice, it would give back more than was
         // held. A charge is resent once on a fresh connection, as a decision is: applied
         // twice it only refuses sooner, and dropped it would forgive a debt.
@@ -145,7 +167,9 @@ impl RedisLimiter {
         }
         match reply {
             Ok(Ok(reply)) => {
-                script::settled(&reply)?;
+                // `false`: a refund Redis did not apply, the reservation's token being gone
+                // (settled already, or lost with the state: nothing of it to give back).
+                let _applied = script::settled(&reply)?;
                 self.recovered();
                 Ok(())
             }

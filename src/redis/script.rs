@@ -49,22 +49,33 @@ pub(crate) enum Ask {
     Acquire(u64),
     /// What a request of cost 1 would get now; nothing is written.
     Peek,
-    /// As `Acquire`, and the reply carries each band's mark for the reservation.
-    Reserve(u64),
-    /// Settle a reservation whose bands stand at `marks`, giving back `permits` (at least 1).
+    /// As `Acquire`, and the reply carries each band's mark for the reservation; an
+    /// admission writes the reservation's token, numbered `serial`, next to the key's state.
+    Reserve {
+        /// The permits reserved.
+        cost: u64,
+        /// The reservation's serial number, which its token's field names.
+        serial: u64,
+    },
+    /// Settle a reservation whose bands stand at `marks`, giving back `permits` (at least 1):
+    /// applied only while the reservation's token is there, which it deletes.
     Refund {
         /// The permits given back.
         permits: u64,
         /// The reservation's marks.
         marks: Marks,
+        /// The reservation's serial number.
+        serial: u64,
     },
     /// Settle a reservation whose bands stand at `marks`, charging `permits` (at least 1, at
-    /// most [`MAX_CHARGE`]) on top of it.
+    /// most [`MAX_CHARGE`]) on top of it, and delete its token.
     Charge {
         /// The permits charged.
         permits: u64,
         /// The reservation's marks.
         marks: Marks,
+        /// The reservation's serial number.
+        serial: u64,
     },
     /// A lease: a reservation of as many permits as every band has, at least 1 (else a
     /// refusal of cost 1), at most `max`; the reply carries the marks and the count. A lease
@@ -95,7 +106,7 @@ impl Ask {
     /// when one permit does not fit.
     pub(crate) const fn cost(self) -> u64 {
         match self {
-            Ask::Acquire(cost) | Ask::Reserve(cost) => cost,
+            Ask::Acquire(cost) | Ask::Reserve { cost, .. } => cost,
             Ask::Peek | Ask::Lease { .. } => 1,
             Ask::Refund { permits, .. }
             | Ask::Charge { permits, .. }
@@ -112,9 +123,13 @@ impl Ask {
         }
     }
 
-    /// `true` when the call takes the lease token as one key more.
-    pub(crate) const fn has_token(self) -> bool {
-        matches!(self, Ask::Lease { .. } | Ask::Return { .. })
+    /// The hash of tokens the call takes as one key more (after the bands'), if any.
+    pub(crate) const fn tokens(self) -> Option<Tokens> {
+        match self {
+            Ask::Lease { .. } | Ask::Return { .. } => Some(Tokens::Lease),
+            Ask::Reserve { .. } | Ask::Refund { .. } | Ask::Charge { .. } => Some(Tokens::Reserve),
+            Ask::Acquire(_) | Ask::Peek => None,
+        }
     }
 
     /// The script's name for it (ARGV[2] in lua/decide.lua).
@@ -122,13 +137,22 @@ impl Ask {
         match self {
             Ask::Acquire(_) => "acquire",
             Ask::Peek => "peek",
-            Ask::Reserve(_) => "reserve",
+            Ask::Reserve { .. } => "reserve",
             Ask::Refund { .. } => "refund",
             Ask::Charge { .. } => "charge",
             Ask::Lease { .. } => "lease",
             Ask::Return { .. } => "return",
         }
     }
+}
+
+/// A key's hash of tokens, next to its state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Tokens {
+    /// Lease tokens: a field per limiter instance, naming its latest lease.
+    Lease,
+    /// Reservation tokens: a field per reservation admitted and not yet settled.
+    Reserve,
 }
 
 /// One band of a policy as the script takes it.
@@ -216,6 +240,33 @@ impl Bands {
         name(prefix, &tag(key), "lease")
     }
 
+    /// The Redis key of the reservation tokens for `key`: `<prefix>:{<key>}:reserved`, a hash
+    /// with a field per reservation not yet settled, in the slot of the key's bands.
+    pub(crate) fn reserve_key(prefix: &str, key: &str) -> String {
+        name(prefix, &tag(key), "reserved")
+    }
+
+    /// The keys of a call of `ask` for `key`: the bands', then the hash of tokens it takes,
+    /// whose field names `instance` (appended to the call's `args`).
+    pub(crate) fn call_keys(
+        &self,
+        prefix: &str,
+        key: &str,
+        ask: Ask,
+        instance: &str,
+        args: &mut Vec<String>,
+    ) -> Vec<String> {
+        let mut keys = self.keys(prefix, key);
+        if let Some(tokens) = ask.tokens() {
+            args.push(instance.to_owned());
+            keys.push(match tokens {
+                Tokens::Lease => Self::lease_key(prefix, key),
+                Tokens::Reserve => Self::reserve_key(prefix, key),
+            });
+        }
+        keys
+    }
+
     /// The script's arguments: `now` (in us, `None` for Redis TIME), what is asked and its
     /// amount, each band's four, then (to settle) each band's mark, and a lease's serial
     /// number (and its token's expiry).
@@ -233,18 +284,18 @@ impl Bands {
             args.extend(band.args.iter().cloned());
         }
         match ask {
-            Ask::Refund { marks, .. } | Ask::Charge { marks, .. } => {
-                args.extend(marks[..self.bands.len()].iter().map(u64::to_string));
-            }
             Ask::Lease { serial, ttl_ms, .. } => {
                 args.push(serial.to_string());
                 args.push(ttl_ms.to_string());
             }
-            Ask::Return { marks, serial, .. } => {
+            Ask::Reserve { serial, .. } => args.push(serial.to_string()),
+            Ask::Refund { marks, serial, .. }
+            | Ask::Charge { marks, serial, .. }
+            | Ask::Return { marks, serial, .. } => {
                 args.extend(marks[..self.bands.len()].iter().map(u64::to_string));
                 args.push(serial.to_string());
             }
-            Ask::Acquire(_) | Ask::Peek | Ask::Reserve(_) => {}
+            Ask::Acquire(_) | Ask::Peek => {}
         }
         args
     }
@@ -343,16 +394,14 @@ pub(crate) fn returned(reply: &::redis::Value) -> Result<bool, BackendError> {
     }
 }
 
-/// Checks the script's reply to a settle: `1`.
+/// The script's reply to a settle: `true` (`1`) when applied, `false` (`0`) for a refund
+/// whose reservation token was gone (Redis no longer counts the reservation).
 ///
 /// # Errors
 ///
 /// [`BackendError::Reply`] for any other reply.
-pub(crate) fn settled(reply: &::redis::Value) -> Result<(), BackendError> {
-    match reply {
-        ::redis::Value::Int(1) => Ok(()),
-        other => Err(BackendError::Reply(format!("{other:?}"))),
-    }
+pub(crate) fn settled(reply: &::redis::Value) -> Result<bool, BackendError> {
+    returned(reply)
 }
 
 /// A clock reading in nanoseconds as the script's microseconds (rounded down).
@@ -412,18 +461,34 @@ mod tests {
     fn a_settle_sends_one_mark_per_band() {
         let bands = Bands::new(&"5/1s & sliding-counter 9/1min".parse().unwrap()).unwrap();
         let marks = [11, 22, 0, 0];
+        let refund = Ask::Refund {
+            permits: 2,
+            marks,
+            serial: 5,
+        };
         assert_eq!(
-            bands.args(Some(3), Ask::Refund { permits: 2, marks }),
+            bands.args(Some(3), refund),
             [
                 "3", "refund", "2", "tb", "5", "1000000", "200000", "sc", "9", "60000000", "0",
-                "11", "22"
+                "11", "22", "5"
             ]
         );
-        assert_eq!(bands.args(None, Ask::Reserve(4))[1..3], ["reserve", "4"]);
+        let reserve = Ask::Reserve { cost: 4, serial: 6 };
+        assert_eq!(bands.args(None, reserve)[1..3], ["reserve", "4"]);
+        assert_eq!(bands.args(None, reserve)[11..], ["6"]);
+        let charge = Ask::Charge {
+            permits: 7,
+            marks,
+            serial: 8,
+        };
+        assert_eq!(bands.args(None, charge)[1..3], ["charge", "7"]);
+        let mut args = bands.args(None, charge);
         assert_eq!(
-            bands.args(None, Ask::Charge { permits: 7, marks })[1..3],
-            ["charge", "7"]
+            bands.call_keys("rl", "a", charge, "i0", &mut args),
+            ["rl:{a}:tb:5/1s", "rl:{a}:sc:9/1m", "rl:{a}:reserved"],
+            "the reservation tokens, in the slot of the key's bands"
         );
+        assert_eq!(args[11..], ["11", "22", "8", "i0"]);
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! The Redis backend (feature `redis`) against real `redis-server` processes that each test
 //! starts on free loopback ports: one test binary, a module per scenario (`standalone`,
-//! `reserve`, `lease`, `cluster`, `faults`, `middleware`, `throughput`), the server harness compiled
-//! once.
+//! `reserve`, `lease`, `settings`, `tokens`, `cluster`, `faults`, `middleware`,
+//! `throughput`), the server harness compiled once.
 //! The harness needs feature `test-util` too (`standalone` and `cluster` drive time with
 //! `test_clock`); `middleware`, the HTTP layer deciding through Redis, needs `tower` as well.
 //!
@@ -27,5 +27,7 @@ mod faults;
 mod lease;
 mod middleware;
 mod reserve;
+mod settings;
 mod standalone;
 mod throughput;
+mod tokens;

@@ -71,14 +71,16 @@ async fn leasing(
     cache: bool,
     lease: u64,
 ) -> RedisLimiter {
-    RedisLimiter::builder(policy.parse().unwrap())
+    let builder = RedisLimiter::builder(policy.parse().unwrap())
         .prefix(prefix)
         .timeout(Duration::from_secs(5))
-        .deny_cache(if cache { 100_000 } else { 0 })
-        .lease(lease)
-        .connect(&server.url())
-        .await
-        .unwrap()
+        .deny_cache(if cache { 100_000 } else { 0 });
+    let builder = if lease > 0 {
+        builder.lease(lease)
+    } else {
+        builder
+    };
+    builder.connect(&server.url()).await.unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -114,9 +114,13 @@ impl RedisLimiter {
             if lease.claim() {
                 return self.refill(leases, key, lease, now).await;
             }
-            // Another task is replacing the lease: wait for it, then read again.
-            let deadline =
-                *deadline.get_or_insert_with(|| tokio::time::Instant::now() + inner.timeout);
+            // Another task is replacing the lease: wait for it, then read again. The builder
+            // keeps the timeout within an hour; should the sum still overflow, the request
+            // does not wait and asks Redis itself.
+            let deadline = *deadline.get_or_insert_with(|| {
+                let now = tokio::time::Instant::now();
+                now.checked_add(inner.timeout).unwrap_or(now)
+            });
             let mut done = pin!(lease.done.notified());
             done.as_mut().enable();
             if leases.is_current(key, &lease) {

@@ -21,15 +21,24 @@
 -- ARGV[3 + 4 B + i]       ('refund', 'charge' and 'return') band i's mark, from the
 --              reservation, for B bands.
 -- 'lease' and 'return' take one key more, after the bands': the key's hash of lease tokens,
--- a field per limiter instance naming its latest lease (a serial number); a reset deletes it
--- with the bands. 'lease' then ends with ARGV[4 + 4 B] (the new lease's serial), ARGV[5 + 4 B]
--- (the token's expiry in ms, 0 for none) and ARGV[6 + 4 B] (the instance's field); 'return'
--- with ARGV[4 + 5 B] (the serial of the lease given back) and ARGV[5 + 5 B] (the field).
+-- a field per limiter instance naming its latest lease: '<serial>:<deadline>', the deadline
+-- (us, on the script's clock) from which the token is no longer needed; a reset deletes the
+-- hash with the bands. 'lease' then ends with ARGV[4 + 4 B] (the new lease's serial),
+-- ARGV[5 + 4 B] (the token's lifetime in ms, 1 to 2^40) and ARGV[6 + 4 B] (the instance's
+-- field); 'return' with ARGV[4 + 5 B] (the serial of the lease given back) and ARGV[5 + 5 B]
+-- (the field).
+-- 'reserve', 'refund' and 'charge' take one key more too: the key's hash of reservation
+-- tokens, a field '<instance>:<serial>' per reservation admitted and not yet settled, whose
+-- value is '<serial>:<deadline>' (the deadline: twice the longest window and a second after
+-- the reservation, when no band counts it any more). 'reserve' ends with ARGV[4 + 4 B] (the
+-- serial) and ARGV[5 + 4 B] (the instance); 'refund' and 'charge' with ARGV[4 + 5 B] and
+-- ARGV[5 + 5 B], the same. A refund applies only while the token is there; a charge applies
+-- anyway (it only ever spends more); both delete it.
 --
 -- Reply: { allowed (0 or 1), remaining, limit, retry_after (us), reset_after (us) }, and for
 -- 'reserve' one mark per band after them (0 when refused), for 'lease' the marks and k (0
--- when refused); 1 for 'refund' and 'charge'; for 'return' 1, or 0 when the token no longer
--- names the lease (returned already, expired, or Redis lost its data since), which changes
+-- when refused); 1 for 'charge'; for 'refund' and 'return' 1, or 0 when the token is gone
+-- (settled or returned already, expired, or Redis lost its data since), which changes
 -- nothing. Every band is read and decided before anything is written, and only an admission
 -- by every band writes: a refusal changes nothing anywhere. A settle applies every band's
 -- own rule, unconditionally.
@@ -51,9 +60,74 @@ end
 local op = ARGV[2]
 local amount = tonumber(ARGV[3])
 
--- The number of bands: a lease's token key follows theirs.
+-- A token's value (a lease's or a reservation's) is '<serial>:<deadline>': the serial number
+-- of the lease or reservation it names, and the instant (us) from which it is no longer
+-- needed. The serial of `value` (nil for a missing field, which Redis gives as false).
+local function token_serial(value)
+  if not value then
+    return nil
+  end
+  return string.match(value, '^(%d+)')
+end
+
+-- The field of a hash of tokens that keeps where the walk of `reclaim_tokens` is.
+local TOKEN_CURSOR = '#'
+
+-- Drops the tokens of `token` (a key's hash of lease or reservation tokens) whose deadline is
+-- at or before `now`, and any value it cannot read: one HSCAN step of about 16 fields per
+-- call, resumed where the previous call stopped (the cursor is kept in the hash), so that
+-- every token is looked at within a bounded number of calls. A small hash (Redis's compact
+-- encoding, up to 128 fields by default) is returned whole by one step.
+local function reclaim_tokens(token, now)
+  local cursor = redis.call('HGET', token, TOKEN_CURSOR) or '0'
+  local scan = redis.call('HSCAN', token, cursor, 'COUNT', 16)
+  local items = scan[2]
+  for j = 1, #items, 2 do
+    if items[j] ~= TOKEN_CURSOR then
+      local deadline = tonumber(string.match(items[j + 1], ':(%d+)$'))
+      if not deadline or deadline <= now then
+        redis.call('HDEL', token, items[j])
+      end
+    end
+  end
+  if scan[1] == '0' then
+    redis.call('HDEL', token, TOKEN_CURSOR)
+  else
+    redis.call('HSET', token, TOKEN_CURSOR, scan[1])
+  end
+end
+
+-- Writes the token `field` = '<serial>:<deadline>' into `token` (a key's hash of lease or
+-- reservation tokens), needed for `life` us from now: first drops expired tokens (a bounded
+-- number), then sets the field, and on Redis TIME lets the hash live as long as its
+-- longest-lived token (extended, never shortened).
+local function write_token(token, field, serial, life)
+  reclaim_tokens(token, now)
+  local ttl = idiv(life + 999, 1000)
+  -- Read before the field is set: -2 when the hash does not exist yet.
+  local before = expire and redis.call('PTTL', token)
+  redis.call('HSET', token, field, serial .. ':' .. fmt(now + life))
+  if expire then
+    if before == -2 or (before >= 0 and before < ttl) then
+      redis.call('PEXPIRE', token, fmt(ttl))
+    end
+  else
+    -- Injected time: Redis's own expiry does not follow it; the deadlines do.
+    redis.call('PERSIST', token)
+  end
+end
+
+-- Deletes the token `field` of `token`, and the hash when only the walk's cursor is left.
+local function delete_token(token, field)
+  redis.call('HDEL', token, field)
+  if redis.call('HLEN', token) == 1 then
+    redis.call('HDEL', token, TOKEN_CURSOR)
+  end
+end
+
+-- The number of bands: a hash of tokens follows their keys for these.
 local nb = #KEYS
-if op == 'lease' or op == 'return' then
+if op == 'lease' or op == 'return' or op == 'reserve' or op == 'refund' or op == 'charge' then
   nb = nb - 1
 end
 
@@ -96,19 +170,28 @@ if op == 'refund' or op == 'charge' or op == 'return' then
     give = amount
   end
   local token = KEYS[nb + 1]
-  if op == 'return' and redis.call('HGET', token, ARGV[5 + 5 * nb]) ~= ARGV[4 + 5 * nb] then
-    -- Returned already, or the token expired, or Redis lost its data since the lease was
-    -- taken (a restart without persistence): nothing of this lease is counted to give back.
-    return 0
+  local field = ARGV[5 + 5 * nb]
+  if op == 'return' then
+    if token_serial(redis.call('HGET', token, field)) ~= ARGV[4 + 5 * nb] then
+      -- Returned already, or the token expired, or Redis lost its data since the lease was
+      -- taken (a restart without persistence): nothing of this lease is counted to give back.
+      return 0
+    end
+  else
+    field = field .. ':' .. ARGV[4 + 5 * nb]
+    if op == 'refund' and redis.call('HEXISTS', token, field) == 0 then
+      -- Settled already, or Redis lost the reservation since (a restart without persistence,
+      -- a FLUSHALL, a failover to a replica that never had it, an eviction): the state does
+      -- not count it, and a refund would give back permits it never held.
+      return 0
+    end
   end
   -- Every band is read before anything is written, so a failed settle changes nothing.
   local writes, err = settle_writes(give, take)
   if not writes then
     return redis.error_reply(err)
   end
-  if op == 'return' then
-    redis.call('HDEL', token, ARGV[5 + 5 * nb])
-  end
+  delete_token(token, field)
   for i = 1, #writes do
     writes[i]()
   end
@@ -122,8 +205,14 @@ if not (peek or reserve or op == 'acquire') then
   return redis.error_reply('tollgate: unknown request ' .. tostring(op))
 end
 local cost = amount
+local token_ttl
 if lease then
   cost = 1
+  -- Checked before anything is written: a call that fails changes nothing.
+  token_ttl = tonumber(ARGV[5 + 4 * nb])
+  if not token_ttl or token_ttl < 1 or token_ttl > 2 ^ 40 then
+    return redis.error_reply('tollgate: lease token lifetime out of range: ' .. tostring(ARGV[5 + 4 * nb]))
+  end
 end
 
 -- Every band's decision of a request of `cost` (nil and a message for an unknown
@@ -208,20 +297,23 @@ if all then
       -- they are given back once at most, and only to the state that counts them.
       -- One hash per key, a field per limiter instance: a reset deletes every instance's
       -- token with the state, so no lease taken before it is given back to the fresh one.
-      local token, serial, ttl = KEYS[nb + 1], ARGV[4 + 4 * nb], tonumber(ARGV[5 + 4 * nb])
-      local expiring = expire and ttl > 0
-      -- Read before the field is set: -2 when the hash does not exist yet.
-      local before = expiring and redis.call('PTTL', token)
-      redis.call('HSET', token, ARGV[6 + 4 * nb], serial)
-      if expiring then
-        -- The hash lives as long as its longest-lived token: extended, never shortened.
-        if before == -2 or (before >= 0 and before < ttl) then
-          redis.call('PEXPIRE', token, fmt(ttl))
-        end
-      else
-        redis.call('PERSIST', token)
+      -- Tokens of instances that are gone (closed with their lease spent, or dead) are
+      -- dropped once their deadline has passed, a bounded number per call.
+      write_token(KEYS[nb + 1], ARGV[6 + 4 * nb], ARGV[4 + 4 * nb], token_ttl * 1000)
+    end
+  elseif reserve then
+    -- The reservation's token: a refund applies only while it is there, so never to a state
+    -- that lost the reservation. No band counts the reservation two longest windows after it
+    -- (a bucket's debt is at most 2B, a log forgets after W, a counter after 2W).
+    local longest = 0
+    for i = 1, nb do
+      local _, _, W = spec(i)
+      if W > longest then
+        longest = W
       end
     end
+    local serial = ARGV[4 + 4 * nb]
+    write_token(KEYS[nb + 1], ARGV[5 + 4 * nb] .. ':' .. serial, serial, 2 * longest + 1000000)
   end
   return reply
 end
