@@ -573,19 +573,21 @@ impl<C: Clock> DirectLimiter<C> {
         // Retire the state in force, taking the permits it has in use. Only this call (under
         // the mutex) retires states, so it is live and the carry is there.
         let old = self.settled(&guard);
-        // Counted before the old state is retired: a settle that finds the new state sees
-        // the count, and gives it nothing back (see `Rebuilds`).
-        self.rebuilds.advance();
-        let carry = old.state.retire_with_carry(now);
-        let generation = Generation {
-            policy,
-            state: State::new(&policy, carry.as_ref(), now),
-        };
-        // AcqRel: the Release half publishes the new generation (see `latest`).
-        self.current
-            .swap((Some(Shared::new(generation)), Tag::None), Ordering::AcqRel);
-        // Release: orders the publication above before the flag; readers pair with Acquire.
-        self.replaced.store(true, Ordering::Release);
+        // Counted from before the old state is retired to after the new one is published: a
+        // refund never lands on the new state for a reservation made before (see `Rebuilds`).
+        self.rebuilds.around(|| {
+            let carry = old.state.retire_with_carry(now);
+            let generation = Generation {
+                policy,
+                state: State::new(&policy, carry.as_ref(), now),
+            };
+            // AcqRel: the Release half publishes the new generation (see `latest`).
+            self.current
+                .swap((Some(Shared::new(generation)), Tag::None), Ordering::AcqRel);
+            // Release: orders the publication above before the flag; readers pair with
+            // Acquire.
+            self.replaced.store(true, Ordering::Release);
+        });
     }
 
     /// The policy enforced.

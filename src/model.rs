@@ -171,9 +171,14 @@ impl ModelRebuilds {
         self.0.read()
     }
 
-    /// Counts a rebuild, before the state it replaces is retired.
-    pub fn advance(&self) {
-        self.0.advance();
+    /// Starts a rebuild, before the state it replaces is retired.
+    pub fn begin(&self) {
+        self.0.begin();
+    }
+
+    /// Ends a rebuild, after the new state is published.
+    pub fn end(&self) {
+        self.0.end();
     }
 
     /// Runs `settle` on a state just found, unless it is a refund of a reservation made

@@ -99,7 +99,7 @@ pub struct Reservation {
     origin: Origin,
     /// For a reservation decided by the shared overflow state of a per-key policy, that
     /// policy: the settle goes to the same state, whatever the resolver answers by then.
-    overflow: Option<Policy>,
+    overflow: Option<Box<Policy>>,
     /// The Redis backend's serial number of the reservation's token (0 in process).
     #[cfg(feature = "redis")]
     token: u64,
@@ -129,14 +129,15 @@ impl Reservation {
     /// This reservation, decided by the shared overflow state of `policy` (a per-key policy's).
     pub(crate) fn decided_by_overflow_of(self, policy: Option<Policy>) -> Self {
         Reservation {
-            overflow: policy,
+            // Boxed: only these few reservations pay for a policy's size.
+            overflow: policy.map(Box::new),
             ..self
         }
     }
 
     /// The policy whose shared overflow state decided this reservation, if it was recorded.
-    pub(crate) fn overflow_policy(&self) -> Option<Policy> {
-        self.overflow
+    pub(crate) fn overflow_policy(&self) -> Option<Box<Policy>> {
+        self.overflow.clone()
     }
 
     /// The reservation, naming its token in Redis by `token`.

@@ -226,28 +226,31 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
                 return;
             }
         }
-        // Counted before the swap: a settle that finds a state of the new generation sees the
-        // count (see `Rebuilds`).
-        self.rebuilding();
-        // The keys sharing the overflow state keep what they spent there, as tracked keys
-        // keep theirs: the new generation's shared state starts with it. A request that meets
-        // the retired one starts over, in the new generation once it is swapped in.
-        let now = self.clock.now();
-        let inherited = self.generation(&guard).registry.retire_overflow(now);
-        let older = self.current.get_shared(Ordering::Acquire, &guard);
-        let registry = Registry::new(&rules, self.hasher.clone(), inherited);
-        let grace = sweep_grace(&rules);
-        let generation = Generation {
-            rules,
-            registry,
-            older: older.map_or_else(AtomicShared::null, AtomicShared::from),
-            sweep_cursor: Mutex::new(None),
-            sweep_grace: grace,
-        };
-        // Release: publishes the new generation's contents to requests that load it with
-        // Acquire. The old one stays reachable through `older` until it drains.
-        self.current
-            .swap((Some(Shared::new(generation)), Tag::None), Ordering::AcqRel);
+        // Counted from before the shared overflow state is retired to after the new generation
+        // is published: a refund never lands on a state of the new generation for a
+        // reservation made before (see `Rebuilds`).
+        self.rebuilds().around(|| {
+            // The keys sharing the overflow state keep what they spent there, as tracked keys
+            // keep theirs: the new generation's shared state starts with it. A request that
+            // meets the retired one starts over, in the new generation once it is swapped in.
+            let now = self.clock.now();
+            let replaced = self.generation(&guard);
+            let inherited = replaced.registry.retire_overflow(&replaced.rules, now);
+            let older = self.current.get_shared(Ordering::Acquire, &guard);
+            let registry = Registry::new(&rules, self.hasher.clone(), inherited, now);
+            let grace = sweep_grace(&rules);
+            let generation = Generation {
+                rules,
+                registry,
+                older: older.map_or_else(AtomicShared::null, AtomicShared::from),
+                sweep_cursor: Mutex::new(None),
+                sweep_grace: grace,
+            };
+            // Release: publishes the new generation's contents to requests that load it with
+            // Acquire. The old one stays reachable through `older` until it drains.
+            self.current
+                .swap((Some(Shared::new(generation)), Tag::None), Ordering::AcqRel);
+        });
         // A generation replaced before it held a key (a reload soon after another) is
         // unlinked now, so reloads never grow the chain new keys walk.
         self.generation(&guard).unlink_drained(&guard);

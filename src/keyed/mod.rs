@@ -33,6 +33,7 @@ use crate::reservation::next_limiter_id;
 use crate::stats::Counters;
 
 use self::generations::{Generation, Rules};
+use self::overflow::Inherited;
 use self::slot::Registry;
 use self::sweep::{sweep_grace, DEFAULT_SWEEP_SLICE};
 
@@ -194,8 +195,9 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock> RateLimiter<K, C, KeyHasher> {
     /// call it once; the state is built from the answer of the one that creates it. A
     /// [`peek`](RateLimiter::peek) at a key not tracked calls it once too. To move a key to
     /// another tier, change what the resolver returns for it, then call `reset(&key)`: its
-    /// next request starts from a fresh state under the new policy. (Eviction does the same
-    /// for keys at rest.) Each key then stores its policy's parameters beside its state, so
+    /// next request starts from a fresh state under the new policy (but for what a full
+    /// limiter's shared overflow state still counts: see [`max_keys`](RateLimiter::max_keys)).
+    /// (Eviction does the same for keys at rest.) Each key then stores its policy's parameters beside its state, so
     /// per-key memory is larger than with one policy (see `docs/ALGORITHMS.md`).
     ///
     /// # Examples
@@ -252,7 +254,7 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
     }
 
     fn build(rules: Rules<K>, clock: C, hasher: S) -> Self {
-        let registry = Registry::new(&rules, hasher.clone(), None);
+        let registry = Registry::new(&rules, hasher.clone(), Inherited::default(), 0);
         let grace = sweep_grace(&rules);
         let generation = Generation {
             rules,
@@ -294,10 +296,17 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
     /// a state of its own, that state starts with the permits the shared state still counts
     /// (all the overflowing keys' together, so at least the key's own). A key cannot double
     /// its budget by being pushed out of the map and back in. The price is paid by new keys
-    /// that never overflowed but get their state while the shared one is still busy: they
-    /// start with its permits spent, for at most one window of the policy after a flood. A
-    /// policy change keeps the shared state's spent permits too, under the rule of
-    /// [`set_policy`](RateLimiter::set_policy).
+    /// that never overflowed but get their state while the shared one is still busy (a key
+    /// [`reset`](RateLimiter::reset) then too): they start with its permits spent, until the
+    /// shared state comes to rest (one window of the policy after the flood stops; two for a
+    /// sliding counter, whose previous window still weighs). During a flood that keeps the
+    /// shared state spent, new keys therefore get nothing more than the overflowing ones:
+    /// the flood squeezes new keys, never tracked ones. A policy change keeps the shared
+    /// state's spent permits too, under the rule of [`set_policy`](RateLimiter::set_policy);
+    /// under per-key policies each policy's shared state keeps its own, and the shared state
+    /// of a policy new to the limiter starts with all of them (keys that shared under another
+    /// tier may have moved to it), so a change of tiers may refuse more for a window, never
+    /// admit more.
     ///
     /// # Examples
     ///

@@ -2,11 +2,14 @@
 //! shared state per policy the resolver returns ([`PolicyOverflows`]), and what a generation's
 //! shared state(s) hand on to the next generation's when the policy changes ([`Inherited`]).
 //!
-//! A policy change retires the shared states of the generation it replaces and merges what
-//! they count into the new generation's, so keys that were sharing keep what they spent, as
-//! tracked keys do. A request that meets a retired shared state starts over in the new
-//! generation.
+//! A policy change retires the shared states of the generation it replaces and hands what
+//! they count, policy by policy, to the new generation's: under per-key policies each policy's
+//! shared state starts with what its predecessor of the same policy counted, and one of a
+//! policy new to the generation with all of it; under one policy the new shared state starts
+//! with all of it. So keys that were sharing keep what they spent, as tracked keys do. A
+//! request that meets a retired shared state starts over in the new generation.
 
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::clock::Clock;
@@ -17,27 +20,48 @@ use crate::error::CostError;
 use crate::policy::Policy;
 use crate::reservation::Marks;
 
-/// The permits a replaced generation's shared state(s) counted when it was retired, and
-/// when: a new shared state is built as if they had been spent then.
-#[derive(Clone, Copy, Debug)]
-pub(super) struct Inherited {
-    pub(super) carry: Carry,
-    pub(super) at: u64,
-}
+/// What a replaced generation's shared overflow states counted: per policy, the permits in
+/// use and the instant they were counted at. A state built from an entry is built at that
+/// instant, so what it inherited ages from then on as any state's permits do, however many
+/// policy changes pass it on.
+#[derive(Clone, Debug, Default)]
+pub(super) struct Inherited(Vec<(Policy, Carry, u64)>);
 
 impl Inherited {
-    /// The inherited permits that may still count at `now`: the bands whose window has not
-    /// passed since they were inherited (counted as spent at `now` from then on, which can
-    /// only count more, never less).
-    pub(super) fn live_at(&self, now: u64) -> Option<Carry> {
-        self.carry.within(now.saturating_sub(self.at))
+    /// The shared state of a uniform policy: `policy`'s permits in use at `now`.
+    pub(super) fn one(policy: Policy, carry: Option<Carry>, now: u64) -> Self {
+        let carry = carry.and_then(|carry| carry.within(0));
+        Inherited(
+            carry
+                .map(|carry| (policy, carry, now))
+                .into_iter()
+                .collect(),
+        )
     }
 
-    /// A fresh state of `policy`, or one with the inherited permits spent.
-    fn state(inherited: Option<&Self>, policy: &Policy) -> AnyState {
-        match inherited {
-            Some(inherited) => AnyState::new(policy, Some(&inherited.carry), inherited.at),
-            None => AnyState::new(policy, None, 0),
+    /// Everything inherited, folded into one carry counted as spent at `now`: for the one
+    /// shared state of a uniform policy (whatever policy each part came from, as a policy
+    /// change folds a tracked key's bands into the new policy's). `None` when nothing is.
+    pub(super) fn merged(&self, now: u64) -> Option<Carry> {
+        let mut parts = self.0.iter().filter_map(|(policy, carry, at)| {
+            let state = AnyState::new(policy, Some(carry), *at);
+            (!state.is_at_rest(now)).then(|| state.carry(now)).flatten()
+        });
+        let mut merged = parts.next()?;
+        for part in parts {
+            merged.merge(&part);
+        }
+        Some(merged)
+    }
+
+    /// A shared state of `policy`, built at `now`: from what was inherited for that policy
+    /// (as of when it was counted); for a policy new to the generation, from everything
+    /// inherited, merged (the keys that shared under other policies may now get this one, so
+    /// it counts what they spent: it may refuse more, never admit more); else fresh.
+    fn state(&self, policy: &Policy, now: u64) -> AnyState {
+        match self.0.iter().find(|(p, _, _)| p == policy) {
+            Some((_, carry, at)) => AnyState::new(policy, Some(carry), *at),
+            None => AnyState::new(policy, self.merged(now).as_ref(), now),
         }
     }
 }
@@ -48,13 +72,13 @@ pub(super) struct PolicyOverflows {
     /// Set once, by the policy change that retires every state here; no state is created
     /// after it. Read and written under a bucket's lock (see `retire`).
     closed: AtomicBool,
-    /// What the replaced generation's shared states counted: every state built here starts
-    /// with it.
-    inherited: Option<Inherited>,
+    /// What the replaced generation's shared states counted: each state built here starts
+    /// with its policy's part.
+    inherited: Inherited,
 }
 
 impl PolicyOverflows {
-    pub(super) fn new(inherited: Option<Inherited>) -> Self {
+    pub(super) fn new(inherited: Inherited) -> Self {
         PolicyOverflows {
             states: scc::HashMap::new(),
             closed: AtomicBool::new(false),
@@ -62,8 +86,34 @@ impl PolicyOverflows {
         }
     }
 
+    /// `f` on `policy`'s shared state, built at `now` first if it is not there yet; `None`
+    /// when a policy change retired the states here (the caller starts over in the new
+    /// generation).
+    fn with_state<R>(
+        &self,
+        policy: &Policy,
+        now: u64,
+        f: impl FnOnce(&AnyState) -> R,
+    ) -> Option<R> {
+        let mut f = Some(f);
+        if let Some(found) = self
+            .states
+            .read_sync(policy, |_, state| f.take().map(|f| f(state)))
+        {
+            return found;
+        }
+        let entry = self.states.entry_sync(*policy);
+        // Acquire, under the bucket's lock: `retire` sets the flag before it takes every
+        // bucket's lock in turn, so either it sees the state inserted here or we see the flag.
+        if self.closed.load(Ordering::Acquire) {
+            return None;
+        }
+        let entry = entry.or_insert_with(|| self.inherited.state(policy, now));
+        f.take().map(|f| f(entry.get()))
+    }
+
     /// Decides a request of `cost` on `policy`'s shared state; `None` when a policy change
-    /// retired it (the caller starts over in the new generation).
+    /// retired it.
     pub(super) fn acquire<C: Clock + ?Sized>(
         &self,
         policy: &Policy,
@@ -74,29 +124,24 @@ impl PolicyOverflows {
         if cost > limit {
             return Some(Err(CostError::ExceedsLimit { cost, limit }));
         }
-        if let Some(decided) = self
-            .states
-            .read_sync(policy, |_, state| state.reserve(clock, cost))
-        {
-            return decided.map(Ok);
-        }
-        let entry = self.states.entry_sync(*policy);
-        // Acquire, under the bucket's lock: `retire` sets the flag before it takes every
-        // bucket's lock in turn, so either it sees the state inserted here or we see the flag.
-        if self.closed.load(Ordering::Acquire) {
-            return None;
-        }
-        let entry = entry.or_insert_with(|| Inherited::state(self.inherited.as_ref(), policy));
-        entry.get().reserve(clock, cost).map(Ok)
+        self.with_state(policy, clock.now(), |state| state.reserve(clock, cost))
+            .flatten()
+            .map(Ok)
     }
 
-    /// Settles `settle` on `policy`'s shared state; `false` when a policy change retired it.
+    /// Settles on `policy`'s shared state (`settle` returns `None` for a retired one); `false`
+    /// when a policy change retired it. A charge builds the state if it is not there (a policy
+    /// change since the reservation), a refund does not: a state never used holds nothing.
     pub(super) fn settle(
         &self,
         policy: &Policy,
+        charge: bool,
+        now: u64,
         settle: impl FnOnce(&AnyState) -> Option<()>,
     ) -> bool {
-        // A state absent is one never used: a reservation decided by it would have made it.
+        if charge {
+            return self.with_state(policy, now, settle).flatten().is_some();
+        }
         self.states
             .read_sync(policy, |_, state| settle(state).is_some())
             .unwrap_or(true)
@@ -114,11 +159,8 @@ impl PolicyOverflows {
         };
         match self.states.read_sync(policy, |_, state| carry(state)) {
             Some(carried) => carried,
-            // Never used: what this generation inherited, as a state built from it counts it.
-            None if self.inherited.is_some() => {
-                carry(&Inherited::state(self.inherited.as_ref(), policy))
-            }
-            None => Some(None),
+            // Never used here: what was inherited for it, as a state built from that counts.
+            None => carry(&self.inherited.state(policy, now)),
         }
     }
 
@@ -127,27 +169,35 @@ impl PolicyOverflows {
     pub(super) fn peek<C: Clock + ?Sized>(&self, policy: &Policy, clock: &C) -> Option<Decision> {
         self.states
             .read_sync(policy, |_, state| state.peek(clock, 1))
-            .unwrap_or_else(|| Inherited::state(self.inherited.as_ref(), policy).peek(clock, 1))
+            .unwrap_or_else(|| self.inherited.state(policy, clock.now()).peek(clock, 1))
     }
 
-    /// Retires every shared state at `now` and returns what they counted, merged: for the
-    /// policy change that replaces them. No state is created here afterwards.
-    pub(super) fn retire(&self, now: u64) -> Option<Carry> {
+    /// Retires every shared state at `now` and returns what they counted, policy by policy,
+    /// with what was inherited here and never taken up (still counting). No state is created
+    /// here afterwards.
+    pub(super) fn retire(&self, now: u64) -> Inherited {
         // Release: published to creators through the bucket locks taken below.
         self.closed.store(true, Ordering::Release);
-        // What this generation inherited and no state here has taken up yet.
-        let mut merged = self.inherited.and_then(|inherited| inherited.live_at(now));
+        let mut handed = Inherited::default();
+        let mut seen = HashSet::new();
         // `retain_sync` takes every bucket's lock in turn: a creator that took one before us
         // has inserted its state, and one after us sees the flag.
-        self.states.retain_sync(|_, state| {
-            if let Some(carry) = state.retire_with_carry(now) {
-                match &mut merged {
-                    Some(merged) => merged.merge(&carry),
-                    None => merged = Some(carry),
-                }
+        self.states.retain_sync(|policy, state| {
+            seen.insert(*policy);
+            // Every state is retired, at rest or not, so none admits again; only one with
+            // permits in use hands them on.
+            if let Some(carry) = state.retire_with_carry(now).and_then(|c| c.within(0)) {
+                handed.0.push((*policy, carry, now));
             }
             true
         });
-        merged
+        // A policy inherited but never used here keeps its entry, counted from when it was,
+        // until it has aged out.
+        for (policy, carry, at) in &self.inherited.0 {
+            if !seen.contains(policy) && !AnyState::new(policy, Some(carry), *at).is_at_rest(now) {
+                handed.0.push((*policy, *carry, *at));
+            }
+        }
+        handed
     }
 }

@@ -237,7 +237,10 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
                     return result;
                 }
                 // The generation was replaced while we looked: decide in the new one.
-                Step::Stale => retry.again(),
+                // The generation was replaced, or is being replaced (a policy change between
+                // retiring the shared overflow state and swapping the new generation in):
+                // yield, then decide in the new one.
+                Step::Stale => retry.snooze(),
             }
         }
     }
@@ -387,7 +390,7 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
     /// than any one of them spent, so a key starting with that count is never admitted
     /// beyond its policy, counting what it spent while it shared. The price falls on keys
     /// that never overflowed but get their state while the shared one is busy: they start
-    /// with its permits spent (at most one window of the policy, and only after a flood
+    /// with its permits spent (until it comes to rest, and only after a flood
     /// filled the limiter).
     fn overflow_carry<St: Slot<K>>(
         &self,
@@ -487,7 +490,8 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
             // An untracked key under a per-key resolver: ask it, outside the guard, and look
             // again (a tracked key never gets here).
             resolved = self.resolve(key, resolved);
-            retry.again();
+            // A policy change may be under way (a retired shared overflow state): yield.
+            retry.snooze();
         }
     }
 

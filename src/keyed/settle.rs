@@ -8,6 +8,7 @@ use scc::Guard;
 
 use crate::clock::Clock;
 use crate::engine::dispatch::with_state;
+use crate::engine::rebuilds::Rebuilds;
 use crate::engine::retry::Retry;
 use crate::error::CostError;
 use crate::policy::Policy;
@@ -58,7 +59,7 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
             return Err(CostError::Zero);
         }
         // The origin first: its count of rebuilds must not be newer than the state the
-        // reservation is decided on (see `rebuilding`).
+        // reservation is decided on (see `rebuilds`).
         let origin = self.origin(key);
         let decided = self.reserve_cost(key, n)?;
         Ok(Reservation::new(decided.decision, n, decided.marks, origin)
@@ -134,7 +135,12 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
             rebuilds: &self.rebuilds,
         };
         if overflowed {
-            self.settle_overflow(key, overflow_policy.as_ref(), &settle);
+            // A refund goes back to the shared state that holds the permits. A charge goes
+            // where the key's next request would: its own state if it has one by now (it
+            // started with what the shared state counted), else the shared state.
+            if actual < taken.held || !self.settle_tracked(key, &settle) {
+                self.settle_overflow(key, overflow_policy.as_deref(), &settle);
+            }
         } else if !self.settle_tracked(key, &settle) && actual > taken.held {
             // A charge for a key no longer tracked: on the state its next request would
             // create (or the shared one, when the limiter is full). A refund has nothing to
@@ -183,15 +189,16 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
         }
     }
 
-    /// Counts a `reset` or a policy change, before it retires the state(s) it replaces: a
-    /// reservation made before is stale from then on, wherever it was decided, and gets no
-    /// refund (`Settle::on` checks the count once it has found the state it would write to).
-    /// A refund would land on a state that never held its permits (a reset's fresh one, or
-    /// one built under another policy, which reads the marks differently); a charge still
-    /// lands, as it reads no mark. Limiter-wide, so a reset of one key also withholds the
-    /// refunds of reservations outstanding on others: those give back less, never more.
-    pub(super) fn rebuilding(&self) {
-        self.rebuilds.advance();
+    /// The count of resets and policy changes (see `Rebuilds`): each counts itself before it
+    /// retires the state(s) it replaces and again once the new ones are published, and a
+    /// reservation made before one, or during one, gets no refund (`Settle::on` checks the
+    /// count once it has found the state it would write to). A refund would land on a state
+    /// that never held its permits (a reset's fresh one, or one built under another policy,
+    /// which reads the marks differently); a charge still lands, as it reads no mark.
+    /// Limiter-wide, so a reset of one key also withholds the refunds of reservations
+    /// outstanding on others: those give back less, never more.
+    pub(super) fn rebuilds(&self) -> &Rebuilds {
+        &self.rebuilds
     }
 
     /// Settles on `key`'s state in the current generation, or in an older one that still
@@ -251,9 +258,10 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
             if settled {
                 return;
             }
-            // A policy change retired the shared state: settle on the new generation's (a
-            // charge; a refund is withheld there, the reservation being stale).
-            retry.again();
+            // A policy change retired the shared state: settle on the new generation's once it
+            // is swapped in (a charge; a refund is withheld there, the reservation being
+            // stale). The change may still be building it: yield meanwhile.
+            retry.snooze();
         }
     }
 }

@@ -128,8 +128,8 @@ pub(super) trait Slot<K>: Sized + Send + Sync + 'static {
 
     /// The state(s) shared by new keys that find the limiter full (see `keyed::overflow`).
     type Overflow: Send + Sync;
-    /// New shared state(s), counting what the replaced generation's counted.
-    fn new_overflow(params: &Self::Params, inherited: Option<Inherited>) -> Self::Overflow;
+    /// New shared state(s), counting what the replaced generation's counted (as of `now`).
+    fn new_overflow(params: &Self::Params, inherited: Inherited, now: u64) -> Self::Overflow;
     /// Decides a request of a new key of `spec` on the shared overflow state; `None` when a
     /// policy change retired it (the caller starts over in the new generation).
     fn overflow_acquire<C: Clock + ?Sized>(
@@ -164,10 +164,14 @@ pub(super) trait Slot<K>: Sized + Send + Sync + 'static {
         spec: &Self::Spec,
         clock: &C,
     ) -> Option<Decision>;
-    /// Retires the shared state(s) for a policy change, returning what they counted at
-    /// `now`, merged.
-    fn retire_overflow(overflow: &Self::Overflow, params: &Self::Params, now: u64)
-        -> Option<Carry>;
+    /// Retires the shared state(s) for a policy change, returning what they counted at `now`
+    /// (`policy`: the uniform policy the shared state was of).
+    fn retire_overflow(
+        overflow: &Self::Overflow,
+        params: &Self::Params,
+        policy: Option<&Policy>,
+        now: u64,
+    ) -> Inherited;
 }
 
 /// A reservation being settled: what it holds, where it stood, and what it really cost.
@@ -286,11 +290,8 @@ impl<K, St: RateState> Slot<K> for St {
     /// One state shared by every overflowing key.
     type Overflow = CachePadded<St>;
 
-    fn new_overflow(params: &St::Params, inherited: Option<Inherited>) -> CachePadded<St> {
-        CachePadded::new(match inherited {
-            Some(inherited) => St::new(params, Some(&inherited.carry), inherited.at),
-            None => St::fresh(params),
-        })
+    fn new_overflow(params: &St::Params, inherited: Inherited, now: u64) -> CachePadded<St> {
+        CachePadded::new(St::new(params, inherited.merged(now).as_ref(), now))
     }
 
     fn overflow_acquire<C: Clock + ?Sized>(
@@ -339,8 +340,17 @@ impl<K, St: RateState> Slot<K> for St {
         overflow.peek(params, clock, 1)
     }
 
-    fn retire_overflow(overflow: &CachePadded<St>, params: &St::Params, now: u64) -> Option<Carry> {
-        overflow.retire_with_carry(params, now)
+    fn retire_overflow(
+        overflow: &CachePadded<St>,
+        params: &St::Params,
+        policy: Option<&Policy>,
+        now: u64,
+    ) -> Inherited {
+        let carry = overflow.retire_with_carry(params, now);
+        match policy {
+            Some(policy) => Inherited::one(*policy, carry, now),
+            None => Inherited::default(),
+        }
     }
 }
 
@@ -439,7 +449,7 @@ impl<K> Slot<K> for AnyState {
     /// One shared state per policy the resolver returns for overflowing keys.
     type Overflow = PolicyOverflows;
 
-    fn new_overflow(_: &Self::Params, inherited: Option<Inherited>) -> PolicyOverflows {
+    fn new_overflow(_: &Self::Params, inherited: Inherited, _: u64) -> PolicyOverflows {
         PolicyOverflows::new(inherited)
     }
 
@@ -460,7 +470,7 @@ impl<K> Slot<K> for AnyState {
         settle: &Settle<'_>,
         clock: &C,
     ) -> bool {
-        overflow.settle(policy, |state| {
+        overflow.settle(policy, settle.actual > settle.held, clock.now(), |state| {
             settle.on::<K, AnyState>(state, resolver, clock.now())
         })
     }
@@ -483,49 +493,57 @@ impl<K> Slot<K> for AnyState {
         overflow.peek(policy, clock)
     }
 
-    fn retire_overflow(overflow: &PolicyOverflows, _: &Self::Params, now: u64) -> Option<Carry> {
+    fn retire_overflow(
+        overflow: &PolicyOverflows,
+        _: &Self::Params,
+        _: Option<&Policy>,
+        now: u64,
+    ) -> Inherited {
         overflow.retire(now)
     }
 }
 
 impl<K: Hash + Eq, St: Slot<K>, S: BuildHasher> Keyed<K, St, S> {
-    pub(super) fn new(params: St::Params, hasher: S, inherited: Option<Inherited>) -> Self {
+    pub(super) fn new(params: St::Params, hasher: S, inherited: Inherited, now: u64) -> Self {
         Keyed {
             table: Table::with_hasher(hasher),
-            overflow: St::new_overflow(&params, inherited),
+            overflow: St::new_overflow(&params, inherited, now),
             params,
         }
     }
 
-    fn retire_overflow(&self, now: u64) -> Option<Carry> {
-        St::retire_overflow(&self.overflow, &self.params, now)
+    fn retire_overflow(&self, policy: Option<&Policy>, now: u64) -> Inherited {
+        St::retire_overflow(&self.overflow, &self.params, policy, now)
     }
 }
 
 impl<K: Hash + Eq + 'static, S: BuildHasher + 'static> Registry<K, S> {
     /// The tables of a generation under `rules`, its shared overflow state(s) counting what
-    /// the replaced generation's counted (`inherited`).
-    pub(super) fn new(rules: &Rules<K>, hasher: S, inherited: Option<Inherited>) -> Self {
-        struct New<S>(S, Option<Inherited>);
+    /// the replaced generation's counted at `now` (`inherited`).
+    pub(super) fn new(rules: &Rules<K>, hasher: S, inherited: Inherited, now: u64) -> Self {
+        struct New<S>(S, Inherited, u64);
         impl<K: Hash + Eq, S: BuildHasher> Build<Maps<K, S>> for New<S> {
             fn build<St: RateState>(self, params: St::Params) -> Keyed<K, St, S> {
-                Keyed::new(params, self.0, self.1)
+                Keyed::new(params, self.0, self.1, self.2)
             }
         }
         match rules {
             Rules::PerKey(resolver) => {
-                Registry::PerKey(Keyed::new(resolver.clone(), hasher, inherited))
+                Registry::PerKey(Keyed::new(resolver.clone(), hasher, inherited, now))
             }
             Rules::Uniform(policy) => {
-                Registry::Uniform(Erased::new(policy, New(hasher, inherited)))
+                Registry::Uniform(Erased::new(policy, New(hasher, inherited, now)))
             }
         }
     }
 
     /// Retires this generation's shared overflow state(s) for a policy change: what they
     /// counted at `now`, for the new generation's to inherit.
-    pub(super) fn retire_overflow(&self, now: u64) -> Option<Inherited> {
-        with_keyed!(self, keyed => keyed.retire_overflow(now))
-            .map(|carry| Inherited { carry, at: now })
+    pub(super) fn retire_overflow(&self, rules: &Rules<K>, now: u64) -> Inherited {
+        let policy = match rules {
+            Rules::Uniform(policy) => Some(policy),
+            Rules::PerKey(_) => None,
+        };
+        with_keyed!(self, keyed => keyed.retire_overflow(policy, now))
     }
 }

@@ -153,8 +153,9 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
     }
 
     /// Forgets `key`'s state, in whatever generation it is: its next request starts fresh
-    /// under the policy in force (or that the resolver now returns for it). Returns whether
-    /// a state was removed. Use it to move a key to another tier, or to clear a record (a
+    /// under the policy in force (or that the resolver now returns for it), but for what a
+    /// full limiter's shared overflow state still counts (see
+    /// [`max_keys`](RateLimiter::max_keys)). Returns whether a state was removed. Use it to move a key to another tier, or to clear a record (a
     /// successful login clearing failed attempts).
     ///
     /// # Examples
@@ -196,20 +197,27 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
             for generation in chain.iter().rev() {
                 // Retired, then removed, under the bucket lock: a request still holding the
                 // state's slot meets it retired and looks the key up again.
+                let mut begun = false;
                 removed += with_keyed!(&generation.registry, keyed => {
                     let now = self.clock.now();
                     usize::from(
                         keyed
                             .table
                             .remove(key, |state| {
-                                // Counted before the state is retired: a settle that finds the
-                                // key's next state sees the count (see `Rebuilds`).
-                                self.rebuilding();
+                                // Counted before the state is retired, and again below once
+                                // it is unlinked: a refund never lands on the key's next state
+                                // for a reservation made before (see `Rebuilds`). A reset that
+                                // finds nothing counts nothing.
+                                self.rebuilds().begin();
+                                begun = true;
                                 Slot::<K>::retire_with_carry(state, &keyed.params, now)
                             })
                             .is_some(),
                     )
                 });
+                if begun {
+                    self.rebuilds().end();
+                }
             }
             // A policy change meanwhile made a newer generation the key could have moved to:
             // walk again.

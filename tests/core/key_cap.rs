@@ -223,3 +223,60 @@ fn racing_policy_changes_never_hand_the_shared_state_a_new_budget() {
         assert_eq!(admitted, 10, "trial {trial}");
     }
 }
+
+#[test]
+fn a_charge_on_a_shared_reservation_survives_a_change_of_resolver() {
+    let limiter: RateLimiter<u64, FakeClock> =
+        RateLimiter::with_resolver(|_: &u64| "10/1h".parse().unwrap(), FakeClock::new())
+            .max_keys(1);
+    assert!(limiter.try_acquire(&0).is_allowed());
+    let reservation = limiter.reserve_n(&1, 1).unwrap();
+    assert!(reservation.decision().is_overflow());
+    limiter.set_resolver(|_: &u64| "10/1h".parse().unwrap());
+    // It cost 10: the 9 on top are charged to the shared state of its policy, rebuilt.
+    limiter.settle(&1, reservation, 10).unwrap();
+    assert_eq!(admissions(&limiter, 2), 0);
+}
+
+#[test]
+fn a_charge_lands_on_the_state_the_key_has_by_then() {
+    let limiter: RateLimiter<u64, FakeClock> =
+        RateLimiter::with_clock("10/1h".parse().unwrap(), FakeClock::new()).max_keys(1);
+    assert!(limiter.try_acquire(&0).is_allowed());
+    let reservation = limiter.reserve_n(&1, 1).unwrap();
+    assert!(reservation.decision().is_overflow());
+    assert!(limiter.reset(&0));
+    // Key 1 takes the freed place, starting with the shared state's 1, and spends 1 more.
+    let own = limiter.try_acquire(&1);
+    assert!(own.is_allowed() && !own.is_overflow());
+    limiter.settle(&1, reservation, 10).unwrap();
+    assert_eq!(
+        admissions(&limiter, 1),
+        0,
+        "the 9 charged on top reached key 1's state"
+    );
+}
+
+#[test]
+fn frequent_reloads_do_not_keep_a_flood_alive() {
+    // A flood spends the shared state at time 0; the resolver is reloaded every 30 minutes.
+    // What the flood spent ages as it would without reloads: an hour later it is gone.
+    let clock = FakeClock::new();
+    let limiter: RateLimiter<u64, FakeClock> = RateLimiter::with_resolver(
+        |_: &u64| "token-bucket 10/1h".parse().unwrap(),
+        clock.clone(),
+    )
+    .max_keys(1);
+    assert!(limiter.try_acquire(&0).is_allowed());
+    assert_eq!(admissions(&limiter, 1), 10);
+    for half_hours in 1..=10 {
+        clock.set(30 * MINUTE * half_hours);
+        limiter.set_resolver(|_: &u64| "token-bucket 10/1h".parse().unwrap());
+    }
+    assert_eq!(limiter.evict_idle(), 1, "key 0 at rest");
+    assert_eq!(
+        admissions(&limiter, 3),
+        10,
+        "a new key starts fresh five hours on"
+    );
+}

@@ -158,3 +158,37 @@ fn a_refund_before_the_change_still_counts() {
     limiter.set_policy("20/2h".parse().unwrap());
     assert_eq!(admissions(|| limiter.try_acquire(&1).is_allowed()), 16);
 }
+
+#[test]
+fn a_reservation_made_while_a_policy_change_is_under_way_gets_no_refund() {
+    // The reservation is made from inside the change (its first clock reading), on the state
+    // the key still has: a refund could not tell that state from the one the key moves to.
+    let clock = HookClock::default();
+    let cell: Arc<OnceLock<RateLimiter<u64, HookClock>>> = Arc::new(OnceLock::new());
+    assert!(cell
+        .set(RateLimiter::with_clock(
+            "100/1h".parse().unwrap(),
+            clock.clone()
+        ))
+        .is_ok());
+    let limiter = cell.get().unwrap();
+    for _ in 0..90 {
+        assert!(limiter.try_acquire(&1).is_allowed());
+    }
+    let reserved: Arc<Mutex<Option<tollgate::Reservation>>> = Arc::new(Mutex::new(None));
+    let (inside, slot) = (Arc::clone(&cell), Arc::clone(&reserved));
+    clock.arm(move || {
+        let reservation = inside.get().unwrap().reserve_n(&1, 10).unwrap();
+        assert!(reservation.decision().is_allowed());
+        *slot.lock().unwrap() = Some(reservation);
+    });
+    limiter.set_policy("10/1h".parse().unwrap());
+    let reservation = reserved
+        .lock()
+        .unwrap()
+        .take()
+        .expect("reserved inside the change");
+    limiter.cancel(&1, reservation).unwrap();
+    // 100 spent, carried into a policy of 10: nothing left, and nothing given back.
+    assert_eq!(admissions(|| limiter.try_acquire(&1).is_allowed()), 0);
+}

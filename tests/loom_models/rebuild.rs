@@ -12,9 +12,12 @@
 //!
 //! The key's table is one atomic index (0: the old state, 1: the new one), published with
 //! Release and read with Acquire, as the map's bucket lock and the generation pointer publish
-//! a state. The rebuilder counts the rebuild, retires the old state, publishes the new one
-//! and spends its two permits; the settler cancels a reservation of the old state's two
-//! permits on whichever state it finds, looking again when the one it found was retired.
+//! a state. The rebuilder begins the rebuild, retires the old state, publishes the new one,
+//! ends the rebuild and spends the new state's two permits. In the first model the settler
+//! cancels a reservation of the old state's two permits, made before, on whichever state it
+//! finds (looking again when the one it found was retired); in the second the reservation
+//! itself races the rebuild: it reads the count, finds a state and reserves on it, then
+//! cancels.
 
 use loom::sync::atomic::{AtomicUsize, Ordering};
 use loom::sync::Arc;
@@ -54,9 +57,10 @@ fn a_refund_never_lands_on_the_state_built_after_a_rebuild() {
                     clock.clone(),
                 );
                 thread::spawn(move || {
-                    rebuilds.advance();
+                    rebuilds.begin();
                     assert!(states[0].retire_for_change(NOW).is_some());
                     table.store(1, Ordering::Release);
+                    rebuilds.end();
                     let spent = states[1].try_acquire(&clock, 2).unwrap();
                     assert!(spent.is_allowed());
                 })
@@ -90,6 +94,78 @@ fn a_refund_never_lands_on_the_state_built_after_a_rebuild() {
         assert!(
             seen.refunded_old && seen.withheld,
             "{policy}: both orders explored"
+        );
+    }
+}
+
+/// The reservation races the rebuild too: made on either state, with whatever count it read.
+/// Its refund may land only on the state that held its permits: when the rebuilder spent the
+/// new state's two permits, the new state must still count them afterwards (unless the
+/// reservation itself took them first, in which case the rebuilder got nothing).
+#[test]
+fn a_reservation_racing_a_rebuild_refunds_only_the_state_it_was_decided_on() {
+    for policy in POLICIES {
+        let seen = std::sync::Arc::new(std::sync::Mutex::new([false; 2]));
+        let seen_in = seen.clone();
+        loom::model(move || {
+            let policy: Policy = policy.parse().unwrap();
+            let clock = frozen_clock();
+            let states = Arc::new([ModelCell::new(&policy), ModelCell::new(&policy)]);
+            let table = Arc::new(AtomicUsize::new(0));
+            let rebuilds = Arc::new(ModelRebuilds::new());
+
+            let rebuilder = {
+                let (states, table, rebuilds, clock) = (
+                    states.clone(),
+                    table.clone(),
+                    rebuilds.clone(),
+                    clock.clone(),
+                );
+                thread::spawn(move || {
+                    rebuilds.begin();
+                    assert!(states[0].retire_for_change(NOW).is_some());
+                    table.store(1, Ordering::Release);
+                    rebuilds.end();
+                    states[1].try_acquire(&clock, 2).unwrap().is_allowed()
+                })
+            };
+
+            // Reserve: the count first, then the state found (a retired one: look again).
+            let (made, found, held) = loop {
+                let made = rebuilds.read();
+                let found = table.load(Ordering::Acquire);
+                if let Some((decision, held)) = states[found].reserve(&clock, 2) {
+                    assert!(decision.is_allowed() || found == 1);
+                    break (made, found, held);
+                }
+                thread::yield_now();
+            };
+            if held.held() > 0 {
+                loop {
+                    let at = table.load(Ordering::Acquire);
+                    let settled = rebuilds.settle_unless_rebuilt(made, held.held(), 0, || {
+                        states[at].settle(&held, 0, NOW)
+                    });
+                    if settled.is_some() {
+                        break;
+                    }
+                    thread::yield_now();
+                }
+            }
+            let rebuilder_spent = rebuilder.join().unwrap();
+            if rebuilder_spent {
+                assert!(
+                    !states[1].peek(&clock, 1).unwrap().is_allowed(),
+                    "{policy}: made {made} on state {found}: the new state was given back \
+                     permits it never held"
+                );
+            }
+            seen_in.lock().unwrap()[found] = true;
+        });
+        assert_eq!(
+            *seen.lock().unwrap(),
+            [true; 2],
+            "{policy}: both states reserved on"
         );
     }
 }
