@@ -210,6 +210,119 @@ impl Bench {
     }
 }
 
+/// How the decisions of threads racing on one key were shared out, and how long each took.
+struct Contention {
+    /// Each thread's decisions over the fair share (1.0 is fair).
+    shares: Vec<f64>,
+    /// Latency percentiles of one decision, in ns (one clock read included).
+    p50: u64,
+    p99: u64,
+    p999: u64,
+}
+
+/// Latencies in ns: exact below 1,024 ns, then in buckets of a sixteenth of a power of two.
+#[derive(Clone)]
+struct Histogram(Vec<u64>);
+
+impl Histogram {
+    const EXACT: u64 = 1024;
+
+    fn new() -> Self {
+        Histogram(vec![0; Self::EXACT as usize + 64 * 16])
+    }
+
+    fn bucket(ns: u64) -> usize {
+        if ns < Self::EXACT {
+            return ns as usize;
+        }
+        let power = 63 - u64::from(ns.leading_zeros());
+        let sixteenth = (ns >> (power - 4)) & 15;
+        Self::EXACT as usize + ((power - 10) * 16 + sixteenth) as usize
+    }
+
+    /// The lowest ns of bucket `i`.
+    fn floor_of(i: usize) -> u64 {
+        if (i as u64) < Self::EXACT {
+            return i as u64;
+        }
+        let i = i as u64 - Self::EXACT;
+        let power = i / 16 + 10;
+        (1 << power) + ((i % 16) << (power - 4))
+    }
+
+    fn record(&mut self, ns: u64) {
+        let last = self.0.len() - 1;
+        self.0[Self::bucket(ns).min(last)] += 1;
+    }
+
+    fn merge(&mut self, other: &Histogram) {
+        for (a, b) in self.0.iter_mut().zip(&other.0) {
+            *a += b;
+        }
+    }
+
+    fn percentile(&self, p: f64) -> u64 {
+        let total: u64 = self.0.iter().sum();
+        let target = (total as f64 * p).ceil() as u64;
+        let mut seen = 0;
+        for (i, n) in self.0.iter().enumerate() {
+            seen += n;
+            if seen >= target.max(1) {
+                return Self::floor_of(i);
+            }
+        }
+        Self::floor_of(self.0.len() - 1)
+    }
+}
+
+/// `threads` threads started together call `f` for `duration`, each timing every call with
+/// a clock read: each thread's share of the decisions, and the latency percentiles.
+fn contention(threads: usize, duration: std::time::Duration, f: &(dyn Fn() + Sync)) -> Contention {
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let barrier = Barrier::new(threads + 1);
+    let clock = quanta::Clock::new();
+    let results: Vec<(u64, Histogram)> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|_| {
+                s.spawn(|| {
+                    let mut histogram = Histogram::new();
+                    let mut done = 0_u64;
+                    barrier.wait();
+                    while !stop.load(Ordering::Relaxed) {
+                        let start = clock.raw();
+                        f();
+                        let end = clock.raw();
+                        histogram.record(clock.delta_as_nanos(start, end));
+                        done += 1;
+                    }
+                    (done, histogram)
+                })
+            })
+            .collect();
+        barrier.wait();
+        std::thread::sleep(duration);
+        stop.store(true, Ordering::Relaxed);
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("thread"))
+            .collect()
+    });
+    let total: u64 = results.iter().map(|(n, _)| n).sum();
+    let mut all = Histogram::new();
+    for (_, histogram) in &results {
+        all.merge(histogram);
+    }
+    Contention {
+        shares: results
+            .iter()
+            .map(|(n, _)| *n as f64 * threads as f64 / total.max(1) as f64)
+            .collect(),
+        p50: all.percentile(0.5),
+        p99: all.percentile(0.99),
+        p999: all.percentile(0.999),
+    }
+}
+
 /// A fixed shuffle of `0..n` (splitmix64-driven Fisher-Yates).
 fn shuffled(n: usize) -> Vec<usize> {
     let mut state = 0x5eed_u64;
@@ -437,6 +550,39 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         );
         row(case, t, g, Some(m), None);
         kept.push((case.trim_end_matches(" *"), vec![tn, gn, mn]));
+    }
+
+    // Contention, reported honestly: a mutex wins aggregate throughput by letting one thread
+    // keep the lock, so beside it, how the decisions were shared out and how long each took.
+    println!(
+        "\nfairness and latency on one u64 key (each thread's share of the decisions over a \
+         fair share; latency of one decision, one clock read included), 1 s per case:"
+    );
+    println!(
+        "{:<30} {:>24} {:>8} {:>8} {:>8}",
+        "case", "shares", "p50 ns", "p99 ns", "p99.9 ns"
+    );
+    for threads in [2, 4] {
+        let contestants: [(&str, &(dyn Fn() + Sync)); 2] = [
+            ("tollgate", &|| {
+                let _ = black_box(keyed(&k, black_box(&key)));
+            }),
+            ("mutex_fast", &|| {
+                black_box(mutex_fast(&mk, black_box(&key)));
+            }),
+        ];
+        for (name, f) in contestants {
+            let c = contention(threads, std::time::Duration::from_secs(1), f);
+            let shares: Vec<String> = c.shares.iter().map(|s| format!("{s:.2}")).collect();
+            println!(
+                "{:<30} {:>24} {:>8} {:>8} {:>8}",
+                format!("{threads} threads, {name}"),
+                shares.join(" "),
+                c.p50,
+                c.p99,
+                c.p999
+            );
+        }
     }
 
     // Both limiters on their opt-in cached clocks refreshed every millisecond (tollgate's

@@ -30,11 +30,11 @@ use crate::engine::rebuilds::Rebuilds;
 use crate::hasher::KeyHasher;
 use crate::policy::Policy;
 use crate::reservation::next_limiter_id;
-use crate::stats::Counters;
 
 use self::generations::{Generation, Rules};
 use self::overflow::Inherited;
 use self::slot::Registry;
+use self::stats::Extras;
 use self::sweep::{sweep_grace, DEFAULT_SWEEP_SLICE};
 
 mod generations;
@@ -131,10 +131,9 @@ pub struct RateLimiter<K = String, C = SystemClock, S: BuildHasher = KeyHasher> 
     max_keys: usize,
     /// How many entries each new key's insertion sweeps for idle states (0: never).
     sweep_slice: usize,
-    /// Decision counters, when enabled with [`RateLimiter::with_stats`].
-    counters: Option<Box<Counters>>,
-    /// Shadow mode: refusals are counted and marked, then let through.
-    shadow: bool,
+    /// Decision counters and shadow mode, when either is on: one test on the hot path when
+    /// both are off.
+    extras: Option<Box<Extras>>,
     /// Tells this limiter's reservations from another's.
     id: u64,
     /// States forgotten or rebuilt so far (`reset`, a policy change): a reservation made
@@ -271,8 +270,7 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
             config: Mutex::new(()),
             max_keys: usize::MAX,
             sweep_slice: DEFAULT_SWEEP_SLICE,
-            counters: None,
-            shadow: false,
+            extras: None,
             id: next_limiter_id(),
             rebuilds: Rebuilds::new(),
         }

@@ -11,7 +11,7 @@ use scc::Guard;
 use crate::clock::Clock;
 use crate::clock::Fixed;
 use crate::decision::Decision;
-use crate::engine::dispatch::with_state;
+use crate::engine::dispatch::{with_state, Erased};
 use crate::engine::retry::Retry;
 use crate::engine::state::Carry;
 use crate::error::CostError;
@@ -119,11 +119,43 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
     {
         let guard = Guard::new();
         let generation = self.generation(&guard);
-        with_keyed!(&generation.registry, keyed => {
-            keyed.table.read(key, &guard, |state| {
-                Slot::<K>::try_acquire(state, &keyed.params, &self.clock, 1)
-            })
+        match &generation.registry {
+            Registry::Uniform(Erased::TokenBucket(keyed)) => self.one_in(keyed, key, &guard),
+            registry => self.one_elsewhere(registry, key, &guard),
+        }
+    }
+
+    /// [`RateLimiter::hit_of_cost_one`] on `keyed`'s table.
+    #[inline(always)]
+    fn one_in<Q, St: Slot<K>>(
+        &self,
+        keyed: &Keyed<K, St, S>,
+        key: &Q,
+        guard: &Guard,
+    ) -> Option<Decision>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        keyed.table.read(key, guard, |state| {
+            Slot::<K>::try_acquire(state, &keyed.params, &self.clock, 1)
         })
+    }
+
+    /// [`RateLimiter::one_in`] for every table but the token bucket's, out of line (see
+    /// [`RateLimiter::hit`]).
+    #[inline(never)]
+    fn one_elsewhere<Q>(
+        &self,
+        registry: &Registry<K, S>,
+        key: &Q,
+        guard: &Guard,
+    ) -> Option<Decision>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        with_keyed!(registry, keyed => self.one_in(keyed, key, guard))
     }
 
     /// Decides a request of cost `n` for `key`: allowed only if `n` permits are available,
@@ -188,19 +220,54 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
     {
         let guard = Guard::new();
         let generation = self.generation(&guard);
-        with_keyed!(&generation.registry, keyed => {
-            keyed.table.read(key, &guard, |state| {
-                let limit = Slot::<K>::max_cost(state, &keyed.params);
-                if cost > limit {
-                    // Only a live state's limit counts: one retired under us (a reset moving
-                    // the key to another tier) sends the request to the state that replaces it.
-                    return Slot::<K>::peek(state, &keyed.params, &self.clock)
-                        .map(|_| Err(CostError::ExceedsLimit { cost, limit }));
-                }
-                Slot::<K>::reserve(state, &keyed.params, &self.clock, cost)
-                    .map(|decided| Ok(Decided::own(decided)))
-            })
+        // The default algorithm's table inline; the others out of line, so the default's hit
+        // is compiled alone, with no other algorithm's code (and registers) around it.
+        match &generation.registry {
+            Registry::Uniform(Erased::TokenBucket(keyed)) => self.hit_in(keyed, key, &guard, cost),
+            registry => self.hit_elsewhere(registry, key, &guard, cost),
+        }
+    }
+
+    /// [`RateLimiter::hit`] on `keyed`'s table.
+    #[inline(always)]
+    fn hit_in<Q, St: Slot<K>>(
+        &self,
+        keyed: &Keyed<K, St, S>,
+        key: &Q,
+        guard: &Guard,
+        cost: u64,
+    ) -> Option<Result<Decided, CostError>>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        keyed.table.read(key, guard, |state| {
+            let limit = Slot::<K>::max_cost(state, &keyed.params);
+            if cost > limit {
+                // Only a live state's limit counts: one retired under us (a reset moving
+                // the key to another tier) sends the request to the state that replaces it.
+                return Slot::<K>::peek(state, &keyed.params, &self.clock)
+                    .map(|_| Err(CostError::ExceedsLimit { cost, limit }));
+            }
+            Slot::<K>::reserve(state, &keyed.params, &self.clock, cost)
+                .map(|decided| Ok(Decided::own(decided)))
         })
+    }
+
+    /// [`RateLimiter::hit_in`] for every table but the token bucket's, out of line.
+    #[inline(never)]
+    fn hit_elsewhere<Q>(
+        &self,
+        registry: &Registry<K, S>,
+        key: &Q,
+        guard: &Guard,
+        cost: u64,
+    ) -> Option<Result<Decided, CostError>>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        with_keyed!(registry, keyed => self.hit_in(keyed, key, guard, cost))
     }
 
     /// A key not in the current generation's map: straight to the map's entry API, which

@@ -9,6 +9,15 @@ use crate::stats::Stats;
 
 use super::RateLimiter;
 
+/// What a limiter does with each decision beyond deciding it, when asked to: count it, let
+/// refusals through (shadow mode). Kept behind one pointer, so the hot path of a limiter
+/// with neither tests one word.
+#[derive(Default)]
+pub(super) struct Extras {
+    counters: Option<Counters>,
+    shadow: bool,
+}
+
 impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
     RateLimiter<K, C, S>
 {
@@ -30,7 +39,7 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
     /// ```
     #[must_use]
     pub fn with_stats(mut self) -> Self {
-        self.counters = Some(Box::new(Counters::new()));
+        self.extras.get_or_insert_with(Box::default).counters = Some(Counters::new());
         self
     }
 
@@ -54,7 +63,7 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
     /// ```
     #[must_use]
     pub fn shadow(mut self) -> Self {
-        self.shadow = true;
+        self.extras.get_or_insert_with(Box::default).shadow = true;
         self
     }
 
@@ -76,7 +85,11 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
     #[must_use]
     pub fn stats(&self) -> Stats {
         let keys = self.len();
-        match &self.counters {
+        match self
+            .extras
+            .as_ref()
+            .and_then(|extras| extras.counters.as_ref())
+        {
             Some(counters) => counters.read(keys),
             None => Stats {
                 keys,
@@ -88,6 +101,17 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
     /// Counts a decision and applies shadow mode.
     #[inline(always)]
     pub(super) fn finish(&self, decision: Decision) -> Decision {
+        match &self.extras {
+            None => decision,
+            Some(extras) => extras.finish(decision),
+        }
+    }
+}
+
+impl Extras {
+    /// Out of line: a limiter with neither extra never runs it.
+    #[inline(never)]
+    fn finish(&self, decision: Decision) -> Decision {
         if let Some(counters) = &self.counters {
             counters.record(&decision);
         }
