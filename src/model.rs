@@ -171,14 +171,10 @@ impl ModelRebuilds {
         self.0.read()
     }
 
-    /// Starts a rebuild, before the state it replaces is retired.
-    pub fn begin(&self) {
-        self.0.begin();
-    }
-
-    /// Ends a rebuild, after the new state is published.
-    pub fn end(&self) {
-        self.0.end();
+    /// Runs `rebuild` as one rebuild: begun before it (which retires the old state and
+    /// publishes the new one), ended after.
+    pub fn around<R>(&self, rebuild: impl FnOnce() -> R) -> R {
+        self.0.around(rebuild)
     }
 
     /// Runs `settle` on a state just found, unless it is a refund of a reservation made

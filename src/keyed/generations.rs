@@ -226,6 +226,10 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
                 return;
             }
         }
+        // The caller's code first (the hasher's clone, the clock), so that nothing it does can
+        // leave the shared overflow state retired with no new generation to go to.
+        let hasher = self.hasher.clone();
+        let now = self.clock.now();
         // Counted from before the shared overflow state is retired to after the new generation
         // is published: a refund never lands on a state of the new generation for a
         // reservation made before (see `Rebuilds`).
@@ -233,11 +237,10 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
             // The keys sharing the overflow state keep what they spent there, as tracked keys
             // keep theirs: the new generation's shared state starts with it. A request that
             // meets the retired one starts over, in the new generation once it is swapped in.
-            let now = self.clock.now();
             let replaced = self.generation(&guard);
             let inherited = replaced.registry.retire_overflow(&replaced.rules, now);
             let older = self.current.get_shared(Ordering::Acquire, &guard);
-            let registry = Registry::new(&rules, self.hasher.clone(), inherited, now);
+            let registry = Registry::new(&rules, hasher, inherited, now);
             let grace = sweep_grace(&rules);
             let generation = Generation {
                 rules,

@@ -301,10 +301,13 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
     /// shared state spent, new keys therefore get nothing more than the overflowing ones:
     /// the flood squeezes new keys, never tracked ones. A policy change keeps the shared
     /// state's spent permits too, under the rule of [`set_policy`](RateLimiter::set_policy);
-    /// under per-key policies each policy's shared state keeps its own, and the shared state
-    /// of a policy new to the limiter starts with all of them (keys that shared under another
-    /// tier may have moved to it), so a change of tiers may refuse more for a window, never
-    /// admit more.
+    /// under per-key policies every shared state of the new generation starts with what all
+    /// of the old ones counted (keys that shared under one tier may have moved to another),
+    /// so a change of tiers may refuse more for a window, never admit more. A change that
+    /// follows another with no admission on the shared state in between hands on what it
+    /// counted as it was counted, so frequent reloads do not keep a flood's count alive.
+    /// (A resolver whose answer for an overflowing key changes between its requests lets
+    /// that key spend on two shared states; change tiers with `set_resolver` or `reset`.)
     ///
     /// # Examples
     ///

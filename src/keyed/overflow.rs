@@ -9,40 +9,35 @@
 //! with all of it. So keys that were sharing keep what they spent, as tracked keys do. A
 //! request that meets a retired shared state starts over in the new generation.
 
-use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::clock::Clock;
 use crate::decision::Decision;
 use crate::engine::any_state::AnyState;
-use crate::engine::state::Carry;
+use crate::engine::state::{Carry, RateState};
+
 use crate::error::CostError;
 use crate::policy::Policy;
 use crate::reservation::Marks;
+use crossbeam_utils::CachePadded;
 
 /// What a replaced generation's shared overflow states counted: per policy, the permits in
-/// use and the instant they were counted at. A state built from an entry is built at that
-/// instant, so what it inherited ages from then on as any state's permits do, however many
-/// policy changes pass it on.
-#[derive(Clone, Debug, Default)]
+/// use and the instant they were counted at.
+///
+/// A shared state built from it counts all of it, whatever its policy: keys that shared under
+/// one policy may now get another (a change of tiers, or a resolver whose answer changed),
+/// so every shared state of the new generation counts what any of them spent (it may refuse
+/// more, never admit more). A single part is built as of the instant it was counted, so it
+/// ages as any state's permits do; several are merged as of the build. A state built from
+/// it that admitted nothing since hands the parts on as they were: changes of policy that
+/// follow one another without new admissions do not keep a flood's count alive.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(super) struct Inherited(Vec<(Policy, Carry, u64)>);
 
 impl Inherited {
-    /// The shared state of a uniform policy: `policy`'s permits in use at `now`.
-    pub(super) fn one(policy: Policy, carry: Option<Carry>, now: u64) -> Self {
-        let carry = carry.and_then(|carry| carry.within(0));
-        Inherited(
-            carry
-                .map(|carry| (policy, carry, now))
-                .into_iter()
-                .collect(),
-        )
-    }
-
-    /// Everything inherited, folded into one carry counted as spent at `now`: for the one
-    /// shared state of a uniform policy (whatever policy each part came from, as a policy
-    /// change folds a tracked key's bands into the new policy's). `None` when nothing is.
-    pub(super) fn merged(&self, now: u64) -> Option<Carry> {
+    /// Everything inherited, folded into one carry counted as spent at `now`, each part aged
+    /// to `now` first. `None` when nothing is still in use.
+    fn merged(&self, now: u64) -> Option<Carry> {
         let mut parts = self.0.iter().filter_map(|(policy, carry, at)| {
             let state = AnyState::new(policy, Some(carry), *at);
             (!state.is_at_rest(now)).then(|| state.carry(now)).flatten()
@@ -54,15 +49,85 @@ impl Inherited {
         Some(merged)
     }
 
-    /// A shared state of `policy`, built at `now`: from what was inherited for that policy
-    /// (as of when it was counted); for a policy new to the generation, from everything
-    /// inherited, merged (the keys that shared under other policies may now get this one, so
-    /// it counts what they spent: it may refuse more, never admit more); else fresh.
-    fn state(&self, policy: &Policy, now: u64) -> AnyState {
-        match self.0.iter().find(|(p, _, _)| p == policy) {
-            Some((_, carry, at)) => AnyState::new(policy, Some(carry), *at),
-            None => AnyState::new(policy, self.merged(now).as_ref(), now),
+    /// What a new shared state built at `now` starts with, and as of when: the one part as it
+    /// was counted, or every part merged as of `now`.
+    pub(super) fn carry(&self, now: u64) -> Option<(Carry, u64)> {
+        match self.0.as_slice() {
+            [] => None,
+            [(_, carry, at)] => Some((*carry, *at)),
+            _ => self.merged(now).map(|merged| (merged, now)),
         }
+    }
+
+    /// A shared state of `policy` built at `now` from what was inherited (see `carry`).
+    fn state(&self, policy: &Policy, now: u64) -> AnyState {
+        match self.carry(now) {
+            Some((carry, at)) => AnyState::new(policy, Some(&carry), at),
+            None => AnyState::new(policy, None, 0),
+        }
+    }
+
+    /// What a shared state of `policy` retired at `now` hands on, given `counted`, what it
+    /// had in use then: nothing when nothing; the parts it was built from, as they were, when
+    /// it admitted nothing since (it counts exactly what a state built from them counts now);
+    /// else what it counted, as of `now`, beside the parts still in use.
+    pub(super) fn hand_on(&self, policy: &Policy, counted: Option<Carry>, now: u64) -> Self {
+        let Some(counted) = counted.and_then(|counted| counted.within(0)) else {
+            return Inherited::default();
+        };
+        let unchanged = self.state(policy, now).carry(now).and_then(|c| c.within(0));
+        let mut handed = self.still_in_use(now);
+        if unchanged != Some(counted) {
+            handed.0.push((*policy, counted, now));
+        }
+        handed
+    }
+
+    /// The parts a state built from them would still count at `now`, as they were.
+    fn still_in_use(&self, now: u64) -> Self {
+        Inherited(
+            self.0
+                .iter()
+                .filter(|(policy, carry, at)| {
+                    !AnyState::new(policy, Some(carry), *at).is_at_rest(now)
+                })
+                .copied()
+                .collect(),
+        )
+    }
+
+    /// `other`'s parts beside these.
+    fn extend(&mut self, other: Inherited) {
+        for part in other.0 {
+            if !self.0.contains(&part) {
+                self.0.push(part);
+            }
+        }
+    }
+}
+
+/// The one shared state of a uniform policy, and what it was built from.
+pub(super) struct OneOverflow<St> {
+    pub(super) state: CachePadded<St>,
+    inherited: Inherited,
+}
+
+impl<St: RateState> OneOverflow<St> {
+    pub(super) fn new(params: &St::Params, inherited: Inherited, now: u64) -> Self {
+        let state = match inherited.carry(now) {
+            Some((carry, at)) => St::new(params, Some(&carry), at),
+            None => St::fresh(params),
+        };
+        OneOverflow {
+            state: CachePadded::new(state),
+            inherited,
+        }
+    }
+
+    /// Retires the shared state of `policy` at `now`, returning what it hands on.
+    pub(super) fn retire(&self, params: &St::Params, policy: &Policy, now: u64) -> Inherited {
+        let counted = self.state.retire_with_carry(params, now);
+        self.inherited.hand_on(policy, counted, now)
     }
 }
 
@@ -172,32 +237,21 @@ impl PolicyOverflows {
             .unwrap_or_else(|| self.inherited.state(policy, clock.now()).peek(clock, 1))
     }
 
-    /// Retires every shared state at `now` and returns what they counted, policy by policy,
-    /// with what was inherited here and never taken up (still counting). No state is created
-    /// here afterwards.
+    /// Retires every shared state at `now` and returns what they counted, policy by policy
+    /// (see [`Inherited::hand_on`]), with what was inherited here and is still in use. No
+    /// state is created here afterwards.
     pub(super) fn retire(&self, now: u64) -> Inherited {
         // Release: published to creators through the bucket locks taken below.
         self.closed.store(true, Ordering::Release);
-        let mut handed = Inherited::default();
-        let mut seen = HashSet::new();
+        let mut handed = self.inherited.still_in_use(now);
         // `retain_sync` takes every bucket's lock in turn: a creator that took one before us
-        // has inserted its state, and one after us sees the flag.
+        // has inserted its state, and one after us sees the flag. Every state is retired, at
+        // rest or not, so none admits again.
         self.states.retain_sync(|policy, state| {
-            seen.insert(*policy);
-            // Every state is retired, at rest or not, so none admits again; only one with
-            // permits in use hands them on.
-            if let Some(carry) = state.retire_with_carry(now).and_then(|c| c.within(0)) {
-                handed.0.push((*policy, carry, now));
-            }
+            let counted = state.retire_with_carry(now);
+            handed.extend(self.inherited.hand_on(policy, counted, now));
             true
         });
-        // A policy inherited but never used here keeps its entry, counted from when it was,
-        // until it has aged out.
-        for (policy, carry, at) in &self.inherited.0 {
-            if !seen.contains(policy) && !AnyState::new(policy, Some(carry), *at).is_at_rest(now) {
-                handed.0.push((*policy, *carry, *at));
-            }
-        }
         handed
     }
 }

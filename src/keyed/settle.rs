@@ -84,11 +84,12 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
     /// [`set_policy`](RateLimiter::set_policy) (of any key), reservations made before get
     /// no refund, since the state that held their permits is gone, but are still charged.
     /// A reservation decided by the shared overflow state of a full limiter
-    /// ([`max_keys`](RateLimiter::max_keys)) is settled there: on the shared state of the
-    /// policy it was decided under, whatever a resolver answers for the key by then. A
-    /// refund is checked against resets and policy changes once the state it would write to
-    /// is found, so a settle racing a `reset` of its key never gives back to the fresh state.
-    /// See `docs/ALGORITHMS.md`.
+    /// ([`max_keys`](RateLimiter::max_keys)) is refunded there, on the shared state of the
+    /// policy it was decided under, whatever a resolver answers for the key by then; a charge
+    /// on it goes where the key's next request would (its own state if it has one by now).
+    /// A refund is checked against resets and policy changes once the state it would write
+    /// to is found, so a settle racing a `reset` of its key never gives back to the fresh
+    /// state. See `docs/ALGORITHMS.md`.
     ///
     /// # Errors
     ///
@@ -134,12 +135,16 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
             made: taken.made,
             rebuilds: &self.rebuilds,
         };
-        if overflowed {
-            // A refund goes back to the shared state that holds the permits. A charge goes
-            // where the key's next request would: its own state if it has one by now (it
-            // started with what the shared state counted), else the shared state.
-            if actual < taken.held || !self.settle_tracked(key, &settle) {
-                self.settle_overflow(key, overflow_policy.as_deref(), &settle);
+        if overflowed && actual < taken.held {
+            // A refund goes back to the shared state that holds the permits.
+            self.settle_overflow(key, overflow_policy.as_deref(), &settle);
+        } else if overflowed {
+            // A charge goes where the key's next request would: its own state if it has one by
+            // now (it started with what the shared state counted), else the state the next
+            // request would create, or the shared state of the policy the resolver gives the
+            // key now when the limiter is still full.
+            if !self.settle_tracked(key, &settle) {
+                let _ = self.miss(key, Ask::Settle(&settle));
             }
         } else if !self.settle_tracked(key, &settle) && actual > taken.held {
             // A charge for a key no longer tracked: on the state its next request would

@@ -5,8 +5,6 @@ use std::hash::{BuildHasher, Hash};
 use std::marker::PhantomData;
 use std::sync::Arc;
 
-use crossbeam_utils::CachePadded;
-
 use crate::clock::Clock;
 use crate::decision::Decision;
 use crate::engine::any_state::AnyState;
@@ -19,7 +17,7 @@ use crate::policy::Policy;
 use crate::reservation::Marks;
 
 use super::generations::Rules;
-use super::overflow::{Inherited, PolicyOverflows};
+use super::overflow::{Inherited, OneOverflow, PolicyOverflows};
 use super::table::Table;
 use super::Resolver;
 
@@ -164,14 +162,6 @@ pub(super) trait Slot<K>: Sized + Send + Sync + 'static {
         spec: &Self::Spec,
         clock: &C,
     ) -> Option<Decision>;
-    /// Retires the shared state(s) for a policy change, returning what they counted at `now`
-    /// (`policy`: the uniform policy the shared state was of).
-    fn retire_overflow(
-        overflow: &Self::Overflow,
-        params: &Self::Params,
-        policy: Option<&Policy>,
-        now: u64,
-    ) -> Inherited;
 }
 
 /// A reservation being settled: what it holds, where it stood, and what it really cost.
@@ -288,14 +278,14 @@ impl<K, St: RateState> Slot<K> for St {
     }
 
     /// One state shared by every overflowing key.
-    type Overflow = CachePadded<St>;
+    type Overflow = OneOverflow<St>;
 
-    fn new_overflow(params: &St::Params, inherited: Inherited, now: u64) -> CachePadded<St> {
-        CachePadded::new(St::new(params, inherited.merged(now).as_ref(), now))
+    fn new_overflow(params: &St::Params, inherited: Inherited, now: u64) -> OneOverflow<St> {
+        OneOverflow::new(params, inherited, now)
     }
 
     fn overflow_acquire<C: Clock + ?Sized>(
-        overflow: &CachePadded<St>,
+        overflow: &OneOverflow<St>,
         params: &St::Params,
         (): &(),
         clock: &C,
@@ -305,52 +295,41 @@ impl<K, St: RateState> Slot<K> for St {
         if cost > limit {
             return Some(Err(CostError::ExceedsLimit { cost, limit }));
         }
-        overflow.reserve(params, clock, cost).map(Ok)
+        overflow.state.reserve(params, clock, cost).map(Ok)
     }
 
     fn overflow_settle<C: Clock + ?Sized>(
-        overflow: &CachePadded<St>,
+        overflow: &OneOverflow<St>,
         params: &St::Params,
         (): &(),
         settle: &Settle<'_>,
         clock: &C,
     ) -> bool {
-        settle.on::<K, St>(overflow, params, clock.now()).is_some()
+        settle
+            .on::<K, St>(&overflow.state, params, clock.now())
+            .is_some()
     }
 
     fn overflow_carry(
-        overflow: &CachePadded<St>,
+        overflow: &OneOverflow<St>,
         params: &St::Params,
         (): &(),
         now: u64,
     ) -> Option<Option<Carry>> {
-        if overflow.is_at_rest(params, now) {
+        if overflow.state.is_at_rest(params, now) {
             // A retired state is never at rest.
             return Some(None);
         }
-        overflow.carry(params, now).map(Some)
+        overflow.state.carry(params, now).map(Some)
     }
 
     fn overflow_peek<C: Clock + ?Sized>(
-        overflow: &CachePadded<St>,
+        overflow: &OneOverflow<St>,
         params: &St::Params,
         (): &(),
         clock: &C,
     ) -> Option<Decision> {
-        overflow.peek(params, clock, 1)
-    }
-
-    fn retire_overflow(
-        overflow: &CachePadded<St>,
-        params: &St::Params,
-        policy: Option<&Policy>,
-        now: u64,
-    ) -> Inherited {
-        let carry = overflow.retire_with_carry(params, now);
-        match policy {
-            Some(policy) => Inherited::one(*policy, carry, now),
-            None => Inherited::default(),
-        }
+        overflow.state.peek(params, clock, 1)
     }
 }
 
@@ -492,15 +471,6 @@ impl<K> Slot<K> for AnyState {
     ) -> Option<Decision> {
         overflow.peek(policy, clock)
     }
-
-    fn retire_overflow(
-        overflow: &PolicyOverflows,
-        _: &Self::Params,
-        _: Option<&Policy>,
-        now: u64,
-    ) -> Inherited {
-        overflow.retire(now)
-    }
 }
 
 impl<K: Hash + Eq, St: Slot<K>, S: BuildHasher> Keyed<K, St, S> {
@@ -510,10 +480,6 @@ impl<K: Hash + Eq, St: Slot<K>, S: BuildHasher> Keyed<K, St, S> {
             overflow: St::new_overflow(&params, inherited, now),
             params,
         }
-    }
-
-    fn retire_overflow(&self, policy: Option<&Policy>, now: u64) -> Inherited {
-        St::retire_overflow(&self.overflow, &self.params, policy, now)
     }
 }
 
@@ -540,10 +506,13 @@ impl<K: Hash + Eq + 'static, S: BuildHasher + 'static> Registry<K, S> {
     /// Retires this generation's shared overflow state(s) for a policy change: what they
     /// counted at `now`, for the new generation's to inherit.
     pub(super) fn retire_overflow(&self, rules: &Rules<K>, now: u64) -> Inherited {
-        let policy = match rules {
-            Rules::Uniform(policy) => Some(policy),
-            Rules::PerKey(_) => None,
-        };
-        with_keyed!(self, keyed => keyed.retire_overflow(policy, now))
+        match (self, rules) {
+            (Registry::Uniform(uniform), Rules::Uniform(policy)) => with_state!(uniform, keyed => {
+                keyed.overflow.retire(&keyed.params, policy, now)
+            }),
+            (Registry::PerKey(keyed), _) => keyed.overflow.retire(now),
+            // A generation's registry is built from its own rules: never met.
+            (Registry::Uniform(_), Rules::PerKey(_)) => Inherited::default(),
+        }
     }
 }

@@ -197,7 +197,7 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
             for generation in chain.iter().rev() {
                 // Retired, then removed, under the bucket lock: a request still holding the
                 // state's slot meets it retired and looks the key up again.
-                let mut begun = false;
+                let mut open = None;
                 removed += with_keyed!(&generation.registry, keyed => {
                     let now = self.clock.now();
                     usize::from(
@@ -208,16 +208,14 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
                                 // it is unlinked: a refund never lands on the key's next state
                                 // for a reservation made before (see `Rebuilds`). A reset that
                                 // finds nothing counts nothing.
-                                self.rebuilds().begin();
-                                begun = true;
+                                open = Some(self.rebuilds().begin());
                                 Slot::<K>::retire_with_carry(state, &keyed.params, now)
                             })
                             .is_some(),
                     )
                 });
-                if begun {
-                    self.rebuilds().end();
-                }
+                // The state is unlinked: the rebuild ends (when one began).
+                drop(open);
             }
             // A policy change meanwhile made a newer generation the key could have moved to:
             // walk again.

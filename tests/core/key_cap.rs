@@ -280,3 +280,114 @@ fn frequent_reloads_do_not_keep_a_flood_alive() {
         "a new key starts fresh five hours on"
     );
 }
+
+/// Policy changes that follow one another with no new admission on the shared state hand on
+/// what the flood spent as it was counted, so it ages out as it would without them.
+#[test]
+fn policy_changes_without_new_admissions_do_not_keep_a_flood_alive() {
+    for (a, b, every) in [
+        ("sliding-log 10/1h", "sliding-log 11/1h", 50 * MINUTE),
+        ("token-bucket 10/1h", "sliding-log 10/1h", 5 * MINUTE),
+        ("sliding-counter 10/1h", "token-bucket 10/1h", 5 * MINUTE),
+    ] {
+        let clock = FakeClock::new();
+        let limiter: RateLimiter<u64, FakeClock> =
+            RateLimiter::with_clock(a.parse().unwrap(), clock.clone()).max_keys(1);
+        assert!(limiter.try_acquire(&0).is_allowed());
+        assert_eq!(admissions(&limiter, 1), 10, "{a}");
+        let mut at = Duration::ZERO;
+        for change in 0..40 {
+            at += every;
+            clock.set(at);
+            limiter.set_policy(if change % 2 == 0 { b } else { a }.parse().unwrap());
+        }
+        // A minute after the last change, hours after the flood: had each change counted the
+        // flood's permits as spent at its own instant, they would still be in use now.
+        clock.set(at + MINUTE);
+        assert_eq!(limiter.evict_idle(), 1, "{a} <-> {b}: key 0 at rest");
+        assert!(
+            limiter.try_acquire(&3).remaining() >= 9,
+            "{a} <-> {b}: a new key starts fresh once the flood has aged out"
+        );
+    }
+}
+
+#[test]
+fn a_key_moved_to_a_tier_others_shared_under_keeps_what_it_spent() {
+    let limiter: RateLimiter<u64, FakeClock> = RateLimiter::with_resolver(
+        |key: &u64| if *key == 2 { "5/1h" } else { "10/1h" }.parse().unwrap(),
+        FakeClock::new(),
+    )
+    .max_keys(1);
+    assert!(limiter.try_acquire(&0).is_allowed());
+    assert_eq!(admissions(&limiter, 1), 10);
+    assert!(limiter.try_acquire(&2).is_allowed());
+    limiter.set_resolver(|_: &u64| "5/1h".parse().unwrap());
+    assert_eq!(admissions(&limiter, 1), 0, "key 1 spent 10 within the hour");
+}
+
+#[test]
+fn a_charge_after_a_change_of_tier_lands_where_the_keys_next_request_goes() {
+    let limiter: RateLimiter<u64, FakeClock> =
+        RateLimiter::with_resolver(|_: &u64| "10/1h".parse().unwrap(), FakeClock::new())
+            .max_keys(1);
+    assert!(limiter.try_acquire(&0).is_allowed());
+    let reservation = limiter.reserve_n(&1, 1).unwrap();
+    assert!(reservation.decision().is_overflow());
+    limiter.set_resolver(|_: &u64| "sliding-log 10/1h".parse().unwrap());
+    limiter.settle(&1, reservation, 10).unwrap();
+    assert_eq!(
+        admissions(&limiter, 1),
+        0,
+        "10 spent within the hour, whatever the tier"
+    );
+}
+
+/// A hasher whose next clone panics when asked to.
+#[derive(Default)]
+struct Fragile(ahash_like::State);
+
+mod ahash_like {
+    /// A fixed-seed hasher state, cloned by hand.
+    #[derive(Default)]
+    pub(super) struct State;
+}
+
+static PANIC_ON_CLONE: AtomicBool = AtomicBool::new(false);
+
+impl Clone for Fragile {
+    fn clone(&self) -> Self {
+        if PANIC_ON_CLONE.swap(false, Ordering::SeqCst) {
+            panic!("the hasher's clone failed");
+        }
+        Fragile(ahash_like::State)
+    }
+}
+
+impl std::hash::BuildHasher for Fragile {
+    type Hasher = std::collections::hash_map::DefaultHasher;
+    fn build_hasher(&self) -> Self::Hasher {
+        std::collections::hash_map::DefaultHasher::new()
+    }
+}
+
+#[test]
+fn a_policy_change_that_panics_leaves_the_limiter_deciding() {
+    let limiter: RateLimiter<u64, FakeClock, Fragile> = RateLimiter::with_hasher(
+        "10/1h".parse().unwrap(),
+        FakeClock::new(),
+        Fragile::default(),
+    )
+    .max_keys(1);
+    assert!(limiter.try_acquire(&0).is_allowed());
+    assert!(limiter.try_acquire(&1).is_overflow());
+    PANIC_ON_CLONE.store(true, Ordering::SeqCst);
+    let changed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        limiter.set_policy("20/1h".parse().unwrap());
+    }));
+    assert!(changed.is_err());
+    // Nothing was retired: overflowing keys are still decided on the shared state.
+    let decision = limiter.try_acquire(&2);
+    assert!(decision.is_overflow() && decision.is_allowed());
+    assert_eq!(limiter.peek(&3).remaining(), 7);
+}

@@ -57,10 +57,10 @@ fn a_refund_never_lands_on_the_state_built_after_a_rebuild() {
                     clock.clone(),
                 );
                 thread::spawn(move || {
-                    rebuilds.begin();
-                    assert!(states[0].retire_for_change(NOW).is_some());
-                    table.store(1, Ordering::Release);
-                    rebuilds.end();
+                    rebuilds.around(|| {
+                        assert!(states[0].retire_for_change(NOW).is_some());
+                        table.store(1, Ordering::Release);
+                    });
                     let spent = states[1].try_acquire(&clock, 2).unwrap();
                     assert!(spent.is_allowed());
                 })
@@ -122,10 +122,10 @@ fn a_reservation_racing_a_rebuild_refunds_only_the_state_it_was_decided_on() {
                     clock.clone(),
                 );
                 thread::spawn(move || {
-                    rebuilds.begin();
-                    assert!(states[0].retire_for_change(NOW).is_some());
-                    table.store(1, Ordering::Release);
-                    rebuilds.end();
+                    rebuilds.around(|| {
+                        assert!(states[0].retire_for_change(NOW).is_some());
+                        table.store(1, Ordering::Release);
+                    });
                     states[1].try_acquire(&clock, 2).unwrap().is_allowed()
                 })
             };
