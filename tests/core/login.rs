@@ -686,3 +686,24 @@ fn a_device_token_with_its_address_is_known_by_the_token_and_limited_by_the_addr
         "the address alone is not known"
     );
 }
+
+/// With the account map full, an account's failures count on the shared budget; when a place
+/// frees up and the account gets a budget of its own, those failures come with it: an
+/// attacker who fills the guard cannot get an account twice its guesses.
+#[test]
+fn failures_on_the_shared_budget_follow_an_account_into_its_own() {
+    let clock = FakeClock::new();
+    let guard = LoginGuard::with_clock(clock.clone()).max_keys(1);
+    let _ = guard.record_failure("a1", "192.0.2.1");
+    for _ in 0..4 {
+        let _ = guard.record_failure("victim", "192.0.2.1");
+    }
+    guard.unlock("a1"); // frees the account map's one place
+    let mut guesses = 0;
+    while guard.check("victim", "192.0.2.1").is_allowed() {
+        let _ = guard.record_failure("victim", "192.0.2.1");
+        guesses += 1;
+        assert!(guesses <= 10, "never refused");
+    }
+    assert_eq!(guesses, 1, "5 guesses in the window in all, 4 of them on the shared budget");
+}
