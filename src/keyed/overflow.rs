@@ -3,23 +3,21 @@
 //! shared state(s) hand on to the next generation's when the policy changes ([`Inherited`]).
 //!
 //! A policy change retires the shared states of the generation it replaces and hands what
-//! they count, policy by policy, to the new generation's: under per-key policies each policy's
-//! shared state starts with what its predecessor of the same policy counted, and one of a
-//! policy new to the generation with all of it; under one policy the new shared state starts
-//! with all of it. So keys that were sharing keep what they spent, as tracked keys do. A
+//! they counted to the new generation's, every one of which starts with all of it (see
+//! [`Inherited`]). So keys that were sharing keep what they spent, as tracked keys do. A
 //! request that meets a retired shared state starts over in the new generation.
 
 use std::sync::atomic::{AtomicBool, Ordering};
+
+use crossbeam_utils::CachePadded;
 
 use crate::clock::Clock;
 use crate::decision::Decision;
 use crate::engine::any_state::AnyState;
 use crate::engine::state::{Carry, RateState};
-
 use crate::error::CostError;
 use crate::policy::Policy;
 use crate::reservation::Marks;
-use crossbeam_utils::CachePadded;
 
 /// What a replaced generation's shared overflow states counted: per policy, the permits in
 /// use and the instant they were counted at.
