@@ -705,5 +705,8 @@ fn failures_on_the_shared_budget_follow_an_account_into_its_own() {
         guesses += 1;
         assert!(guesses <= 10, "never refused");
     }
-    assert_eq!(guesses, 1, "5 guesses in the window in all, 4 of them on the shared budget");
+    assert_eq!(
+        guesses, 1,
+        "5 guesses in the window in all, 4 of them on the shared budget"
+    );
 }
