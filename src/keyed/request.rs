@@ -303,7 +303,6 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
                     }
                     return result;
                 }
-                // The generation was replaced while we looked: decide in the new one.
                 // The generation was replaced, or is being replaced (a policy change between
                 // retiring the shared overflow state and swapping the new generation in):
                 // yield, then decide in the new one.
@@ -400,18 +399,12 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
             }
             // A key new to the table may have spent permits on the shared overflow state while
             // the limiter was full (its requests are decided there under this same bucket
-            // lock): it starts with what that state still counts (see `overflow_carry`).
-            let carry = match moved {
-                Some(moved) => Some(moved),
-                None => match self.overflow_carry(keyed, &spec, now) {
-                    Some(carry) => carry,
-                    None => {
-                        // A policy change retired the shared state: start over in the new
-                        // generation, giving back the place taken.
-                        self.tracked.fetch_sub(1, Ordering::Relaxed);
-                        return Step::Stale;
-                    }
-                },
+            // lock): it starts with what that state still counts.
+            let Some(carry) = self.starting_carry(keyed, &spec, moved, now) else {
+                // A policy change retired the shared state: start over in the new generation,
+                // giving back the place taken (only a key not moved took one).
+                self.tracked.fetch_sub(1, Ordering::Relaxed);
+                return Step::Stale;
             };
             let state = St::build(&keyed.params, &spec, carry.as_ref(), now);
             let Some(entry) = entry.insert(state) else {
@@ -449,9 +442,11 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
         }
     }
 
-    /// The permits the shared overflow state counts at `now` (the one of `spec`'s policy),
-    /// for a key that gets a state of its own: `Some(None)` when it is at rest, or when the
-    /// limiter has no cap (no key ever overflows); `None` when a policy change retired it.
+    /// What a new state of `spec` for a key starts with at `now`: what it `moved` with from
+    /// an older generation, else what the shared overflow state counts (the one of `spec`'s
+    /// policy). `Some(None)` for a fresh state (the shared state at rest, or a limiter with
+    /// no cap, where no key ever overflows); `None` when a policy change retired the shared
+    /// state (never for a key that moved).
     ///
     /// Every key that overflowed spent its permits there, and that state counts no fewer
     /// than any one of them spent, so a key starting with that count is never admitted
@@ -459,12 +454,16 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
     /// that never overflowed but get their state while the shared one is busy: they start
     /// with its permits spent (until it comes to rest, and only after a flood
     /// filled the limiter).
-    fn overflow_carry<St: Slot<K>>(
+    fn starting_carry<St: Slot<K>>(
         &self,
         keyed: &Keyed<K, St, S>,
         spec: &St::Spec,
+        moved: Option<Carry>,
         now: u64,
     ) -> Option<Option<Carry>> {
+        if moved.is_some() {
+            return Some(moved);
+        }
         if self.max_keys == usize::MAX {
             return Some(None);
         }
@@ -597,10 +596,7 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
             return St::overflow_peek(&keyed.overflow, &keyed.params, &spec, &at_now)
                 .map(Decision::overflowed);
         }
-        let carry = match moved {
-            Some(moved) => Some(moved),
-            None => self.overflow_carry(keyed, &spec, now)?,
-        };
+        let carry = self.starting_carry(keyed, &spec, moved, now)?;
         let state = St::build(&keyed.params, &spec, carry.as_ref(), now);
         match state.peek(&keyed.params, &at_now) {
             Some(decision) => Some(decision),

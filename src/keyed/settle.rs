@@ -9,7 +9,6 @@ use scc::Guard;
 use crate::clock::Clock;
 use crate::engine::dispatch::with_state;
 use crate::engine::rebuilds::Rebuilds;
-use crate::engine::retry::Retry;
 use crate::error::CostError;
 use crate::policy::Policy;
 use crate::reservation::{Origin, Reservation, SettleError};
@@ -136,20 +135,17 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
             rebuilds: &self.rebuilds,
         };
         if overflowed && actual < taken.held {
-            // A refund goes back to the shared state that holds the permits.
-            self.settle_overflow(key, overflow_policy.as_deref(), &settle);
-        } else if overflowed {
-            // A charge goes where the key's next request would: its own state if it has one by
-            // now (it started with what the shared state counted), else the state the next
-            // request would create, or the shared state of the policy the resolver gives the
-            // key now when the limiter is still full.
-            if !self.settle_tracked(key, &settle) {
-                let _ = self.miss(key, Ask::Settle(&settle));
-            }
+            // A refund of a shared state's reservation goes back to the shared state that
+            // holds the permits.
+            self.refund_overflow(key, overflow_policy.as_deref(), &settle);
         } else if !self.settle_tracked(key, &settle) && actual > taken.held {
-            // A charge for a key no longer tracked: on the state its next request would
-            // create (or the shared one, when the limiter is full). A refund has nothing to
-            // give back: the state is gone, and with it what the reservation held.
+            // A charge for a key not tracked: on the state its next request would create (or
+            // the shared one of the policy the resolver gives it now, when the limiter is
+            // full). Whether the reservation was decided by the key's own state or by the
+            // shared one, the charge goes where the key's next request would: a key tracked
+            // by now (it started with what the shared state counted) takes it above. A refund
+            // of the key's own state has nothing to give back when it is gone: what the
+            // reservation held went with it.
             let _ = self.miss(key, Ask::Settle(&settle));
         }
         Ok(())
@@ -238,11 +234,11 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
         })
     }
 
-    /// Settles on the shared overflow state that decided `key`'s reservation: the one of the
-    /// policy it `recorded` (a per-key policy's), never the one the resolver gives the key
-    /// now. After a policy change the reservation is stale: a refund gives nothing back, and
-    /// a charge lands on the overflow state in force.
-    fn settle_overflow<Q>(&self, key: &Q, recorded: Option<&Policy>, settle: &Settle<'_>)
+    /// Gives back, on the shared overflow state that decided `key`'s reservation, what it did
+    /// not use: on the state of the policy it `recorded` (a per-key policy's), never the one
+    /// the resolver gives the key now. A shared state retired since by a policy change holds
+    /// the reservation's permits no more: nothing comes back (the reservation is stale).
+    fn refund_overflow<Q>(&self, key: &Q, recorded: Option<&Policy>, settle: &Settle<'_>)
     where
         K: Borrow<Q> + From<Q::Owned>,
         Q: Hash + Eq + ToOwned + ?Sized,
@@ -253,37 +249,26 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
             Some(_) => None,
             None => self.resolve(key, None),
         };
-        let mut retry = Retry::new();
-        loop {
-            let guard = Guard::new();
-            let generation = self.generation(&guard);
-            let settled = with_keyed!(&generation.registry, keyed => {
-                overflow_settle(keyed, recorded, resolved.as_ref(), settle, &self.clock)
-            });
-            if settled {
-                return;
-            }
-            // A policy change retired the shared state: settle on the new generation's once it
-            // is swapped in (a charge; a refund is withheld there, the reservation being
-            // stale). The change may still be building it: yield meanwhile.
-            retry.snooze();
-        }
+        let guard = Guard::new();
+        let generation = self.generation(&guard);
+        with_keyed!(&generation.registry, keyed => {
+            refund_on_overflow(keyed, recorded, resolved.as_ref(), settle, &self.clock)
+        });
     }
 }
 
-/// Settles on `keyed`'s overflow state that decided the reservation (see
-/// [`Slot::overflow_spec`]); nothing when there is none. `false` when a policy change
-/// retired it.
-fn overflow_settle<K, St: Slot<K>, S: BuildHasher, C: Clock>(
+/// Gives back on `keyed`'s overflow state that decided the reservation (see
+/// [`Slot::overflow_spec`]); nothing when there is none.
+fn refund_on_overflow<K, St: Slot<K>, S: BuildHasher, C: Clock>(
     keyed: &Keyed<K, St, S>,
     recorded: Option<&Policy>,
     resolved: Option<&Resolved<K>>,
     settle: &Settle<'_>,
     clock: &C,
-) -> bool {
-    match St::overflow_spec(&keyed.params, recorded, resolved) {
-        Some(spec) => St::overflow_settle(&keyed.overflow, &keyed.params, &spec, settle, clock),
-        None => true,
+) {
+    if let Some(spec) = St::overflow_spec(&keyed.params, recorded, resolved) {
+        // `false`: retired by a policy change, so it gives nothing back (see the caller).
+        let _ = St::overflow_settle(&keyed.overflow, &keyed.params, &spec, settle, clock);
     }
 }
 
