@@ -47,6 +47,16 @@ fn admissions(mut try_acquire: impl FnMut() -> bool) -> u64 {
     admitted
 }
 
+/// A limiter built by `build` on a clock with a hook, shared so that the hook can reach it.
+fn hooked<L: Send + Sync + 'static>(
+    build: impl FnOnce(HookClock) -> L,
+) -> (Arc<OnceLock<L>>, HookClock) {
+    let clock = HookClock::default();
+    let cell = Arc::new(OnceLock::new());
+    assert!(cell.set(build(clock.clone())).is_ok());
+    (cell, clock)
+}
+
 #[test]
 fn a_reset_inside_a_settle_gets_no_refund_of_what_came_before_it() {
     for policy in [
@@ -55,14 +65,9 @@ fn a_reset_inside_a_settle_gets_no_refund_of_what_came_before_it() {
         "sliding-counter 10/1h",
         "10/1h & sliding-log 20/1d",
     ] {
-        let clock = HookClock::default();
-        let cell: Arc<OnceLock<RateLimiter<u64, HookClock>>> = Arc::new(OnceLock::new());
-        assert!(cell
-            .set(RateLimiter::with_clock(
-                policy.parse().unwrap(),
-                clock.clone()
-            ))
-            .is_ok());
+        let (cell, clock) = hooked(|clock| {
+            RateLimiter::<u64, HookClock>::with_clock(policy.parse().unwrap(), clock)
+        });
         let limiter = cell.get().unwrap();
         let reservation = limiter.reserve_n(&1, 10).unwrap();
         assert!(reservation.decision().is_allowed(), "{policy}");
@@ -95,11 +100,8 @@ fn a_policy_change_inside_a_settle_gets_no_refund_of_what_came_before_it() {
         ("sliding-counter 10/1h", "sliding-counter 20/1h"),
     ] {
         // The keyed limiter: the key moves to the new generation inside the settle.
-        let clock = HookClock::default();
-        let cell: Arc<OnceLock<RateLimiter<u64, HookClock>>> = Arc::new(OnceLock::new());
-        assert!(cell
-            .set(RateLimiter::with_clock(old.parse().unwrap(), clock.clone()))
-            .is_ok());
+        let (cell, clock) =
+            hooked(|clock| RateLimiter::<u64, HookClock>::with_clock(old.parse().unwrap(), clock));
         let limiter = cell.get().unwrap();
         let reservation = limiter.reserve_n(&1, 10).unwrap();
         let inside = Arc::clone(&cell);
@@ -119,14 +121,7 @@ fn a_policy_change_inside_a_settle_gets_no_refund_of_what_came_before_it() {
         );
 
         // The direct limiter.
-        let clock = HookClock::default();
-        let cell: Arc<OnceLock<DirectLimiter<HookClock>>> = Arc::new(OnceLock::new());
-        assert!(cell
-            .set(DirectLimiter::with_clock(
-                old.parse().unwrap(),
-                clock.clone()
-            ))
-            .is_ok());
+        let (cell, clock) = hooked(|clock| DirectLimiter::with_clock(old.parse().unwrap(), clock));
         let limiter = cell.get().unwrap();
         let reservation = limiter.reserve_n(10).unwrap();
         let inside = Arc::clone(&cell);
@@ -163,14 +158,8 @@ fn a_refund_before_the_change_still_counts() {
 fn a_reservation_made_while_a_policy_change_is_under_way_gets_no_refund() {
     // The reservation is made from inside the change (its first clock reading), on the state
     // the key still has: a refund could not tell that state from the one the key moves to.
-    let clock = HookClock::default();
-    let cell: Arc<OnceLock<RateLimiter<u64, HookClock>>> = Arc::new(OnceLock::new());
-    assert!(cell
-        .set(RateLimiter::with_clock(
-            "100/1h".parse().unwrap(),
-            clock.clone()
-        ))
-        .is_ok());
+    let (cell, clock) =
+        hooked(|clock| RateLimiter::<u64, HookClock>::with_clock("100/1h".parse().unwrap(), clock));
     let limiter = cell.get().unwrap();
     for _ in 0..90 {
         assert!(limiter.try_acquire(&1).is_allowed());

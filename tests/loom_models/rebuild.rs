@@ -21,9 +21,9 @@
 
 use loom::sync::atomic::{AtomicUsize, Ordering};
 use loom::sync::Arc;
-use loom::thread;
-use tollgate::model::{ModelCell, ModelRebuilds};
-use tollgate::Policy;
+use loom::thread::{self, JoinHandle};
+use tollgate::model::{ModelCell, ModelHeld, ModelRebuilds};
+use tollgate::{FakeClock, Policy};
 
 use crate::support::{frozen_clock, NOW, STATE_MACHINES as POLICIES};
 
@@ -34,6 +34,63 @@ struct Seen {
     withheld: bool,
 }
 
+/// One key: its old and new states, the table index a lookup reads (0: the old state, 1:
+/// the new one) and the limiter's count of rebuilds.
+#[derive(Clone)]
+struct Key {
+    states: Arc<[ModelCell; 2]>,
+    table: Arc<AtomicUsize>,
+    rebuilds: Arc<ModelRebuilds>,
+}
+
+impl Key {
+    fn new(policy: &Policy) -> Self {
+        Key {
+            states: Arc::new([ModelCell::new(policy), ModelCell::new(policy)]),
+            table: Arc::new(AtomicUsize::new(0)),
+            rebuilds: Arc::new(ModelRebuilds::new()),
+        }
+    }
+
+    /// The state a lookup finds now.
+    fn found(&self) -> usize {
+        self.table.load(Ordering::Acquire)
+    }
+
+    /// The rebuilder: retires the old state and publishes the new one inside a rebuild, then
+    /// spends the new state's two permits; whether it got them.
+    fn rebuild(&self, clock: &FakeClock) -> JoinHandle<bool> {
+        let (key, clock) = (self.clone(), clock.clone());
+        thread::spawn(move || {
+            key.rebuilds.around(|| {
+                assert!(key.states[0].retire_for_change(NOW).is_some());
+                key.table.store(1, Ordering::Release);
+            });
+            key.states[1].try_acquire(&clock, 2).unwrap().is_allowed()
+        })
+    }
+
+    /// Cancels a reservation made under count `made` on whichever state a lookup finds,
+    /// looking again while the one found was retired; whether it gave back to the old state.
+    fn cancel(&self, made: u64, held: &ModelHeld) -> bool {
+        loop {
+            let found = self.found();
+            let mut refunded_old = false;
+            let settled = self
+                .rebuilds
+                .settle_unless_rebuilt(made, held.held(), 0, || {
+                    let settled = self.states[found].settle(held, 0, NOW);
+                    refunded_old = found == 0 && settled.is_some();
+                    settled
+                });
+            if settled.is_some() {
+                return refunded_old;
+            }
+            thread::yield_now();
+        }
+    }
+}
+
 #[test]
 fn a_refund_never_lands_on_the_state_built_after_a_rebuild() {
     for policy in POLICIES {
@@ -42,48 +99,21 @@ fn a_refund_never_lands_on_the_state_built_after_a_rebuild() {
         loom::model(move || {
             let policy: Policy = policy.parse().unwrap();
             let clock = frozen_clock();
-            let states = Arc::new([ModelCell::new(&policy), ModelCell::new(&policy)]);
-            let table = Arc::new(AtomicUsize::new(0));
-            let rebuilds = Arc::new(ModelRebuilds::new());
-            let made = rebuilds.read();
-            let (decision, held) = states[0].reserve(&clock, 2).unwrap();
+            let key = Key::new(&policy);
+            let made = key.rebuilds.read();
+            let (decision, held) = key.states[0].reserve(&clock, 2).unwrap();
             assert!(decision.is_allowed(), "{policy}");
 
-            let rebuilder = {
-                let (states, table, rebuilds, clock) = (
-                    states.clone(),
-                    table.clone(),
-                    rebuilds.clone(),
-                    clock.clone(),
-                );
-                thread::spawn(move || {
-                    rebuilds.around(|| {
-                        assert!(states[0].retire_for_change(NOW).is_some());
-                        table.store(1, Ordering::Release);
-                    });
-                    let spent = states[1].try_acquire(&clock, 2).unwrap();
-                    assert!(spent.is_allowed());
-                })
-            };
-
-            let mut refunded_old = false;
-            loop {
-                let found = table.load(Ordering::Acquire);
-                let settled = rebuilds.settle_unless_rebuilt(made, held.held(), 0, || {
-                    let settled = states[found].settle(&held, 0, NOW);
-                    refunded_old |= found == 0 && settled.is_some();
-                    settled
-                });
-                if settled.is_some() {
-                    break;
-                }
-                thread::yield_now();
-            }
-            rebuilder.join().unwrap();
+            let rebuilder = key.rebuild(&clock);
+            let refunded_old = key.cancel(made, &held);
+            assert!(
+                rebuilder.join().unwrap(),
+                "{policy}: the new state was fresh"
+            );
 
             // The new state holds exactly its own two permits: nothing came back to it.
             assert!(
-                !states[1].peek(&clock, 1).unwrap().is_allowed(),
+                !key.states[1].peek(&clock, 1).unwrap().is_allowed(),
                 "{policy}: the new state was given the old reservation's permits"
             );
             let mut seen = seen_in.lock().unwrap();
@@ -110,52 +140,25 @@ fn a_reservation_racing_a_rebuild_refunds_only_the_state_it_was_decided_on() {
         loom::model(move || {
             let policy: Policy = policy.parse().unwrap();
             let clock = frozen_clock();
-            let states = Arc::new([ModelCell::new(&policy), ModelCell::new(&policy)]);
-            let table = Arc::new(AtomicUsize::new(0));
-            let rebuilds = Arc::new(ModelRebuilds::new());
-
-            let rebuilder = {
-                let (states, table, rebuilds, clock) = (
-                    states.clone(),
-                    table.clone(),
-                    rebuilds.clone(),
-                    clock.clone(),
-                );
-                thread::spawn(move || {
-                    rebuilds.around(|| {
-                        assert!(states[0].retire_for_change(NOW).is_some());
-                        table.store(1, Ordering::Release);
-                    });
-                    states[1].try_acquire(&clock, 2).unwrap().is_allowed()
-                })
-            };
+            let key = Key::new(&policy);
+            let rebuilder = key.rebuild(&clock);
 
             // Reserve: the count first, then the state found (a retired one: look again).
             let (made, found, held) = loop {
-                let made = rebuilds.read();
-                let found = table.load(Ordering::Acquire);
-                if let Some((decision, held)) = states[found].reserve(&clock, 2) {
+                let made = key.rebuilds.read();
+                let found = key.found();
+                if let Some((decision, held)) = key.states[found].reserve(&clock, 2) {
                     assert!(decision.is_allowed() || found == 1);
                     break (made, found, held);
                 }
                 thread::yield_now();
             };
             if held.held() > 0 {
-                loop {
-                    let at = table.load(Ordering::Acquire);
-                    let settled = rebuilds.settle_unless_rebuilt(made, held.held(), 0, || {
-                        states[at].settle(&held, 0, NOW)
-                    });
-                    if settled.is_some() {
-                        break;
-                    }
-                    thread::yield_now();
-                }
+                key.cancel(made, &held);
             }
-            let rebuilder_spent = rebuilder.join().unwrap();
-            if rebuilder_spent {
+            if rebuilder.join().unwrap() {
                 assert!(
-                    !states[1].peek(&clock, 1).unwrap().is_allowed(),
+                    !key.states[1].peek(&clock, 1).unwrap().is_allowed(),
                     "{policy}: made {made} on state {found}: the new state was given back \
                      permits it never held"
                 );
