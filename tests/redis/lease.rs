@@ -15,15 +15,12 @@ use std::time::{Duration, Instant};
 use tollgate::redis::{FailurePolicy, RedisLimiter};
 use tollgate::{FakeClock, Policy};
 
+use crate::clocked::at;
 use crate::redis_server::{RedisServer, Reply};
 
 /// A frozen test clock's reading, in microseconds: one whole day, so every window of these
 /// tests starts at it.
 const T0: u64 = 86_400_000_000;
-
-fn at(clock: &FakeClock, micros: u64) {
-    clock.set(Duration::from_micros(micros));
-}
 
 /// A limiter on `server` with leases of at most `max` permits, deciding at `clock`'s
 /// readings when given; with `max` 0, no leases and no deny cache.

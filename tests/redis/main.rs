@@ -1,7 +1,7 @@
 //! The Redis backend (feature `redis`) against real `redis-server` processes that each test
 //! starts on free loopback ports: one test binary, a module per scenario (`standalone`,
 //! `reserve`, `lease`, `settings`, `tokens`, `cluster`, `faults`, `middleware`,
-//! `throughput`), the server harness compiled once.
+//! `throughput`), the server harness and the limiters on a test clock (`clocked`) compiled once.
 //! The harness needs feature `test-util` too (`standalone` and `cluster` drive time with
 //! `test_clock`); `middleware`, the HTTP layer deciding through Redis, needs `tower` as well.
 //!
@@ -22,6 +22,7 @@ mod http_support;
 #[path = "../support/redis_server.rs"]
 mod redis_server;
 
+mod clocked;
 mod cluster;
 mod faults;
 mod lease;

@@ -14,32 +14,12 @@ use std::time::Duration;
 use tollgate::redis::{BackendError, FailurePolicy, RedisLimiter};
 use tollgate::{Algorithm, CostError, FakeClock, Policy, RateLimiter, Reservation, SettleError};
 
+use crate::clocked::{at, limiter_at};
 use crate::redis_server::{RedisServer, Reply};
 
 /// A frozen test clock's reading, in microseconds: ten whole minutes, so every window of
 /// these tests starts at it.
 const T0: u64 = 600_000_000;
-
-fn at(clock: &FakeClock, micros: u64) {
-    clock.set(Duration::from_micros(micros));
-}
-
-/// A limiter on `server` deciding at `clock`'s readings, without the deny cache.
-async fn limiter_at(
-    server: &RedisServer,
-    policy: &str,
-    prefix: &str,
-    clock: &FakeClock,
-) -> RedisLimiter {
-    RedisLimiter::builder(policy.parse().unwrap())
-        .prefix(prefix)
-        .test_clock(clock.clone())
-        .deny_cache(0)
-        .timeout(Duration::from_secs(10))
-        .connect(&server.url())
-        .await
-        .unwrap()
-}
 
 /// A limiter on `server` deciding on Redis's own clock (so its keys get real expiries),
 /// without the deny cache.

@@ -10,6 +10,7 @@ use std::time::Duration;
 use tollgate::redis::{BackendError, RedisLimiter};
 use tollgate::{CostError, Decision, FakeClock, Policy, RateLimiter};
 
+use crate::clocked::{at, limiter_at};
 use crate::hammer::hammer;
 use crate::redis_server::{self, RedisServer};
 
@@ -76,27 +77,6 @@ impl Rng {
             self.next() % (max + 1)
         }
     }
-}
-
-/// A limiter on `server` deciding at `clock`'s readings, without the deny cache.
-async fn limiter_at(
-    server: &RedisServer,
-    policy: &str,
-    prefix: &str,
-    clock: &FakeClock,
-) -> RedisLimiter {
-    RedisLimiter::builder(policy.parse().unwrap())
-        .prefix(prefix)
-        .test_clock(clock.clone())
-        .deny_cache(0)
-        .timeout(Duration::from_secs(10))
-        .connect(&server.url())
-        .await
-        .unwrap()
-}
-
-fn at(clock: &FakeClock, micros: u64) {
-    clock.set(Duration::from_micros(micros));
 }
 
 #[tokio::test]

@@ -14,6 +14,7 @@ use std::time::Duration;
 use tollgate::redis::RedisLimiter;
 use tollgate::FakeClock;
 
+use crate::clocked::limiter_at;
 use crate::redis_server::{RedisServer, Reply};
 
 /// A frozen test clock's starting reading: one whole day.
@@ -102,23 +103,6 @@ async fn the_hash_of_lease_tokens_stays_bounded_under_instance_churn() {
     );
 }
 
-/// A limiter on `server` deciding at `clock`'s readings, without a deny cache.
-async fn plain(
-    server: &RedisServer,
-    policy: &str,
-    prefix: &str,
-    clock: &FakeClock,
-) -> RedisLimiter {
-    RedisLimiter::builder(policy.parse().unwrap())
-        .prefix(prefix)
-        .timeout(Duration::from_secs(10))
-        .deny_cache(0)
-        .test_clock(clock.clone())
-        .connect(&server.url())
-        .await
-        .unwrap()
-}
-
 /// How many requests of cost 1 `limiter` admits of `key` now.
 async fn admit_all(limiter: &RedisLimiter, key: &str) -> u64 {
     let mut admitted = 0;
@@ -150,7 +134,7 @@ async fn a_refund_gives_nothing_back_to_a_redis_that_lost_the_reservation() {
     .into_iter()
     .enumerate()
     {
-        let limiter = plain(&server, policy, &format!("lost{i}"), &clock).await;
+        let limiter = limiter_at(&server, policy, &format!("lost{i}"), &clock).await;
         let r = limiter.reserve_n("k", 50).await.unwrap();
         assert!(r.decision().is_allowed(), "{policy}");
         assert_eq!(server.command(&["FLUSHALL"]), Reply::Status("OK".into()));
@@ -171,7 +155,7 @@ async fn a_refund_gives_nothing_back_to_a_redis_that_lost_the_reservation() {
 
         // A reset by another limiter deletes the reservation's token with the state.
         limiter.reset("k").await.unwrap();
-        let other = plain(&server, policy, &format!("lost{i}"), &clock).await;
+        let other = limiter_at(&server, policy, &format!("lost{i}"), &clock).await;
         let r = limiter.reserve_n("k", 50).await.unwrap();
         assert!(other.reset("k").await.unwrap());
         assert!(other.try_acquire_n("k", 60).await.unwrap().is_allowed());
@@ -199,7 +183,7 @@ async fn reservation_tokens_left_behind_expire() {
     let server = RedisServer::start();
     let clock = FakeClock::new();
     clock.set(T0);
-    let limiter = plain(&server, "1000/1s", "left", &clock).await;
+    let limiter = limiter_at(&server, "1000/1s", "left", &clock).await;
     let hash = "left:{k}:reserved";
     let mut largest = 0;
     for i in 0..200u64 {
