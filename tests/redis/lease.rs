@@ -16,6 +16,7 @@ use tollgate::redis::{FailurePolicy, RedisLimiter};
 use tollgate::{FakeClock, Policy};
 
 use crate::clocked::at;
+use crate::dying::in_a_process_that_dies;
 use crate::redis_server::{RedisServer, Reply};
 
 /// A frozen test clock's reading, in microseconds: one whole day, so every window of these
@@ -531,29 +532,19 @@ async fn dropped_instances_give_back_and_killed_ones_are_bounded() {
 
     // A process that dies: its runtime is gone, and the limiter never drops.
     let (url, killed_clock) = (server.url(), clock.clone());
-    std::thread::spawn(move || {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
+    in_a_process_that_dies(move || async move {
+        let limiter = RedisLimiter::builder(policy.parse().unwrap())
+            .prefix("drop")
+            .test_clock(killed_clock)
+            .lease(32)
+            .connect(&url)
+            .await
             .unwrap();
-        let limiter = runtime.block_on(async {
-            let limiter = RedisLimiter::builder(policy.parse().unwrap())
-                .prefix("drop")
-                .test_clock(killed_clock)
-                .lease(32)
-                .connect(&url)
-                .await
-                .unwrap();
-            for _ in 0..40 {
-                assert!(limiter.try_acquire("k").await.unwrap().is_allowed());
-            }
-            limiter
-        });
-        runtime.shutdown_background();
-        std::mem::forget(limiter);
-    })
-    .join()
-    .unwrap();
+        for _ in 0..40 {
+            assert!(limiter.try_acquire("k").await.unwrap().is_allowed());
+        }
+        limiter
+    });
     tokio::time::sleep(Duration::from_millis(300)).await;
     // 80 admitted; the dead instance's last lease (32) holds 23 nobody will use.
     assert_eq!(spent(&view, "k", 1000).await, 80 + 23);

@@ -1,7 +1,8 @@
 //! The Redis backend (feature `redis`) against real `redis-server` processes that each test
 //! starts on free loopback ports: one test binary, a module per scenario (`standalone`,
 //! `reserve`, `lease`, `settings`, `tokens`, `cluster`, `faults`, `middleware`,
-//! `throughput`), the server harness and the limiters on a test clock (`clocked`) compiled once.
+//! `throughput`), the server harness, the limiters on a test clock (`clocked`) and the
+//! instance in a process that dies (`dying`) compiled once.
 //! The harness needs feature `test-util` too (`standalone` and `cluster` drive time with
 //! `test_clock`); `middleware`, the HTTP layer deciding through Redis, needs `tower` as well.
 //!
@@ -24,6 +25,7 @@ mod redis_server;
 
 mod clocked;
 mod cluster;
+mod dying;
 mod faults;
 mod lease;
 mod middleware;

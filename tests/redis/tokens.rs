@@ -15,6 +15,7 @@ use tollgate::redis::RedisLimiter;
 use tollgate::FakeClock;
 
 use crate::clocked::limiter_at;
+use crate::dying::in_a_process_that_dies;
 use crate::redis_server::{RedisServer, Reply};
 
 /// A frozen test clock's starting reading: one whole day.
@@ -72,21 +73,11 @@ async fn the_hash_of_lease_tokens_stays_bounded_under_instance_churn() {
             }
             _ => {
                 let (url, clock) = (server.url(), clock.clone());
-                std::thread::spawn(move || {
-                    let runtime = tokio::runtime::Builder::new_current_thread()
-                        .enable_all()
-                        .build()
-                        .unwrap();
-                    let limiter = runtime.block_on(async {
-                        let limiter = leasing(&url, &clock).await;
-                        take(&limiter, 5).await;
-                        limiter
-                    });
-                    runtime.shutdown_background();
-                    std::mem::forget(limiter);
-                })
-                .join()
-                .unwrap();
+                in_a_process_that_dies(move || async move {
+                    let limiter = leasing(&url, &clock).await;
+                    take(&limiter, 5).await;
+                    limiter
+                });
             }
         }
         let fields = server.command(&["HLEN", hash]).int();
