@@ -1,21 +1,30 @@
-//! Policy changes: each starts a new generation (a new map); a key moves into it on its next
-//! request, carrying the permits it has in use, and a generation that has drained is unlinked.
+//! A limiter's generations, and what every operation on its keys shares.
+//!
+//! A policy change starts a new generation (a new map); a key moves into it on its next
+//! request, carrying the permits it has in use, and a generation that has drained is
+//! unlinked. [`Generations`] holds the current generation and the chain of older ones, the
+//! clock, the count of keys tracked and the count of rebuilds: the requests, sweeps and
+//! settles of `request`, `sweep` and `settle` are its methods.
 
 use std::borrow::Borrow;
 use std::hash::{BuildHasher, Hash};
-use std::sync::atomic::{fence, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{fence, AtomicUsize, Ordering};
+use std::sync::{Mutex, MutexGuard, PoisonError, TryLockError};
 
+use crossbeam_utils::CachePadded;
 use scc::{AtomicShared, Guard, Shared, Tag};
 
+use crate::bounded::SWEEP_PER_INSERT;
 use crate::clock::Clock;
 use crate::engine::dispatch::with_state;
+use crate::engine::rebuilds::Rebuilds;
 use crate::engine::state::Carry;
 use crate::policy::Policy;
+use crate::reservation::next_limiter_id;
 
+use super::overflow::Inherited;
+use super::rules::Rules;
 use super::slot::{with_keyed, Registry, Slot};
-use super::sweep::sweep_grace;
-use super::{RateLimiter, Resolver};
 
 /// The keys' states under one policy (or one resolver), and the generation it replaced.
 pub(super) struct Generation<K, S: BuildHasher> {
@@ -49,15 +58,10 @@ pub(super) fn first_in_older<K, S: BuildHasher, R>(
     None
 }
 
-pub(super) enum Rules<K> {
-    Uniform(Policy),
-    PerKey(Arc<Resolver<K>>),
-}
-
 impl<K: Hash + Eq + Clone + 'static, S: BuildHasher> Generation<K, S> {
     /// Whether this generation, already replaced, holds no state and never will again.
     ///
-    /// Why "never again": a generation gains a state only in `RateLimiter::create_in`, from a
+    /// Why "never again": a generation gains a state only in `Generations::create_in`, from a
     /// request that holds the key's bucket exclusively and found the generation current
     /// *after* taking the bucket. This check runs after the swap that replaced the generation (the
     /// caller reached it through a newer generation's link) and takes every bucket of the map
@@ -67,12 +71,13 @@ impl<K: Hash + Eq + Clone + 'static, S: BuildHasher> Generation<K, S> {
     /// request took it after the pass, so after the swap, and found the generation replaced.
     /// The one outcome that would break this, the request's load of `current` missing the
     /// swap while this pass misses the request's hold of the bucket, is what the two SeqCst
-    /// fences forbid (here between learning of the swap and the pass, in `RateLimiter::create_in`
-    /// between taking the bucket and loading `current`). So a generation found drained
+    /// fences forbid (here between learning of the swap and the pass, in
+    /// [`Generations::still_current`] between taking the bucket and loading `current`). So a
+    /// generation found drained
     /// stays empty: unlinking it loses no key's spent permits, and readers still inside it
     /// are protected by their epoch guards.
     pub(super) fn is_drained(&self) -> bool {
-        // SeqCst: see above; pairs with the fence in `RateLimiter::create_in`.
+        // SeqCst: see above; pairs with the fence in `Generations::still_current`.
         fence(Ordering::SeqCst);
         with_keyed!(&self.registry, keyed => keyed.table.is_empty_locked())
     }
@@ -99,13 +104,134 @@ impl<K: Hash + Eq + Clone + 'static, S: BuildHasher> Generation<K, S> {
     }
 }
 
-impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
-    RateLimiter<K, C, S>
-{
-    pub(super) fn is_current(&self, generation: &Generation<K, S>, guard: &Guard) -> bool {
+/// The keys of one limiter: its generations (the current one and the older ones still
+/// linked), and what every request, sweep and settle on them shares.
+pub(super) struct Generations<K, C, S: BuildHasher> {
+    /// The generation requests go to. Never null.
+    current: AtomicShared<Generation<K, S>>,
+    pub(super) clock: C,
+    /// Builds the map of each new generation, and hashes the key of each reservation.
+    pub(super) hasher: S,
+    /// Keys tracked now, over all generations: incremented before an insertion (under the
+    /// bucket's exclusive lock) and decremented after a removal, so it never falls below the
+    /// keys present.
+    pub(super) tracked: CachePadded<AtomicUsize>,
+    /// Serialises policy changes and the unlinking of drained generations (cold paths only).
+    config: Mutex<()>,
+    /// The most keys tracked at once; new keys past it share an overflow state.
+    pub(super) max_keys: usize,
+    /// How many entries each new key's insertion sweeps for idle states (0: never).
+    pub(super) sweep_slice: usize,
+    /// Tells this limiter's reservations from another's.
+    pub(super) id: u64,
+    /// States forgotten or rebuilt so far (`reset`, a policy change): a reservation made
+    /// before one gets no refund (see `settle`). Each counts itself before it retires the
+    /// state(s) it replaces and again once the new ones are published; a refund would land
+    /// on a state that never held its permits (a reset's fresh one, or one built under
+    /// another policy, which reads the marks differently), while a charge still lands, as it
+    /// reads no mark. Limiter-wide, so a reset of one key also withholds the refunds of
+    /// reservations outstanding on others: those give back less, never more.
+    pub(super) rebuilds: Rebuilds,
+}
+
+impl<K: Hash + Eq + Clone + 'static, C, S: BuildHasher + Clone + 'static> Generations<K, C, S> {
+    /// One generation under `rules`, no key tracked, no cap.
+    pub(super) fn new(rules: Rules<K>, clock: C, hasher: S) -> Self {
+        let registry = Registry::new(&rules, hasher.clone(), Inherited::default(), 0);
+        let generation = Generation {
+            sweep_grace: rules.sweep_grace(),
+            rules,
+            registry,
+            older: AtomicShared::null(),
+            sweep_cursor: Mutex::new(None),
+        };
+        Generations {
+            current: AtomicShared::new(generation),
+            clock,
+            hasher,
+            tracked: CachePadded::new(AtomicUsize::new(0)),
+            config: Mutex::new(()),
+            max_keys: usize::MAX,
+            sweep_slice: SWEEP_PER_INSERT,
+            id: next_limiter_id(),
+            rebuilds: Rebuilds::new(),
+        }
+    }
+}
+
+impl<K, C, S: BuildHasher> Generations<K, C, S> {
+    /// The generation requests go to now.
+    #[inline(always)]
+    pub(super) fn generation<'g>(&self, guard: &'g Guard) -> &'g Generation<K, S> {
+        // Acquire: pairs with the Release swap in `replace_rules`, so the new generation's
+        // contents are visible before it is used.
+        match self.current.load(Ordering::Acquire, guard).as_ref() {
+            Some(generation) => generation,
+            None => unreachable!("a limiter always has a current generation"),
+        }
+    }
+
+    /// How many keys are tracked now.
+    pub(super) fn len(&self) -> usize {
+        // Relaxed: a snapshot of a statistic.
+        self.tracked.load(Ordering::Relaxed)
+    }
+
+    /// The policy every key is held to; `None` under a resolver.
+    pub(super) fn policy(&self) -> Option<Policy> {
+        let guard = Guard::new();
+        match &self.generation(&guard).rules {
+            Rules::Uniform(policy) => Some(*policy),
+            Rules::PerKey(_) => None,
+        }
+    }
+
+    pub(super) fn lock_config(&self) -> MutexGuard<'_, ()> {
+        // The guarded data is `()`: a panic elsewhere cannot leave it inconsistent.
+        self.config.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The `config` lock if it is free now (poisoned or not, as `lock_config`).
+    pub(super) fn try_lock_config(&self) -> Option<MutexGuard<'_, ()>> {
+        match self.config.try_lock() {
+            Ok(config) => Some(config),
+            Err(TryLockError::Poisoned(poisoned)) => Some(poisoned.into_inner()),
+            Err(TryLockError::WouldBlock) => None,
+        }
+    }
+
+    /// Whether `generation` is still current, asked by a request that holds a key's bucket
+    /// in it exclusively, about to create the key's state there: the other side of
+    /// [`Generation::is_drained`]'s protocol. A generation found no longer current gains no
+    /// state from here. One that was current when checked may still gain this key after a
+    /// swap: the key is moved out later under this same lock, and the generation is not
+    /// unlinked meanwhile, because the pass that confirms it drained waits for this lock.
+    pub(super) fn still_current(&self, generation: &Generation<K, S>, guard: &Guard) -> bool {
+        // SeqCst: pairs with the fence in `is_drained`; either our load of `current` sees
+        // the swap, or that pass sees our hold of the bucket.
+        fence(Ordering::SeqCst);
         std::ptr::eq(self.generation(guard), generation)
     }
 
+    /// How many generations are linked now, the current one included: what a new key's
+    /// request may walk.
+    #[cfg(test)]
+    pub(super) fn linked(&self) -> usize {
+        let guard = Guard::new();
+        let mut linked = 0;
+        // Acquire: as every walk of the chain.
+        let mut generation = self.current.load(Ordering::Acquire, &guard);
+        while let Some(g) = generation.as_ref() {
+            linked += 1;
+            generation = g.older.load(Ordering::Acquire, &guard);
+        }
+        linked
+    }
+}
+
+impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
+    Generations<K, C, S>
+{
     /// Removes `key` from the older generations, if one still holds it, and returns the
     /// permits its state had in use at `now`. The caller holds the key's bucket in
     /// the current generation exclusively, so no other request can create the key meanwhile.
@@ -155,65 +281,8 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
         .flatten()
     }
 
-    /// Enforces `policy` on every key from now on, without a restart.
-    ///
-    /// The rule for keys already tracked: **permits already spent stay spent, and no key
-    /// gains more than the new policy allows.** Each key moves to the new policy on its next
-    /// request (or stays behind until eviction finds it at rest): its state under the old
-    /// policy is retired, the permits it has in use are counted (for the token bucket, the
-    /// permits not yet refilled, rounded up; for the log, the live entries; for the counter,
-    /// the weighted estimate, rounded up), and its new state starts with that many spent at
-    /// that instant, capped at the new limit. A band of the new policy counts the permits of
-    /// old bands whose window is no longer than its own (those were all spent within its
-    /// window); a longer old window says nothing about a shorter new one and is not counted.
-    /// A limiter built with a resolver enforces the one `policy` from then on.
-    ///
-    /// Reloads cost nothing over time: re-applying the policy in force changes nothing (a
-    /// service may apply its configuration every minute), and the map of a replaced policy
-    /// is dropped as soon as it holds no key (at once if it never held one, else by
-    /// [`evict_idle`](RateLimiter::evict_idle) or the automatic sweep once its keys have
-    /// moved or come to rest), so new keys never pay for past reloads.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use tollgate::{FakeClock, RateLimiter};
-    ///
-    /// let limiter: RateLimiter<String, FakeClock> =
-    ///     RateLimiter::with_clock("10/min".parse()?, FakeClock::new());
-    /// for _ in 0..4 {
-    ///     limiter.try_acquire("alice");
-    /// }
-    /// limiter.set_policy("5/min".parse()?); // tighter: alice has 4 of 5 spent
-    /// assert_eq!(limiter.try_acquire("alice").remaining(), 0);
-    /// assert!(!limiter.try_acquire("alice").is_allowed());
-    /// assert_eq!(limiter.try_acquire("bob").remaining(), 4); // new keys: the new policy
-    /// # Ok::<(), tollgate::PolicyError>(())
-    /// ```
-    pub fn set_policy(&self, policy: Policy) {
-        self.replace_rules(Rules::Uniform(policy));
-    }
-
-    /// Chooses every key's policy with `resolver` from now on, under the same rule for keys
-    /// already tracked as [`set_policy`](RateLimiter::set_policy).
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use tollgate::{FakeClock, Policy, RateLimiter};
-    ///
-    /// let limiter: RateLimiter<String, FakeClock> =
-    ///     RateLimiter::with_clock("10/min".parse()?, FakeClock::new());
-    /// let vip: Policy = "100/min".parse()?;
-    /// let rest: Policy = "10/min".parse()?;
-    /// limiter.set_resolver(move |user: &String| if user == "vip" { vip } else { rest });
-    /// assert_eq!(limiter.try_acquire("vip").limit(), 100);
-    /// # Ok::<(), tollgate::PolicyError>(())
-    /// ```
-    pub fn set_resolver(&self, resolver: impl Fn(&K) -> Policy + Send + Sync + 'static) {
-        self.replace_rules(Rules::PerKey(Arc::new(resolver)));
-    }
-
+    /// Starts a generation under `rules`, unless they are the uniform policy in force (see
+    /// `RateLimiter::set_policy` for what keys already tracked keep).
     pub(super) fn replace_rules(&self, rules: Rules<K>) {
         let _config = self.lock_config();
         let guard = Guard::new();
@@ -233,7 +302,7 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
         // Counted from before the shared overflow state is retired to after the new generation
         // is published: a refund never lands on a state of the new generation for a
         // reservation made before (see `Rebuilds`).
-        self.rebuilds().around(|| {
+        self.rebuilds.around(|| {
             // The keys sharing the overflow state keep what they spent there, as tracked keys
             // keep theirs: the new generation's shared state starts with it. A request that
             // meets the retired one starts over, in the new generation once it is swapped in.
@@ -241,13 +310,12 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
             let inherited = replaced.registry.retire_overflow(&replaced.rules, now);
             let older = self.current.get_shared(Ordering::Acquire, &guard);
             let registry = Registry::new(&rules, hasher, inherited, now);
-            let grace = sweep_grace(&rules);
             let generation = Generation {
+                sweep_grace: rules.sweep_grace(),
                 rules,
                 registry,
                 older: older.map_or_else(AtomicShared::null, AtomicShared::from),
                 sweep_cursor: Mutex::new(None),
-                sweep_grace: grace,
             };
             // Release: publishes the new generation's contents to requests that load it with
             // Acquire. The old one stays reachable through `older` until it drains.
@@ -261,28 +329,11 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
 }
 
 #[cfg(test)]
-impl<K, C, S: BuildHasher> RateLimiter<K, C, S> {
-    /// How many generations are linked now, the current one included: what a new key's
-    /// request may walk.
-    fn generations(&self) -> usize {
-        let guard = Guard::new();
-        let mut linked = 0;
-        // Acquire: as every walk of the chain.
-        let mut generation = self.current.load(Ordering::Acquire, &guard);
-        while let Some(g) = generation.as_ref() {
-            linked += 1;
-            generation = g.older.load(Ordering::Acquire, &guard);
-        }
-        linked
-    }
-}
-
-#[cfg(test)]
 mod tests {
     use std::time::Duration;
 
-    use super::RateLimiter;
     use crate::clock::FakeClock;
+    use crate::keyed::RateLimiter;
     use crate::policy::Policy;
 
     fn policy(s: &str) -> Policy {
@@ -297,7 +348,7 @@ mod tests {
         for _ in 0..10 {
             limiter.set_policy(policy("5/1h"));
         }
-        assert_eq!(limiter.generations(), 1);
+        assert_eq!(limiter.generations.linked(), 1);
         assert_eq!(limiter.try_acquire(&1).remaining(), 3);
     }
 
@@ -313,9 +364,9 @@ mod tests {
             // The current generation and the one holding the 1,000 keys; every map replaced
             // in between held nothing.
             assert!(
-                limiter.generations() <= 2,
+                limiter.generations.linked() <= 2,
                 "{} linked",
-                limiter.generations()
+                limiter.generations.linked()
             );
         }
         assert_eq!(limiter.len(), 1_000);
@@ -332,14 +383,14 @@ mod tests {
             let _ = limiter.try_acquire(&key);
         }
         limiter.set_policy(policy("6/1h"));
-        assert_eq!(limiter.generations(), 2);
+        assert_eq!(limiter.generations.linked(), 2);
         // Every key moves to the new generation; the last move's sweep finds the old one
         // empty.
         for key in 0..100 {
             assert_eq!(limiter.try_acquire(&key).remaining(), 4);
         }
         let _ = limiter.try_acquire(&100);
-        assert_eq!(limiter.generations(), 1);
+        assert_eq!(limiter.generations.linked(), 1);
         assert_eq!(limiter.len(), 101);
     }
 
@@ -352,9 +403,9 @@ mod tests {
         // The move drains the old generation, but no new key sweeps.
         assert_eq!(limiter.try_acquire(&1).remaining(), 4);
         let _ = limiter.try_acquire(&2);
-        assert_eq!(limiter.generations(), 2);
+        assert_eq!(limiter.generations.linked(), 2);
         assert_eq!(limiter.evict_idle(), 0);
-        assert_eq!(limiter.generations(), 1);
+        assert_eq!(limiter.generations.linked(), 1);
     }
 
     #[test]
@@ -417,6 +468,6 @@ mod tests {
             let _ = limiter.try_acquire(&key);
         }
         assert_eq!(limiter.len(), 100);
-        assert_eq!(limiter.generations(), 1);
+        assert_eq!(limiter.generations.linked(), 1);
     }
 }

@@ -6,49 +6,49 @@
 //! new *generation* (a new table); keys move into it one by one, carrying the permits they
 //! have in use (see `docs/ARCHITECTURE.md`).
 //!
+//! Modules, each importing only those above it:
+//!
 //! | module | job |
 //! |---|---|
-//! | this one | the limiter, its constructors and options, what it reports |
-//! | `slot` | what a generation's table stores per key, one table type per algorithm |
 //! | `table` | the table: a lock-free index from key to state, retire-then-unlink removal |
+//! | `rules` | what a generation enforces: one policy, or a resolver per key |
+//! | `overflow` | the states new keys share once the limiter is full |
+//! | `slot` | what a generation's table stores per key, one table type per algorithm |
+//! | `generations` | the current and older generations, policy changes, what every operation shares |
+//! | `sweep` | removing states at rest: the incremental sweep, eviction, the reset of a key |
 //! | `request` | deciding: a small inline hit, one cold miss that creates the key's state |
-//! | `generations` | policy changes: generations, keys carrying their permits into the new one |
-//! | `sweep` | removing states at rest: the incremental sweep, `evict_idle`, `reset` |
-//! | `wait` | waiting until a request is admitted |
+//! | `settle` | giving back or charging the difference of a reservation |
 //! | `stats` | decision counters and shadow mode |
+//! | this one | [`RateLimiter`]: every public method, over the modules above |
 
+use std::borrow::Borrow;
 use std::fmt;
 use std::hash::{BuildHasher, Hash};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
-
-use crossbeam_utils::CachePadded;
-use scc::{AtomicShared, Guard};
+use std::sync::Arc;
 
 use crate::clock::{Clock, SystemClock};
-use crate::engine::rebuilds::Rebuilds;
+use crate::decision::Decision;
+use crate::error::CostError;
 use crate::hasher::KeyHasher;
 use crate::policy::Policy;
-use crate::reservation::next_limiter_id;
+use crate::reservation::{Reservation, SettleError};
+use crate::stats::{Counters, Stats};
+use crate::wait::Wait;
 
-use self::generations::{Generation, Rules};
-use self::overflow::Inherited;
-use self::slot::Registry;
+use self::generations::Generations;
+use self::request::{Ask, Decided};
+use self::rules::Rules;
 use self::stats::Extras;
-use self::sweep::{sweep_grace, DEFAULT_SWEEP_SLICE};
 
 mod generations;
 mod overflow;
 mod request;
+mod rules;
 mod settle;
 mod slot;
 mod stats;
 mod sweep;
 mod table;
-mod wait;
-
-/// How a limiter built with [`RateLimiter::with_resolver`] chooses each key's policy.
-pub(crate) type Resolver<K> = dyn Fn(&K) -> Policy + Send + Sync;
 
 /// A rate limiter with one independent state per key (user id, API key, IP address...).
 ///
@@ -116,29 +116,11 @@ pub(crate) type Resolver<K> = dyn Fn(&K) -> Policy + Send + Sync;
 /// # Ok::<(), tollgate::PolicyError>(())
 /// ```
 pub struct RateLimiter<K = String, C = SystemClock, S: BuildHasher = KeyHasher> {
-    /// The generation requests go to. Never null.
-    current: AtomicShared<Generation<K, S>>,
-    clock: C,
-    /// Builds the map of each new generation.
-    hasher: S,
-    /// Keys tracked now, over all generations: incremented before an insertion (under the
-    /// bucket's exclusive lock) and decremented after a removal, so it never falls below the
-    /// keys present.
-    tracked: CachePadded<AtomicUsize>,
-    /// Serialises policy changes and the unlinking of drained generations (cold paths only).
-    config: Mutex<()>,
-    /// The most keys tracked at once; new keys past it share an overflow state.
-    max_keys: usize,
-    /// How many entries each new key's insertion sweeps for idle states (0: never).
-    sweep_slice: usize,
+    /// The keys' states, in the generations of the policies enforced so far.
+    generations: Generations<K, C, S>,
     /// Decision counters and shadow mode, when either is on: one test on the hot path when
     /// both are off.
     extras: Option<Box<Extras>>,
-    /// Tells this limiter's reservations from another's.
-    id: u64,
-    /// States forgotten or rebuilt so far (`reset`, a policy change): a reservation made
-    /// before one gets no refund (see `settle`).
-    rebuilds: Rebuilds,
 }
 
 impl<K: Hash + Eq + Clone + 'static> RateLimiter<K, SystemClock, KeyHasher> {
@@ -253,26 +235,9 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
     }
 
     fn build(rules: Rules<K>, clock: C, hasher: S) -> Self {
-        let registry = Registry::new(&rules, hasher.clone(), Inherited::default(), 0);
-        let grace = sweep_grace(&rules);
-        let generation = Generation {
-            rules,
-            registry,
-            older: AtomicShared::null(),
-            sweep_cursor: Mutex::new(None),
-            sweep_grace: grace,
-        };
         RateLimiter {
-            current: AtomicShared::new(generation),
-            clock,
-            hasher,
-            tracked: CachePadded::new(AtomicUsize::new(0)),
-            config: Mutex::new(()),
-            max_keys: usize::MAX,
-            sweep_slice: DEFAULT_SWEEP_SLICE,
+            generations: Generations::new(rules, clock, hasher),
             extras: None,
-            id: next_limiter_id(),
-            rebuilds: Rebuilds::new(),
         }
     }
 
@@ -325,7 +290,7 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
     /// ```
     #[must_use]
     pub fn max_keys(mut self, max_keys: usize) -> Self {
-        self.max_keys = max_keys;
+        self.generations.max_keys = max_keys;
         self
     }
 
@@ -365,35 +330,8 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
     /// ```
     #[must_use]
     pub fn sweep_per_insert(mut self, entries: usize) -> Self {
-        self.sweep_slice = entries;
+        self.generations.sweep_slice = entries;
         self
-    }
-
-    /// The generation requests go to now.
-    #[inline(always)]
-    fn generation<'g>(&self, guard: &'g Guard) -> &'g Generation<K, S> {
-        // Acquire: pairs with the Release swap in `replace_rules`, so the new generation's
-        // contents are visible before it is used.
-        match self.current.load(Ordering::Acquire, guard).as_ref() {
-            Some(generation) => generation,
-            None => unreachable!("a limiter always has a current generation"),
-        }
-    }
-
-    fn lock_config(&self) -> std::sync::MutexGuard<'_, ()> {
-        // The guarded data is `()`: a panic elsewhere cannot leave it inconsistent.
-        self.config
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    /// The `config` lock if it is free now (poisoned or not, as `lock_config`).
-    fn try_lock_config(&self) -> Option<std::sync::MutexGuard<'_, ()>> {
-        match self.config.try_lock() {
-            Ok(config) => Some(config),
-            Err(std::sync::TryLockError::Poisoned(poisoned)) => Some(poisoned.into_inner()),
-            Err(std::sync::TryLockError::WouldBlock) => None,
-        }
     }
 
     /// How many keys are tracked now.
@@ -412,8 +350,7 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
     /// ```
     #[must_use]
     pub fn len(&self) -> usize {
-        // Relaxed: a snapshot of a statistic.
-        self.tracked.load(Ordering::Relaxed)
+        self.generations.len()
     }
 
     /// `true` when no key is tracked.
@@ -448,11 +385,7 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
     /// ```
     #[must_use]
     pub fn policy(&self) -> Option<Policy> {
-        let guard = Guard::new();
-        match &self.generation(&guard).rules {
-            Rules::Uniform(policy) => Some(*policy),
-            Rules::PerKey(_) => None,
-        }
+        self.generations.policy()
     }
 
     /// The clock the limiter reads.
@@ -468,14 +401,560 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
     /// # Ok::<(), tollgate::PolicyError>(())
     /// ```
     pub fn clock(&self) -> &C {
-        &self.clock
+        &self.generations.clock
+    }
+
+    /// Decides a request of cost 1 for `key`.
+    ///
+    /// An existing key costs a lock-free lookup and a compare-and-swap; nothing is allocated.
+    /// A new key allocates its state and its entry (and clones the key) once.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::{FakeClock, RateLimiter};
+    ///
+    /// let limiter: RateLimiter<String, FakeClock> =
+    ///     RateLimiter::with_clock("5/1s".parse()?, FakeClock::new());
+    /// let decision = limiter.try_acquire("alice"); // &str finds the String key
+    /// assert!(decision.is_allowed());
+    /// assert_eq!(decision.remaining(), 4);
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    #[inline]
+    pub fn try_acquire<Q>(&self, key: &Q) -> Decision
+    where
+        K: Borrow<Q> + From<Q::Owned>,
+        Q: Hash + Eq + ToOwned + ?Sized,
+    {
+        if let Some(decision) = self.generations.hit_of_cost_one(key) {
+            return self.finish(decision);
+        }
+        match self.generations.miss(key, Ask::Cost(1)) {
+            Ok(decided) => self.finish(decided.decision),
+            // Every policy has at least one permit, so a cost of 1 is always acceptable.
+            Err(_) => unreachable!("a cost of 1 is within every policy"),
+        }
+    }
+
+    /// Decides a request of cost `n` for `key`: allowed only if `n` permits are available,
+    /// and then all `n` are spent.
+    ///
+    /// # Errors
+    ///
+    /// [`CostError::Zero`] for `n == 0` and [`CostError::ExceedsLimit`] for `n` above the
+    /// key's policy's permits (the smallest band's, for a composite policy). A refused cost
+    /// creates and changes nothing.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::{CostError, FakeClock, RateLimiter};
+    ///
+    /// let limiter: RateLimiter<String, FakeClock> =
+    ///     RateLimiter::with_clock("5/1s".parse()?, FakeClock::new());
+    /// assert_eq!(limiter.try_acquire_n("export", 3)?.remaining(), 2);
+    /// assert!(!limiter.try_acquire_n("export", 3)?.is_allowed());
+    /// assert_eq!(limiter.try_acquire_n("export", 0), Err(CostError::Zero));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[inline]
+    pub fn try_acquire_n<Q>(&self, key: &Q, n: u64) -> Result<Decision, CostError>
+    where
+        K: Borrow<Q> + From<Q::Owned>,
+        Q: Hash + Eq + ToOwned + ?Sized,
+    {
+        if n == 0 {
+            return Err(CostError::Zero);
+        }
+        // Inlined, the marks are never stored.
+        self.reserve_cost(key, n).map(|decided| decided.decision)
+    }
+
+    /// What a request of cost 1 for `key` would get now, changing nothing and creating no
+    /// state. Any number of peeks leave every later decision as it would have been.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::{FakeClock, RateLimiter};
+    ///
+    /// let limiter: RateLimiter<String, FakeClock> =
+    ///     RateLimiter::with_clock("2/1s".parse()?, FakeClock::new());
+    /// assert_eq!(limiter.peek("alice").remaining(), 1); // what the first request would get
+    /// assert_eq!(limiter.len(), 0);
+    /// limiter.try_acquire("alice");
+    /// assert_eq!(limiter.peek("alice").remaining(), 0);
+    /// assert!(limiter.try_acquire("alice").is_allowed());
+    /// assert!(!limiter.peek("alice").is_allowed());
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    pub fn peek<Q>(&self, key: &Q) -> Decision
+    where
+        K: Borrow<Q> + From<Q::Owned>,
+        Q: Hash + Eq + ToOwned + ?Sized,
+    {
+        self.generations.peek(key)
+    }
+
+    /// A request of `cost` (at least 1) for `key`, its decision through stats and shadow
+    /// mode, and where its admission stands.
+    #[inline(always)]
+    fn reserve_cost<Q>(&self, key: &Q, cost: u64) -> Result<Decided, CostError>
+    where
+        K: Borrow<Q> + From<Q::Owned>,
+        Q: Hash + Eq + ToOwned + ?Sized,
+    {
+        self.generations.decide(key, cost).map(|decided| Decided {
+            decision: self.finish(decided.decision),
+            ..decided
+        })
+    }
+
+    /// Takes `n` permits for `key` now, for a request whose real cost is known only after it
+    /// ran: the tokens an LLM call really used, an order that may fail. Decided exactly as
+    /// [`try_acquire_n`](RateLimiter::try_acquire_n); the [`Reservation`] remembers where its
+    /// admission stands in each band, so that [`settle`](RateLimiter::settle) can give back
+    /// what the request did not use, or charge what it used on top.
+    ///
+    /// An allowed reservation's permits are spent at once, so every other request sees
+    /// them. A refused one holds nothing (its decision says when to retry). A reservation
+    /// dropped unsettled keeps its permits spent.
+    ///
+    /// # Errors
+    ///
+    /// As [`try_acquire_n`](RateLimiter::try_acquire_n): [`CostError::Zero`] and
+    /// [`CostError::ExceedsLimit`]; nothing changes.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::{FakeClock, RateLimiter};
+    ///
+    /// let limiter: RateLimiter<String, FakeClock> =
+    ///     RateLimiter::with_clock("10000/min".parse()?, FakeClock::new());
+    /// let r = limiter.reserve_n("tenant-1", 4000)?; // the most the completion may use
+    /// assert_eq!(r.decision().remaining(), 6000);
+    /// limiter.settle("tenant-1", r, 1200)?; // it used 1,200: 2,800 come back
+    /// assert_eq!(limiter.peek("tenant-1").remaining(), 8799);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn reserve_n<Q>(&self, key: &Q, n: u64) -> Result<Reservation, CostError>
+    where
+        K: Borrow<Q> + From<Q::Owned>,
+        Q: Hash + Eq + ToOwned + ?Sized,
+    {
+        if n == 0 {
+            return Err(CostError::Zero);
+        }
+        // The origin first: its count of rebuilds must not be newer than the state the
+        // reservation is decided on (see `rebuilds`).
+        let origin = self.generations.origin(key);
+        let decided = self.reserve_cost(key, n)?;
+        Ok(Reservation::new(decided.decision, n, decided.marks, origin)
+            .decided_by_overflow_of(decided.overflow))
+    }
+
+    /// Settles a reservation of `key` at what the request really cost.
+    ///
+    /// * `actual` below the reservation: the difference comes back, as if those permits had
+    ///   never been admitted, but never more than the reservation still holds (a token
+    ///   bucket's refill or a window's passing may already have given some back) and never
+    ///   more than a fresh state has.
+    /// * `actual` above it: the difference is charged at once, even past the limit. A token
+    ///   bucket and a sliding counter carry the debt, so later requests wait it out (a token
+    ///   bucket up to one more full burst, a counter up to twice its permits in a window); a
+    ///   sliding log saturates at its limit within the window, as it holds one entry per
+    ///   permit.
+    /// * `actual` equal: nothing to do.
+    ///
+    /// If the key's state is gone by then (evicted at rest), nothing is given back and a
+    /// charge is made on its new state. After a [`reset`](RateLimiter::reset) or a
+    /// [`set_policy`](RateLimiter::set_policy) (of any key), reservations made before get
+    /// no refund, since the state that held their permits is gone, but are still charged.
+    /// A reservation decided by the shared overflow state of a full limiter
+    /// ([`max_keys`](RateLimiter::max_keys)) is refunded there, on the shared state of the
+    /// policy it was decided under, whatever a resolver answers for the key by then; a charge
+    /// on it goes where the key's next request would (its own state if it has one by now).
+    /// A refund is checked against resets and policy changes once the state it would write
+    /// to is found, so a settle racing a `reset` of its key never gives back to the fresh
+    /// state. See `docs/ALGORITHMS.md`.
+    ///
+    /// # Errors
+    ///
+    /// [`SettleError::Refused`] for a reservation that holds nothing,
+    /// [`SettleError::OtherKey`] and [`SettleError::OtherLimiter`] for one made for another
+    /// key or by another limiter. A failed settle changes nothing: the permits stay spent.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::{FakeClock, RateLimiter};
+    ///
+    /// let limiter: RateLimiter<String, FakeClock> =
+    ///     RateLimiter::with_clock("10/s".parse()?, FakeClock::new());
+    /// let r = limiter.reserve_n("alice", 10)?;
+    /// limiter.settle("alice", r, 3)?; // 7 come back
+    /// assert_eq!(limiter.peek("alice").remaining(), 6);
+    /// let r = limiter.reserve_n("alice", 2)?;
+    /// limiter.settle("alice", r, 10)?; // 8 more than reserved: a debt
+    /// assert!(!limiter.peek("alice").is_allowed());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn settle<Q>(
+        &self,
+        key: &Q,
+        reservation: Reservation,
+        actual: u64,
+    ) -> Result<(), SettleError>
+    where
+        K: Borrow<Q> + From<Q::Owned>,
+        Q: Hash + Eq + ToOwned + ?Sized,
+    {
+        self.generations.settle(key, reservation, actual)
+    }
+
+    /// Gives back everything a reservation holds: [`settle`](RateLimiter::settle) at 0.
+    ///
+    /// # Errors
+    ///
+    /// As [`settle`](RateLimiter::settle).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::{FakeClock, RateLimiter};
+    ///
+    /// let limiter: RateLimiter<String, FakeClock> =
+    ///     RateLimiter::with_clock("3/s".parse()?, FakeClock::new());
+    /// let global = limiter.reserve_n("global", 1)?;
+    /// // ... an inner limit refused the request: the global permit comes back.
+    /// limiter.cancel("global", global)?;
+    /// assert_eq!(limiter.peek("global").remaining(), 2);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn cancel<Q>(&self, key: &Q, reservation: Reservation) -> Result<(), SettleError>
+    where
+        K: Borrow<Q> + From<Q::Owned>,
+        Q: Hash + Eq + ToOwned + ?Sized,
+    {
+        self.settle(key, reservation, 0)
+    }
+
+    /// Waits until a request of cost 1 for `key` is admitted: tries, and when refused sleeps
+    /// its `retry_after` (plus the clock's [`granularity`](Clock::granularity)) on the
+    /// limiter's clock ([`Clock::sleep`]) and tries again. For a
+    /// client that must not exceed a provider's quota. Blocks the thread: in async code use
+    /// `acquire` (feature `tokio`).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::{Clock, FakeClock, RateLimiter};
+    ///
+    /// let clock = FakeClock::new();
+    /// let limiter: RateLimiter<String, FakeClock> =
+    ///     RateLimiter::with_clock("2/1s".parse()?, clock.clone());
+    /// for _ in 0..4 {
+    ///     assert!(limiter.acquire_blocking("upstream").is_allowed());
+    /// }
+    /// assert_eq!(clock.now(), 1_000_000_000); // the fake clock's sleeps moved time
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    pub fn acquire_blocking<Q>(&self, key: &Q) -> Decision
+    where
+        K: Borrow<Q> + From<Q::Owned>,
+        Q: Hash + Eq + ToOwned + ?Sized,
+    {
+        match self.acquire_blocking_with(key, Wait::new()) {
+            Ok(decision) | Err(decision) => decision,
+        }
+    }
+
+    /// Like [`acquire_blocking`](RateLimiter::acquire_blocking), with a timeout and jitter.
+    ///
+    /// # Errors
+    ///
+    /// The last refusal, as soon as admission cannot come before the timeout.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{FakeClock, RateLimiter, Wait};
+    ///
+    /// let limiter: RateLimiter<String, FakeClock> =
+    ///     RateLimiter::with_clock("1/min".parse()?, FakeClock::new());
+    /// let _ = limiter.try_acquire("a");
+    /// let wait = Wait::new().timeout(Duration::from_secs(5));
+    /// assert!(limiter.acquire_blocking_with("a", wait).is_err());
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    pub fn acquire_blocking_with<Q>(&self, key: &Q, wait: Wait) -> Result<Decision, Decision>
+    where
+        K: Borrow<Q> + From<Q::Owned>,
+        Q: Hash + Eq + ToOwned + ?Sized,
+    {
+        crate::wait::block(self.clock(), &wait, || self.try_acquire(key))
+    }
+
+    /// Waits asynchronously until a request of cost 1 for `key` is admitted (feature
+    /// `tokio`): the async twin of [`acquire_blocking`](RateLimiter::acquire_blocking),
+    /// sleeping with tokio's timer. Give the limiter a clock that follows tokio's time
+    /// ([`SystemClock`](crate::SystemClock) in production, [`TokioClock`](crate::TokioClock) in tests with paused
+    /// time).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), tollgate::PolicyError> {
+    /// use tollgate::{RateLimiter, TokioClock};
+    ///
+    /// let limiter: RateLimiter<String, TokioClock> =
+    ///     RateLimiter::with_clock("1/s".parse()?, TokioClock::new());
+    /// assert!(limiter.acquire("a").await.is_allowed());
+    /// assert!(limiter.acquire("a").await.is_allowed()); // a second later (paused time)
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[cfg(feature = "tokio")]
+    pub async fn acquire<Q>(&self, key: &Q) -> Decision
+    where
+        K: Borrow<Q> + From<Q::Owned>,
+        Q: Hash + Eq + ToOwned + ?Sized,
+    {
+        match self.acquire_with(key, Wait::new()).await {
+            Ok(decision) | Err(decision) => decision,
+        }
+    }
+
+    /// The async twin of [`acquire_blocking_with`](RateLimiter::acquire_blocking_with)
+    /// (feature `tokio`).
+    ///
+    /// # Errors
+    ///
+    /// The last refusal, as soon as admission cannot come before the timeout.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), tollgate::PolicyError> {
+    /// use std::time::Duration;
+    /// use tollgate::{RateLimiter, TokioClock, Wait};
+    ///
+    /// let limiter: RateLimiter<String, TokioClock> =
+    ///     RateLimiter::with_clock("1/min".parse()?, TokioClock::new());
+    /// let _ = limiter.try_acquire("a");
+    /// let wait = Wait::new().timeout(Duration::from_secs(1));
+    /// assert!(limiter.acquire_with("a", wait).await.is_err());
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[cfg(feature = "tokio")]
+    pub async fn acquire_with<Q>(&self, key: &Q, wait: Wait) -> Result<Decision, Decision>
+    where
+        K: Borrow<Q> + From<Q::Owned>,
+        Q: Hash + Eq + ToOwned + ?Sized,
+    {
+        crate::wait::wait_async(self.clock(), &wait, || self.try_acquire(key)).await
+    }
+
+    /// Enforces `policy` on every key from now on, without a restart.
+    ///
+    /// The rule for keys already tracked: **permits already spent stay spent, and no key
+    /// gains more than the new policy allows.** Each key moves to the new policy on its next
+    /// request (or stays behind until eviction finds it at rest): its state under the old
+    /// policy is retired, the permits it has in use are counted (for the token bucket, the
+    /// permits not yet refilled, rounded up; for the log, the live entries; for the counter,
+    /// the weighted estimate, rounded up), and its new state starts with that many spent at
+    /// that instant, capped at the new limit. A band of the new policy counts the permits of
+    /// old bands whose window is no longer than its own (those were all spent within its
+    /// window); a longer old window says nothing about a shorter new one and is not counted.
+    /// A limiter built with a resolver enforces the one `policy` from then on.
+    ///
+    /// Reloads cost nothing over time: re-applying the policy in force changes nothing (a
+    /// service may apply its configuration every minute), and the map of a replaced policy
+    /// is dropped as soon as it holds no key (at once if it never held one, else by
+    /// [`evict_idle`](RateLimiter::evict_idle) or the automatic sweep once its keys have
+    /// moved or come to rest), so new keys never pay for past reloads.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::{FakeClock, RateLimiter};
+    ///
+    /// let limiter: RateLimiter<String, FakeClock> =
+    ///     RateLimiter::with_clock("10/min".parse()?, FakeClock::new());
+    /// for _ in 0..4 {
+    ///     limiter.try_acquire("alice");
+    /// }
+    /// limiter.set_policy("5/min".parse()?); // tighter: alice has 4 of 5 spent
+    /// assert_eq!(limiter.try_acquire("alice").remaining(), 0);
+    /// assert!(!limiter.try_acquire("alice").is_allowed());
+    /// assert_eq!(limiter.try_acquire("bob").remaining(), 4); // new keys: the new policy
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    pub fn set_policy(&self, policy: Policy) {
+        self.generations.replace_rules(Rules::Uniform(policy));
+    }
+
+    /// Chooses every key's policy with `resolver` from now on, under the same rule for keys
+    /// already tracked as [`set_policy`](RateLimiter::set_policy).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::{FakeClock, Policy, RateLimiter};
+    ///
+    /// let limiter: RateLimiter<String, FakeClock> =
+    ///     RateLimiter::with_clock("10/min".parse()?, FakeClock::new());
+    /// let vip: Policy = "100/min".parse()?;
+    /// let rest: Policy = "10/min".parse()?;
+    /// limiter.set_resolver(move |user: &String| if user == "vip" { vip } else { rest });
+    /// assert_eq!(limiter.try_acquire("vip").limit(), 100);
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    pub fn set_resolver(&self, resolver: impl Fn(&K) -> Policy + Send + Sync + 'static) {
+        self.generations
+            .replace_rules(Rules::PerKey(Arc::new(resolver)));
+    }
+
+    /// Removes every key whose state is at rest (it would decide exactly as a key never seen),
+    /// and returns how many it removed.
+    ///
+    /// Safe to run while requests are being decided, from any thread: no request racing it is
+    /// ever admitted beyond the policy. It visits the whole map, locking one bucket at a time,
+    /// so call it from a timer rather than per request. It also drops the maps of replaced
+    /// policies once they hold no key.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{FakeClock, RateLimiter};
+    ///
+    /// let clock = FakeClock::new();
+    /// let limiter: RateLimiter<String, FakeClock> =
+    ///     RateLimiter::with_clock("5/1s".parse()?, clock.clone());
+    /// limiter.try_acquire("alice");
+    /// assert_eq!(limiter.evict_idle(), 0); // alice still owes 200 ms of refill
+    /// clock.advance(Duration::from_millis(200));
+    /// assert_eq!(limiter.evict_idle(), 1);
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    pub fn evict_idle(&self) -> usize {
+        self.generations.evict_idle()
+    }
+
+    /// Forgets `key`'s state, in whatever generation it is: its next request starts fresh
+    /// under the policy in force (or that the resolver now returns for it), but for what a
+    /// full limiter's shared overflow state still counts (see
+    /// [`max_keys`](RateLimiter::max_keys)). Returns whether a state was removed. Use it to move a key to another tier, or to clear a record (a
+    /// successful login clearing failed attempts).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::{FakeClock, RateLimiter};
+    ///
+    /// let limiter: RateLimiter<String, FakeClock> =
+    ///     RateLimiter::with_clock("1/min".parse()?, FakeClock::new());
+    /// limiter.try_acquire("alice");
+    /// assert!(!limiter.try_acquire("alice").is_allowed());
+    /// assert!(limiter.reset("alice"));
+    /// assert!(limiter.try_acquire("alice").is_allowed());
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    pub fn reset<Q>(&self, key: &Q) -> bool
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        self.generations.reset(key)
+    }
+
+    /// Counts allowed, refused and overflowed decisions, read with
+    /// [`stats`](RateLimiter::stats). The counters are striped across cache lines, so
+    /// threads do not contend on them, but each decision still pays one atomic add.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::{FakeClock, RateLimiter};
+    ///
+    /// let limiter: RateLimiter<String, FakeClock> =
+    ///     RateLimiter::with_clock("1/min".parse()?, FakeClock::new()).with_stats();
+    /// let _ = limiter.try_acquire("a");
+    /// let _ = limiter.try_acquire("a");
+    /// assert_eq!(limiter.stats().refused, 1);
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    #[must_use]
+    pub fn with_stats(mut self) -> Self {
+        self.extras.get_or_insert_with(Box::default).counters = Some(Counters::new());
+        self
+    }
+
+    /// Shadow mode, for rolling out a policy safely: every request is decided and counted
+    /// as usual, but a refusal is let through, marked by [`Decision::would_refuse`]. Permits
+    /// are spent only by the requests the policy itself admits, so the limiter's state is
+    /// exactly what enforcing the policy would have produced.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::{FakeClock, RateLimiter};
+    ///
+    /// let limiter: RateLimiter<String, FakeClock> =
+    ///     RateLimiter::with_clock("1/min".parse()?, FakeClock::new()).shadow().with_stats();
+    /// assert!(limiter.try_acquire("a").is_allowed());
+    /// let second = limiter.try_acquire("a");
+    /// assert!(second.is_allowed() && second.would_refuse());
+    /// assert_eq!(limiter.stats().refused, 1);
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    #[must_use]
+    pub fn shadow(mut self) -> Self {
+        self.extras.get_or_insert_with(Box::default).shadow = true;
+        self
+    }
+
+    /// The decision counters and the number of keys tracked.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::{FakeClock, RateLimiter};
+    ///
+    /// let limiter: RateLimiter<String, FakeClock> =
+    ///     RateLimiter::with_clock("5/s".parse()?, FakeClock::new());
+    /// let _ = limiter.try_acquire("a");
+    /// let stats = limiter.stats();
+    /// assert_eq!(stats.keys, 1);
+    /// assert!(!stats.counting); // built without `with_stats`
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    #[must_use]
+    pub fn stats(&self) -> Stats {
+        Extras::stats(self.extras.as_deref(), self.len())
+    }
+
+    /// Counts a decision and applies shadow mode.
+    #[inline(always)]
+    fn finish(&self, decision: Decision) -> Decision {
+        match &self.extras {
+            None => decision,
+            Some(extras) => extras.finish(decision),
+        }
     }
 }
 
 impl<K, C, S: BuildHasher> fmt::Debug for RateLimiter<K, C, S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RateLimiter")
-            .field("keys", &self.tracked.load(Ordering::Relaxed))
+            .field("keys", &self.generations.len())
             .finish_non_exhaustive()
     }
 }

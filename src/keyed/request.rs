@@ -3,13 +3,13 @@
 
 use std::borrow::Borrow;
 use std::hash::{BuildHasher, Hash};
-use std::sync::atomic::{fence, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use scc::Guard;
 
-use crate::clock::Clock;
-use crate::clock::Fixed;
+use crate::bounded::SWEEP_WHEN_FULL;
+use crate::clock::{Clock, Fixed};
 use crate::decision::Decision;
 use crate::engine::dispatch::{with_state, Erased};
 use crate::engine::retry::Retry;
@@ -18,11 +18,10 @@ use crate::error::CostError;
 use crate::policy::Policy;
 use crate::reservation::Marks;
 
-use super::generations::{Generation, Rules};
-use super::slot::{with_keyed, Keyed, Registry, Resolved, Settle, Slot};
-use super::sweep::FULL_SWEEP_SLICE;
+use super::generations::{Generation, Generations};
+use super::rules::{Resolved, Rules};
+use super::slot::{with_keyed, Keyed, Registry, Settle, Slot};
 use super::table::TableEntry;
-use super::RateLimiter;
 
 /// A decision, where its admission stands, and (for a decision of a per-key policy's shared
 /// overflow state) the policy whose overflow state decided it: what a reservation keeps to be
@@ -72,47 +71,14 @@ enum Step {
 }
 
 impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
-    RateLimiter<K, C, S>
+    Generations<K, C, S>
 {
-    /// Decides a request of cost 1 for `key`.
-    ///
-    /// An existing key costs a lock-free lookup and a compare-and-swap; nothing is allocated.
-    /// A new key allocates its state and its entry (and clones the key) once.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use tollgate::{FakeClock, RateLimiter};
-    ///
-    /// let limiter: RateLimiter<String, FakeClock> =
-    ///     RateLimiter::with_clock("5/1s".parse()?, FakeClock::new());
-    /// let decision = limiter.try_acquire("alice"); // &str finds the String key
-    /// assert!(decision.is_allowed());
-    /// assert_eq!(decision.remaining(), 4);
-    /// # Ok::<(), tollgate::PolicyError>(())
-    /// ```
-    #[inline]
-    pub fn try_acquire<Q>(&self, key: &Q) -> Decision
-    where
-        K: Borrow<Q> + From<Q::Owned>,
-        Q: Hash + Eq + ToOwned + ?Sized,
-    {
-        if let Some(decision) = self.hit_of_cost_one(key) {
-            return self.finish(decision);
-        }
-        match self.miss(key, Ask::Cost(1)) {
-            Ok(decided) => self.finish(decided.decision),
-            // Every policy has at least one permit, so a cost of 1 is always acceptable.
-            Err(_) => unreachable!("a cost of 1 is within every policy"),
-        }
-    }
-
     /// The most common request, straight to the state: cost 1 (within every policy, so no
     /// cost check) for a key already tracked in the current generation, found without a lock.
     /// `None` for a key not in the current generation's table, or whose state was retired
-    /// under us, which [`RateLimiter::miss`] then handles.
+    /// under us, which [`Generations::miss`] then handles.
     #[inline(always)]
-    fn hit_of_cost_one<Q>(&self, key: &Q) -> Option<Decision>
+    pub(super) fn hit_of_cost_one<Q>(&self, key: &Q) -> Option<Decision>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
@@ -125,7 +91,7 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
         }
     }
 
-    /// [`RateLimiter::hit_of_cost_one`] on `keyed`'s table.
+    /// [`Generations::hit_of_cost_one`] on `keyed`'s table.
     #[inline(always)]
     fn one_in<Q, St: Slot<K>>(
         &self,
@@ -142,8 +108,8 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
         })
     }
 
-    /// [`RateLimiter::one_in`] for every table but the token bucket's, out of line (see
-    /// [`RateLimiter::hit`]).
+    /// [`Generations::one_in`] for every table but the token bucket's, out of line (see
+    /// [`Generations::hit`]).
     #[inline(never)]
     fn one_elsewhere<Q>(
         &self,
@@ -158,59 +124,21 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
         with_keyed!(registry, keyed => self.one_in(keyed, key, guard))
     }
 
-    /// Decides a request of cost `n` for `key`: allowed only if `n` permits are available,
-    /// and then all `n` are spent.
-    ///
-    /// # Errors
-    ///
-    /// [`CostError::Zero`] for `n == 0` and [`CostError::ExceedsLimit`] for `n` above the
-    /// key's policy's permits (the smallest band's, for a composite policy). A refused cost
-    /// creates and changes nothing.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use tollgate::{CostError, FakeClock, RateLimiter};
-    ///
-    /// let limiter: RateLimiter<String, FakeClock> =
-    ///     RateLimiter::with_clock("5/1s".parse()?, FakeClock::new());
-    /// assert_eq!(limiter.try_acquire_n("export", 3)?.remaining(), 2);
-    /// assert!(!limiter.try_acquire_n("export", 3)?.is_allowed());
-    /// assert_eq!(limiter.try_acquire_n("export", 0), Err(CostError::Zero));
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    #[inline]
-    pub fn try_acquire_n<Q>(&self, key: &Q, n: u64) -> Result<Decision, CostError>
-    where
-        K: Borrow<Q> + From<Q::Owned>,
-        Q: Hash + Eq + ToOwned + ?Sized,
-    {
-        if n == 0 {
-            return Err(CostError::Zero);
-        }
-        // Inlined, the marks are never stored.
-        self.reserve_cost(key, n).map(|decided| decided.decision)
-    }
-
-    /// A request of `cost` (at least 1) for `key`, its decision through stats and shadow
-    /// mode, and where its admission stands.
+    /// Decides a request of `cost` (at least 1) for `key`: the decision, and where its
+    /// admission stands.
     #[inline(always)]
-    pub(super) fn reserve_cost<Q>(&self, key: &Q, cost: u64) -> Result<Decided, CostError>
+    pub(super) fn decide<Q>(&self, key: &Q, cost: u64) -> Result<Decided, CostError>
     where
         K: Borrow<Q> + From<Q::Owned>,
         Q: Hash + Eq + ToOwned + ?Sized,
     {
-        let result = match self.hit(key, cost) {
+        match self.hit(key, cost) {
             Some(result) => result,
             None => self.miss(key, Ask::Cost(cost)),
-        };
-        result.map(|decided| Decided {
-            decision: self.finish(decided.decision),
-            ..decided
-        })
+        }
     }
 
-    /// [`RateLimiter::hit_of_cost_one`] for any cost: the cost is checked against the key's
+    /// [`Generations::hit_of_cost_one`] for any cost: the cost is checked against the key's
     /// policy first.
     #[inline(always)]
     fn hit<Q>(&self, key: &Q, cost: u64) -> Option<Result<Decided, CostError>>
@@ -228,7 +156,7 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
         }
     }
 
-    /// [`RateLimiter::hit`] on `keyed`'s table.
+    /// [`Generations::hit`] on `keyed`'s table.
     #[inline(always)]
     fn hit_in<Q, St: Slot<K>>(
         &self,
@@ -254,7 +182,7 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
         })
     }
 
-    /// [`RateLimiter::hit_in`] for every table but the token bucket's, out of line.
+    /// [`Generations::hit_in`] for every table but the token bucket's, out of line.
     #[inline(never)]
     fn hit_elsewhere<Q>(
         &self,
@@ -343,15 +271,8 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
         let mut swept = false;
         loop {
             let entry = keyed.table.entry(owned);
-            // We hold the bucket exclusively. A generation found no longer current gains no
-            // state from here. One that was current when checked may still gain this key after
-            // a swap: the key is moved out later under this same lock, and the generation is
-            // not unlinked meanwhile, because the pass that confirms it drained waits for this
-            // lock (`Generation::is_drained`).
-            // SeqCst: pairs with the fence in `is_drained`; either our load of `current` sees
-            // the swap, or that pass sees our hold of the bucket.
-            fence(Ordering::SeqCst);
-            if !self.is_current(generation, guard) {
+            // We hold the bucket exclusively (see `Generations::still_current`).
+            if !self.still_current(generation, guard) {
                 return Step::Stale;
             }
             // Every path that retires a state unlinks it under the same hold of its bucket
@@ -386,12 +307,12 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
             // A key still in an older generation moves here: its place is already counted, so
             // it takes no new one.
             let moved = self.take_from_older(generation, key, now, guard);
-            if moved.is_none() && !self.reserve() {
+            if moved.is_none() && !self.take_place() {
                 if !swept {
                     // Full: let go of the bucket (the sweep may need it), sweep a larger slice
                     // for states at rest, then try once more with the same spec.
                     owned = entry.into_key();
-                    self.sweep(generation, FULL_SWEEP_SLICE, false, guard);
+                    self.sweep(generation, SWEEP_WHEN_FULL, false, guard);
                     swept = true;
                     continue;
                 }
@@ -501,7 +422,7 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
     }
 
     /// Takes a place for a new key, if the limiter is below `max_keys`.
-    fn reserve(&self) -> bool {
+    fn take_place(&self) -> bool {
         // Relaxed: `tracked` is only a count; the exclusive bucket lock held by the caller
         // orders the insertion that follows. It is incremented before an insertion and
         // decremented after a removal, so it never falls below the keys present: the cap holds
@@ -518,24 +439,8 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
     }
 
     /// What a request of cost 1 for `key` would get now, changing nothing and creating no
-    /// state. Any number of peeks leave every later decision as it would have been.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use tollgate::{FakeClock, RateLimiter};
-    ///
-    /// let limiter: RateLimiter<String, FakeClock> =
-    ///     RateLimiter::with_clock("2/1s".parse()?, FakeClock::new());
-    /// assert_eq!(limiter.peek("alice").remaining(), 1); // what the first request would get
-    /// assert_eq!(limiter.len(), 0);
-    /// limiter.try_acquire("alice");
-    /// assert_eq!(limiter.peek("alice").remaining(), 0);
-    /// assert!(limiter.try_acquire("alice").is_allowed());
-    /// assert!(!limiter.peek("alice").is_allowed());
-    /// # Ok::<(), tollgate::PolicyError>(())
-    /// ```
-    pub fn peek<Q>(&self, key: &Q) -> Decision
+    /// state.
+    pub(super) fn peek<Q>(&self, key: &Q) -> Decision
     where
         K: Borrow<Q> + From<Q::Owned>,
         Q: Hash + Eq + ToOwned + ?Sized,

@@ -1,5 +1,5 @@
-//! Reserving now and settling later: [`RateLimiter::reserve_n`], [`RateLimiter::settle`] and
-//! [`RateLimiter::cancel`].
+//! Settling a reservation: giving back what it did not use, or charging what it used on top,
+//! on the state that holds its permits.
 
 use std::borrow::Borrow;
 use std::hash::{BuildHasher, Hash};
@@ -8,110 +8,19 @@ use scc::Guard;
 
 use crate::clock::Clock;
 use crate::engine::dispatch::with_state;
-use crate::engine::rebuilds::Rebuilds;
-use crate::error::CostError;
 use crate::policy::Policy;
 use crate::reservation::{Origin, Reservation, SettleError};
 
-use super::generations::first_in_older;
+use super::generations::{first_in_older, Generations};
 use super::request::Ask;
-use super::slot::{with_keyed, Keyed, Registry, Resolved, Settle, Slot};
-use super::RateLimiter;
+use super::rules::Resolved;
+use super::slot::{with_keyed, Keyed, Registry, Settle, Slot};
 
 impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
-    RateLimiter<K, C, S>
+    Generations<K, C, S>
 {
-    /// Takes `n` permits for `key` now, for a request whose real cost is known only after it
-    /// ran: the tokens an LLM call really used, an order that may fail. Decided exactly as
-    /// [`try_acquire_n`](RateLimiter::try_acquire_n); the [`Reservation`] remembers where its
-    /// admission stands in each band, so that [`settle`](RateLimiter::settle) can give back
-    /// what the request did not use, or charge what it used on top.
-    ///
-    /// An allowed reservation's permits are spent at once, so every other request sees
-    /// them. A refused one holds nothing (its decision says when to retry). A reservation
-    /// dropped unsettled keeps its permits spent.
-    ///
-    /// # Errors
-    ///
-    /// As [`try_acquire_n`](RateLimiter::try_acquire_n): [`CostError::Zero`] and
-    /// [`CostError::ExceedsLimit`]; nothing changes.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use tollgate::{FakeClock, RateLimiter};
-    ///
-    /// let limiter: RateLimiter<String, FakeClock> =
-    ///     RateLimiter::with_clock("10000/min".parse()?, FakeClock::new());
-    /// let r = limiter.reserve_n("tenant-1", 4000)?; // the most the completion may use
-    /// assert_eq!(r.decision().remaining(), 6000);
-    /// limiter.settle("tenant-1", r, 1200)?; // it used 1,200: 2,800 come back
-    /// assert_eq!(limiter.peek("tenant-1").remaining(), 8799);
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn reserve_n<Q>(&self, key: &Q, n: u64) -> Result<Reservation, CostError>
-    where
-        K: Borrow<Q> + From<Q::Owned>,
-        Q: Hash + Eq + ToOwned + ?Sized,
-    {
-        if n == 0 {
-            return Err(CostError::Zero);
-        }
-        // The origin first: its count of rebuilds must not be newer than the state the
-        // reservation is decided on (see `rebuilds`).
-        let origin = self.origin(key);
-        let decided = self.reserve_cost(key, n)?;
-        Ok(Reservation::new(decided.decision, n, decided.marks, origin)
-            .decided_by_overflow_of(decided.overflow))
-    }
-
-    /// Settles a reservation of `key` at what the request really cost.
-    ///
-    /// * `actual` below the reservation: the difference comes back, as if those permits had
-    ///   never been admitted, but never more than the reservation still holds (a token
-    ///   bucket's refill or a window's passing may already have given some back) and never
-    ///   more than a fresh state has.
-    /// * `actual` above it: the difference is charged at once, even past the limit. A token
-    ///   bucket and a sliding counter carry the debt, so later requests wait it out (a token
-    ///   bucket up to one more full burst, a counter up to twice its permits in a window); a
-    ///   sliding log saturates at its limit within the window, as it holds one entry per
-    ///   permit.
-    /// * `actual` equal: nothing to do.
-    ///
-    /// If the key's state is gone by then (evicted at rest), nothing is given back and a
-    /// charge is made on its new state. After a [`reset`](RateLimiter::reset) or a
-    /// [`set_policy`](RateLimiter::set_policy) (of any key), reservations made before get
-    /// no refund, since the state that held their permits is gone, but are still charged.
-    /// A reservation decided by the shared overflow state of a full limiter
-    /// ([`max_keys`](RateLimiter::max_keys)) is refunded there, on the shared state of the
-    /// policy it was decided under, whatever a resolver answers for the key by then; a charge
-    /// on it goes where the key's next request would (its own state if it has one by now).
-    /// A refund is checked against resets and policy changes once the state it would write
-    /// to is found, so a settle racing a `reset` of its key never gives back to the fresh
-    /// state. See `docs/ALGORITHMS.md`.
-    ///
-    /// # Errors
-    ///
-    /// [`SettleError::Refused`] for a reservation that holds nothing,
-    /// [`SettleError::OtherKey`] and [`SettleError::OtherLimiter`] for one made for another
-    /// key or by another limiter. A failed settle changes nothing: the permits stay spent.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use tollgate::{FakeClock, RateLimiter};
-    ///
-    /// let limiter: RateLimiter<String, FakeClock> =
-    ///     RateLimiter::with_clock("10/s".parse()?, FakeClock::new());
-    /// let r = limiter.reserve_n("alice", 10)?;
-    /// limiter.settle("alice", r, 3)?; // 7 come back
-    /// assert_eq!(limiter.peek("alice").remaining(), 6);
-    /// let r = limiter.reserve_n("alice", 2)?;
-    /// limiter.settle("alice", r, 10)?; // 8 more than reserved: a debt
-    /// assert!(!limiter.peek("alice").is_allowed());
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn settle<Q>(
+    /// Settles `reservation` of `key` at `actual` (see `RateLimiter::settle`).
+    pub(super) fn settle<Q>(
         &self,
         key: &Q,
         reservation: Reservation,
@@ -151,35 +60,8 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
         Ok(())
     }
 
-    /// Gives back everything a reservation holds: [`settle`](RateLimiter::settle) at 0.
-    ///
-    /// # Errors
-    ///
-    /// As [`settle`](RateLimiter::settle).
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use tollgate::{FakeClock, RateLimiter};
-    ///
-    /// let limiter: RateLimiter<String, FakeClock> =
-    ///     RateLimiter::with_clock("3/s".parse()?, FakeClock::new());
-    /// let global = limiter.reserve_n("global", 1)?;
-    /// // ... an inner limit refused the request: the global permit comes back.
-    /// limiter.cancel("global", global)?;
-    /// assert_eq!(limiter.peek("global").remaining(), 2);
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn cancel<Q>(&self, key: &Q, reservation: Reservation) -> Result<(), SettleError>
-    where
-        K: Borrow<Q> + From<Q::Owned>,
-        Q: Hash + Eq + ToOwned + ?Sized,
-    {
-        self.settle(key, reservation, 0)
-    }
-
     /// What a reservation of `key` made here is marked with.
-    fn origin<Q: Hash + ?Sized>(&self, key: &Q) -> Origin {
+    pub(super) fn origin<Q: Hash + ?Sized>(&self, key: &Q) -> Origin {
         Origin {
             limiter: self.id,
             // `K: Borrow<Q>` hashes `key` as the owned key would be hashed.
@@ -188,18 +70,6 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
             // state it is decided on.
             epoch: self.rebuilds.read(),
         }
-    }
-
-    /// The count of resets and policy changes (see `Rebuilds`): each counts itself before it
-    /// retires the state(s) it replaces and again once the new ones are published, and a
-    /// reservation made before one, or during one, gets no refund (`Settle::on` checks the
-    /// count once it has found the state it would write to). A refund would land on a state
-    /// that never held its permits (a reset's fresh one, or one built under another policy,
-    /// which reads the marks differently); a charge still lands, as it reads no mark.
-    /// Limiter-wide, so a reset of one key also withholds the refunds of reservations
-    /// outstanding on others: those give back less, never more.
-    pub(super) fn rebuilds(&self) -> &Rebuilds {
-        &self.rebuilds
     }
 
     /// Settles on `key`'s state in the current generation, or in an older one that still

@@ -16,16 +16,9 @@ use crate::error::CostError;
 use crate::policy::Policy;
 use crate::reservation::Marks;
 
-use super::generations::Rules;
 use super::overflow::{Inherited, OneOverflow, PolicyOverflows};
+use super::rules::{Resolved, Resolver, Rules};
 use super::table::Table;
-use super::Resolver;
-
-/// A resolver's answer for one key, with the resolver that gave it.
-pub(super) struct Resolved<K> {
-    pub(super) resolver: Arc<Resolver<K>>,
-    pub(super) policy: Policy,
-}
 
 /// One table per kind of state, chosen once per generation: a single predictable branch per
 /// call, and each table stores its algorithm's cell with no enum padding.

@@ -1,5 +1,5 @@
 //! Removing states at rest, exactly, while requests run: the incremental sweep each new key
-//! pays a few steps of, [`RateLimiter::evict_idle`] and [`RateLimiter::reset`].
+//! pays a few steps of, eviction of every state at rest, and the reset of one key.
 
 use std::borrow::Borrow;
 use std::hash::{BuildHasher, Hash};
@@ -12,28 +12,8 @@ use crate::clock::Clock;
 use crate::engine::dispatch::with_state;
 use crate::engine::retry::Retry;
 
-use super::generations::{Generation, Rules};
+use super::generations::{Generation, Generations};
 use super::slot::{with_keyed, Keyed, Registry, Slot};
-use super::RateLimiter;
-
-/// The routine sweep's grace period for `rules`: the longest band window of a uniform
-/// policy; a minute for per-key policies, whose windows vary.
-pub(super) fn sweep_grace<K>(rules: &Rules<K>) -> u64 {
-    match rules {
-        Rules::Uniform(policy) => policy
-            .bands()
-            .map(|band| band.window().as_nanos() as u64)
-            .max()
-            .unwrap_or(0),
-        Rules::PerKey(_) => 60_000_000_000,
-    }
-}
-
-/// Entries each new key's insertion sweeps by default.
-pub(super) const DEFAULT_SWEEP_SLICE: usize = 8;
-
-/// Entries swept when a new key finds the limiter full.
-pub(super) const FULL_SWEEP_SLICE: usize = 64;
 
 impl<K: Hash + Eq + Clone + 'static, St: Slot<K>, S: BuildHasher> Keyed<K, St, S> {
     /// Removes every state at rest at `now`; returns how many.
@@ -65,7 +45,7 @@ impl<K: Hash + Eq + Clone + 'static, S: BuildHasher> Generation<K, S> {
 }
 
 impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
-    RateLimiter<K, C, S>
+    Generations<K, C, S>
 {
     /// One step of the incremental sweep: up to `slice` entries of each generation, starting
     /// where the last step stopped, removing states at rest. Never blocks on
@@ -108,30 +88,8 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
         }
     }
 
-    /// Removes every key whose state is at rest (it would decide exactly as a key never seen),
-    /// and returns how many it removed.
-    ///
-    /// Safe to run while requests are being decided, from any thread: no request racing it is
-    /// ever admitted beyond the policy. It visits the whole map, locking one bucket at a time,
-    /// so call it from a timer rather than per request. It also drops the maps of replaced
-    /// policies once they hold no key.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use tollgate::{FakeClock, RateLimiter};
-    ///
-    /// let clock = FakeClock::new();
-    /// let limiter: RateLimiter<String, FakeClock> =
-    ///     RateLimiter::with_clock("5/1s".parse()?, clock.clone());
-    /// limiter.try_acquire("alice");
-    /// assert_eq!(limiter.evict_idle(), 0); // alice still owes 200 ms of refill
-    /// clock.advance(Duration::from_millis(200));
-    /// assert_eq!(limiter.evict_idle(), 1);
-    /// # Ok::<(), tollgate::PolicyError>(())
-    /// ```
-    pub fn evict_idle(&self) -> usize {
+    /// Removes every state at rest now, in every generation; returns how many.
+    pub(super) fn evict_idle(&self) -> usize {
         let guard = Guard::new();
         let now = self.clock.now();
         let generation = self.generation(&guard);
@@ -152,26 +110,8 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
         removed
     }
 
-    /// Forgets `key`'s state, in whatever generation it is: its next request starts fresh
-    /// under the policy in force (or that the resolver now returns for it), but for what a
-    /// full limiter's shared overflow state still counts (see
-    /// [`max_keys`](RateLimiter::max_keys)). Returns whether a state was removed. Use it to move a key to another tier, or to clear a record (a
-    /// successful login clearing failed attempts).
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use tollgate::{FakeClock, RateLimiter};
-    ///
-    /// let limiter: RateLimiter<String, FakeClock> =
-    ///     RateLimiter::with_clock("1/min".parse()?, FakeClock::new());
-    /// limiter.try_acquire("alice");
-    /// assert!(!limiter.try_acquire("alice").is_allowed());
-    /// assert!(limiter.reset("alice"));
-    /// assert!(limiter.try_acquire("alice").is_allowed());
-    /// # Ok::<(), tollgate::PolicyError>(())
-    /// ```
-    pub fn reset<Q>(&self, key: &Q) -> bool
+    /// Forgets `key`'s state, in whatever generation it is; whether one was removed.
+    pub(super) fn reset<Q>(&self, key: &Q) -> bool
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
@@ -190,7 +130,7 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
                 chain.push(older);
             }
             // Oldest first: a key only ever moves from an older generation to the current one
-            // (under the current bucket's lock, see `RateLimiter::create_in`), so walking
+            // (under the current bucket's lock, see `Generations::create_in`), so walking
             // towards the current generation meets it wherever it is when it moves. Walking newest first
             // could look in the current map just before the key arrives there and in the old
             // one just after it left.
@@ -208,7 +148,7 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
                                 // it is unlinked: a refund never lands on the key's next state
                                 // for a reservation made before (see `Rebuilds`). A reset that
                                 // finds nothing counts nothing.
-                                open = Some(self.rebuilds().begin());
+                                open = Some(self.rebuilds.begin());
                                 Slot::<K>::retire_with_carry(state, &keyed.params, now)
                             })
                             .is_some(),
@@ -249,7 +189,7 @@ mod tests {
     /// holds still decides (`false` once retired).
     fn still_decides(limiter: &RateLimiter<u64, FakeClock>, act: &dyn Fn()) -> bool {
         let guard = Guard::new();
-        let generation = limiter.generation(&guard);
+        let generation = limiter.generations.generation(&guard);
         with_keyed!(&generation.registry, keyed => {
             let held = keyed.table.held(&1, &guard).expect("key 1 is tracked");
             act();
@@ -385,7 +325,7 @@ mod tests {
         let limiter = limiter("2/1h", &clock);
         let _ = limiter.try_acquire(&1);
         let guard = Guard::new();
-        let old = limiter.generation(&guard);
+        let old = limiter.generations.generation(&guard);
         limiter.set_policy("3/1h".parse().unwrap());
         let decides = with_keyed!(&old.registry, keyed => {
             let held = keyed.table.held(&1, &guard).expect("key 1 is in the old generation");
