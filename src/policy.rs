@@ -7,7 +7,6 @@ use std::fmt;
 use std::time::Duration;
 
 use crate::clock::duration_to_nanos;
-use crate::error::PolicyError;
 
 /// Which algorithm decides.
 ///
@@ -573,3 +572,123 @@ impl fmt::Debug for Policy {
         write!(f, "Policy(\"{self}\")")
     }
 }
+
+/// Why a [`Policy`](Policy) could not be built or parsed.
+///
+/// Every message names the offending field and its value.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate::{Algorithm, Policy, PolicyError};
+///
+/// let err = Policy::new(Algorithm::TokenBucket, 0, Duration::from_secs(1)).unwrap_err();
+/// assert_eq!(err, PolicyError::ZeroPermits);
+/// assert_eq!(err.to_string(), "permits must be at least 1, got 0");
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum PolicyError {
+    /// `permits` was 0: nothing could ever be admitted.
+    ZeroPermits,
+    /// `window` was zero.
+    ZeroWindow,
+    /// `window` is longer than the longest supported window
+    /// ([`Policy::MAX_WINDOW`](Policy::MAX_WINDOW)), so nanosecond arithmetic could
+    /// overflow.
+    WindowTooLong {
+        /// The window asked for.
+        window: Duration,
+    },
+    /// `window / permits` is below one nanosecond: the policy asks for more than one permit
+    /// per nanosecond, which no clock can measure.
+    IntervalTooShort {
+        /// The permits asked for.
+        permits: u64,
+        /// The window asked for.
+        window: Duration,
+    },
+    /// `permits` is above what the algorithm can hold per key: the sliding log keeps one
+    /// timestamp per permit ([`Policy::MAX_LOG_PERMITS`](crate::Policy::MAX_LOG_PERMITS)),
+    /// the sliding counter packs its counts in 31 bits
+    /// ([`Policy::MAX_COUNTER_PERMITS`](crate::Policy::MAX_COUNTER_PERMITS)).
+    TooManyPermits {
+        /// The algorithm that cannot hold them.
+        algorithm: Algorithm,
+        /// The permits asked for.
+        permits: u64,
+        /// The largest supported value for this algorithm.
+        max: u64,
+    },
+    /// [`Policy::and`](crate::Policy::and) would combine more than
+    /// [`Policy::MAX_BANDS`](crate::Policy::MAX_BANDS) distinct bands.
+    TooManyBands {
+        /// How many distinct bands the combination has.
+        bands: usize,
+        /// The most a policy may hold.
+        max: usize,
+    },
+    /// A policy string did not parse.
+    Syntax {
+        /// The whole string that was parsed.
+        input: String,
+        /// Which part was wrong: `"algorithm"`, `"permits"`, `"separator"`, `"window"`,
+        /// `"unit"` or `"burst"`.
+        field: &'static str,
+        /// The offending text (empty when the part is missing).
+        value: String,
+        /// What was expected there.
+        expected: &'static str,
+    },
+}
+
+impl fmt::Display for PolicyError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PolicyError::ZeroPermits => f.write_str("permits must be at least 1, got 0"),
+            PolicyError::ZeroWindow => f.write_str("window must be longer than zero, got 0ns"),
+            PolicyError::WindowTooLong { window } => write!(
+                f,
+                "window {window:?} is longer than the supported maximum of {:?}",
+                Policy::MAX_WINDOW
+            ),
+            PolicyError::IntervalTooShort { permits, window } => write!(
+                f,
+                "permits {permits} per window {window:?} is more than one permit per nanosecond"
+            ),
+            PolicyError::TooManyPermits {
+                algorithm,
+                permits,
+                max,
+            } => write!(
+                f,
+                "permits {permits} is above the maximum of {max} for {algorithm}"
+            ),
+            PolicyError::TooManyBands { bands, max } => write!(
+                f,
+                "bands {bands} is more than a policy may combine (at most {max})"
+            ),
+            PolicyError::Syntax {
+                input,
+                field,
+                value,
+                expected,
+            } => {
+                if value.is_empty() {
+                    write!(
+                        f,
+                        "policy `{input}`: {field} is missing, expected {expected}"
+                    )
+                } else {
+                    write!(
+                        f,
+                        "policy `{input}`: {field} `{value}` is not valid, expected {expected}"
+                    )
+                }
+            }
+        }
+    }
+}
+
+impl std::error::Error for PolicyError {}

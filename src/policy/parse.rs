@@ -9,8 +9,7 @@
 use std::str::FromStr;
 use std::time::Duration;
 
-use super::{Algorithm, Policy};
-use crate::error::PolicyError;
+use super::{Algorithm, Policy, PolicyError};
 
 const ALGORITHMS: &str = "`token-bucket`, `sliding-log` or `sliding-counter`";
 const UNITS: &str = "a time unit: ns, us, ms, s, sec, m, min, h, hour, d or day";
