@@ -9,7 +9,8 @@ use std::hash::BuildHasher;
 /// names), so a hasher with fixed or guessable keys would let an attacker send keys that all
 /// land in one bucket and turn every lookup into a scan. aHash claims resistance to such
 /// hash flooding with per-process random keys while running at about the speed of the fastest
-/// non-cryptographic hashers (see `docs/ARCHITECTURE.md`, "Hasher", and `docs/BENCHMARKS.md`).
+/// non-cryptographic hashers (see `docs/ARCHITECTURE.md`, "The table and the hasher", and
+/// `docs/BENCHMARKS.md`).
 /// Pass another [`BuildHasher`] with
 /// [`RateLimiter::with_hasher`](crate::RateLimiter::with_hasher) to trade differently.
 ///

@@ -25,8 +25,8 @@ const INLINE: usize = 15;
 /// holds (the contract of [`Borrow<str>`]). Over many keys of up to 15 bytes a lookup is
 /// faster than with `String` keys, since the comparison reads the key in the table's entry
 /// rather than a heap block elsewhere. The price is at each comparison: reading an inline
-/// key as `&str` checks that its bytes are UTF-8 (about 10 ns more per decision on one hot
-/// key, measured), as the crate has no unsafe code to skip the check. A string longer than
+/// key as `&str` checks that its bytes are UTF-8 (docs/BENCHMARKS.md measures what that
+/// costs on one hot key), as the crate has no unsafe code to skip the check. A string longer than
 /// 15 bytes costs one allocation more than a `String` (the key points at a boxed
 /// `Box<str>`), and so does each clone of it.
 ///

@@ -199,11 +199,11 @@ impl RateState for GcraCell {
         clock: &C,
         cost: u64,
     ) -> Option<(Decision, Marks)> {
-        // The clock is read once, before the state, as governor does. Reading it inside the
-        // loop put a clock read (about 10 ns here) between every load and its CAS, so under
-        // contention the other thread's CAS nearly always landed in that window and each
-        // retry paid the clock again. A retry now only recomputes from the TAT the failed
-        // CAS returned. Deciding with a `now` older than the TAT another thread just wrote is
+        // The clock is read once, before the state, as governor does: a clock read inside the
+        // loop would sit between every load and its CAS, the window in which another
+        // thread's CAS lands under contention, and each retry would pay the clock again. A
+        // retry recomputes from the TAT it loads again (see `update`), with the same `now`.
+        // Deciding with a `now` older than the TAT another thread just wrote is
         // exact: the state only ever moves on from the value the CAS succeeds on, and an older
         // `now` only makes `new_tat - now` larger, so it can refuse where a later reading
         // would admit (the caller's request arrived before that reading) but never admit more.

@@ -79,8 +79,7 @@ impl Word for AtomicU128 {
 /// What one step of [`update`] concluded from the value it read: the answer, and the value
 /// to store in place of the one read, if any. A struct rather than an enum, so the answer
 /// sits in one place whichever way the step went and the compiler keeps it in registers
-/// (with an enum the token bucket's decision was built in memory before the CAS, about 2 ns
-/// more per decision).
+/// (an enum made the token bucket's decision be built in memory before the CAS).
 pub(crate) struct Update<V, R> {
     answer: R,
     write: Option<V>,

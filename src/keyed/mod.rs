@@ -98,13 +98,11 @@ mod table;
 /// 16 bytes holding a string of up to 15 bytes inside itself (a longer one behind a
 /// pointer), looked up by `&str` exactly as `String` is. `Box<str>` is also 16 bytes in the
 /// table, but keeps the string in a heap block of its own; `String` is 24 bytes plus that
-/// block. With 1,000,000 11-byte keys on a token bucket that is 54.5 heap bytes per key with
-/// `InlineKey`, 65.5 with `Box<str>` and 82.3 with `String` (`cargo run --release --example
-/// memory`, docs/BENCHMARKS.md). Across many keys of up to 15 bytes it is also faster: a
-/// lookup compares the key inside the entry instead of following a pointer to its bytes (on
-/// 100,000 random keys, about 130 ns per decision against 220 to 310 with `String`). On one
-/// hot key it is slower by about 10 ns, the check that its bytes are UTF-8 each time it is
-/// compared with the `&str` looked up. Fixed-size keys (`u64`, `IpAddr`, `[u8; 16]`)
+/// block (docs/BENCHMARKS.md gives the bytes per key of each, measured). Across many keys of
+/// up to 15 bytes `InlineKey` is also faster: a lookup compares the key inside the entry
+/// instead of following a pointer to its bytes. On one hot key it is slower, by the check
+/// that its bytes are UTF-8 each time it is compared with the `&str` looked up. Fixed-size
+/// keys (`u64`, `IpAddr`, `[u8; 16]`)
 /// allocate nothing of their own.
 ///
 /// ```

@@ -98,7 +98,7 @@ pub(super) trait Slot<K>: Sized + Send + Sync + 'static {
     /// policy under a resolver.
     type Spec;
     /// The spec of a new state from `resolved`, the answer of the resolver in force when the
-    /// request looked (see `RateLimiter::resolve`): `None` when this map's resolver is not the
+    /// request looked (see `Generations::resolve`): `None` when this map's resolver is not the
     /// one that answered (a policy change came in between), so the caller asks again.
     fn spec(params: &Self::Params, resolved: Option<&Resolved<K>>) -> Option<Self::Spec>;
     /// The most a new state of `spec` would accept: checked before anything is created.
