@@ -86,9 +86,8 @@ impl<St: RateState> Direct<St> {
         clock: &C,
         cost: u64,
     ) -> Option<Result<(Decision, Marks), CostError>> {
-        let limit = St::max_cost(&self.params);
-        if cost > limit {
-            return Some(Err(CostError::ExceedsLimit { cost, limit }));
+        if let Err(refused) = CostError::within(cost, St::max_cost(&self.params)) {
+            return Some(Err(refused));
         }
         self.cell.reserve(&self.params, clock, cost).map(Ok)
     }
@@ -232,9 +231,7 @@ impl<C: Clock> DirectLimiter<C> {
     /// ```
     #[inline]
     pub fn try_acquire_n(&self, n: u64) -> Result<Decision, CostError> {
-        if n == 0 {
-            return Err(CostError::Zero);
-        }
+        CostError::nonzero(n)?;
         self.decide(n)
     }
 
@@ -266,9 +263,7 @@ impl<C: Clock> DirectLimiter<C> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn reserve_n(&self, n: u64) -> Result<Reservation, CostError> {
-        if n == 0 {
-            return Err(CostError::Zero);
-        }
+        CostError::nonzero(n)?;
         // The origin first: its count of policy changes must not be newer than the state
         // the reservation is decided on.
         let origin = self.origin();

@@ -48,6 +48,28 @@ impl fmt::Display for CostError {
 
 impl std::error::Error for CostError {}
 
+impl CostError {
+    /// `cost` as a request's cost: at least 1. Checked where a request comes in, before its
+    /// key's policy (and so its limit) is known.
+    #[inline(always)]
+    pub(crate) fn nonzero(cost: u64) -> Result<(), CostError> {
+        if cost == 0 {
+            return Err(CostError::Zero);
+        }
+        Ok(())
+    }
+
+    /// `cost` against a policy whose largest acceptable cost is `limit`: what no state of that
+    /// policy could ever admit is refused before any state is touched.
+    #[inline(always)]
+    pub(crate) fn within(cost: u64, limit: u64) -> Result<(), CostError> {
+        if cost > limit {
+            return Err(CostError::ExceedsLimit { cost, limit });
+        }
+        Ok(())
+    }
+}
+
 /// Why a [`CoarseClock`](crate::CoarseClock) could not be started.
 ///
 /// # Examples

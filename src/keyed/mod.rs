@@ -462,9 +462,7 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
         K: Borrow<Q> + From<Q::Owned>,
         Q: Hash + Eq + ToOwned + ?Sized,
     {
-        if n == 0 {
-            return Err(CostError::Zero);
-        }
+        CostError::nonzero(n)?;
         // Inlined, the marks are never stored.
         self.reserve_cost(key, n).map(|decided| decided.decision)
     }
@@ -542,9 +540,7 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
         K: Borrow<Q> + From<Q::Owned>,
         Q: Hash + Eq + ToOwned + ?Sized,
     {
-        if n == 0 {
-            return Err(CostError::Zero);
-        }
+        CostError::nonzero(n)?;
         // The origin first: its count of rebuilds must not be newer than the state the
         // reservation is decided on (see `rebuilds`).
         let origin = self.generations.origin(key);

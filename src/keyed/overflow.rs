@@ -183,9 +183,8 @@ impl PolicyOverflows {
         clock: &C,
         cost: u64,
     ) -> Option<Result<(Decision, Marks), CostError>> {
-        let limit = policy.max_cost();
-        if cost > limit {
-            return Some(Err(CostError::ExceedsLimit { cost, limit }));
+        if let Err(refused) = CostError::within(cost, policy.max_cost()) {
+            return Some(Err(refused));
         }
         self.with_state(policy, clock.now(), |state| state.reserve(clock, cost))
             .flatten()

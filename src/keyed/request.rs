@@ -170,12 +170,11 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
         Q: Hash + Eq + ?Sized,
     {
         keyed.table.read(key, guard, |state| {
-            let limit = Slot::<K>::max_cost(state, &keyed.params);
-            if cost > limit {
+            if let Err(refused) = CostError::within(cost, Slot::<K>::max_cost(state, &keyed.params))
+            {
                 // Only a live state's limit counts: one retired under us (a reset moving
                 // the key to another tier) sends the request to the state that replaces it.
-                return Slot::<K>::peek(state, &keyed.params, &self.clock)
-                    .map(|_| Err(CostError::ExceedsLimit { cost, limit }));
+                return Slot::<K>::peek(state, &keyed.params, &self.clock).map(|_| Err(refused));
             }
             Slot::<K>::reserve(state, &keyed.params, &self.clock, cost)
                 .map(|decided| Ok(Decided::own(decided)))
@@ -283,10 +282,7 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
                     debug_assert!(settled.is_some(), "a state in the table is live");
                     return Ok(SETTLED);
                 }
-                let limit = state.max_cost(&keyed.params);
-                if cost > limit {
-                    return Err(CostError::ExceedsLimit { cost, limit });
-                }
+                CostError::within(cost, state.max_cost(&keyed.params))?;
                 match state.reserve(&keyed.params, &self.clock, cost) {
                     Some(decided) => Ok(Decided::own(decided)),
                     None => unreachable!("a state in the table under its bucket lock is live"),
@@ -299,9 +295,8 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
             };
             // A cost that could never be admitted creates nothing and moves nothing (a key
             // still in an older generation stays there).
-            let limit = St::max_cost_for(&keyed.params, &spec);
-            if cost > limit {
-                return Step::Done(Err(CostError::ExceedsLimit { cost, limit }));
+            if let Err(refused) = CostError::within(cost, St::max_cost_for(&keyed.params, &spec)) {
+                return Step::Done(Err(refused));
             }
             let now = self.clock.now();
             // A key still in an older generation moves here: its place is already counted, so

@@ -284,9 +284,8 @@ impl<K, St: RateState> Slot<K> for St {
         clock: &C,
         cost: u64,
     ) -> Option<Result<(Decision, Marks), CostError>> {
-        let limit = St::max_cost(params);
-        if cost > limit {
-            return Some(Err(CostError::ExceedsLimit { cost, limit }));
+        if let Err(refused) = CostError::within(cost, St::max_cost(params)) {
+            return Some(Err(refused));
         }
         overflow.state.reserve(params, clock, cost).map(Ok)
     }

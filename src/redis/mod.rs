@@ -304,14 +304,8 @@ impl RedisLimiter {
 
     /// `n` as a request's cost: at least 1, at most the smallest band's permits.
     fn check_cost(&self, n: u64) -> Result<(), CostError> {
-        if n == 0 {
-            return Err(CostError::Zero);
-        }
-        let limit = self.inner.policy.max_cost();
-        if n > limit {
-            return Err(CostError::ExceedsLimit { cost: n, limit });
-        }
-        Ok(())
+        CostError::nonzero(n)?;
+        CostError::within(n, self.inner.policy.max_cost())
     }
 
     /// What a request of cost 1 for `key` would get now, changing nothing in Redis (the script
