@@ -348,7 +348,7 @@ impl<C: Clock> DirectLimiter<C> {
             key: 0,
             // Read before the reservation is decided: the count must not be newer than the
             // state it is decided on.
-            epoch: self.rebuilds.read(),
+            rebuilds: self.rebuilds.read(),
         }
     }
 

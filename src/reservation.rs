@@ -26,7 +26,7 @@ pub(crate) struct Origin {
     /// How many times the limiter had forgotten or rebuilt states (a `reset`, a policy
     /// change) when the reservation was made: a refund after one of those would land on a
     /// state that never held the reservation's permits.
-    pub(crate) epoch: u64,
+    pub(crate) rebuilds: u64,
 }
 
 /// A reservation being settled, once checked against where it was made.
@@ -197,8 +197,8 @@ impl Reservation {
         Ok(Taken {
             held: self.held,
             marks: self.marks,
-            stale: self.origin.epoch != origin.epoch,
-            made: self.origin.epoch,
+            stale: self.origin.rebuilds != origin.rebuilds,
+            made: self.origin.rebuilds,
             #[cfg(feature = "redis")]
             token: self.token,
         })

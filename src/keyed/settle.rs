@@ -68,7 +68,7 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
             key: self.hasher.hash_one(key),
             // Read before the reservation is decided: the count must not be newer than the
             // state it is decided on.
-            epoch: self.rebuilds.read(),
+            rebuilds: self.rebuilds.read(),
         }
     }
 

@@ -236,7 +236,7 @@ impl RedisLimiter {
             key: self.inner.hasher.hash_one(key),
             // Acquire: pairs with the Release increment in `reset`, read before the
             // reservation is decided.
-            epoch: self.inner.resets.load(Ordering::Acquire),
+            rebuilds: self.inner.resets.load(Ordering::Acquire),
         }
     }
 }
