@@ -9,10 +9,10 @@ use scc::{AtomicShared, Guard, Shared, Tag};
 
 use crate::clock::{Clock, SystemClock};
 use crate::decision::Decision;
-use crate::engine::dispatch::{with_state, Build, Erased, Family};
+use crate::engine::dispatch::{Build, Erased, Family, Holds};
 use crate::engine::rebuilds::Rebuilds;
 use crate::engine::retry::Retry;
-use crate::engine::state::{Carry, RateState};
+use crate::engine::state::{Bound, Carry, Decides, RateState};
 use crate::error::CostError;
 use crate::policy::Policy;
 use crate::reservation::{next_limiter_id, Marks, Origin, Reservation, SettleError};
@@ -64,7 +64,7 @@ struct Generation {
 }
 
 /// The state deciding for one policy: inline, so the fast path chases no pointer.
-struct State(Erased<Padded>);
+type State = Erased<Padded>;
 
 /// A state alone on its cache line, beside its parameters.
 struct Padded;
@@ -73,65 +73,33 @@ impl Family for Padded {
     type Of<St: RateState> = Direct<St>;
 }
 
+impl Holds for Padded {
+    #[inline(always)]
+    fn bound<St: RateState>(direct: &Direct<St>) -> Bound<'_, St> {
+        Bound {
+            state: &direct.cell,
+            params: &direct.params,
+        }
+    }
+}
+
 struct Direct<St: RateState> {
     cell: CachePadded<St>,
     params: St::Params,
 }
 
-impl<St: RateState> Direct<St> {
-    /// `None` when the state was retired by a policy change.
-    #[inline(always)]
-    fn reserve<C: Clock>(
-        &self,
-        clock: &C,
-        cost: u64,
-    ) -> Option<Result<(Decision, Marks), CostError>> {
-        if let Err(refused) = CostError::within(cost, St::max_cost(&self.params)) {
-            return Some(Err(refused));
-        }
-        self.cell.reserve(&self.params, clock, cost).map(Ok)
-    }
-}
-
-impl State {
-    fn new(policy: &Policy, carry: Option<&Carry>, now: u64) -> Self {
-        struct New<'a>(Option<&'a Carry>, u64);
-        impl Build<Padded> for New<'_> {
-            fn build<St: RateState>(self, params: St::Params) -> Direct<St> {
-                Direct {
-                    cell: CachePadded::new(St::new(&params, self.0, self.1)),
-                    params,
-                }
+/// The state for `policy`: fresh, or with the permits of `carry` spent at `now`.
+fn state_for(policy: &Policy, carry: Option<&Carry>, now: u64) -> State {
+    struct New<'a>(Option<&'a Carry>, u64);
+    impl Build<Padded> for New<'_> {
+        fn build<St: RateState>(self, params: St::Params) -> Direct<St> {
+            Direct {
+                cell: CachePadded::new(St::new(&params, self.0, self.1)),
+                params,
             }
         }
-        State(Erased::new(policy, New(carry, now)))
     }
-
-    #[inline(always)]
-    fn reserve<C: Clock>(
-        &self,
-        clock: &C,
-        cost: u64,
-    ) -> Option<Result<(Decision, Marks), CostError>> {
-        with_state!(&self.0, direct => direct.reserve(clock, cost))
-    }
-
-    fn settle(&self, held: u64, marks: &Marks, actual: u64, now: u64) -> Option<()> {
-        with_state!(&self.0, direct => direct.cell.settle(&direct.params, held, marks, actual, now))
-    }
-
-    fn peek<C: Clock>(&self, clock: &C) -> Option<Decision> {
-        with_state!(&self.0, direct => direct.cell.peek(&direct.params, clock, 1))
-    }
-
-    fn is_at_rest(&self, now: u64) -> bool {
-        with_state!(&self.0, direct => direct.cell.is_at_rest(&direct.params, now))
-    }
-
-    /// Retires the state for a policy change, returning the permits it had in use.
-    fn retire_with_carry(&self, now: u64) -> Option<Carry> {
-        with_state!(&self.0, direct => direct.cell.retire_with_carry(&direct.params, now))
-    }
+    Erased::new(policy, New(carry, now))
 }
 
 impl DirectLimiter<SystemClock> {
@@ -167,7 +135,7 @@ impl<C: Clock> DirectLimiter<C> {
         DirectLimiter {
             first: Generation {
                 policy,
-                state: State::new(&policy, None, 0),
+                state: state_for(&policy, None, 0),
             },
             replaced: AtomicBool::new(false),
             current: AtomicShared::null(),
@@ -194,7 +162,7 @@ impl<C: Clock> DirectLimiter<C> {
         if !self.replaced.load(Ordering::Relaxed) {
             // The token bucket's cost-1 check is the hottest path of the crate: straight to
             // the cell, with no cost check (1 is within every policy) and no Result to unwrap.
-            if let Erased::TokenBucket(direct) = &self.first.state.0 {
+            if let Erased::TokenBucket(direct) = &self.first.state {
                 if let Some(decision) = direct.cell.try_acquire(&direct.params, &self.clock, 1) {
                     return decision;
                 }
@@ -358,7 +326,7 @@ impl<C: Clock> DirectLimiter<C> {
         // Relaxed: a stale `false` only sends us to the first state, which a policy change
         // retires before it sets the flag, so we then get `None` and take the slow path.
         if !self.replaced.load(Ordering::Relaxed) {
-            if let Some(result) = self.first.state.reserve(&self.clock, cost) {
+            if let Some(result) = self.first.state.reserve_checked(&self.clock, cost) {
                 return result;
             }
         }
@@ -373,7 +341,7 @@ impl<C: Clock> DirectLimiter<C> {
         let mut retry = Retry::new();
         loop {
             if let Some(generation) = self.latest(&guard) {
-                if let Some(result) = generation.state.reserve(&self.clock, cost) {
+                if let Some(result) = generation.state.reserve_checked(&self.clock, cost) {
                     return result;
                 }
             }
@@ -511,7 +479,7 @@ impl<C: Clock> DirectLimiter<C> {
         let guard = Guard::new();
         let mut retry = Retry::new();
         loop {
-            if let Some(decision) = self.settled(&guard).state.peek(&self.clock) {
+            if let Some(decision) = self.settled(&guard).state.peek(&self.clock, 1) {
                 return decision;
             }
             retry.snooze();
@@ -574,7 +542,7 @@ impl<C: Clock> DirectLimiter<C> {
             let carry = old.state.retire_with_carry(now);
             let generation = Generation {
                 policy,
-                state: State::new(&policy, carry.as_ref(), now),
+                state: state_for(&policy, carry.as_ref(), now),
             };
             // AcqRel: the Release half publishes the new generation (see `latest`).
             self.current

@@ -8,9 +8,10 @@
 
 use crate::clock::Clock;
 use crate::decision::Decision;
-use crate::engine::any_state::AnyState;
+use crate::engine::any_state::{any_state, AnyState};
 use crate::engine::cells::{Cells, Slab};
 use crate::engine::rebuilds::Rebuilds;
+use crate::engine::state::Decides;
 use crate::engine::state::RateState;
 use crate::engine::sync::Guard;
 use crate::engine::token_bucket::{Gcra, GcraCell};
@@ -28,7 +29,7 @@ pub struct ModelCell(AnyState);
 impl ModelCell {
     /// A fresh state for `policy`: the composite state machine when it has several bands.
     pub fn new(policy: &Policy) -> Self {
-        ModelCell(AnyState::new(policy, None, 0))
+        ModelCell(any_state(policy, None, 0))
     }
 
     /// Decides a request; `None` when the state was retired.

@@ -7,12 +7,17 @@
 //! keeps its own layout (a keyed map stores its states inline, with no enum around each)
 //! while the enumeration, the choice from a policy and the match are written once, here.
 
+use std::fmt;
+
+use crate::clock::Clock;
+use crate::decision::Decision;
 use crate::engine::composite::CompositeCell;
 use crate::engine::sliding_counter::CounterCell;
 use crate::engine::sliding_log::LogCell;
-use crate::engine::state::RateState;
+use crate::engine::state::{Bound, Carry, Decides, RateState};
 use crate::engine::token_bucket::GcraCell;
 use crate::policy::{Algorithm, Policy};
+use crate::reservation::Marks;
 
 /// What a user stores for the algorithm whose state type is `St`.
 pub(crate) trait Family {
@@ -71,3 +76,69 @@ macro_rules! with_state {
     };
 }
 pub(crate) use with_state;
+
+/// A family whose value for each algorithm holds a state and its parameters: its
+/// [`Erased`] value decides as the state it holds, whatever the algorithm.
+pub(crate) trait Holds: Family {
+    /// The state in `held` and its parameters.
+    fn bound<St: RateState>(held: &Self::Of<St>) -> Bound<'_, St>;
+}
+
+/// The one dispatch of every decision over the algorithms.
+impl<F: Holds> Decides for Erased<F> {
+    #[inline(always)]
+    fn max_cost(&self) -> u64 {
+        with_state!(self, held => F::bound(held).max_cost())
+    }
+
+    #[inline(always)]
+    fn reserve<C: Clock + ?Sized>(&self, clock: &C, cost: u64) -> Option<(Decision, Marks)> {
+        with_state!(self, held => F::bound(held).reserve(clock, cost))
+    }
+
+    #[inline(always)]
+    fn reserve_checked<C: Clock + ?Sized>(
+        &self,
+        clock: &C,
+        cost: u64,
+    ) -> Option<Result<(Decision, Marks), crate::error::CostError>> {
+        // Checked and decided under one match.
+        with_state!(self, held => F::bound(held).reserve_checked(clock, cost))
+    }
+
+    fn settle(&self, held: u64, marks: &Marks, actual: u64, now: u64) -> Option<()> {
+        with_state!(self, of => F::bound(of).settle(held, marks, actual, now))
+    }
+
+    fn peek<C: Clock + ?Sized>(&self, clock: &C, cost: u64) -> Option<Decision> {
+        with_state!(self, held => F::bound(held).peek(clock, cost))
+    }
+
+    fn is_at_rest(&self, now: u64) -> bool {
+        with_state!(self, held => F::bound(held).is_at_rest(now))
+    }
+
+    fn carry(&self, now: u64) -> Option<Carry> {
+        with_state!(self, held => F::bound(held).carry(now))
+    }
+
+    fn try_retire(&self, now: u64) -> bool {
+        with_state!(self, held => F::bound(held).try_retire(now))
+    }
+
+    fn retire_with_carry(&self, now: u64) -> Option<Carry> {
+        with_state!(self, held => F::bound(held).retire_with_carry(now))
+    }
+}
+
+impl<F: Holds> fmt::Debug for Erased<F> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        with_state!(self, held => {
+            let bound = F::bound(held);
+            f.debug_tuple("State")
+                .field(bound.state)
+                .field(bound.params)
+                .finish()
+        })
+    }
+}

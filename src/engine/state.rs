@@ -11,6 +11,7 @@ use crate::clock::Clock;
 use crate::clock::Fixed;
 use crate::decision::Decision;
 use crate::engine::cells::Cells;
+use crate::error::CostError;
 use crate::policy::Policy;
 use crate::reservation::Marks;
 
@@ -155,6 +156,150 @@ pub(crate) trait RateState: Sized + Send + Sync + std::fmt::Debug + 'static {
     /// A state with the permits of `carry` already spent at `now`: each band takes the
     /// permits its own window can vouch for ([`Carry::spent_within`]), capped at its limit.
     fn from_carry(params: &Self::Params, carry: &Carry, now: u64) -> Self;
+}
+
+/// A state bound to the parameters it is decided under: how every user of a state decides,
+/// whatever it stores the two in (a keyed table keeps one set of parameters for all its
+/// states, a per-key state keeps its own beside it, the direct limiter one of each). Each
+/// method is [`RateState`]'s of the same name (see there), with the parameters supplied.
+pub(crate) trait Decides {
+    /// The most permits one request may cost.
+    fn max_cost(&self) -> u64;
+
+    /// See [`RateState::reserve`].
+    fn reserve<C: Clock + ?Sized>(&self, clock: &C, cost: u64) -> Option<(Decision, Marks)>;
+
+    /// See [`RateState::try_acquire`].
+    #[inline(always)]
+    fn try_acquire<C: Clock + ?Sized>(&self, clock: &C, cost: u64) -> Option<Decision> {
+        // Inlined, the marks are never stored.
+        self.reserve(clock, cost).map(|(decision, _)| decision)
+    }
+
+    /// [`Decides::reserve`] of a cost not yet checked against the policy: a cost no state
+    /// of it could ever admit is refused, changing nothing. `None` when the state was retired.
+    #[inline(always)]
+    fn reserve_checked<C: Clock + ?Sized>(
+        &self,
+        clock: &C,
+        cost: u64,
+    ) -> Option<Result<(Decision, Marks), CostError>> {
+        if let Err(refused) = CostError::within(cost, self.max_cost()) {
+            return Some(Err(refused));
+        }
+        self.reserve(clock, cost).map(Ok)
+    }
+
+    /// See [`RateState::settle`].
+    fn settle(&self, held: u64, marks: &Marks, actual: u64, now: u64) -> Option<()>;
+
+    /// See [`RateState::peek`].
+    fn peek<C: Clock + ?Sized>(&self, clock: &C, cost: u64) -> Option<Decision>;
+
+    /// See [`RateState::is_at_rest`].
+    fn is_at_rest(&self, now: u64) -> bool;
+
+    /// See [`RateState::carry`].
+    fn carry(&self, now: u64) -> Option<Carry>;
+
+    /// See [`RateState::try_retire`].
+    fn try_retire(&self, now: u64) -> bool;
+
+    /// See [`RateState::retire_with_carry`].
+    fn retire_with_carry(&self, now: u64) -> Option<Carry>;
+}
+
+impl<D: Decides + ?Sized> Decides for &D {
+    #[inline(always)]
+    fn max_cost(&self) -> u64 {
+        (**self).max_cost()
+    }
+
+    #[inline(always)]
+    fn reserve<C: Clock + ?Sized>(&self, clock: &C, cost: u64) -> Option<(Decision, Marks)> {
+        (**self).reserve(clock, cost)
+    }
+
+    #[inline(always)]
+    fn reserve_checked<C: Clock + ?Sized>(
+        &self,
+        clock: &C,
+        cost: u64,
+    ) -> Option<Result<(Decision, Marks), CostError>> {
+        (**self).reserve_checked(clock, cost)
+    }
+
+    fn settle(&self, held: u64, marks: &Marks, actual: u64, now: u64) -> Option<()> {
+        (**self).settle(held, marks, actual, now)
+    }
+
+    fn peek<C: Clock + ?Sized>(&self, clock: &C, cost: u64) -> Option<Decision> {
+        (**self).peek(clock, cost)
+    }
+
+    fn is_at_rest(&self, now: u64) -> bool {
+        (**self).is_at_rest(now)
+    }
+
+    fn carry(&self, now: u64) -> Option<Carry> {
+        (**self).carry(now)
+    }
+
+    fn try_retire(&self, now: u64) -> bool {
+        (**self).try_retire(now)
+    }
+
+    fn retire_with_carry(&self, now: u64) -> Option<Carry> {
+        (**self).retire_with_carry(now)
+    }
+}
+
+/// One algorithm's state and its parameters, borrowed together.
+pub(crate) struct Bound<'a, St: RateState> {
+    pub(crate) state: &'a St,
+    pub(crate) params: &'a St::Params,
+}
+
+impl<St: RateState> Decides for Bound<'_, St> {
+    #[inline(always)]
+    fn max_cost(&self) -> u64 {
+        St::max_cost(self.params)
+    }
+
+    #[inline(always)]
+    fn reserve<C: Clock + ?Sized>(&self, clock: &C, cost: u64) -> Option<(Decision, Marks)> {
+        self.state.reserve(self.params, clock, cost)
+    }
+
+    #[inline(always)]
+    fn settle(&self, held: u64, marks: &Marks, actual: u64, now: u64) -> Option<()> {
+        self.state.settle(self.params, held, marks, actual, now)
+    }
+
+    #[inline(always)]
+    fn peek<C: Clock + ?Sized>(&self, clock: &C, cost: u64) -> Option<Decision> {
+        self.state.peek(self.params, clock, cost)
+    }
+
+    #[inline(always)]
+    fn is_at_rest(&self, now: u64) -> bool {
+        self.state.is_at_rest(self.params, now)
+    }
+
+    #[inline(always)]
+    fn carry(&self, now: u64) -> Option<Carry> {
+        self.state.carry(self.params, now)
+    }
+
+    #[inline(always)]
+    fn try_retire(&self, now: u64) -> bool {
+        self.state.try_retire(self.params, now)
+    }
+
+    #[inline(always)]
+    fn retire_with_carry(&self, now: u64) -> Option<Carry> {
+        self.state.retire_with_carry(self.params, now)
+    }
 }
 
 /// Permits in use, per band window, moved from a state under one policy to a state under

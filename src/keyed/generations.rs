@@ -18,7 +18,7 @@ use crate::bounded::SWEEP_PER_INSERT;
 use crate::clock::Clock;
 use crate::engine::dispatch::with_state;
 use crate::engine::rebuilds::Rebuilds;
-use crate::engine::state::Carry;
+use crate::engine::state::{Carry, Decides};
 use crate::policy::Policy;
 use crate::reservation::next_limiter_id;
 
@@ -252,7 +252,9 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
                 // still holding the old state's slot meets it retired and looks again.
                 keyed
                     .table
-                    .remove(key, |state| Slot::<K>::retire_with_carry(state, &keyed.params, now))
+                    .remove(key, |state| {
+                    Slot::<K>::bind(state, &keyed.params).retire_with_carry(now)
+                })
             })
         })
         // The key keeps its place in `tracked`: the caller inserts it here.
@@ -275,7 +277,7 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
                 // Under the bucket lock, where no state is met retired.
                 keyed
                     .table
-                    .read_locked(key, |state| Slot::<K>::carry(state, &keyed.params, now))
+                    .read_locked(key, |state| Slot::<K>::bind(state, &keyed.params).carry(now))
             })
         })
         .flatten()

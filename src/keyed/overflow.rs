@@ -13,8 +13,8 @@ use crossbeam_utils::CachePadded;
 
 use crate::clock::Clock;
 use crate::decision::Decision;
-use crate::engine::any_state::AnyState;
-use crate::engine::state::{Carry, RateState};
+use crate::engine::any_state::{any_state, AnyState};
+use crate::engine::state::{Carry, Decides, RateState};
 use crate::error::CostError;
 use crate::policy::Policy;
 use crate::reservation::Marks;
@@ -37,7 +37,7 @@ impl Inherited {
     /// to `now` first. `None` when nothing is still in use.
     fn merged(&self, now: u64) -> Option<Carry> {
         let mut parts = self.0.iter().filter_map(|(policy, carry, at)| {
-            let state = AnyState::new(policy, Some(carry), *at);
+            let state = any_state(policy, Some(carry), *at);
             (!state.is_at_rest(now)).then(|| state.carry(now)).flatten()
         });
         let mut merged = parts.next()?;
@@ -60,8 +60,8 @@ impl Inherited {
     /// A shared state of `policy` built at `now` from what was inherited (see `carry`).
     fn state(&self, policy: &Policy, now: u64) -> AnyState {
         match self.carry(now) {
-            Some((carry, at)) => AnyState::new(policy, Some(&carry), at),
-            None => AnyState::new(policy, None, 0),
+            Some((carry, at)) => any_state(policy, Some(&carry), at),
+            None => any_state(policy, None, 0),
         }
     }
 
@@ -86,9 +86,7 @@ impl Inherited {
         Inherited(
             self.0
                 .iter()
-                .filter(|(policy, carry, at)| {
-                    !AnyState::new(policy, Some(carry), *at).is_at_rest(now)
-                })
+                .filter(|(policy, carry, at)| !any_state(policy, Some(carry), *at).is_at_rest(now))
                 .copied()
                 .collect(),
         )

@@ -13,7 +13,7 @@ use crate::clock::{Clock, Fixed};
 use crate::decision::Decision;
 use crate::engine::dispatch::{with_state, Erased};
 use crate::engine::retry::Retry;
-use crate::engine::state::Carry;
+use crate::engine::state::{Carry, Decides};
 use crate::error::CostError;
 use crate::policy::Policy;
 use crate::reservation::Marks;
@@ -104,7 +104,7 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
         Q: Hash + Eq + ?Sized,
     {
         keyed.table.read(key, guard, |state| {
-            Slot::<K>::try_acquire(state, &keyed.params, &self.clock, 1)
+            state.bind(&keyed.params).try_acquire(&self.clock, 1)
         })
     }
 
@@ -170,14 +170,19 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
         Q: Hash + Eq + ?Sized,
     {
         keyed.table.read(key, guard, |state| {
-            if let Err(refused) = CostError::within(cost, Slot::<K>::max_cost(state, &keyed.params))
+            // A cost above a state's limit counts only from a live state: one retired under us
+            // (a reset moving the key to another tier) sends the request to the state that
+            // replaces it.
+            match state
+                .bind(&keyed.params)
+                .reserve_checked(&self.clock, cost)?
             {
-                // Only a live state's limit counts: one retired under us (a reset moving
-                // the key to another tier) sends the request to the state that replaces it.
-                return Slot::<K>::peek(state, &keyed.params, &self.clock).map(|_| Err(refused));
+                Ok(decided) => Some(Ok(Decided::own(decided))),
+                Err(refused) => state
+                    .bind(&keyed.params)
+                    .peek(&self.clock, 1)
+                    .map(|_| Err(refused)),
             }
-            Slot::<K>::reserve(state, &keyed.params, &self.clock, cost)
-                .map(|decided| Ok(Decided::own(decided)))
         })
     }
 
@@ -278,13 +283,13 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
             // lock (see `keyed::table`), and we hold that lock: the state found here is live.
             let decide = |state: &St| {
                 if let Some(settle) = settle {
-                    let settled = settle.on::<K, St>(state, &keyed.params, self.clock.now());
+                    let settled =
+                        settle.on(Slot::<K>::bind(state, &keyed.params), self.clock.now());
                     debug_assert!(settled.is_some(), "a state in the table is live");
                     return Ok(SETTLED);
                 }
-                CostError::within(cost, state.max_cost(&keyed.params))?;
-                match state.reserve(&keyed.params, &self.clock, cost) {
-                    Some(decided) => Ok(Decided::own(decided)),
+                match state.bind(&keyed.params).reserve_checked(&self.clock, cost) {
+                    Some(decided) => decided.map(Decided::own),
                     None => unreachable!("a state in the table under its bucket lock is live"),
                 }
             };
@@ -477,7 +482,7 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
     {
         let now = self.clock.now();
         let at_now = Fixed(now);
-        let peek = |state: &St| state.peek(&keyed.params, &at_now);
+        let peek = |state: &St| state.bind(&keyed.params).peek(&at_now, 1);
         // Without a lock first; then, if that found nothing, under the bucket's lock, where
         // no state is met retired (one being moved to a new generation, or removed).
         if let Some(decision) = keyed
@@ -498,7 +503,8 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
         }
         let carry = self.starting_carry(keyed, &spec, moved, now)?;
         let state = St::build(&keyed.params, &spec, carry.as_ref(), now);
-        match state.peek(&keyed.params, &at_now) {
+        let peeked = state.bind(&keyed.params).peek(&at_now, 1);
+        match peeked {
             Some(decision) => Some(decision),
             None => unreachable!("a state just built is live"),
         }

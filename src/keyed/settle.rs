@@ -84,7 +84,7 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
         let generation = self.generation(&guard);
         let on = |registry: &Registry<K, S>, locked: bool| {
             with_keyed!(registry, keyed => {
-                let settle = |state: &_| settle.on::<K, _>(state, &keyed.params, self.clock.now());
+                let settle = |state: &_| settle.on(Slot::<K>::bind(state, &keyed.params), self.clock.now());
                 if locked {
                     // Under the bucket lock no state is met retired.
                     keyed.table.read_locked(key, settle).flatten()

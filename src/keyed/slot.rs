@@ -7,11 +7,11 @@ use std::sync::Arc;
 
 use crate::clock::Clock;
 use crate::decision::Decision;
-use crate::engine::any_state::AnyState;
+use crate::engine::any_state::{any_state, AnyState};
 use crate::engine::cells::{Boxed, Cells};
 use crate::engine::dispatch::{with_state, Build, Erased, Family};
 use crate::engine::rebuilds::Rebuilds;
-use crate::engine::state::{Carry, RateState};
+use crate::engine::state::{Bound, Carry, Decides, RateState};
 use crate::error::CostError;
 use crate::policy::Policy;
 use crate::reservation::Marks;
@@ -61,38 +61,12 @@ pub(super) trait Slot<K>: Sized + Send + Sync + 'static {
     /// How the table keeps states of this type.
     type Cells: Cells<Self>;
 
-    fn max_cost(&self, params: &Self::Params) -> u64;
-    fn try_acquire<C: Clock + ?Sized>(
-        &self,
-        params: &Self::Params,
-        clock: &C,
-        cost: u64,
-    ) -> Option<Decision>;
-    /// See `RateState::reserve`.
-    fn reserve<C: Clock + ?Sized>(
-        &self,
-        params: &Self::Params,
-        clock: &C,
-        cost: u64,
-    ) -> Option<(Decision, Marks)>;
-    /// See `RateState::settle`.
-    fn settle(
-        &self,
-        params: &Self::Params,
-        held: u64,
-        marks: &Marks,
-        actual: u64,
-        now: u64,
-    ) -> Option<()>;
-    fn peek<C: Clock + ?Sized>(&self, params: &Self::Params, clock: &C) -> Option<Decision>;
-    fn is_at_rest(&self, params: &Self::Params, now: u64) -> bool;
-    /// The permits in use at `now` (see `RateState::carry`).
-    fn carry(&self, params: &Self::Params, now: u64) -> Option<Carry>;
-    /// Retires the state if it is at rest at `now` (see `RateState::try_retire`).
-    fn try_retire(&self, params: &Self::Params, now: u64) -> bool;
-    /// Retires the state, returning the permits it had in use (see
-    /// `RateState::retire_with_carry`); `None` when it was retired already.
-    fn retire_with_carry(&self, params: &Self::Params, now: u64) -> Option<Carry>;
+    /// The state bound to what it is decided under: the table's parameters for a uniform
+    /// policy, its own for a per-key one.
+    type Decider<'a>: Decides
+    where
+        Self: 'a;
+    fn bind<'a>(&'a self, params: &'a Self::Params) -> Self::Decider<'a>;
 
     /// What a new state for a key is built from: nothing for a uniform policy, the key's
     /// policy under a resolver.
@@ -172,15 +146,10 @@ impl Settle<'_> {
     /// Settles on `state` at `now` (read once the state is found: a slow resolver or a wait
     /// for a lock must not leave it stale); `None` when the state was retired. A refund on a
     /// state found after a `reset` or a policy change gives nothing back (see `Rebuilds`).
-    pub(super) fn on<K, St: Slot<K>>(
-        &self,
-        state: &St,
-        params: &St::Params,
-        now: u64,
-    ) -> Option<()> {
+    pub(super) fn on(&self, state: impl Decides, now: u64) -> Option<()> {
         self.rebuilds
             .settle_unless_rebuilt(self.made, self.held, self.actual, || {
-                state.settle(params, self.held, &self.marks, self.actual, now)
+                state.settle(self.held, &self.marks, self.actual, now)
             })
     }
 }
@@ -189,60 +158,14 @@ impl<K, St: RateState> Slot<K> for St {
     type Params = St::Params;
     type Cells = St::Cells;
 
-    #[inline(always)]
-    fn max_cost(&self, params: &St::Params) -> u64 {
-        St::max_cost(params)
-    }
+    type Decider<'a> = Bound<'a, St>;
 
     #[inline(always)]
-    fn try_acquire<C: Clock + ?Sized>(
-        &self,
-        params: &St::Params,
-        clock: &C,
-        cost: u64,
-    ) -> Option<Decision> {
-        RateState::try_acquire(self, params, clock, cost)
-    }
-
-    #[inline(always)]
-    fn reserve<C: Clock + ?Sized>(
-        &self,
-        params: &St::Params,
-        clock: &C,
-        cost: u64,
-    ) -> Option<(Decision, Marks)> {
-        RateState::reserve(self, params, clock, cost)
-    }
-
-    fn settle(
-        &self,
-        params: &St::Params,
-        held: u64,
-        marks: &Marks,
-        actual: u64,
-        now: u64,
-    ) -> Option<()> {
-        RateState::settle(self, params, held, marks, actual, now)
-    }
-
-    fn peek<C: Clock + ?Sized>(&self, params: &St::Params, clock: &C) -> Option<Decision> {
-        RateState::peek(self, params, clock, 1)
-    }
-
-    fn is_at_rest(&self, params: &St::Params, now: u64) -> bool {
-        RateState::is_at_rest(self, params, now)
-    }
-
-    fn carry(&self, params: &St::Params, now: u64) -> Option<Carry> {
-        RateState::carry(self, params, now)
-    }
-
-    fn try_retire(&self, params: &St::Params, now: u64) -> bool {
-        RateState::try_retire(self, params, now)
-    }
-
-    fn retire_with_carry(&self, params: &St::Params, now: u64) -> Option<Carry> {
-        RateState::retire_with_carry(self, params, now)
+    fn bind<'a>(&'a self, params: &'a St::Params) -> Bound<'a, St> {
+        Bound {
+            state: self,
+            params,
+        }
     }
 
     /// Every key's state is built from the policy's parameters alone.
@@ -298,7 +221,13 @@ impl<K, St: RateState> Slot<K> for St {
         clock: &C,
     ) -> bool {
         settle
-            .on::<K, St>(&overflow.state, params, clock.now())
+            .on(
+                Bound {
+                    state: &*overflow.state,
+                    params,
+                },
+                clock.now(),
+            )
             .is_some()
     }
 
@@ -330,60 +259,11 @@ impl<K> Slot<K> for AnyState {
     /// Keys of different policies differ in layout: one box each.
     type Cells = Boxed;
 
-    #[inline]
-    fn max_cost(&self, _: &Self::Params) -> u64 {
-        AnyState::max_cost(self)
-    }
+    type Decider<'a> = &'a AnyState;
 
-    #[inline]
-    fn try_acquire<C: Clock + ?Sized>(
-        &self,
-        _: &Self::Params,
-        clock: &C,
-        cost: u64,
-    ) -> Option<Decision> {
-        AnyState::try_acquire(self, clock, cost)
-    }
-
-    #[inline]
-    fn reserve<C: Clock + ?Sized>(
-        &self,
-        _: &Self::Params,
-        clock: &C,
-        cost: u64,
-    ) -> Option<(Decision, Marks)> {
-        AnyState::reserve(self, clock, cost)
-    }
-
-    fn settle(
-        &self,
-        _: &Self::Params,
-        held: u64,
-        marks: &Marks,
-        actual: u64,
-        now: u64,
-    ) -> Option<()> {
-        AnyState::settle(self, held, marks, actual, now)
-    }
-
-    fn peek<C: Clock + ?Sized>(&self, _: &Self::Params, clock: &C) -> Option<Decision> {
-        AnyState::peek(self, clock, 1)
-    }
-
-    fn is_at_rest(&self, _: &Self::Params, now: u64) -> bool {
-        AnyState::is_at_rest(self, now)
-    }
-
-    fn carry(&self, _: &Self::Params, now: u64) -> Option<Carry> {
-        AnyState::carry(self, now)
-    }
-
-    fn try_retire(&self, _: &Self::Params, now: u64) -> bool {
-        AnyState::try_retire(self, now)
-    }
-
-    fn retire_with_carry(&self, _: &Self::Params, now: u64) -> Option<Carry> {
-        AnyState::retire_with_carry(self, now)
+    #[inline(always)]
+    fn bind<'a>(&'a self, _: &'a Self::Params) -> &'a AnyState {
+        self
     }
 
     /// The policy the resolver chose for the key.
@@ -400,7 +280,7 @@ impl<K> Slot<K> for AnyState {
     }
 
     fn build(_: &Self::Params, policy: &Policy, carry: Option<&Carry>, now: u64) -> Self {
-        AnyState::new(policy, carry, now)
+        any_state(policy, carry, now)
     }
 
     fn spec_policy(policy: &Policy) -> Option<Policy> {
@@ -436,13 +316,13 @@ impl<K> Slot<K> for AnyState {
 
     fn overflow_settle<C: Clock + ?Sized>(
         overflow: &PolicyOverflows,
-        resolver: &Self::Params,
+        _: &Self::Params,
         policy: &Policy,
         settle: &Settle<'_>,
         clock: &C,
     ) -> bool {
         overflow.settle(policy, settle.actual > settle.held, clock.now(), |state| {
-            settle.on::<K, AnyState>(state, resolver, clock.now())
+            settle.on(state, clock.now())
         })
     }
 

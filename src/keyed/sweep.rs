@@ -11,6 +11,7 @@ use crate::bounded::Swept;
 use crate::clock::Clock;
 use crate::engine::dispatch::with_state;
 use crate::engine::retry::Retry;
+use crate::engine::state::Decides;
 
 use super::generations::{Generation, Generations};
 use super::slot::{with_keyed, Keyed, Registry, Slot};
@@ -25,7 +26,8 @@ impl<K: Hash + Eq + Clone + 'static, St: Slot<K>, S: BuildHasher> Keyed<K, St, S
     /// meets are either at rest or not, and only those at rest pay for the retiring CAS,
     /// which fails, keeping the state, if a request admitted in between.
     fn retire_at_rest(&self, state: &St, now: u64) -> bool {
-        state.is_at_rest(&self.params, now) && state.try_retire(&self.params, now)
+        let state = state.bind(&self.params);
+        state.is_at_rest(now) && state.try_retire(now)
     }
 }
 
@@ -149,7 +151,7 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
                                 // for a reservation made before (see `Rebuilds`). A reset that
                                 // finds nothing counts nothing.
                                 open = Some(self.rebuilds.begin());
-                                Slot::<K>::retire_with_carry(state, &keyed.params, now)
+                                Slot::<K>::bind(state, &keyed.params).retire_with_carry(now)
                             })
                             .is_some(),
                     )
@@ -182,6 +184,7 @@ mod tests {
 
     use crate::clock::{Clock, FakeClock};
     use crate::engine::dispatch::with_state;
+    use crate::engine::state::Decides;
     use crate::keyed::slot::{with_keyed, Registry, Slot};
     use crate::keyed::RateLimiter;
 
@@ -193,7 +196,7 @@ mod tests {
         with_keyed!(&generation.registry, keyed => {
             let held = keyed.table.held(&1, &guard).expect("key 1 is tracked");
             act();
-            Slot::<u64>::peek(held, &keyed.params, limiter.clock()).is_some()
+            Slot::<u64>::bind(held, &keyed.params).peek(limiter.clock(), 1).is_some()
         })
     }
 
@@ -331,7 +334,7 @@ mod tests {
             let held = keyed.table.held(&1, &guard).expect("key 1 is in the old generation");
             // Its next request moves it, carrying the permit it spent.
             assert_eq!(limiter.try_acquire(&1).remaining(), 1);
-            Slot::<u64>::peek(held, &keyed.params, &FakeClock::new()).is_some()
+            Slot::<u64>::bind(held, &keyed.params).peek(&FakeClock::new(), 1).is_some()
         });
         assert!(
             !decides,

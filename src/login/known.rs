@@ -5,7 +5,8 @@
 use crate::clock::Clock;
 use crate::clock::Fixed;
 use crate::decision::Decision;
-use crate::engine::any_state::AnyState;
+use crate::engine::any_state::{any_state, AnyState};
+use crate::engine::state::Decides;
 use crate::policy::Policy;
 
 /// The most clients an account keeps known at once; a success from one more replaces the
@@ -68,7 +69,7 @@ impl KnownClients {
         let fresh = KnownClient {
             client: client.into(),
             until,
-            failures: AnyState::new(policy, None, now),
+            failures: any_state(policy, None, now),
         };
         self.clients.retain(|known| now < known.until);
         if let Some(place) = self.clients.iter_mut().find(|k| *k.client == *client) {
