@@ -4,9 +4,13 @@
 //! [`ModelCell`] exposes one per-key state machine with its raw retire step, so a model can
 //! race requests against eviction on the very code the limiters run. [`ModelSlab`] exposes
 //! the slab a keyed limiter keeps its token-bucket states in, with the epoch guard that holds
-//! back the reuse of a freed cell ([`ModelGuard`]).
+//! back the reuse of a freed cell ([`ModelGuard`]). [`ModelGauge`] is a concurrency
+//! limiter's gauge of one key, [`ModelStrikes`] a login guard's strike record of one account.
+
+use std::sync::Arc;
 
 use crate::clock::Clock;
+use crate::concurrency::gauge::{acquire_on, acquire_shared, AtCapacity, Gauge, Permit};
 use crate::decision::Decision;
 use crate::engine::any_state::{any_state, AnyState};
 use crate::engine::cells::{Cells, Slab};
@@ -15,11 +19,10 @@ use crate::engine::state::Decides;
 use crate::engine::state::RateState;
 use crate::engine::sync::Guard;
 use crate::engine::token_bucket::{Gcra, GcraCell};
+use crate::login::strikes::{Escalation, StrikeCell};
+use crate::login::LoginConfig;
 use crate::policy::Policy;
 use crate::reservation::Marks;
-
-pub use crate::concurrency::ModelGauge;
-pub use crate::login::ModelStrikes;
 
 /// One per-key state machine of any algorithm: the state a per-key policy stores, built by
 /// the same dispatch as every limiter's.
@@ -188,5 +191,55 @@ impl ModelRebuilds {
         settle: impl FnOnce() -> Option<()>,
     ) -> Option<()> {
         self.0.settle_unless_rebuilt(made, held, actual, settle)
+    }
+}
+
+/// One gauge of a concurrency limiter, for the models in `tests/loom_models/concurrency.rs`.
+#[doc(hidden)]
+#[derive(Debug)]
+pub struct ModelGauge(Arc<Gauge>);
+
+impl ModelGauge {
+    /// A gauge with nothing in flight.
+    pub fn new(limit: u64) -> Self {
+        ModelGauge(Arc::new(Gauge::new(limit)))
+    }
+
+    /// What the limiter's hit path does on this gauge.
+    pub fn try_acquire(&self) -> Result<Permit, AtCapacity> {
+        acquire_on(&self.0)
+    }
+
+    /// What a request does while the map is full, this gauge being the key's (in the
+    /// overflow ledger, its map bucket held) and `shared` the shared gauge of its limit.
+    pub fn try_acquire_overflow(&self, shared: &ModelGauge) -> Result<Permit, AtCapacity> {
+        acquire_shared(&self.0, &shared.0)
+    }
+
+    /// Permits held now.
+    pub fn in_flight(&self) -> u64 {
+        self.0.in_flight()
+    }
+}
+
+/// A strike record of a login guard with the escalation of a config, for the loom models.
+#[doc(hidden)]
+#[derive(Debug)]
+pub struct ModelStrikes(StrikeCell, Escalation);
+
+impl ModelStrikes {
+    /// A record with no strike, escalating as `config` says.
+    pub fn new(config: &LoginConfig) -> Self {
+        ModelStrikes(StrikeCell::fresh(), config.escalation())
+    }
+
+    /// Strikes at `now`; returns the streak after it.
+    pub fn strike(&self, now: u64) -> u32 {
+        self.0.strike(&self.1, now).strikes()
+    }
+
+    /// ns of lockout left at `now`, if locked out.
+    pub fn locked_for(&self, now: u64) -> Option<u64> {
+        self.1.locked_for(self.0.load(), now)
     }
 }

@@ -346,7 +346,7 @@ impl LoginConfig {
         self.escalation().lockout(strike).map(Duration::from_nanos)
     }
 
-    pub(super) fn escalation(&self) -> Escalation {
+    pub(crate) fn escalation(&self) -> Escalation {
         Escalation::new(
             duration_to_nanos(self.strike_window()),
             self.strikes_to_lock,

@@ -18,7 +18,7 @@ mod client;
 mod config;
 mod decision;
 mod known;
-mod strikes;
+pub(crate) mod strikes;
 
 use std::fmt;
 
@@ -30,8 +30,6 @@ use crate::keyed::RateLimiter;
 pub use client::LoginClient;
 pub use config::{LoginConfig, LoginConfigError};
 pub use decision::LoginDecision;
-#[cfg(tollgate_loom)]
-pub use strikes::ModelStrikes;
 
 use known::KnownClients;
 use strikes::{Escalation, StrikeCell};

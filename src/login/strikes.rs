@@ -1,8 +1,6 @@
 //! The lockout escalation: [`Escalation`], pure arithmetic on one account's [`Streak`], and
 //! [`StrikeCell`], the atomic word that holds a streak and its compare-and-swap loop.
 
-#[cfg(tollgate_loom)]
-use super::LoginConfig;
 use crate::engine::retry::Retry;
 use crate::engine::sync::{AtomicU128, Ordering};
 
@@ -194,31 +192,6 @@ impl StrikeCell {
                 }
             }
         }
-    }
-}
-
-/// A strike record with the escalation of a config, for the loom models; compiled only
-/// under `--cfg tollgate_loom` (re-exported from `tollgate::model`).
-#[cfg(tollgate_loom)]
-#[doc(hidden)]
-#[derive(Debug)]
-pub struct ModelStrikes(StrikeCell, Escalation);
-
-#[cfg(tollgate_loom)]
-impl ModelStrikes {
-    /// A record with no strike, escalating as `config` says.
-    pub fn new(config: &LoginConfig) -> Self {
-        ModelStrikes(StrikeCell::fresh(), config.escalation())
-    }
-
-    /// Strikes at `now`; returns the streak after it.
-    pub fn strike(&self, now: u64) -> u32 {
-        self.0.strike(&self.1, now).strikes
-    }
-
-    /// ns of lockout left at `now`, if locked out.
-    pub fn locked_for(&self, now: u64) -> Option<u64> {
-        self.1.locked_for(self.0.load(), now)
     }
 }
 

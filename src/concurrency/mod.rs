@@ -6,21 +6,25 @@
 //! while the key has fewer than its limit in flight, and the permit gives its place back when
 //! it is dropped, on every path out of the guarded work, unwinding from a panic included.
 //!
-//! Each key's count is one atomic word in a [`Gauge`], updated by compare-and-swap; the map
+//! Each key's count is one atomic word in a gauge, updated by compare-and-swap; the map
 //! holds the gauge behind an `Arc` so that a permit can release it without looking the key up
 //! again (see [`ConcurrencyLimiter`] for why, and `docs/ARCHITECTURE.md`).
 
 use std::borrow::Borrow;
 use std::fmt;
 use std::hash::{BuildHasher, Hash};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
-use scc::hash_map::Entry;
-
-use crate::bounded::{sweep_step, BoundedMap, SWEEP_PER_INSERT};
-use crate::engine::retry::Retry;
-use crate::engine::sync::{AtomicU64, Ordering};
+use crate::bounded::BoundedMap;
 use crate::hasher::KeyHasher;
+
+use self::gauge::{acquire_on, Gauge};
+use self::overflow::Overflow;
+
+pub use self::gauge::{AtCapacity, Permit};
+
+pub(crate) mod gauge;
+mod overflow;
 
 /// How a limiter built with [`ConcurrencyLimiter::with_resolver`] chooses each key's limit.
 type LimitResolver<K> = dyn Fn(&K) -> u64 + Send + Sync;
@@ -104,134 +108,6 @@ pub struct ConcurrencyLimiter<K = String, S: BuildHasher = KeyHasher> {
     overflow: Overflow<K>,
 }
 
-/// What keys that find the map full are decided on (see
-/// [`max_keys`](ConcurrencyLimiter::max_keys)): one gauge shared by all such keys of a limit,
-/// and, in the *ledger*, the key's own gauge, so that every permit of a key, shared or not,
-/// counts on one gauge.
-///
-/// A key's ledger entry is read, created and taken out only inside
-/// [`BoundedMap::get_or_insert_else`]'s `make` and `full`, while the key's bucket in the map
-/// is held exclusively with the key absent. So a key has one gauge at a time, in the map or
-/// in the ledger, and a gauge moves from the ledger into the map (when room frees up) in a
-/// step during which nobody can take a permit of the key. The sweep removes only ledger
-/// gauges with nothing in flight, under the ledger bucket's exclusive lock, which every
-/// acquire on a ledger gauge also holds: a count of 0 there cannot be raised while it is
-/// checked, exactly as in the map. Lock order: the map's bucket, then the ledger's, then the
-/// shared gauges'; nothing takes them the other way round (a permit's release takes none).
-struct Overflow<K> {
-    /// One gauge per distinct limit, shared by every key of that limit that overflows.
-    shared: scc::HashMap<u64, Arc<Gauge>>,
-    /// The gauge of each untracked key that holds (or lately held) shared permits. Hashed
-    /// with the default hasher whatever the map's: it is on the cold path, keyed by clients.
-    ledger: scc::HashMap<K, Arc<Gauge>, KeyHasher>,
-    /// Where the incremental sweep of idle ledger gauges stopped.
-    cursor: Mutex<Option<K>>,
-}
-
-impl<K: Hash + Eq + Clone> Overflow<K> {
-    fn new() -> Self {
-        Overflow {
-            shared: scc::HashMap::new(),
-            ledger: scc::HashMap::with_hasher(KeyHasher::default()),
-            cursor: Mutex::new(None),
-        }
-    }
-
-    /// Takes the key's ledger gauge out, to be tracked in the map. Call only from `make`.
-    fn take(&self, key: &K) -> Option<Arc<Gauge>> {
-        self.ledger.remove_sync(key).map(|(_, gauge)| gauge)
-    }
-
-    /// A shared permit for `key`, on its ledger gauge (created with `limit` when it has
-    /// none) and on the shared gauge of that gauge's limit, and whether it added a ledger
-    /// gauge. Call only from `full`. A refusal adds nothing.
-    fn acquire(&self, key: &K, limit: u64) -> (Result<Permit, AtCapacity>, bool) {
-        if let Some(entry) = self.ledger.get_sync(key) {
-            return (self.on_shared(entry.get()), false);
-        }
-        // A new entry, added only on admission (the clone of the key is on the cold path).
-        match self.ledger.entry_sync(key.clone()) {
-            // Not reached while the caller holds the key's map bucket (nobody else adds the
-            // key here meanwhile), but decided the same way if it were.
-            Entry::Occupied(entry) => (self.on_shared(entry.get()), false),
-            Entry::Vacant(entry) => {
-                let gauge = Arc::new(Gauge::new(limit));
-                let decided = self.on_shared(&gauge);
-                let added = decided.is_ok();
-                if added {
-                    entry.insert_entry(gauge);
-                }
-                (decided, added)
-            }
-        }
-    }
-
-    /// Decides on `gauge` and the shared gauge of its limit.
-    fn on_shared(&self, gauge: &Arc<Gauge>) -> Result<Permit, AtCapacity> {
-        let limit = gauge.limit;
-        let decide = |shared: &Arc<Gauge>| acquire_shared(gauge, shared);
-        if let Some(decided) = self.shared.read_sync(&limit, |_, shared| decide(shared)) {
-            return decided;
-        }
-        let entry = self
-            .shared
-            .entry_sync(limit)
-            .or_insert_with(|| Arc::new(Gauge::new(limit)));
-        decide(entry.get())
-    }
-
-    /// Permits of the key held now, if it has a ledger gauge.
-    fn in_flight<Q>(&self, key: &Q) -> Option<u64>
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ?Sized,
-    {
-        self.ledger.read_sync(key, |_, gauge| gauge.in_flight())
-    }
-
-    /// One step of the incremental sweep of idle ledger gauges, after a new one.
-    fn sweep(&self) {
-        sweep_step(&self.ledger, &self.cursor, SWEEP_PER_INSERT, |gauge| {
-            gauge.in_flight() == 0
-        });
-    }
-
-    /// Removes every ledger gauge with nothing in flight.
-    fn evict(&self) {
-        // Each bucket is held exclusively while its gauges are checked (see the type's docs).
-        self.ledger.retain_sync(|_, gauge| gauge.in_flight() != 0);
-    }
-}
-
-/// A permit on a key's gauge and on the shared gauge of its limit (what a request decides
-/// while the map is full), or a refusal that leaves both as they were.
-///
-/// The key's gauge is tried first: a refusal by the shared gauge then gives the key's place
-/// back, so no other key's request ever sees a shared place taken and returned. The key's
-/// own gauge is raised here only while its map bucket is held (see [`Overflow`]), so no
-/// other request of the key decides while the place is out either; only a snapshot
-/// ([`Permit::in_flight`]) can see it.
-#[inline]
-fn acquire_shared(gauge: &Arc<Gauge>, shared: &Arc<Gauge>) -> Result<Permit, AtCapacity> {
-    let refused = Err(AtCapacity {
-        limit: gauge.limit,
-        overflow: true,
-    });
-    if gauge.try_acquire() == Acquire::Full {
-        return refused;
-    }
-    if shared.try_acquire() == Acquire::Full {
-        // The `Release` of `release` is more than this needs (the request did nothing to
-        // publish); a `Relaxed` RMW would keep the count exact as well.
-        gauge.release();
-        return refused;
-    }
-    Ok(Permit {
-        gauge: Arc::clone(gauge),
-        shared: Some(Arc::clone(shared)),
-    })
-}
-
 enum Limits<K> {
     Uniform(u64),
     PerKey(Box<LimitResolver<K>>),
@@ -245,255 +121,6 @@ impl<K> Limits<K> {
         }
     }
 }
-
-/// One key's in-flight count and its limit. See [`ConcurrencyLimiter`] for the value table.
-///
-/// Orderings: a successful acquire is `Acquire` and a release is `Release`, as for a lock:
-/// whatever a holder did before dropping its permit happens-before whatever the thread that
-/// takes the freed place does after acquiring, so a permit can guard a resource (a
-/// connection, a slot of a buffer), not only a count. Everything else is `Relaxed`: a
-/// refusal publishes nothing, and exactness comes from the compare-and-swap alone (all
-/// writes to the count form one modification order, and a CAS succeeds only on the latest
-/// value, so two acquirers never take the same place).
-#[derive(Debug)]
-pub(crate) struct Gauge {
-    count: AtomicU64,
-    limit: u64,
-}
-
-/// What [`Gauge::try_acquire`] concluded.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Acquire {
-    /// One more in flight: the caller now owns a place and must release it.
-    Acquired,
-    /// At the limit; nothing was written.
-    Full,
-}
-
-impl Gauge {
-    fn new(limit: u64) -> Self {
-        Gauge {
-            count: AtomicU64::new(0),
-            limit,
-        }
-    }
-
-    #[inline]
-    fn try_acquire(&self) -> Acquire {
-        // Relaxed: a snapshot to decide from. A stale value only makes the CAS below fail
-        // (and retry with the fresh one) or refuses from a count the key really had.
-        let mut count = self.count.load(Ordering::Relaxed);
-        let mut retry = Retry::new();
-        loop {
-            if count >= self.limit {
-                return Acquire::Full;
-            }
-            // Acquire on success: pairs with the Release in `release`, so the work of the
-            // permit whose place we take happens-before ours. Relaxed on failure: we only
-            // retry from the value read. `count < limit`: no overflow.
-            match self.count.compare_exchange_weak(
-                count,
-                count + 1,
-                Ordering::Acquire,
-                Ordering::Relaxed,
-            ) {
-                Ok(_) => return Acquire::Acquired,
-                Err(_) => {
-                    // Another holder came or went first: let its core keep the line a
-                    // little, then read the count afresh (the value the CAS saw is stale
-                    // by then). Relaxed: as the first read.
-                    retry.spin();
-                    count = self.count.load(Ordering::Relaxed);
-                }
-            }
-        }
-    }
-
-    /// Gives back one place. Called exactly once per `Acquired`, by the permit's `Drop`.
-    #[inline]
-    fn release(&self) {
-        // Release: publishes the holder's work to the next acquirer (see the type's docs).
-        // The count is at least 1 here (this permit's place), so it never wraps.
-        let before = self.count.fetch_sub(1, Ordering::Release);
-        debug_assert!(before >= 1, "release of count {before}");
-    }
-
-    /// Permits held now.
-    fn in_flight(&self) -> u64 {
-        // Relaxed: a snapshot for statistics and tests; under the bucket's exclusive lock
-        // (eviction), a 0 read here cannot be raised by anyone (see the type's docs).
-        self.count.load(Ordering::Relaxed)
-    }
-}
-
-/// One place in flight for a key of a [`ConcurrencyLimiter`], given back when dropped.
-///
-/// Keep it alive for exactly as long as the guarded work runs (bind it: `let _permit = ...`,
-/// not `let _ = ...`, which drops it at once). It releases on every way out of its scope,
-/// including unwinding from a panic. (A panic in a build with `panic = "abort"` ends the
-/// process, and with it every count.)
-///
-/// A permit owns its place: it borrows neither the limiter nor the key, so it can move into
-/// another thread or an async task and be dropped there (`Permit: Send + Sync + 'static`).
-///
-/// # Examples
-///
-/// ```
-/// use tollgate::ConcurrencyLimiter;
-///
-/// let limiter: ConcurrencyLimiter<String> = ConcurrencyLimiter::new(1);
-/// let permit = limiter.try_acquire("db")?;
-/// let worker = std::thread::spawn(move || {
-///     let _permit = permit; // released when the worker finishes
-///     // ... use the connection ...
-/// });
-/// worker.join().unwrap();
-/// assert_eq!(limiter.in_flight("db"), 0);
-/// # Ok::<(), tollgate::AtCapacity>(())
-/// ```
-#[must_use = "the place is given back as soon as the permit is dropped"]
-pub struct Permit {
-    /// The key's gauge: the one in the map, or the key's ledger gauge while it overflows.
-    gauge: Arc<Gauge>,
-    /// The shared gauge of the key's limit, for a permit taken while the map was full.
-    shared: Option<Arc<Gauge>>,
-}
-
-impl Permit {
-    /// The limit of the permit's key.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// let limiter: tollgate::ConcurrencyLimiter<String> = tollgate::ConcurrencyLimiter::new(3);
-    /// assert_eq!(limiter.try_acquire("k")?.limit(), 3);
-    /// # Ok::<(), tollgate::AtCapacity>(())
-    /// ```
-    #[must_use]
-    pub fn limit(&self) -> u64 {
-        self.gauge.limit
-    }
-
-    /// How many permits of this key are held now, this one included, shared permits of
-    /// the key counted with its own (a snapshot).
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// let limiter: tollgate::ConcurrencyLimiter<String> = tollgate::ConcurrencyLimiter::new(3);
-    /// let first = limiter.try_acquire("k")?;
-    /// let second = limiter.try_acquire("k")?;
-    /// assert_eq!(first.in_flight(), 2);
-    /// drop(second);
-    /// assert_eq!(first.in_flight(), 1);
-    /// # Ok::<(), tollgate::AtCapacity>(())
-    /// ```
-    #[must_use]
-    pub fn in_flight(&self) -> u64 {
-        self.gauge.in_flight()
-    }
-
-    /// Whether the permit came from the gauge that keys share while the limiter tracks
-    /// [`max_keys`](ConcurrencyLimiter::max_keys) keys (see there).
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// let limiter: tollgate::ConcurrencyLimiter<String> = tollgate::ConcurrencyLimiter::new(3);
-    /// assert!(!limiter.try_acquire("k")?.is_overflow());
-    /// # Ok::<(), tollgate::AtCapacity>(())
-    /// ```
-    #[must_use]
-    pub fn is_overflow(&self) -> bool {
-        self.shared.is_some()
-    }
-}
-
-impl Drop for Permit {
-    fn drop(&mut self) {
-        // The shared place first: by the time the key's own place is free, and another
-        // request of the key can take it, the shared one is back as well. (Either order
-        // keeps every count at or above the permits really out.)
-        if let Some(shared) = &self.shared {
-            shared.release();
-        }
-        self.gauge.release();
-    }
-}
-
-impl fmt::Debug for Permit {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Permit")
-            .field("in_flight", &self.gauge.in_flight())
-            .field("limit", &self.gauge.limit)
-            .finish()
-    }
-}
-
-/// A refusal from [`ConcurrencyLimiter::try_acquire`]: the key already has its limit of
-/// permits in flight. Nothing was changed.
-///
-/// It carries no retry time: places come back when holders finish, not at a known instant.
-/// Callers typically answer 429 or 503, queue the work, or retry after a short backoff.
-///
-/// # Examples
-///
-/// ```
-/// use tollgate::{AtCapacity, ConcurrencyLimiter};
-///
-/// let limiter: ConcurrencyLimiter<String> = ConcurrencyLimiter::new(1);
-/// let _held = limiter.try_acquire("k")?;
-/// let refused: AtCapacity = limiter.try_acquire("k").unwrap_err();
-/// assert_eq!(refused.limit(), 1);
-/// assert_eq!(refused.to_string(), "at its concurrency limit: 1 in flight");
-/// # Ok::<(), AtCapacity>(())
-/// ```
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct AtCapacity {
-    limit: u64,
-    overflow: bool,
-}
-
-impl AtCapacity {
-    /// The key's limit, all of it in flight.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// let limiter: tollgate::ConcurrencyLimiter<String> = tollgate::ConcurrencyLimiter::new(0);
-    /// assert_eq!(limiter.try_acquire("closed").unwrap_err().limit(), 0);
-    /// ```
-    #[must_use]
-    pub const fn limit(&self) -> u64 {
-        self.limit
-    }
-}
-
-impl AtCapacity {
-    /// Whether the refusal came from the gauge that keys share while the limiter tracks
-    /// [`max_keys`](ConcurrencyLimiter::max_keys) keys (see there).
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// let limiter: tollgate::ConcurrencyLimiter<String> = tollgate::ConcurrencyLimiter::new(1);
-    /// let _held = limiter.try_acquire("k")?;
-    /// assert!(!limiter.try_acquire("k").unwrap_err().is_overflow());
-    /// # Ok::<(), tollgate::AtCapacity>(())
-    /// ```
-    #[must_use]
-    pub const fn is_overflow(&self) -> bool {
-        self.overflow
-    }
-}
-
-impl fmt::Display for AtCapacity {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "at its concurrency limit: {} in flight", self.limit)
-    }
-}
-
-impl std::error::Error for AtCapacity {}
 
 impl<K: Hash + Eq + Clone> ConcurrencyLimiter<K, KeyHasher> {
     /// A limiter allowing `limit` requests in flight per key.
@@ -669,24 +296,9 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> ConcurrencyLimiter<K, S> {
         K: Borrow<Q> + From<Q::Owned>,
         Q: Hash + Eq + ToOwned + ?Sized,
     {
-        match self.map.read(key, Self::acquire_on) {
+        match self.map.read(key, acquire_on) {
             Some(result) => result,
             None => self.acquire_slow(key),
-        }
-    }
-
-    /// Decides on a tracked key's gauge.
-    #[inline]
-    fn acquire_on(gauge: &Arc<Gauge>) -> Result<Permit, AtCapacity> {
-        match gauge.try_acquire() {
-            Acquire::Acquired => Ok(Permit {
-                gauge: Arc::clone(gauge),
-                shared: None,
-            }),
-            Acquire::Full => Err(AtCapacity {
-                limit: gauge.limit,
-                overflow: false,
-            }),
         }
     }
 
@@ -722,7 +334,7 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> ConcurrencyLimiter<K, S> {
                     .unwrap_or_else(|| Arc::new(Gauge::new(limit)))
             },
             |gauge| gauge.in_flight() == 0,
-            Self::acquire_on,
+            acquire_on,
             |key| {
                 let (decided, new) = self.overflow.acquire(key, limit);
                 added = new;
@@ -851,52 +463,9 @@ impl<K, S: BuildHasher> fmt::Debug for ConcurrencyLimiter<K, S> {
     }
 }
 
-/// One gauge, for the loom models in `tests/loom_models/concurrency.rs`; compiled only under
-/// `--cfg tollgate_loom` (re-exported from `tollgate::model`).
-#[cfg(tollgate_loom)]
-#[doc(hidden)]
-#[derive(Debug)]
-pub struct ModelGauge(Arc<Gauge>);
-
-#[cfg(tollgate_loom)]
-impl ModelGauge {
-    /// A gauge with nothing in flight.
-    pub fn new(limit: u64) -> Self {
-        ModelGauge(Arc::new(Gauge::new(limit)))
-    }
-
-    /// What the limiter's hit path does on this gauge.
-    pub fn try_acquire(&self) -> Result<Permit, AtCapacity> {
-        ConcurrencyLimiter::<String>::acquire_on(&self.0)
-    }
-
-    /// What a request does while the map is full, this gauge being the key's (in the
-    /// overflow ledger, its map bucket held) and `shared` the shared gauge of its limit.
-    pub fn try_acquire_overflow(&self, shared: &ModelGauge) -> Result<Permit, AtCapacity> {
-        acquire_shared(&self.0, &shared.0)
-    }
-
-    /// Permits held now.
-    pub fn in_flight(&self) -> u64 {
-        self.0.in_flight()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn acquire_up_to_the_limit_then_refuse_without_writing() {
-        let gauge = Gauge::new(2);
-        assert_eq!(gauge.try_acquire(), Acquire::Acquired);
-        assert_eq!(gauge.try_acquire(), Acquire::Acquired);
-        assert_eq!(gauge.try_acquire(), Acquire::Full);
-        assert_eq!(gauge.in_flight(), 2);
-        gauge.release();
-        assert_eq!(gauge.in_flight(), 1);
-        assert_eq!(gauge.try_acquire(), Acquire::Acquired);
-    }
 
     /// The ledger holds a gauge only for a key admitted while the map was full, gives it
     /// to the map when the key is tracked again, and forgets idle ones (the sweep of each
@@ -932,21 +501,5 @@ mod tests {
         assert_eq!(limiter.evict_idle(), 0);
         assert_eq!(ledger(&limiter), 0);
         drop(held);
-    }
-
-    #[test]
-    fn zero_limit_always_full() {
-        assert_eq!(Gauge::new(0).try_acquire(), Acquire::Full);
-    }
-
-    #[test]
-    fn the_largest_limit_counts_to_the_top_without_overflow() {
-        let gauge = Gauge::new(u64::MAX);
-        gauge.count.store(u64::MAX - 1, Ordering::Relaxed);
-        assert_eq!(gauge.try_acquire(), Acquire::Acquired);
-        assert_eq!(gauge.in_flight(), u64::MAX);
-        assert_eq!(gauge.try_acquire(), Acquire::Full);
-        gauge.release();
-        assert_eq!(gauge.in_flight(), u64::MAX - 1);
     }
 }
