@@ -9,7 +9,7 @@ use scc::{AtomicShared, Guard, Shared, Tag};
 
 use crate::clock::{Clock, SystemClock};
 use crate::decision::Decision;
-use crate::engine::dispatch::{Build, Erased, Family, Holds};
+use crate::engine::dispatch::{Builder, Holds, PerAlgorithm, Storage};
 use crate::engine::rebuilds::Rebuilds;
 use crate::engine::retry::Retry;
 use crate::engine::state::{Bound, Carry, Decides, RateState};
@@ -64,13 +64,13 @@ struct Generation {
 }
 
 /// The state deciding for one policy: inline, so the fast path chases no pointer.
-type State = Erased<Padded>;
+type State = PerAlgorithm<Padded>;
 
 /// A state alone on its cache line, beside its parameters.
 struct Padded;
 
-impl Family for Padded {
-    type Of<St: RateState> = Direct<St>;
+impl Storage for Padded {
+    type Stored<St: RateState> = Direct<St>;
 }
 
 impl Holds for Padded {
@@ -91,7 +91,7 @@ struct Direct<St: RateState> {
 /// The state for `policy`: fresh, or with the permits of `carry` spent at `now`.
 fn state_for(policy: &Policy, carry: Option<&Carry>, now: u64) -> State {
     struct New<'a>(Option<&'a Carry>, u64);
-    impl Build<Padded> for New<'_> {
+    impl Builder<Padded> for New<'_> {
         fn build<St: RateState>(self, params: St::Params) -> Direct<St> {
             Direct {
                 cell: CachePadded::new(St::new(&params, self.0, self.1)),
@@ -99,7 +99,7 @@ fn state_for(policy: &Policy, carry: Option<&Carry>, now: u64) -> State {
             }
         }
     }
-    Erased::new(policy, New(carry, now))
+    PerAlgorithm::new(policy, New(carry, now))
 }
 
 impl DirectLimiter<SystemClock> {
@@ -162,7 +162,7 @@ impl<C: Clock> DirectLimiter<C> {
         if !self.replaced.load(Ordering::Relaxed) {
             // The token bucket's cost-1 check is the hottest path of the crate: straight to
             // the cell, with no cost check (1 is within every policy) and no Result to unwrap.
-            if let Erased::TokenBucket(direct) = &self.first.state {
+            if let PerAlgorithm::TokenBucket(direct) = &self.first.state {
                 if let Some(decision) = direct.cell.try_acquire(&direct.params, &self.clock, 1) {
                     return decision;
                 }

@@ -3,7 +3,7 @@
 
 use std::borrow::Borrow;
 
-use crate::engine::dispatch::{Build, Erased, Family, Holds};
+use crate::engine::dispatch::{Builder, Holds, PerAlgorithm, Storage};
 use crate::engine::state::{Bound, Carry, RateState};
 use crate::policy::Policy;
 
@@ -12,18 +12,18 @@ use crate::policy::Policy;
 ///
 /// Larger than a uniform limiter's state (it keeps its parameters: 32 to 48 bytes inline,
 /// a composite's behind a box), which is the price of a policy per key.
-pub(crate) type AnyState = Erased<WithParams>;
+pub(crate) type AnyState = PerAlgorithm<WithParams>;
 
-/// A state beside its parameters, as `RateState::Kept` keeps them.
+/// A state beside its parameters, as `RateState::OwnParams` keeps them.
 pub(crate) struct WithParams;
 
-impl Family for WithParams {
-    type Of<St: RateState> = (St, St::Kept);
+impl Storage for WithParams {
+    type Stored<St: RateState> = (St, St::OwnParams);
 }
 
 impl Holds for WithParams {
     #[inline(always)]
-    fn bound<St: RateState>((state, kept): &(St, St::Kept)) -> Bound<'_, St> {
+    fn bound<St: RateState>((state, kept): &(St, St::OwnParams)) -> Bound<'_, St> {
         Bound {
             state,
             params: kept.borrow(),
@@ -34,12 +34,12 @@ impl Holds for WithParams {
 /// A state for `policy`: fresh, or with the permits of `carry` spent at `now`.
 pub(crate) fn any_state(policy: &Policy, carry: Option<&Carry>, now: u64) -> AnyState {
     struct New<'a>(Option<&'a Carry>, u64);
-    impl Build<WithParams> for New<'_> {
-        fn build<St: RateState>(self, params: St::Params) -> (St, St::Kept) {
+    impl Builder<WithParams> for New<'_> {
+        fn build<St: RateState>(self, params: St::Params) -> (St, St::OwnParams) {
             (St::new(&params, self.0, self.1), params.into())
         }
     }
-    Erased::new(policy, New(carry, now))
+    PerAlgorithm::new(policy, New(carry, now))
 }
 
 #[cfg(test)]

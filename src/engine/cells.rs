@@ -3,7 +3,7 @@
 //!
 //! Both give a state an address that never moves while a reader may hold it, which is what a
 //! lock-free reader needs: the index the reader went through may move its entries, so it
-//! holds only what [`Cells::Held`] says, and the state stays put. The slab saves the
+//! holds only what [`Cells::Handle`] says, and the state stays put. The slab saves the
 //! allocation per key (and the allocator's overhead with it) for the token bucket and the
 //! sliding counter: a freed cell is taken again only once every epoch guard that could have
 //! seen it is gone, and is then overwritten with the new key's state before that state is
@@ -19,28 +19,28 @@ use crate::engine::sync::{Guard, Mutex};
 /// How a table keeps its states of type `St`.
 pub(crate) trait Cells<St>: Send + Sync + 'static {
     /// What the table's index stores for a key: where its state is.
-    type Held: Send + Sync + 'static;
+    type Handle: Send + Sync + 'static;
     /// What a removal hands back so that the state's place can be given again.
-    type Freed: Send + 'static;
+    type Vacated: Send + 'static;
 
     fn new() -> Self;
     /// The state `held` points at.
-    fn get<'a>(&'a self, held: &'a Self::Held) -> &'a St;
+    fn get<'a>(&'a self, held: &'a Self::Handle) -> &'a St;
     /// A place holding `state`, not yet seen by anyone; `None` when there is no place left.
-    fn hold(&self, state: St) -> Option<Self::Held>;
+    fn hold(&self, state: St) -> Option<Self::Handle>;
     /// What to hand back once `held` has left the index.
-    fn freed(held: &Self::Held) -> Self::Freed;
+    fn freed(held: &Self::Handle) -> Self::Vacated;
     /// Gives the places of `freed` back, once every reader that could hold them is gone. To
     /// be called only after their entries have left the index.
-    fn release(&self, freed: Vec<Self::Freed>);
+    fn release(&self, freed: Vec<Self::Vacated>);
 }
 
 /// One box per state; the index frees it through its own epoch-based reclamation.
 pub(crate) struct Boxed;
 
 impl<St: Send + Sync + 'static> Cells<St> for Boxed {
-    type Held = Box<St>;
-    type Freed = ();
+    type Handle = Box<St>;
+    type Vacated = ();
 
     fn new() -> Self {
         Boxed
@@ -116,8 +116,8 @@ impl<St> Segments<St> {
 }
 
 impl<St: Reusable> Cells<St> for Slab<St> {
-    type Held = u32;
-    type Freed = u32;
+    type Handle = u32;
+    type Vacated = u32;
 
     fn new() -> Self {
         Slab(Arc::new(Segments {

@@ -44,7 +44,7 @@ use crate::reservation::Marks;
 
 /// One band's parameters: its algorithm's pure arithmetic.
 #[derive(Clone, Copy, Debug)]
-enum Band {
+enum BandMath {
     /// A token bucket: one word, the TAT.
     TokenBucket(Gcra),
     /// A sliding log of `ring` permits: a count word, then `ring` entry words.
@@ -61,7 +61,7 @@ enum Band {
 /// A band and where its words start in the cell's array.
 #[derive(Clone, Copy, Debug)]
 struct Placed {
-    band: Band,
+    band: BandMath,
     /// Index of the band's first word.
     offset: u32,
     /// N, the band's permits.
@@ -165,16 +165,16 @@ impl Composite {
         let mut bands = [None; Policy::MAX_BANDS];
         for (slot, band) in bands.iter_mut().zip(policy.bands()) {
             let (params, size) = match band.algorithm() {
-                Algorithm::TokenBucket => (Band::TokenBucket(Gcra::new(band)), 1),
+                Algorithm::TokenBucket => (BandMath::TokenBucket(Gcra::new(band)), 1),
                 // permits <= Policy::MAX_LOG_PERMITS = 2^16: fits in u32.
                 Algorithm::SlidingLog => (
-                    Band::SlidingLog {
+                    BandMath::SlidingLog {
                         log: Log::new(band),
                         ring: band.permits() as u32,
                     },
                     1 + band.permits() as u32,
                 ),
-                Algorithm::SlidingCounter => (Band::SlidingCounter(Counter::new(band)), 2),
+                Algorithm::SlidingCounter => (BandMath::SlidingCounter(Counter::new(band)), 2),
             };
             *slot = Some(Placed {
                 band: params,
@@ -296,15 +296,15 @@ impl Placed {
         // Relaxed loads inside a seqlock read section, validated afterwards: see
         // `SeqLock::read`.
         match self.band {
-            Band::TokenBucket(_) => View::Tat(words[at].load(Ordering::Relaxed)),
-            Band::SlidingCounter(_) => {
+            BandMath::TokenBucket(_) => View::Tat(words[at].load(Ordering::Relaxed)),
+            BandMath::SlidingCounter(_) => {
                 let index = words[at].load(Ordering::Relaxed);
                 let counts = words[at + 1].load(Ordering::Relaxed);
                 View::Counter(Snapshot::unpack(
                     u128::from(index) | u128::from(counts) << 64,
                 ))
             }
-            Band::SlidingLog { .. } => {
+            BandMath::SlidingLog { .. } => {
                 let (ring, written) = self.log_words(words).view();
                 View::Log(ring, written)
             }
@@ -315,7 +315,7 @@ impl Placed {
     #[inline]
     fn log_words<'a>(&self, words: &'a [AtomicU64]) -> LogWords<'a> {
         let ring = match self.band {
-            Band::SlidingLog { ring, .. } => ring as usize,
+            BandMath::SlidingLog { ring, .. } => ring as usize,
             _ => unreachable!("only a sliding log band has a ring"),
         };
         let at = self.offset as usize;
@@ -326,7 +326,7 @@ impl Placed {
     #[inline]
     fn mark(&self, write: Write) -> u64 {
         match (self.band, write) {
-            (Band::SlidingCounter(counter), Write::Counter(next)) => counter.mark(next),
+            (BandMath::SlidingCounter(counter), Write::Counter(next)) => counter.mark(next),
             (_, Write::Tat(tat)) => tat,
             (_, Write::Log { stamp, .. }) => stamp,
             _ => unreachable!("an admission's write follows its band's algorithm"),
@@ -345,15 +345,15 @@ impl Placed {
         now: u64,
     ) -> Option<Write> {
         match (self.band, view) {
-            (Band::TokenBucket(gcra), &View::Tat(tat)) => {
+            (BandMath::TokenBucket(gcra), &View::Tat(tat)) => {
                 let next = gcra.settle(tat, held, mark, actual, now);
                 (next != tat).then_some(Write::Tat(next))
             }
-            (Band::SlidingCounter(counter), &View::Counter(snap)) => {
+            (BandMath::SlidingCounter(counter), &View::Counter(snap)) => {
                 let next = counter.settle(snap, held, mark, actual, now);
                 (next != snap).then_some(Write::Counter(next))
             }
-            (Band::SlidingLog { log, .. }, View::Log(ring, written)) => {
+            (BandMath::SlidingLog { log, .. }, View::Log(ring, written)) => {
                 match log.settle(ring, held, mark, actual, now) {
                     Fix::Keep => None,
                     fix => Some(Write::Settle {
@@ -370,13 +370,13 @@ impl Placed {
     #[inline]
     fn decide(&self, view: &View<'_>, now: u64, cost: u64) -> Verdict<Write> {
         match (self.band, view) {
-            (Band::TokenBucket(gcra), &View::Tat(tat)) => {
+            (BandMath::TokenBucket(gcra), &View::Tat(tat)) => {
                 gcra.decide(tat, now, cost).map(Write::Tat)
             }
-            (Band::SlidingCounter(counter), &View::Counter(snap)) => {
+            (BandMath::SlidingCounter(counter), &View::Counter(snap)) => {
                 counter.decide(snap, now, cost).map(Write::Counter)
             }
-            (Band::SlidingLog { log, .. }, View::Log(ring, written)) => {
+            (BandMath::SlidingLog { log, .. }, View::Log(ring, written)) => {
                 log.decide(ring, now, cost).map(|stamp| Write::Log {
                     written: *written,
                     stamp,
@@ -389,9 +389,11 @@ impl Placed {
     /// The band's reset_after at `now` with nothing more admitted.
     fn reset_after(&self, view: &View<'_>, now: u64) -> u64 {
         match (self.band, view) {
-            (Band::TokenBucket(gcra), &View::Tat(tat)) => gcra.reset_after(tat, now),
-            (Band::SlidingCounter(counter), &View::Counter(snap)) => counter.reset_after(snap, now),
-            (Band::SlidingLog { log, .. }, View::Log(ring, _)) => log.reset_after(ring, now),
+            (BandMath::TokenBucket(gcra), &View::Tat(tat)) => gcra.reset_after(tat, now),
+            (BandMath::SlidingCounter(counter), &View::Counter(snap)) => {
+                counter.reset_after(snap, now)
+            }
+            (BandMath::SlidingLog { log, .. }, View::Log(ring, _)) => log.reset_after(ring, now),
             _ => unreachable!("a band's view follows its algorithm"),
         }
     }
@@ -400,9 +402,11 @@ impl Placed {
     #[inline]
     fn is_at_rest(&self, view: &View<'_>, now: u64) -> bool {
         match (self.band, view) {
-            (Band::TokenBucket(_), &View::Tat(tat)) => Gcra::is_at_rest(tat, now),
-            (Band::SlidingCounter(counter), &View::Counter(snap)) => counter.is_at_rest(snap, now),
-            (Band::SlidingLog { log, .. }, View::Log(ring, _)) => log.is_at_rest(ring, now),
+            (BandMath::TokenBucket(_), &View::Tat(tat)) => Gcra::is_at_rest(tat, now),
+            (BandMath::SlidingCounter(counter), &View::Counter(snap)) => {
+                counter.is_at_rest(snap, now)
+            }
+            (BandMath::SlidingLog { log, .. }, View::Log(ring, _)) => log.is_at_rest(ring, now),
             _ => unreachable!("a band's view follows its algorithm"),
         }
     }
@@ -417,20 +421,20 @@ impl Placed {
         // Relaxed: ordered for readers by the writer's Release fence before (in
         // `SeqLock::try_enter`) and its Release publication after (the drop of its guard).
         match (self.band, write) {
-            (Band::TokenBucket(_), Write::Tat(tat)) => {
+            (BandMath::TokenBucket(_), Write::Tat(tat)) => {
                 words[at].store(tat, Ordering::Relaxed);
             }
-            (Band::SlidingCounter(_), Write::Counter(next)) => {
+            (BandMath::SlidingCounter(_), Write::Counter(next)) => {
                 // The window index, then the counts: the new index never goes back.
                 let packed = next.pack();
                 words[at].store(packed as u64, Ordering::Relaxed);
                 words[at + 1].store((packed >> 64) as u64, Ordering::Relaxed);
             }
-            (Band::SlidingLog { .. }, Write::Log { written, stamp }) => {
+            (BandMath::SlidingLog { .. }, Write::Log { written, stamp }) => {
                 // The entries, then their count.
                 self.log_words(words).append(written, cost, stamp);
             }
-            (Band::SlidingLog { .. }, Write::Settle { written, fix }) => {
+            (BandMath::SlidingLog { .. }, Write::Settle { written, fix }) => {
                 self.log_words(words).apply(written, fix);
             }
             _ => unreachable!("a band's write follows its algorithm"),
@@ -549,7 +553,7 @@ impl RateState for CompositeCell {
     type Params = Composite;
     /// Boxed beside a key's state: up to four bands' parameters, inline, would make every
     /// per-key state as large as the largest.
-    type Kept = Box<Composite>;
+    type OwnParams = Box<Composite>;
 
     fn params(policy: &Policy) -> Composite {
         Composite::new(policy)

@@ -3,7 +3,7 @@
 //! Every user stores something per algorithm: the keyed registry one map per generation, the
 //! direct limiter one padded cell, a per-key policy one state with its parameters, the loom
 //! models one state. Each names what it stores for an algorithm's state type `St` (a
-//! [`Family`]); [`Erased`] holds that for whichever algorithm a policy names, so every user
+//! [`Storage`]); [`PerAlgorithm`] holds that for whichever algorithm a policy names, so every user
 //! keeps its own layout (a keyed map stores its states inline, with no enum around each)
 //! while the enumeration, the choice from a policy and the match are written once, here.
 
@@ -20,72 +20,74 @@ use crate::policy::{Algorithm, Policy};
 use crate::reservation::Marks;
 
 /// What a user stores for the algorithm whose state type is `St`.
-pub(crate) trait Family {
+pub(crate) trait Storage {
     /// What is stored for `St`.
-    type Of<St: RateState>;
+    type Stored<St: RateState>;
 }
 
 /// A family's value for one algorithm, chosen by a policy.
 // One per limiter, generation or key; where it is per key, the family keeps large
-// parameters behind a box (`RateState::Kept`).
+// parameters behind a box (`RateState::OwnParams`).
 #[allow(clippy::large_enum_variant)]
-pub(crate) enum Erased<F: Family> {
+pub(crate) enum PerAlgorithm<F: Storage> {
     /// GCRA.
-    TokenBucket(F::Of<GcraCell>),
+    TokenBucket(F::Stored<GcraCell>),
     /// The sliding window log.
-    SlidingLog(F::Of<LogCell>),
+    SlidingLog(F::Stored<LogCell>),
     /// The sliding window counter.
-    SlidingCounter(F::Of<CounterCell>),
+    SlidingCounter(F::Stored<CounterCell>),
     /// Several bands, all-or-nothing (a policy with more than one band).
-    Composite(F::Of<CompositeCell>),
+    Composite(F::Stored<CompositeCell>),
 }
 
 /// Builds a family's value for an algorithm, from the parameters of the policy.
-pub(crate) trait Build<F: Family> {
+pub(crate) trait Builder<F: Storage> {
     /// The value for `St`, whose parameters the policy gave.
-    fn build<St: RateState>(self, params: St::Params) -> F::Of<St>;
+    fn build<St: RateState>(self, params: St::Params) -> F::Stored<St>;
 }
 
-impl<F: Family> Erased<F> {
+impl<F: Storage> PerAlgorithm<F> {
     /// The value for `policy`'s algorithm (the composite one when it has several bands).
-    pub(crate) fn new(policy: &Policy, build: impl Build<F>) -> Self {
+    pub(crate) fn new(policy: &Policy, build: impl Builder<F>) -> Self {
         if policy.is_composite() {
-            return Erased::Composite(build.build(CompositeCell::params(policy)));
+            return PerAlgorithm::Composite(build.build(CompositeCell::params(policy)));
         }
         // One band: the first is the policy's only one.
         match policy.first_band().algorithm() {
-            Algorithm::TokenBucket => Erased::TokenBucket(build.build(GcraCell::params(policy))),
-            Algorithm::SlidingLog => Erased::SlidingLog(build.build(LogCell::params(policy))),
+            Algorithm::TokenBucket => {
+                PerAlgorithm::TokenBucket(build.build(GcraCell::params(policy)))
+            }
+            Algorithm::SlidingLog => PerAlgorithm::SlidingLog(build.build(LogCell::params(policy))),
             Algorithm::SlidingCounter => {
-                Erased::SlidingCounter(build.build(CounterCell::params(policy)))
+                PerAlgorithm::SlidingCounter(build.build(CounterCell::params(policy)))
             }
         }
     }
 }
 
-/// Runs `$body` with `$value` bound to the [`Erased`] value's content, whatever its
+/// Runs `$body` with `$value` bound to the [`PerAlgorithm`] value's content, whatever its
 /// algorithm: the body is compiled once per algorithm, for its own state type.
 macro_rules! with_state {
     ($erased:expr, $value:pat => $body:expr) => {
         match $erased {
-            $crate::engine::dispatch::Erased::TokenBucket($value) => $body,
-            $crate::engine::dispatch::Erased::SlidingLog($value) => $body,
-            $crate::engine::dispatch::Erased::SlidingCounter($value) => $body,
-            $crate::engine::dispatch::Erased::Composite($value) => $body,
+            $crate::engine::dispatch::PerAlgorithm::TokenBucket($value) => $body,
+            $crate::engine::dispatch::PerAlgorithm::SlidingLog($value) => $body,
+            $crate::engine::dispatch::PerAlgorithm::SlidingCounter($value) => $body,
+            $crate::engine::dispatch::PerAlgorithm::Composite($value) => $body,
         }
     };
 }
 pub(crate) use with_state;
 
 /// A family whose value for each algorithm holds a state and its parameters: its
-/// [`Erased`] value decides as the state it holds, whatever the algorithm.
-pub(crate) trait Holds: Family {
+/// [`PerAlgorithm`] value decides as the state it holds, whatever the algorithm.
+pub(crate) trait Holds: Storage {
     /// The state in `held` and its parameters.
-    fn bound<St: RateState>(held: &Self::Of<St>) -> Bound<'_, St>;
+    fn bound<St: RateState>(held: &Self::Stored<St>) -> Bound<'_, St>;
 }
 
 /// The one dispatch of every decision over the algorithms.
-impl<F: Holds> Decides for Erased<F> {
+impl<F: Holds> Decides for PerAlgorithm<F> {
     #[inline(always)]
     fn max_cost(&self) -> u64 {
         with_state!(self, held => F::bound(held).max_cost())
@@ -131,7 +133,7 @@ impl<F: Holds> Decides for Erased<F> {
     }
 }
 
-impl<F: Holds> fmt::Debug for Erased<F> {
+impl<F: Holds> fmt::Debug for PerAlgorithm<F> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         with_state!(self, held => {
             let bound = F::bound(held);

@@ -349,7 +349,7 @@ impl Reusable for CounterCell {
 impl RateState for CounterCell {
     type Cells = Slab<Self>;
     type Params = Counter;
-    type Kept = Counter;
+    type OwnParams = Counter;
 
     fn params(policy: &Policy) -> Counter {
         Counter::new(policy.first_band())

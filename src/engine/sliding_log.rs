@@ -480,7 +480,7 @@ impl LogCell {
 impl RateState for LogCell {
     type Cells = Boxed;
     type Params = Log;
-    type Kept = Log;
+    type OwnParams = Log;
 
     fn params(policy: &Policy) -> Log {
         Log::new(policy.first_band())

@@ -54,7 +54,7 @@ pub(crate) trait RateState: Sized + Send + Sync + std::fmt::Debug + 'static {
 
     /// How a state keeps its parameters beside it when every key has its own policy
     /// (`AnyState`): inline, or boxed when they are large (a composite's).
-    type Kept: From<Self::Params> + Borrow<Self::Params> + Send + Sync + std::fmt::Debug;
+    type OwnParams: From<Self::Params> + Borrow<Self::Params> + Send + Sync + std::fmt::Debug;
 
     /// How the keyed registry's table keeps this state (`engine::cells`): in a slab, for a
     /// state that is its atomic words alone, else in a box of its own.

@@ -175,7 +175,7 @@ impl Reusable for GcraCell {
 impl RateState for GcraCell {
     type Cells = Slab<Self>;
     type Params = Gcra;
-    type Kept = Gcra;
+    type OwnParams = Gcra;
 
     fn params(policy: &Policy) -> Gcra {
         Gcra::new(policy.first_band())

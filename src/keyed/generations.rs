@@ -22,14 +22,14 @@ use crate::engine::state::{Carry, Decides};
 use crate::policy::Policy;
 use crate::reservation::next_limiter_id;
 
+use super::key_state::{with_keys, AnyKeys, KeyState};
 use super::overflow::Inherited;
 use super::rules::Rules;
-use super::slot::{with_keyed, Registry, Slot};
 
 /// The keys' states under one policy (or one resolver), and the generation it replaced.
 pub(super) struct Generation<K, S: BuildHasher> {
     pub(super) rules: Rules<K>,
-    pub(super) registry: Registry<K, S>,
+    pub(super) keys: AnyKeys<K, S>,
     /// The previous generation while it may still hold states; null once it has drained.
     pub(super) older: AtomicShared<Generation<K, S>>,
     /// Where the incremental sweep stopped: the next step starts at this key (or at the
@@ -79,7 +79,7 @@ impl<K: Hash + Eq + Clone + 'static, S: BuildHasher> Generation<K, S> {
     pub(super) fn is_drained(&self) -> bool {
         // SeqCst: see above; pairs with the fence in `Generations::still_current`.
         fence(Ordering::SeqCst);
-        with_keyed!(&self.registry, keyed => keyed.table.is_empty_locked())
+        with_keys!(&self.keys, keyed => keyed.table.is_empty_locked())
     }
 
     /// Unlinks every generation older than this one that has drained, so that no request
@@ -137,11 +137,11 @@ pub(super) struct Generations<K, C, S: BuildHasher> {
 impl<K: Hash + Eq + Clone + 'static, C, S: BuildHasher + Clone + 'static> Generations<K, C, S> {
     /// One generation under `rules`, no key tracked, no cap.
     pub(super) fn new(rules: Rules<K>, clock: C, hasher: S) -> Self {
-        let registry = Registry::new(&rules, hasher.clone(), Inherited::default(), 0);
+        let keys = AnyKeys::new(&rules, hasher.clone(), Inherited::default(), 0);
         let generation = Generation {
             sweep_grace: rules.sweep_grace(),
             rules,
-            registry,
+            keys,
             older: AtomicShared::null(),
             sweep_cursor: Mutex::new(None),
         };
@@ -247,13 +247,13 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
         Q: Hash + Eq + ?Sized,
     {
         first_in_older(generation, guard, |old| {
-            with_keyed!(&old.registry, keyed => {
+            with_keys!(&old.keys, keyed => {
                 // Retired from exactly the snapshot its permits are counted from: a request
                 // still holding the old state's slot meets it retired and looks again.
                 keyed
                     .table
                     .remove(key, |state| {
-                    Slot::<K>::bind(state, &keyed.params).retire_with_carry(now)
+                    KeyState::<K>::bind(state, &keyed.params).retire_with_carry(now)
                 })
             })
         })
@@ -273,11 +273,11 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
         Q: Hash + Eq + ?Sized,
     {
         first_in_older(generation, guard, |old| {
-            with_keyed!(&old.registry, keyed => {
+            with_keys!(&old.keys, keyed => {
                 // Under the bucket lock, where no state is met retired.
                 keyed
                     .table
-                    .read_locked(key, |state| Slot::<K>::bind(state, &keyed.params).carry(now))
+                    .read_locked(key, |state| KeyState::<K>::bind(state, &keyed.params).carry(now))
             })
         })
         .flatten()
@@ -309,13 +309,13 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
             // keep theirs: the new generation's shared state starts with it. A request that
             // meets the retired one starts over, in the new generation once it is swapped in.
             let replaced = self.generation(&guard);
-            let inherited = replaced.registry.retire_overflow(&replaced.rules, now);
+            let inherited = replaced.keys.retire_overflow(&replaced.rules, now);
             let older = self.current.get_shared(Ordering::Acquire, &guard);
-            let registry = Registry::new(&rules, hasher, inherited, now);
+            let keys = AnyKeys::new(&rules, hasher, inherited, now);
             let generation = Generation {
                 sweep_grace: rules.sweep_grace(),
                 rules,
-                registry,
+                keys,
                 older: older.map_or_else(AtomicShared::null, AtomicShared::from),
                 sweep_cursor: Mutex::new(None),
             };

@@ -1,4 +1,4 @@
-//! The keyed registry: [`RateLimiter`], one state per key in a concurrent map.
+//! The keyed limiter: [`RateLimiter`], one state per key in a concurrent map.
 //!
 //! The request path is a lock-free lookup, then the key's own lock-free state machine. A key
 //! seen for the first time goes through the table's entry API, out of line. Eviction retires
@@ -36,16 +36,16 @@ use crate::stats::{Counters, Stats};
 use crate::wait::Wait;
 
 use self::generations::Generations;
-use self::request::{Ask, Decided};
+use self::request::{Decided, Job};
 use self::rules::Rules;
 use self::stats::Extras;
 
 mod generations;
+mod key_state;
 mod overflow;
 mod request;
 mod rules;
 mod settle;
-mod slot;
 mod stats;
 mod sweep;
 mod table;
@@ -428,7 +428,7 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
         if let Some(decision) = self.generations.hit_of_cost_one(key) {
             return self.finish(decision);
         }
-        match self.generations.miss(key, Ask::Cost(1)) {
+        match self.generations.miss(key, Job::Decide(1)) {
             Ok(decided) => self.finish(decided.decision),
             // Every policy has at least one permit, so a cost of 1 is always acceptable.
             Err(_) => unreachable!("a cost of 1 is within every policy"),

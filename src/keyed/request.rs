@@ -11,7 +11,7 @@ use scc::Guard;
 use crate::bounded::SWEEP_WHEN_FULL;
 use crate::clock::{Clock, Fixed};
 use crate::decision::Decision;
-use crate::engine::dispatch::{with_state, Erased};
+use crate::engine::dispatch::{with_state, PerAlgorithm};
 use crate::engine::retry::Retry;
 use crate::engine::state::{Carry, Decides};
 use crate::error::CostError;
@@ -19,8 +19,8 @@ use crate::policy::Policy;
 use crate::reservation::Marks;
 
 use super::generations::{Generation, Generations};
+use super::key_state::{with_keys, AnyKeys, KeyState, Keys, Settle};
 use super::rules::{Resolved, Rules};
-use super::slot::{with_keyed, Keyed, Registry, Settle, Slot};
 use super::table::TableEntry;
 
 /// A decision, where its admission stands, and (for a decision of a per-key policy's shared
@@ -46,9 +46,9 @@ impl Decided {
 
 /// What the cold path is asked to do once it has found or created the key's state.
 #[derive(Clone, Copy)]
-pub(super) enum Ask<'a> {
+pub(super) enum Job<'a> {
     /// Decide a request of this cost.
-    Cost(u64),
+    Decide(u64),
     /// Settle this reservation (a charge for a key whose state was gone).
     Settle(&'a Settle<'a>),
 }
@@ -61,7 +61,7 @@ const SETTLED: Decided = Decided {
 };
 
 /// How far one attempt at a decision got.
-enum Step {
+enum Attempt {
     /// Decided (or the cost refused).
     Done(Result<Decided, CostError>),
     /// Decided on a state just created for the key.
@@ -85,17 +85,17 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
     {
         let guard = Guard::new();
         let generation = self.generation(&guard);
-        match &generation.registry {
-            Registry::Uniform(Erased::TokenBucket(keyed)) => self.one_in(keyed, key, &guard),
-            registry => self.one_elsewhere(registry, key, &guard),
+        match &generation.keys {
+            AnyKeys::Uniform(PerAlgorithm::TokenBucket(keyed)) => self.one_in(keyed, key, &guard),
+            keys => self.one_elsewhere(keys, key, &guard),
         }
     }
 
     /// [`Generations::hit_of_cost_one`] on `keyed`'s table.
     #[inline(always)]
-    fn one_in<Q, St: Slot<K>>(
+    fn one_in<Q, St: KeyState<K>>(
         &self,
-        keyed: &Keyed<K, St, S>,
+        keyed: &Keys<K, St, S>,
         key: &Q,
         guard: &Guard,
     ) -> Option<Decision>
@@ -111,17 +111,12 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
     /// [`Generations::one_in`] for every table but the token bucket's, out of line (see
     /// [`Generations::hit`]).
     #[inline(never)]
-    fn one_elsewhere<Q>(
-        &self,
-        registry: &Registry<K, S>,
-        key: &Q,
-        guard: &Guard,
-    ) -> Option<Decision>
+    fn one_elsewhere<Q>(&self, keys: &AnyKeys<K, S>, key: &Q, guard: &Guard) -> Option<Decision>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        with_keyed!(registry, keyed => self.one_in(keyed, key, guard))
+        with_keys!(keys, keyed => self.one_in(keyed, key, guard))
     }
 
     /// Decides a request of `cost` (at least 1) for `key`: the decision, and where its
@@ -134,7 +129,7 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
     {
         match self.hit(key, cost) {
             Some(result) => result,
-            None => self.miss(key, Ask::Cost(cost)),
+            None => self.miss(key, Job::Decide(cost)),
         }
     }
 
@@ -150,17 +145,19 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
         let generation = self.generation(&guard);
         // The default algorithm's table inline; the others out of line, so the default's hit
         // is compiled alone, with no other algorithm's code (and registers) around it.
-        match &generation.registry {
-            Registry::Uniform(Erased::TokenBucket(keyed)) => self.hit_in(keyed, key, &guard, cost),
-            registry => self.hit_elsewhere(registry, key, &guard, cost),
+        match &generation.keys {
+            AnyKeys::Uniform(PerAlgorithm::TokenBucket(keyed)) => {
+                self.hit_in(keyed, key, &guard, cost)
+            }
+            keys => self.hit_elsewhere(keys, key, &guard, cost),
         }
     }
 
     /// [`Generations::hit`] on `keyed`'s table.
     #[inline(always)]
-    fn hit_in<Q, St: Slot<K>>(
+    fn hit_in<Q, St: KeyState<K>>(
         &self,
-        keyed: &Keyed<K, St, S>,
+        keyed: &Keys<K, St, S>,
         key: &Q,
         guard: &Guard,
         cost: u64,
@@ -190,7 +187,7 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
     #[inline(never)]
     fn hit_elsewhere<Q>(
         &self,
-        registry: &Registry<K, S>,
+        keys: &AnyKeys<K, S>,
         key: &Q,
         guard: &Guard,
         cost: u64,
@@ -199,7 +196,7 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        with_keyed!(registry, keyed => self.hit_in(keyed, key, guard, cost))
+        with_keys!(keys, keyed => self.hit_in(keyed, key, guard, cost))
     }
 
     /// A key not in the current generation's map: straight to the map's entry API, which
@@ -211,7 +208,7 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
     /// gone. The decision returned then means nothing.
     #[cold]
     #[inline(never)]
-    pub(super) fn miss<Q>(&self, key: &Q, ask: Ask<'_>) -> Result<Decided, CostError>
+    pub(super) fn miss<Q>(&self, key: &Q, ask: Job<'_>) -> Result<Decided, CostError>
     where
         K: Borrow<Q> + From<Q::Owned>,
         Q: Hash + Eq + ToOwned + ?Sized,
@@ -223,12 +220,12 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
             // Held across the attempt, so the map's own guard inside is a cheap nested one.
             let guard = Guard::new();
             let generation = self.generation(&guard);
-            let step = with_keyed!(&generation.registry, keyed => {
+            let step = with_keys!(&generation.keys, keyed => {
                 self.create_in(generation, keyed, key, ask, resolved.as_ref(), &guard)
             });
             match step {
-                Step::Done(result) => return result,
-                Step::Created(result) => {
+                Attempt::Done(result) => return result,
+                Attempt::Created(result) => {
                     // Pay for a few steps of the incremental sweep, now that no lock is held.
                     if self.sweep_slice > 0 {
                         self.sweep(generation, self.sweep_slice, true, &guard);
@@ -238,7 +235,7 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
                 // The generation was replaced, or is being replaced (a policy change between
                 // retiring the shared overflow state and swapping the new generation in):
                 // yield, then decide in the new one.
-                Step::Stale => retry.snooze(),
+                Attempt::Stale => retry.snooze(),
             }
         }
     }
@@ -250,26 +247,26 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
     ///
     /// `resolved` is the answer of the resolver (if any), which ran before any of this (see
     /// [`resolve`](Self::resolve)); a policy change that came in since makes the attempt stale.
-    fn create_in<Q, St: Slot<K>>(
+    fn create_in<Q, St: KeyState<K>>(
         &self,
         generation: &Generation<K, S>,
-        keyed: &Keyed<K, St, S>,
+        keyed: &Keys<K, St, S>,
         key: &Q,
-        ask: Ask<'_>,
+        ask: Job<'_>,
         resolved: Option<&Resolved<K>>,
         guard: &Guard,
-    ) -> Step
+    ) -> Attempt
     where
         K: Borrow<Q> + From<Q::Owned>,
         Q: Hash + Eq + ToOwned + ?Sized,
     {
-        let Some(spec) = St::spec(&keyed.params, resolved) else {
-            return Step::Stale;
+        let Some(blueprint) = St::blueprint(&keyed.params, resolved) else {
+            return Attempt::Stale;
         };
         // A settle passes every cost check: it decides no request.
         let (cost, settle) = match ask {
-            Ask::Cost(cost) => (cost, None),
-            Ask::Settle(settle) => (0, Some(settle)),
+            Job::Decide(cost) => (cost, None),
+            Job::Settle(settle) => (0, Some(settle)),
         };
         let mut owned = K::from(key.to_owned());
         let mut swept = false;
@@ -277,14 +274,14 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
             let entry = keyed.table.entry(owned);
             // We hold the bucket exclusively (see `Generations::still_current`).
             if !self.still_current(generation, guard) {
-                return Step::Stale;
+                return Attempt::Stale;
             }
             // Every path that retires a state unlinks it under the same hold of its bucket
             // lock (see `keyed::table`), and we hold that lock: the state found here is live.
             let decide = |state: &St| {
                 if let Some(settle) = settle {
                     let settled =
-                        settle.on(Slot::<K>::bind(state, &keyed.params), self.clock.now());
+                        settle.on(KeyState::<K>::bind(state, &keyed.params), self.clock.now());
                     debug_assert!(settled.is_some(), "a state in the table is live");
                     return Ok(SETTLED);
                 }
@@ -295,13 +292,15 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
             };
             let entry = match entry {
                 // The entry holds the bucket until the decision is made.
-                TableEntry::Occupied(entry) => return Step::Done(decide(entry.get())),
+                TableEntry::Occupied(entry) => return Attempt::Done(decide(entry.get())),
                 TableEntry::Vacant(entry) => entry,
             };
             // A cost that could never be admitted creates nothing and moves nothing (a key
             // still in an older generation stays there).
-            if let Err(refused) = CostError::within(cost, St::max_cost_for(&keyed.params, &spec)) {
-                return Step::Done(Err(refused));
+            if let Err(refused) =
+                CostError::within(cost, St::max_cost_for(&keyed.params, &blueprint))
+            {
+                return Attempt::Done(Err(refused));
             }
             let now = self.clock.now();
             // A key still in an older generation moves here: its place is already counted, so
@@ -310,61 +309,67 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
             if moved.is_none() && !self.take_place() {
                 if !swept {
                     // Full: let go of the bucket (the sweep may need it), sweep a larger slice
-                    // for states at rest, then try once more with the same spec.
+                    // for states at rest, then try once more with the same blueprint.
                     owned = entry.into_key();
                     self.sweep(generation, SWEEP_WHEN_FULL, false, guard);
                     swept = true;
                     continue;
                 }
-                return self.overflow(keyed, &spec, settle, cost);
+                return self.overflow(keyed, &blueprint, settle, cost);
             }
             // A key new to the table may have spent permits on the shared overflow state while
             // the limiter was full (its requests are decided there under this same bucket
             // lock): it starts with what that state still counts.
-            let Some(carry) = self.starting_carry(keyed, &spec, moved, now) else {
+            let Some(carry) = self.starting_carry(keyed, &blueprint, moved, now) else {
                 // A policy change retired the shared state: start over in the new generation,
                 // giving back the place taken (only a key not moved took one).
                 self.tracked.fetch_sub(1, Ordering::Relaxed);
-                return Step::Stale;
+                return Attempt::Stale;
             };
-            let state = St::build(&keyed.params, &spec, carry.as_ref(), now);
+            let state = St::build(&keyed.params, &blueprint, carry.as_ref(), now);
             let Some(entry) = entry.insert(state) else {
                 // No place left for a state (2^32 of them): the new key shares the overflow
                 // state, and gives back the place it took in `tracked`.
                 self.tracked.fetch_sub(1, Ordering::Relaxed);
-                return self.overflow(keyed, &spec, settle, cost);
+                return self.overflow(keyed, &blueprint, settle, cost);
             };
-            return Step::Created(decide(entry.get()));
+            return Attempt::Created(decide(entry.get()));
         }
     }
 
     /// Decides (or settles) on the state shared by new keys that find the limiter full;
     /// stale when a policy change retired it.
-    fn overflow<St: Slot<K>>(
+    fn overflow<St: KeyState<K>>(
         &self,
-        keyed: &Keyed<K, St, S>,
-        spec: &St::Spec,
+        keyed: &Keys<K, St, S>,
+        blueprint: &St::Blueprint,
         settle: Option<&Settle<'_>>,
         cost: u64,
-    ) -> Step {
+    ) -> Attempt {
         if let Some(settle) = settle {
-            if St::overflow_settle(&keyed.overflow, &keyed.params, spec, settle, &self.clock) {
-                return Step::Done(Ok(SETTLED));
+            if St::overflow_settle(
+                &keyed.overflow,
+                &keyed.params,
+                blueprint,
+                settle,
+                &self.clock,
+            ) {
+                return Attempt::Done(Ok(SETTLED));
             }
-            return Step::Stale;
+            return Attempt::Stale;
         }
-        match St::overflow_acquire(&keyed.overflow, &keyed.params, spec, &self.clock, cost) {
-            Some(shared) => Step::Done(shared.map(|(decision, marks)| Decided {
+        match St::overflow_acquire(&keyed.overflow, &keyed.params, blueprint, &self.clock, cost) {
+            Some(shared) => Attempt::Done(shared.map(|(decision, marks)| Decided {
                 decision: decision.overflowed(),
                 marks,
-                overflow: St::spec_policy(spec),
+                overflow: St::blueprint_policy(blueprint),
             })),
-            None => Step::Stale,
+            None => Attempt::Stale,
         }
     }
 
-    /// What a new state of `spec` for a key starts with at `now`: what it `moved` with from
-    /// an older generation, else what the shared overflow state counts (the one of `spec`'s
+    /// What a new state of `blueprint` for a key starts with at `now`: what it `moved` with from
+    /// an older generation, else what the shared overflow state counts (the one of `blueprint`'s
     /// policy). `Some(None)` for a fresh state (the shared state at rest, or a limiter with
     /// no cap, where no key ever overflows); `None` when a policy change retired the shared
     /// state (never for a key that moved).
@@ -375,10 +380,10 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
     /// that never overflowed but get their state while the shared one is busy: they start
     /// with its permits spent (until it comes to rest, and only after a flood
     /// filled the limiter).
-    fn starting_carry<St: Slot<K>>(
+    fn starting_carry<St: KeyState<K>>(
         &self,
-        keyed: &Keyed<K, St, S>,
-        spec: &St::Spec,
+        keyed: &Keys<K, St, S>,
+        blueprint: &St::Blueprint,
         moved: Option<Carry>,
         now: u64,
     ) -> Option<Option<Carry>> {
@@ -388,7 +393,7 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
         if self.max_keys == usize::MAX {
             return Some(None);
         }
-        St::overflow_carry(&keyed.overflow, &keyed.params, spec, now)
+        St::overflow_carry(&keyed.overflow, &keyed.params, blueprint, now)
     }
 
     /// The per-key resolver's answer for `key`, when the limiter has one: `previous` when the
@@ -451,7 +456,7 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
             {
                 let guard = Guard::new();
                 let generation = self.generation(&guard);
-                let peeked = with_keyed!(&generation.registry, keyed => {
+                let peeked = with_keys!(&generation.keys, keyed => {
                     self.peek_in(generation, keyed, key, resolved.as_ref(), &guard)
                 });
                 if let Some(decision) = peeked {
@@ -468,10 +473,10 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
 
     /// What `key` would get now; `None` when it is not tracked and `resolved` is not the
     /// answer of this map's resolver.
-    fn peek_in<Q, St: Slot<K>>(
+    fn peek_in<Q, St: KeyState<K>>(
         &self,
         generation: &Generation<K, S>,
-        keyed: &Keyed<K, St, S>,
+        keyed: &Keys<K, St, S>,
         key: &Q,
         resolved: Option<&Resolved<K>>,
         guard: &Guard,
@@ -494,15 +499,15 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
         }
         // Not tracked here: decide on the state the key's next request would create, built
         // aside and dropped.
-        let spec = St::spec(&keyed.params, resolved)?;
+        let blueprint = St::blueprint(&keyed.params, resolved)?;
         let moved = self.peek_older(generation, key, now, guard);
         if moved.is_none() && self.len() >= self.max_keys {
             // `None` (retired by a policy change): the caller looks again.
-            return St::overflow_peek(&keyed.overflow, &keyed.params, &spec, &at_now)
+            return St::overflow_peek(&keyed.overflow, &keyed.params, &blueprint, &at_now)
                 .map(Decision::overflowed);
         }
-        let carry = self.starting_carry(keyed, &spec, moved, now)?;
-        let state = St::build(&keyed.params, &spec, carry.as_ref(), now);
+        let carry = self.starting_carry(keyed, &blueprint, moved, now)?;
+        let state = St::build(&keyed.params, &blueprint, carry.as_ref(), now);
         let peeked = state.bind(&keyed.params).peek(&at_now, 1);
         match peeked {
             Some(decision) => Some(decision),

@@ -12,9 +12,9 @@ use crate::policy::Policy;
 use crate::reservation::{Origin, Reservation, SettleError};
 
 use super::generations::{first_in_older, Generations};
-use super::request::Ask;
+use super::key_state::{with_keys, AnyKeys, KeyState, Keys, Settle};
+use super::request::Job;
 use super::rules::Resolved;
-use super::slot::{with_keyed, Keyed, Registry, Settle, Slot};
 
 impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
     Generations<K, C, S>
@@ -55,7 +55,7 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
             // by now (it started with what the shared state counted) takes it above. A refund
             // of the key's own state has nothing to give back when it is gone: what the
             // reservation held went with it.
-            let _ = self.miss(key, Ask::Settle(&settle));
+            let _ = self.miss(key, Job::Settle(&settle));
         }
         Ok(())
     }
@@ -82,9 +82,9 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
     {
         let guard = Guard::new();
         let generation = self.generation(&guard);
-        let on = |registry: &Registry<K, S>, locked: bool| {
-            with_keyed!(registry, keyed => {
-                let settle = |state: &_| settle.on(Slot::<K>::bind(state, &keyed.params), self.clock.now());
+        let on = |keys: &AnyKeys<K, S>, locked: bool| {
+            with_keys!(keys, keyed => {
+                let settle = |state: &_| settle.on(KeyState::<K>::bind(state, &keyed.params), self.clock.now());
                 if locked {
                     // Under the bucket lock no state is met retired.
                     keyed.table.read_locked(key, settle).flatten()
@@ -98,8 +98,8 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
         // first; a pass that found nothing (the key not tracked, or met retired while it
         // moves) looks again under the bucket locks, which a move holds throughout.
         [false, true].into_iter().any(|locked| {
-            first_in_older(generation, &guard, |old| on(&old.registry, locked))
-                .or_else(|| on(&generation.registry, locked))
+            first_in_older(generation, &guard, |old| on(&old.keys, locked))
+                .or_else(|| on(&generation.keys, locked))
                 .is_some()
         })
     }
@@ -121,24 +121,24 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
         };
         let guard = Guard::new();
         let generation = self.generation(&guard);
-        with_keyed!(&generation.registry, keyed => {
+        with_keys!(&generation.keys, keyed => {
             refund_on_overflow(keyed, recorded, resolved.as_ref(), settle, &self.clock)
         });
     }
 }
 
 /// Gives back on `keyed`'s overflow state that decided the reservation (see
-/// [`Slot::overflow_spec`]); nothing when there is none.
-fn refund_on_overflow<K, St: Slot<K>, S: BuildHasher, C: Clock>(
-    keyed: &Keyed<K, St, S>,
+/// [`KeyState::overflow_blueprint`]); nothing when there is none.
+fn refund_on_overflow<K, St: KeyState<K>, S: BuildHasher, C: Clock>(
+    keyed: &Keys<K, St, S>,
     recorded: Option<&Policy>,
     resolved: Option<&Resolved<K>>,
     settle: &Settle<'_>,
     clock: &C,
 ) {
-    if let Some(spec) = St::overflow_spec(&keyed.params, recorded, resolved) {
+    if let Some(blueprint) = St::overflow_blueprint(&keyed.params, recorded, resolved) {
         // `false`: retired by a policy change, so it gives nothing back (see the caller).
-        let _ = St::overflow_settle(&keyed.overflow, &keyed.params, &spec, settle, clock);
+        let _ = St::overflow_settle(&keyed.overflow, &keyed.params, &blueprint, settle, clock);
     }
 }
 

@@ -14,9 +14,9 @@ use crate::engine::retry::Retry;
 use crate::engine::state::Decides;
 
 use super::generations::{Generation, Generations};
-use super::slot::{with_keyed, Keyed, Registry, Slot};
+use super::key_state::{with_keys, AnyKeys, KeyState, Keys};
 
-impl<K: Hash + Eq + Clone + 'static, St: Slot<K>, S: BuildHasher> Keyed<K, St, S> {
+impl<K: Hash + Eq + Clone + 'static, St: KeyState<K>, S: BuildHasher> Keys<K, St, S> {
     /// Removes every state at rest at `now`; returns how many.
     pub(super) fn evict_idle(&self, now: u64) -> usize {
         self.table.retain(|state| self.retire_at_rest(state, now))
@@ -34,9 +34,9 @@ impl<K: Hash + Eq + Clone + 'static, St: Slot<K>, S: BuildHasher> Keyed<K, St, S
 impl<K: Hash + Eq + Clone + 'static, S: BuildHasher> Generation<K, S> {
     /// Up to `slice` entries of `keyed` (this generation's map) from the cursor on, removing
     /// the states at rest at `now`.
-    pub(super) fn sweep_step<St: Slot<K>>(
+    pub(super) fn sweep_step<St: KeyState<K>>(
         &self,
-        keyed: &Keyed<K, St, S>,
+        keyed: &Keys<K, St, S>,
         slice: usize,
         now: u64,
     ) -> Swept {
@@ -73,7 +73,7 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
             } else {
                 now
             };
-            let swept = with_keyed!(&g.registry, keyed => g.sweep_step(keyed, slice, as_of));
+            let swept = with_keys!(&g.keys, keyed => g.sweep_step(keyed, slice, as_of));
             removed += swept.removed;
             older_empty |= swept.empty && !std::ptr::eq(g, generation);
             // Acquire: as every walk of the chain.
@@ -95,12 +95,12 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
         let guard = Guard::new();
         let now = self.clock.now();
         let generation = self.generation(&guard);
-        let mut removed = with_keyed!(&generation.registry, keyed => keyed.evict_idle(now));
+        let mut removed = with_keys!(&generation.keys, keyed => keyed.evict_idle(now));
         // Acquire: as every walk of the chain.
         let mut older = generation.older.load(Ordering::Acquire, &guard);
         let replaced = !older.is_null();
         while let Some(old) = older.as_ref() {
-            removed += with_keyed!(&old.registry, keyed => keyed.evict_idle(now));
+            removed += with_keys!(&old.keys, keyed => keyed.evict_idle(now));
             older = old.older.load(Ordering::Acquire, &guard);
         }
         // Relaxed: a statistic.
@@ -140,7 +140,7 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
                 // Retired, then removed, under the bucket lock: a request still holding the
                 // state's slot meets it retired and looks the key up again.
                 let mut open = None;
-                removed += with_keyed!(&generation.registry, keyed => {
+                removed += with_keys!(&generation.keys, keyed => {
                     let now = self.clock.now();
                     usize::from(
                         keyed
@@ -151,7 +151,7 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
                                 // for a reservation made before (see `Rebuilds`). A reset that
                                 // finds nothing counts nothing.
                                 open = Some(self.rebuilds.begin());
-                                Slot::<K>::bind(state, &keyed.params).retire_with_carry(now)
+                                KeyState::<K>::bind(state, &keyed.params).retire_with_carry(now)
                             })
                             .is_some(),
                     )
@@ -185,7 +185,7 @@ mod tests {
     use crate::clock::{Clock, FakeClock};
     use crate::engine::dispatch::with_state;
     use crate::engine::state::Decides;
-    use crate::keyed::slot::{with_keyed, Registry, Slot};
+    use crate::keyed::key_state::{with_keys, AnyKeys, KeyState};
     use crate::keyed::RateLimiter;
 
     /// Holds key 1's state as a request would, runs `act`, then says whether the state it
@@ -193,10 +193,10 @@ mod tests {
     fn still_decides(limiter: &RateLimiter<u64, FakeClock>, act: &dyn Fn()) -> bool {
         let guard = Guard::new();
         let generation = limiter.generations.generation(&guard);
-        with_keyed!(&generation.registry, keyed => {
+        with_keys!(&generation.keys, keyed => {
             let held = keyed.table.held(&1, &guard).expect("key 1 is tracked");
             act();
-            Slot::<u64>::bind(held, &keyed.params).peek(limiter.clock(), 1).is_some()
+            KeyState::<u64>::bind(held, &keyed.params).peek(limiter.clock(), 1).is_some()
         })
     }
 
@@ -330,11 +330,11 @@ mod tests {
         let guard = Guard::new();
         let old = limiter.generations.generation(&guard);
         limiter.set_policy("3/1h".parse().unwrap());
-        let decides = with_keyed!(&old.registry, keyed => {
+        let decides = with_keys!(&old.keys, keyed => {
             let held = keyed.table.held(&1, &guard).expect("key 1 is in the old generation");
             // Its next request moves it, carrying the permit it spent.
             assert_eq!(limiter.try_acquire(&1).remaining(), 1);
-            Slot::<u64>::bind(held, &keyed.params).peek(&FakeClock::new(), 1).is_some()
+            KeyState::<u64>::bind(held, &keyed.params).peek(&FakeClock::new(), 1).is_some()
         });
         assert!(
             !decides,

@@ -29,7 +29,7 @@ use crate::engine::cells::Cells;
 
 /// The keys of one generation and their states.
 pub(super) struct Table<K, St, C: Cells<St>, S: BuildHasher> {
-    index: HashIndex<K, C::Held, S>,
+    index: HashIndex<K, C::Handle, S>,
     cells: C,
     _states: PhantomData<fn() -> St>,
 }
@@ -44,7 +44,7 @@ pub(super) enum TableEntry<'t, K, St, C: Cells<St>, S: BuildHasher> {
 
 /// A key's state, its bucket held exclusively.
 pub(super) struct Occupied<'t, K, St, C: Cells<St>, S: BuildHasher> {
-    entry: OccupiedEntry<'t, K, C::Held, S>,
+    entry: OccupiedEntry<'t, K, C::Handle, S>,
     cells: &'t C,
     _states: PhantomData<fn() -> St>,
 }
@@ -57,7 +57,7 @@ impl<K: Hash + Eq + 'static, St, C: Cells<St>, S: BuildHasher> Occupied<'_, K, S
 
 /// A key not in the table, its bucket held exclusively.
 pub(super) struct Vacant<'t, K, St, C: Cells<St>, S: BuildHasher> {
-    entry: VacantEntry<'t, K, C::Held, S>,
+    entry: VacantEntry<'t, K, C::Handle, S>,
     cells: &'t C,
     _states: PhantomData<fn() -> St>,
 }
@@ -154,7 +154,7 @@ impl<K: Hash + Eq + Clone + 'static, St, C: Cells<St>, S: BuildHasher> Table<K, 
     /// Removes every state `try_retire` retires (it must retire the state when it returns
     /// `true`, and leave it be otherwise), one bucket at a time; returns how many.
     pub(super) fn retain(&self, mut try_retire: impl FnMut(&St) -> bool) -> usize {
-        let mut freed = Freed::new(&self.cells);
+        let mut freed = Vacated::new(&self.cells);
         self.index.retain_sync(|_, held| {
             let gone = try_retire(self.cells.get(held));
             if gone {
@@ -173,7 +173,7 @@ impl<K: Hash + Eq + Clone + 'static, St, C: Cells<St>, S: BuildHasher> Table<K, 
         slice: usize,
         mut try_retire: impl FnMut(&St) -> bool,
     ) -> Swept {
-        let mut freed = Freed::new(&self.cells);
+        let mut freed = Vacated::new(&self.cells);
         let swept = sweep_step(&self.index, cursor, slice, |held| {
             let gone = try_retire(self.cells.get(held));
             if gone {
@@ -203,18 +203,18 @@ impl<K: Hash + Eq + Clone + 'static, St, C: Cells<St>, S: BuildHasher> Table<K, 
 
 /// The places freed by a walk over the table, handed back in batches: a sweep of a million
 /// keys holds a few kilobytes of them at a time, not megabytes.
-struct Freed<'t, St, C: Cells<St>> {
+struct Vacated<'t, St, C: Cells<St>> {
     cells: &'t C,
-    batch: Vec<C::Freed>,
+    batch: Vec<C::Vacated>,
     count: usize,
     _states: PhantomData<fn() -> St>,
 }
 
-impl<'t, St, C: Cells<St>> Freed<'t, St, C> {
+impl<'t, St, C: Cells<St>> Vacated<'t, St, C> {
     const BATCH: usize = 1024;
 
     fn new(cells: &'t C) -> Self {
-        Freed {
+        Vacated {
             cells,
             batch: Vec::new(),
             count: 0,
@@ -223,7 +223,7 @@ impl<'t, St, C: Cells<St>> Freed<'t, St, C> {
     }
 
     /// Called for an entry about to be unlinked (the walk unlinks it once this returns).
-    fn push(&mut self, freed: C::Freed) {
+    fn push(&mut self, freed: C::Vacated) {
         // A full batch goes first: its entries have all been unlinked by now, as `release`
         // requires; the one being pushed has not yet.
         if self.batch.len() == Self::BATCH {
@@ -249,8 +249,8 @@ mod tests {
     struct Recording(Mutex<Vec<usize>>);
 
     impl Cells<u64> for Recording {
-        type Held = Box<u64>;
-        type Freed = ();
+        type Handle = Box<u64>;
+        type Vacated = ();
 
         fn new() -> Self {
             Recording(Mutex::new(Vec::new()))

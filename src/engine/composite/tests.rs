@@ -43,9 +43,9 @@ fn layout_follows_the_bands_in_policy_order() {
     );
     let bands = params.bands();
     assert_eq!(bands.len(), 3);
-    assert!(matches!(bands[0].band, Band::SlidingLog { ring: 3, .. }));
-    assert!(matches!(bands[1].band, Band::SlidingCounter(_)));
-    assert!(matches!(bands[2].band, Band::TokenBucket(_)));
+    assert!(matches!(bands[0].band, BandMath::SlidingLog { ring: 3, .. }));
+    assert!(matches!(bands[1].band, BandMath::SlidingCounter(_)));
+    assert!(matches!(bands[2].band, BandMath::TokenBucket(_)));
     let offsets: Vec<u32> = bands.iter().map(|b| b.offset).collect();
     assert_eq!(offsets, [0, 4, 6]);
     assert_eq!(params.words, 7);

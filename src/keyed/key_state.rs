@@ -9,7 +9,7 @@ use crate::clock::Clock;
 use crate::decision::Decision;
 use crate::engine::any_state::{any_state, AnyState};
 use crate::engine::cells::{Boxed, Cells};
-use crate::engine::dispatch::{with_state, Build, Erased, Family};
+use crate::engine::dispatch::{with_state, Builder, PerAlgorithm, Storage};
 use crate::engine::rebuilds::Rebuilds;
 use crate::engine::state::{Bound, Carry, Decides, RateState};
 use crate::error::CostError;
@@ -22,40 +22,40 @@ use super::table::Table;
 
 /// One table per kind of state, chosen once per generation: a single predictable branch per
 /// call, and each table stores its algorithm's cell with no enum padding.
-pub(super) enum Registry<K, S: BuildHasher> {
+pub(super) enum AnyKeys<K, S: BuildHasher> {
     /// One policy for every key: the map of its algorithm's state.
-    Uniform(Erased<Maps<K, S>>),
+    Uniform(PerAlgorithm<KeysStorage<K, S>>),
     /// A policy per key: each state keeps its parameters.
-    PerKey(Keyed<K, AnyState, S>),
+    PerKey(Keys<K, AnyState, S>),
 }
 
 /// A generation's map for one algorithm's state.
-pub(super) struct Maps<K, S>(PhantomData<(K, S)>);
+pub(super) struct KeysStorage<K, S>(PhantomData<(K, S)>);
 
-impl<K, S: BuildHasher> Family for Maps<K, S> {
-    type Of<St: RateState> = Keyed<K, St, S>;
+impl<K, S: BuildHasher> Storage for KeysStorage<K, S> {
+    type Stored<St: RateState> = Keys<K, St, S>;
 }
 
-/// Runs `$body` with `$keyed` bound to whichever map the registry holds.
-macro_rules! with_keyed {
-    ($registry:expr, $keyed:ident => $body:expr) => {
-        match $registry {
-            Registry::Uniform(uniform) => with_state!(uniform, $keyed => $body),
-            Registry::PerKey($keyed) => $body,
+/// Runs `$body` with `$keyed` bound to whichever table a generation's keys are in.
+macro_rules! with_keys {
+    ($keys:expr, $keyed:ident => $body:expr) => {
+        match $keys {
+            AnyKeys::Uniform(uniform) => with_state!(uniform, $keyed => $body),
+            AnyKeys::PerKey($keyed) => $body,
         }
     };
 }
-pub(super) use with_keyed;
+pub(super) use with_keys;
 
-pub(super) struct Keyed<K, St: Slot<K>, S: BuildHasher> {
+pub(super) struct Keys<K, St: KeyState<K>, S: BuildHasher> {
     pub(super) table: Table<K, St, St::Cells, S>,
     pub(super) params: St::Params,
     /// What new keys share once the limiter tracks `max_keys` keys.
     pub(super) overflow: St::Overflow,
 }
 
-/// What the registry stores per key: a state machine and how to build one for a key.
-pub(super) trait Slot<K>: Sized + Send + Sync + 'static {
+/// What a generation's table stores per key: a state machine and how to build one for a key.
+pub(super) trait KeyState<K>: Sized + Send + Sync + 'static {
     /// Shared by every key of the map: the policy's parameters, or the resolver.
     type Params: Send + Sync;
     /// How the table keeps states of this type.
@@ -70,63 +70,68 @@ pub(super) trait Slot<K>: Sized + Send + Sync + 'static {
 
     /// What a new state for a key is built from: nothing for a uniform policy, the key's
     /// policy under a resolver.
-    type Spec;
-    /// The spec of a new state from `resolved`, the answer of the resolver in force when the
+    type Blueprint;
+    /// The blueprint of a new state from `resolved`, the answer of the resolver in force when the
     /// request looked (see `Generations::resolve`): `None` when this map's resolver is not the
     /// one that answered (a policy change came in between), so the caller asks again.
-    fn spec(params: &Self::Params, resolved: Option<&Resolved<K>>) -> Option<Self::Spec>;
-    /// The most a new state of `spec` would accept: checked before anything is created.
-    fn max_cost_for(params: &Self::Params, spec: &Self::Spec) -> u64;
-    /// A new state of `spec`: fresh, or carrying permits from an older generation.
-    fn build(params: &Self::Params, spec: &Self::Spec, carry: Option<&Carry>, now: u64) -> Self;
+    fn blueprint(params: &Self::Params, resolved: Option<&Resolved<K>>) -> Option<Self::Blueprint>;
+    /// The most a new state of `blueprint` would accept: checked before anything is created.
+    fn max_cost_for(params: &Self::Params, blueprint: &Self::Blueprint) -> u64;
+    /// A new state of `blueprint`: fresh, or carrying permits from an older generation.
+    fn build(
+        params: &Self::Params,
+        blueprint: &Self::Blueprint,
+        carry: Option<&Carry>,
+        now: u64,
+    ) -> Self;
 
-    /// The policy of `spec`, when each key has its own (`None` for a uniform policy): what a
+    /// The policy of `blueprint`, when each key has its own (`None` for a uniform policy): what a
     /// reservation decided by the shared overflow state keeps, to be settled there.
-    fn spec_policy(spec: &Self::Spec) -> Option<Policy>;
-    /// The spec of the overflow state that decided a reservation: the policy it recorded
-    /// (`recorded`), else `resolved` as in [`Slot::spec`].
-    fn overflow_spec(
+    fn blueprint_policy(blueprint: &Self::Blueprint) -> Option<Policy>;
+    /// The blueprint of the overflow state that decided a reservation: the policy it recorded
+    /// (`recorded`), else `resolved` as in [`KeyState::blueprint`].
+    fn overflow_blueprint(
         params: &Self::Params,
         recorded: Option<&Policy>,
         resolved: Option<&Resolved<K>>,
-    ) -> Option<Self::Spec>;
+    ) -> Option<Self::Blueprint>;
 
     /// The state(s) shared by new keys that find the limiter full (see `keyed::overflow`).
     type Overflow: Send + Sync;
     /// New shared state(s), counting what the replaced generation's counted (as of `now`).
     fn new_overflow(params: &Self::Params, inherited: Inherited, now: u64) -> Self::Overflow;
-    /// Decides a request of a new key of `spec` on the shared overflow state; `None` when a
+    /// Decides a request of a new key of `blueprint` on the shared overflow state; `None` when a
     /// policy change retired it (the caller starts over in the new generation).
     fn overflow_acquire<C: Clock + ?Sized>(
         overflow: &Self::Overflow,
         params: &Self::Params,
-        spec: &Self::Spec,
+        blueprint: &Self::Blueprint,
         clock: &C,
         cost: u64,
     ) -> Option<Result<(Decision, Marks), CostError>>;
-    /// Settles a reservation that the shared overflow state for `spec` admitted; `false` when
+    /// Settles a reservation that the shared overflow state for `blueprint` admitted; `false` when
     /// a policy change retired it.
     fn overflow_settle<C: Clock + ?Sized>(
         overflow: &Self::Overflow,
         params: &Self::Params,
-        spec: &Self::Spec,
+        blueprint: &Self::Blueprint,
         settle: &Settle<'_>,
         clock: &C,
     ) -> bool;
-    /// The permits in use at `now` on the overflow state of `spec`: `Some(None)` when it is at
+    /// The permits in use at `now` on the overflow state of `blueprint`: `Some(None)` when it is at
     /// rest (or was never used), `None` when a policy change retired it.
     fn overflow_carry(
         overflow: &Self::Overflow,
         params: &Self::Params,
-        spec: &Self::Spec,
+        blueprint: &Self::Blueprint,
         now: u64,
     ) -> Option<Option<Carry>>;
-    /// What a request of a new key of `spec` would get from the overflow state now; `None`
+    /// What a request of a new key of `blueprint` would get from the overflow state now; `None`
     /// when a policy change retired it.
     fn overflow_peek<C: Clock + ?Sized>(
         overflow: &Self::Overflow,
         params: &Self::Params,
-        spec: &Self::Spec,
+        blueprint: &Self::Blueprint,
         clock: &C,
     ) -> Option<Decision>;
 }
@@ -154,7 +159,7 @@ impl Settle<'_> {
     }
 }
 
-impl<K, St: RateState> Slot<K> for St {
+impl<K, St: RateState> KeyState<K> for St {
     type Params = St::Params;
     type Cells = St::Cells;
 
@@ -169,10 +174,10 @@ impl<K, St: RateState> Slot<K> for St {
     }
 
     /// Every key's state is built from the policy's parameters alone.
-    type Spec = ();
+    type Blueprint = ();
 
     #[inline(always)]
-    fn spec(_: &St::Params, _: Option<&Resolved<K>>) -> Option<()> {
+    fn blueprint(_: &St::Params, _: Option<&Resolved<K>>) -> Option<()> {
         Some(())
     }
 
@@ -184,12 +189,16 @@ impl<K, St: RateState> Slot<K> for St {
         St::new(params, carry, now)
     }
 
-    fn spec_policy((): &()) -> Option<Policy> {
+    fn blueprint_policy((): &()) -> Option<Policy> {
         None
     }
 
     /// The one overflow state of the generation.
-    fn overflow_spec(_: &St::Params, _: Option<&Policy>, _: Option<&Resolved<K>>) -> Option<()> {
+    fn overflow_blueprint(
+        _: &St::Params,
+        _: Option<&Policy>,
+        _: Option<&Resolved<K>>,
+    ) -> Option<()> {
         Some(())
     }
 
@@ -254,7 +263,7 @@ impl<K, St: RateState> Slot<K> for St {
     }
 }
 
-impl<K> Slot<K> for AnyState {
+impl<K> KeyState<K> for AnyState {
     type Params = Arc<Resolver<K>>;
     /// Keys of different policies differ in layout: one box each.
     type Cells = Boxed;
@@ -267,9 +276,9 @@ impl<K> Slot<K> for AnyState {
     }
 
     /// The policy the resolver chose for the key.
-    type Spec = Policy;
+    type Blueprint = Policy;
 
-    fn spec(resolver: &Self::Params, resolved: Option<&Resolved<K>>) -> Option<Policy> {
+    fn blueprint(resolver: &Self::Params, resolved: Option<&Resolved<K>>) -> Option<Policy> {
         resolved
             .filter(|resolved| Arc::ptr_eq(&resolved.resolver, resolver))
             .map(|resolved| resolved.policy)
@@ -283,18 +292,20 @@ impl<K> Slot<K> for AnyState {
         any_state(policy, carry, now)
     }
 
-    fn spec_policy(policy: &Policy) -> Option<Policy> {
+    fn blueprint_policy(policy: &Policy) -> Option<Policy> {
         Some(*policy)
     }
 
     /// The overflow state of the policy the reservation was decided under, not of the one the
     /// resolver gives the key now (its answer may have changed since).
-    fn overflow_spec(
+    fn overflow_blueprint(
         resolver: &Self::Params,
         recorded: Option<&Policy>,
         resolved: Option<&Resolved<K>>,
     ) -> Option<Policy> {
-        recorded.copied().or_else(|| Self::spec(resolver, resolved))
+        recorded
+            .copied()
+            .or_else(|| Self::blueprint(resolver, resolved))
     }
 
     /// One shared state per policy the resolver returns for overflowing keys.
@@ -345,9 +356,9 @@ impl<K> Slot<K> for AnyState {
     }
 }
 
-impl<K: Hash + Eq, St: Slot<K>, S: BuildHasher> Keyed<K, St, S> {
+impl<K: Hash + Eq, St: KeyState<K>, S: BuildHasher> Keys<K, St, S> {
     pub(super) fn new(params: St::Params, hasher: S, inherited: Inherited, now: u64) -> Self {
-        Keyed {
+        Keys {
             table: Table::with_hasher(hasher),
             overflow: St::new_overflow(&params, inherited, now),
             params,
@@ -355,22 +366,22 @@ impl<K: Hash + Eq, St: Slot<K>, S: BuildHasher> Keyed<K, St, S> {
     }
 }
 
-impl<K: Hash + Eq + 'static, S: BuildHasher + 'static> Registry<K, S> {
+impl<K: Hash + Eq + 'static, S: BuildHasher + 'static> AnyKeys<K, S> {
     /// The tables of a generation under `rules`, its shared overflow state(s) counting what
     /// the replaced generation's counted at `now` (`inherited`).
     pub(super) fn new(rules: &Rules<K>, hasher: S, inherited: Inherited, now: u64) -> Self {
         struct New<S>(S, Inherited, u64);
-        impl<K: Hash + Eq, S: BuildHasher> Build<Maps<K, S>> for New<S> {
-            fn build<St: RateState>(self, params: St::Params) -> Keyed<K, St, S> {
-                Keyed::new(params, self.0, self.1, self.2)
+        impl<K: Hash + Eq, S: BuildHasher> Builder<KeysStorage<K, S>> for New<S> {
+            fn build<St: RateState>(self, params: St::Params) -> Keys<K, St, S> {
+                Keys::new(params, self.0, self.1, self.2)
             }
         }
         match rules {
             Rules::PerKey(resolver) => {
-                Registry::PerKey(Keyed::new(resolver.clone(), hasher, inherited, now))
+                AnyKeys::PerKey(Keys::new(resolver.clone(), hasher, inherited, now))
             }
             Rules::Uniform(policy) => {
-                Registry::Uniform(Erased::new(policy, New(hasher, inherited, now)))
+                AnyKeys::Uniform(PerAlgorithm::new(policy, New(hasher, inherited, now)))
             }
         }
     }
@@ -379,12 +390,12 @@ impl<K: Hash + Eq + 'static, S: BuildHasher + 'static> Registry<K, S> {
     /// counted at `now`, for the new generation's to inherit.
     pub(super) fn retire_overflow(&self, rules: &Rules<K>, now: u64) -> Inherited {
         match (self, rules) {
-            (Registry::Uniform(uniform), Rules::Uniform(policy)) => with_state!(uniform, keyed => {
+            (AnyKeys::Uniform(uniform), Rules::Uniform(policy)) => with_state!(uniform, keyed => {
                 keyed.overflow.retire(&keyed.params, policy, now)
             }),
-            (Registry::PerKey(keyed), _) => keyed.overflow.retire(now),
-            // A generation's registry is built from its own rules: never met.
-            (Registry::Uniform(_), Rules::PerKey(_)) => Inherited::default(),
+            (AnyKeys::PerKey(keyed), _) => keyed.overflow.retire(now),
+            // A generation's keys are built from its own rules: never met.
+            (AnyKeys::Uniform(_), Rules::PerKey(_)) => Inherited::default(),
         }
     }
 }
