@@ -61,8 +61,6 @@ mod bounded;
 mod clock;
 mod coarse_clock;
 mod concurrency;
-#[cfg(feature = "serde")]
-mod config;
 mod decision;
 mod direct;
 mod engine;

@@ -2,6 +2,8 @@
 //! permits and a window), validated once at construction.
 
 mod parse;
+#[cfg(feature = "serde")]
+mod serialize;
 
 use std::fmt;
 use std::time::Duration;
