@@ -118,13 +118,14 @@ impl ModelSlab {
         }
     }
 
-    /// A cell holding a fresh state, not yet published: its slot (a freed one if any has
+    /// A cell holding a fresh state, not yet published: its place (a freed one if any has
     /// come back). `None` when the slab is full.
     pub fn hold_fresh(&self) -> Option<u32> {
         self.cells.hold(GcraCell::fresh(&self.gcra))
     }
 
-    /// Decides a request on the state in `slot`; `None` when it is retired.
+    /// Decides a request on the state at `slot` (a place `hold_fresh` gave); `None` when it is
+    /// retired.
     pub fn try_acquire<C: Clock>(&self, slot: u32, clock: &C, cost: u64) -> Option<Decision> {
         self.cells.get(&slot).try_acquire(&self.gcra, clock, cost)
     }

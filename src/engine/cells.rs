@@ -75,18 +75,28 @@ pub(crate) trait Reusable: Send + Sync + Sized + 'static {
 /// a quarter at a time, never more than a third above what is in use, where doubling left up
 /// to half of it unused.
 const FIRST_SHIFT: u32 = 5;
-/// Segments: four per power of two up to the one `u32::MAX` falls in (`2^32 + 31` lies in
-/// the first quarter of `[2^32, 2^33)`).
-const SEGMENTS: usize = 4 * (u32::BITS - FIRST_SHIFT) as usize + 1;
+/// A cell's place is its segment and its offset in it, packed in one `u32` (see [`Place`]):
+/// the offset in the low `OFFSET_BITS` bits, so a segment holds at most `2^OFFSET_BITS` cells.
+const OFFSET_BITS: u32 = 25;
+/// The highest power of two of slots (counted from `2^FIRST_SHIFT`) whose quarters still fit
+/// `OFFSET_BITS`: each quarter of `[2^p, 2^(p+1))` has `2^(p-2)` cells.
+const LAST_POWER: u32 = OFFSET_BITS + 2;
+/// Segments: four per power of two from `2^FIRST_SHIFT` to `2^LAST_POWER`.
+const SEGMENTS: usize = 4 * (LAST_POWER - FIRST_SHIFT + 1) as usize;
+/// Slots the slab can hand out: every slot whose `slot + 2^FIRST_SHIFT` lies below
+/// `2^(LAST_POWER + 1)` (about 268 million cells; past them a new key shares the overflow
+/// state, as when no place is left).
+const MAX_SLOTS: u64 = (1 << (LAST_POWER + 1)) - (1 << FIRST_SHIFT);
 
-/// Cells that never move: segments allocated as the table grows, and the slots free for
+/// Cells that never move: segments allocated as the table grows, and the places free for
 /// reuse.
-pub(crate) struct Slab<St>(Arc<Segments<St>>);
-
-struct Segments<St> {
+pub(crate) struct Slab<St> {
+    /// Inline, so a lookup goes from the table straight to a segment's cells.
     segments: [OnceLock<Box<[St]>>; SEGMENTS],
-    /// Slots handed out so far, and the released ones (a cold path: taken to create a key).
-    slots: Mutex<Slots>,
+    /// Slots handed out so far, and the released places (a cold path: taken to create a
+    /// key). Behind an `Arc` of its own, so a release deferred past the readers can still
+    /// reach it, or find it gone with the slab.
+    slots: Arc<Mutex<Slots>>,
 }
 
 #[derive(Default)]
@@ -95,24 +105,41 @@ struct Slots {
     free: Vec<u32>,
 }
 
-/// The segment of `slot`, its offset in it, and the segment's length.
-#[inline(always)]
-fn locate(slot: u32) -> (usize, usize, usize) {
-    // `at` lies in [2^p, 2^(p+1)) with p >= FIRST_SHIFT; its quarter of that range is the
-    // segment.
-    let at = u64::from(slot) + (1 << FIRST_SHIFT);
-    let p = u64::BITS - 1 - at.leading_zeros();
-    let quarter = p - 2;
-    let segment = 4 * (p - FIRST_SHIFT) as usize + ((at >> quarter) & 3) as usize;
-    let offset = (at & ((1 << quarter) - 1)) as usize;
-    (segment, offset, 1 << quarter)
+/// Where a cell is: its segment in the high bits of a `u32`, its offset in the low
+/// [`OFFSET_BITS`], so that finding it is a shift and a mask (the slot's number is turned
+/// into a place once, when the cell is handed out).
+struct Place;
+
+impl Place {
+    /// The place of the `slot`th cell handed out, and its segment's length.
+    fn of_slot(slot: u64) -> (u32, usize) {
+        // `at` lies in [2^p, 2^(p+1)) with FIRST_SHIFT <= p <= LAST_POWER; its quarter of
+        // that range is the segment.
+        let at = slot + (1 << FIRST_SHIFT);
+        let p = u64::BITS - 1 - at.leading_zeros();
+        debug_assert!(
+            (FIRST_SHIFT..=LAST_POWER).contains(&p),
+            "slot {slot} out of range"
+        );
+        let quarter = p - 2;
+        let segment = 4 * (p - FIRST_SHIFT) + ((at >> quarter) & 3) as u32;
+        let offset = (at & ((1 << quarter) - 1)) as u32;
+        ((segment << OFFSET_BITS) | offset, 1 << quarter)
+    }
+
+    /// The segment and the offset of `place`.
+    #[inline(always)]
+    fn split(place: u32) -> (usize, usize) {
+        (
+            (place >> OFFSET_BITS) as usize,
+            (place & ((1 << OFFSET_BITS) - 1)) as usize,
+        )
+    }
 }
 
-impl<St> Segments<St> {
-    fn slots(&self) -> impl DerefMut<Target = Slots> + '_ {
-        // Each change to `Slots` is one push, pop or increment: a panic cannot leave it torn.
-        self.slots.lock().unwrap_or_else(PoisonError::into_inner)
-    }
+fn lock(slots: &Mutex<Slots>) -> impl DerefMut<Target = Slots> + '_ {
+    // Each change to `Slots` is one push, pop or increment: a panic cannot leave it torn.
+    slots.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 impl<St: Reusable> Cells<St> for Slab<St> {
@@ -120,36 +147,39 @@ impl<St: Reusable> Cells<St> for Slab<St> {
     type Vacated = u32;
 
     fn new() -> Self {
-        Slab(Arc::new(Segments {
+        Slab {
             segments: std::array::from_fn(|_| OnceLock::new()),
-            slots: Mutex::new(Slots::default()),
-        }))
+            slots: Arc::new(Mutex::new(Slots::default())),
+        }
     }
 
     #[inline(always)]
-    fn get<'a>(&'a self, held: &'a u32) -> &'a St {
-        let (segment, offset, _) = locate(*held);
-        match self.0.segments[segment].get() {
+    fn get<'a>(&'a self, handle: &'a u32) -> &'a St {
+        let (segment, offset) = Place::split(*handle);
+        match self.segments[segment].get() {
             Some(cells) => &cells[offset],
-            None => unreachable!("slot {held} was handed out, so its segment exists"),
+            None => unreachable!("place {handle:#x} was handed out, so its segment exists"),
         }
     }
 
     fn hold(&self, state: St) -> Option<u32> {
-        let mut slots = self.0.slots();
-        let slot = match slots.free.pop() {
-            Some(slot) => slot,
+        let mut slots = lock(&self.slots);
+        let (place, len) = match slots.free.pop() {
+            Some(place) => (place, 0),
             None => {
-                let slot = u32::try_from(slots.next).ok()?;
+                if slots.next >= MAX_SLOTS {
+                    return None;
+                }
+                let fresh = Place::of_slot(slots.next);
                 slots.next += 1;
-                slot
+                fresh
             }
         };
-        let (segment, offset, len) = locate(slot);
-        let cells =
-            self.0.segments[segment].get_or_init(|| (0..len).map(|_| St::blank()).collect());
+        let (segment, offset) = Place::split(place);
+        // A freed place's segment exists (`len` is not used then).
+        let cells = self.segments[segment].get_or_init(|| (0..len).map(|_| St::blank()).collect());
         cells[offset].reuse(state);
-        Some(slot)
+        Some(place)
     }
 
     fn freed(held: &u32) -> u32 {
@@ -164,14 +194,14 @@ impl<St: Reusable> Cells<St> for Slab<St> {
         // guard present now is gone, so after every reader that could have found these slots
         // in the index: no request decides on another key's state. Weak: a slab dropped
         // meanwhile (its generation gone) is not kept alive for its free list.
-        let segments = Arc::downgrade(&self.0);
+        let slots = Arc::downgrade(&self.slots);
         let guard = Guard::new();
         // Asks the collector to advance the epoch soon, so that freed slots come back while
         // the table still grows, not only after this thread's next hundred guards.
         guard.accelerate();
         guard.defer_execute(move || {
-            if let Some(segments) = segments.upgrade() {
-                segments.slots().free.extend(freed);
+            if let Some(slots) = slots.upgrade() {
+                lock(&slots).free.extend(freed);
             }
         });
     }
@@ -186,16 +216,31 @@ mod tests {
     fn slots_fill_each_segment_in_turn() {
         // Every slot in order: offsets run through each segment, whose length grows by a
         // quarter of a power of two.
-        let mut slot = 0u32;
+        let mut slot = 0u64;
         for segment in 0..24 {
             let len = (1usize << (FIRST_SHIFT + segment as u32 / 4)) / 4;
             for offset in 0..len {
-                assert_eq!(locate(slot), (segment, offset, len), "slot {slot}");
+                let (place, length) = Place::of_slot(slot);
+                assert_eq!(
+                    (Place::split(place), length),
+                    ((segment, offset), len),
+                    "slot {slot}"
+                );
                 slot += 1;
             }
         }
-        assert_eq!(locate(0), (0, 0, 8));
-        assert_eq!(locate(u32::MAX), (SEGMENTS - 1, 31, 1 << 30));
+        assert_eq!(Place::of_slot(0), (0, 8));
+        // The last slot: the last offset of the last segment, whose length fills the bits.
+        let (last, len) = Place::of_slot(MAX_SLOTS - 1);
+        assert_eq!(Place::split(last), (SEGMENTS - 1, (1 << OFFSET_BITS) - 1));
+        assert_eq!(len, 1 << OFFSET_BITS);
+    }
+
+    #[test]
+    fn a_full_slab_hands_out_no_place() {
+        let slab = Slab::<Word>::new();
+        lock(&slab.slots).next = MAX_SLOTS;
+        assert!(slab.hold(Word(AtomicU64::new(1))).is_none());
     }
 
     struct Word(AtomicU64);
@@ -213,29 +258,30 @@ mod tests {
     #[test]
     fn a_released_slot_is_reused_only_after_the_guards_of_its_time() {
         let slab = Slab::<Word>::new();
+        let place = |slot: u64| Place::of_slot(slot).0;
         let first: Vec<u32> = (0..40)
             .map(|v| slab.hold(Word(AtomicU64::new(v))).unwrap())
             .collect();
-        assert_eq!(first, (0..40).collect::<Vec<_>>());
-        assert_eq!(slab.get(&33).0.load(Ordering::Relaxed), 33);
+        assert_eq!(first, (0..40).map(place).collect::<Vec<_>>());
+        assert_eq!(slab.get(&place(33)).0.load(Ordering::Relaxed), 33);
         let reader = Guard::new();
-        slab.release(vec![7]);
+        slab.release(vec![place(7)]);
         // A reader from before the release still holds slot 7: it is not handed out again.
-        assert_eq!(slab.hold(Word(AtomicU64::new(100))), Some(40));
-        assert_eq!(slab.get(&7).0.load(Ordering::Relaxed), 7);
+        assert_eq!(slab.hold(Word(AtomicU64::new(100))), Some(place(40)));
+        assert_eq!(slab.get(&place(7)).0.load(Ordering::Relaxed), 7);
         drop(reader);
         // Once the guards are gone (the collector runs the release after a few epochs), the
         // slot is reused and takes the new state.
         let mut reused = None;
         for _ in 0..100_000 {
             drop(Guard::new());
-            let slot = slab.hold(Word(AtomicU64::new(200))).unwrap();
-            if slot == 7 {
-                reused = Some(slot);
+            let handed = slab.hold(Word(AtomicU64::new(200))).unwrap();
+            if handed == place(7) {
+                reused = Some(handed);
                 break;
             }
         }
-        assert_eq!(reused, Some(7));
-        assert_eq!(slab.get(&7).0.load(Ordering::Relaxed), 200);
+        assert_eq!(reused, Some(place(7)));
+        assert_eq!(slab.get(&place(7)).0.load(Ordering::Relaxed), 200);
     }
 }

@@ -43,7 +43,10 @@ fn layout_follows_the_bands_in_policy_order() {
     );
     let bands = params.bands();
     assert_eq!(bands.len(), 3);
-    assert!(matches!(bands[0].band, BandMath::SlidingLog { ring: 3, .. }));
+    assert!(matches!(
+        bands[0].band,
+        BandMath::SlidingLog { ring: 3, .. }
+    ));
     assert!(matches!(bands[1].band, BandMath::SlidingCounter(_)));
     assert!(matches!(bands[2].band, BandMath::TokenBucket(_)));
     let offsets: Vec<u32> = bands.iter().map(|b| b.offset).collect();
