@@ -128,7 +128,9 @@ use self::shared::Shared;
 /// ```
 #[derive(Clone)]
 pub struct RedisLimiter {
-    inner: Arc<Shared>,
+    /// What the clones share: the script on its connection, the settings, the switch to the
+    /// failure policy, the deny cache, the counters and the leases.
+    shared: Arc<Shared>,
 }
 
 impl RedisLimiter {
@@ -223,10 +225,10 @@ impl RedisLimiter {
     /// # }
     /// ```
     pub async fn try_acquire(&self, key: &str) -> Result<Decision, BackendError> {
-        if let Some(leases) = &self.inner.leases {
-            return self.inner.acquire_leased(leases, key, 1).await;
+        if let Some(leases) = &self.shared.leases {
+            return self.shared.acquire_leased(leases, key, 1).await;
         }
-        Ok(self.inner.decide(key, Ask::Acquire(1)).await?.0)
+        Ok(self.shared.decide(key, Ask::Acquire(1)).await?.0)
     }
 
     /// Decides a request of cost `n` for `key`: allowed only if `n` permits are available in
@@ -252,11 +254,11 @@ impl RedisLimiter {
     /// # }
     /// ```
     pub async fn try_acquire_n(&self, key: &str, n: u64) -> Result<Decision, BackendError> {
-        self.inner.check_cost(n)?;
-        if let Some(leases) = &self.inner.leases {
-            return self.inner.acquire_leased(leases, key, n).await;
+        self.shared.check_cost(n)?;
+        if let Some(leases) = &self.shared.leases {
+            return self.shared.acquire_leased(leases, key, n).await;
         }
-        Ok(self.inner.decide(key, Ask::Acquire(n)).await?.0)
+        Ok(self.shared.decide(key, Ask::Acquire(n)).await?.0)
     }
 
     /// What a request of cost 1 for `key` would get now, changing nothing in Redis (the script
@@ -281,12 +283,12 @@ impl RedisLimiter {
     /// # }
     /// ```
     pub async fn peek(&self, key: &str) -> Result<Decision, BackendError> {
-        if let Some(leases) = &self.inner.leases {
-            if let Some(decision) = leases.peek(key, self.inner.clock.now()) {
+        if let Some(leases) = &self.shared.leases {
+            if let Some(decision) = leases.peek(key, self.shared.clock.now()) {
                 return Ok(decision);
             }
         }
-        Ok(self.inner.decide(key, Ask::Peek).await?.0)
+        Ok(self.shared.decide(key, Ask::Peek).await?.0)
     }
 
     /// Deletes `key`'s state in Redis (all bands) and its refusal in this limiter's deny
@@ -322,7 +324,7 @@ impl RedisLimiter {
     /// # }
     /// ```
     pub async fn reset(&self, key: &str) -> Result<bool, BackendError> {
-        self.inner.reset(key).await
+        self.shared.reset(key).await
     }
 
     /// The Redis keys holding `key`'s state, one per band of the policy, in the policy's
@@ -344,7 +346,7 @@ impl RedisLimiter {
     /// ```
     #[must_use]
     pub fn redis_keys(&self, key: &str) -> Vec<String> {
-        self.inner.bands.keys(&self.inner.prefix, key)
+        self.shared.bands.keys(&self.shared.prefix, key)
     }
 
     /// The policy this limiter enforces.
@@ -361,7 +363,7 @@ impl RedisLimiter {
     /// ```
     #[must_use]
     pub fn policy(&self) -> Policy {
-        self.inner.policy
+        self.shared.policy
     }
 
     /// The counters since the limiter connected: decisions by source, switches to and from
@@ -379,8 +381,8 @@ impl RedisLimiter {
     /// ```
     #[must_use]
     pub fn stats(&self) -> BackendStats {
-        let mut stats = self.inner.counters.snapshot();
-        if let Some(leases) = &self.inner.leases {
+        let mut stats = self.shared.counters.snapshot();
+        if let Some(leases) = &self.shared.leases {
             let counts = leases.counts();
             stats.leased_permits = counts.leased;
             stats.local_permits = counts.local;
@@ -403,7 +405,7 @@ impl RedisLimiter {
     /// ```
     #[must_use]
     pub fn is_failing(&self) -> bool {
-        self.inner.breaker.is_failing()
+        self.shared.breaker.is_failing()
     }
 
     /// Reserves `n` permits for `key` for a request whose real cost is known only later:
@@ -444,7 +446,7 @@ impl RedisLimiter {
     /// # }
     /// ```
     pub async fn reserve_n(&self, key: &str, n: u64) -> Result<Reservation, BackendError> {
-        self.inner.reserve(key, n).await
+        self.shared.reserve(key, n).await
     }
 
     /// Settles `r`, a reservation made by [`reserve_n`](RedisLimiter::reserve_n) of this
@@ -500,7 +502,7 @@ impl RedisLimiter {
     /// # }
     /// ```
     pub async fn settle(&self, key: &str, r: Reservation, actual: u64) -> Result<(), BackendError> {
-        self.inner.settle(key, r, actual).await
+        self.shared.settle(key, r, actual).await
     }
 
     /// Cancels `r`, a reservation of this limiter for `key`: settles it at 0, giving back
@@ -556,7 +558,7 @@ impl RedisLimiter {
     /// # }
     /// ```
     pub async fn close(&self) -> Result<(), BackendError> {
-        self.inner.close().await
+        self.shared.close().await
     }
 }
 
@@ -585,7 +587,7 @@ impl RedisLimiterBuilder {
     /// ```
     pub async fn connect(self, url: &str) -> Result<RedisLimiter, BackendError> {
         Ok(RedisLimiter {
-            inner: self.open(url).await?,
+            shared: self.open(url).await?,
         })
     }
 
@@ -612,23 +614,23 @@ impl RedisLimiterBuilder {
     /// ```
     pub async fn connect_cluster(self, nodes: &[&str]) -> Result<RedisLimiter, BackendError> {
         Ok(RedisLimiter {
-            inner: self.open_cluster(nodes).await?,
+            shared: self.open_cluster(nodes).await?,
         })
     }
 }
 
 impl fmt::Debug for RedisLimiter {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let inner = &*self.inner;
+        let shared = &*self.shared;
         f.debug_struct("RedisLimiter")
-            .field("policy", &inner.policy)
-            .field("prefix", &inner.prefix)
-            .field("timeout", &inner.timeout)
-            .field("failure_policy", &inner.failure)
-            .field("deny_cache", &inner.cache.is_some())
-            .field("leases", &inner.leases.is_some())
-            .field("failing", &inner.breaker.is_failing())
-            .field("stats", &inner.counters.snapshot())
+            .field("policy", &shared.policy)
+            .field("prefix", &shared.prefix)
+            .field("timeout", &shared.timeout)
+            .field("failure_policy", &shared.failure)
+            .field("deny_cache", &shared.cache.is_some())
+            .field("leases", &shared.leases.is_some())
+            .field("failing", &shared.breaker.is_failing())
+            .field("stats", &shared.counters.snapshot())
             .finish_non_exhaustive()
     }
 }
