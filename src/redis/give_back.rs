@@ -30,6 +30,8 @@ pub(super) struct Returner {
 }
 
 impl Returner {
+    /// Gives leases back through `script`, for the keys of `bands` under `prefix`, as the
+    /// limiter instance `instance`, each call within `timeout`.
     pub(super) fn new(
         script: Script,
         bands: Bands,
