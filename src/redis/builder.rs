@@ -1,5 +1,7 @@
-//! [`RedisLimiterBuilder`]: the settings of a [`RedisLimiter`], and the connection that
-//! builds it.
+//! [`RedisLimiterBuilder`]: the settings of a [`RedisLimiter`](super::RedisLimiter), their
+//! defaults and checks, and the connection and shared state they build. Its `connect` and
+//! `connect_cluster`, which return the limiter, are with the limiter's methods in the parent
+//! module.
 
 use std::fmt;
 use std::hash::BuildHasher;
@@ -16,12 +18,15 @@ use crate::reservation::next_limiter_id;
 
 use super::cache::DenyCache;
 use super::conn::{Conn, Script};
-use super::failure::{Breaker, Counters};
+use super::error::BackendError;
+use super::failure::{Breaker, Counters, FailurePolicy};
 use super::lease::{self, Leases};
+use super::leased::sweeper;
 use super::script::Bands;
-use super::{BackendError, FailurePolicy, Inner, RedisLimiter};
+use super::shared::Shared;
 
-/// Builds a [`RedisLimiter`]: start with [`RedisLimiter::builder`], finish with
+/// Builds a [`RedisLimiter`](super::RedisLimiter): start with
+/// [`RedisLimiter::builder`](super::RedisLimiter::builder), finish with
 /// [`connect`](RedisLimiterBuilder::connect) or
 /// [`connect_cluster`](RedisLimiterBuilder::connect_cluster).
 ///
@@ -240,16 +245,16 @@ impl RedisLimiterBuilder {
     ///   the lease was taken plus what the lease has left (what Redis would have reported had
     ///   the lease's requests gone to it one by one then), and `reset_after` Redis's, counted
     ///   down. Refusals always come from Redis (or the deny cache).
-    /// * [`try_acquire_n`](RedisLimiter::try_acquire_n) of more than 1 takes from the lease
-    ///   when it holds that many, and otherwise goes to Redis, leaving the lease as it is;
-    ///   [`peek`](RedisLimiter::peek) answers from a lease that holds a permit, taking
-    ///   nothing; [`reset`](RedisLimiter::reset) drops the key's lease; `reserve_n`, `settle`
-    ///   and `cancel` never use leases.
+    /// * [`try_acquire_n`](super::RedisLimiter::try_acquire_n) of more than 1 takes from the
+    ///   lease when it holds that many, and otherwise goes to Redis, leaving the lease as it
+    ///   is; [`peek`](super::RedisLimiter::peek) answers from a lease that holds a permit,
+    ///   taking nothing; [`reset`](super::RedisLimiter::reset) drops the key's lease;
+    ///   `reserve_n`, `settle` and `cancel` never use leases.
     /// * **While Redis is down** a lease keeps admitting within its own permits until it
     ///   expires; then the failure policy decides.
-    /// * [`close`](RedisLimiter::close) gives every lease back (for a graceful shutdown); a
-    ///   limiter dropped with leases gives them back from a task when a tokio runtime is
-    ///   running.
+    /// * [`close`](super::RedisLimiter::close) gives every lease back (for a graceful
+    ///   shutdown); a limiter dropped with leases gives them back from a task when a tokio
+    ///   runtime is running.
     /// * At most 100,000 keys have a lease at once; beyond, new keys go to Redis without one
     ///   until quiet keys leave.
     ///
@@ -286,28 +291,9 @@ impl RedisLimiterBuilder {
         self
     }
 
-    /// Connects to one Redis server at `url` (`redis://host:port/db`, `rediss://` for TLS
-    /// when the `redis` crate is built with it, `redis+unix:///path`), loads the script, and
-    /// builds the limiter. The connection reconnects by itself whenever it drops.
-    ///
-    /// # Errors
-    ///
-    /// [`BackendError::UnsupportedPolicy`] for a policy the scripts cannot decide,
-    /// [`BackendError::InvalidPrefix`] for a prefix with `{` or `}`,
-    /// [`BackendError::Redis`] for a bad URL or a failed connection or script load, and
-    /// [`BackendError::Timeout`] when that takes longer than the connect timeout.
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
-    /// let limiter = tollgate::redis::RedisLimiter::builder("5/s".parse()?)
-    ///     .connect("redis://127.0.0.1:6379")
-    ///     .await?;
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub async fn connect(self, url: &str) -> Result<RedisLimiter, BackendError> {
+    /// Connects to one Redis server at `url`, loads the script, and builds what the limiter
+    /// shares (see [`connect`](RedisLimiterBuilder::connect)).
+    pub(super) async fn open(self, url: &str) -> Result<Arc<Shared>, BackendError> {
         let bands = self.validate()?;
         let client = ::redis::Client::open(url)?;
         let config = ConnectionManagerConfig::new()
@@ -326,28 +312,10 @@ impl RedisLimiterBuilder {
         self.finish(Conn::Single(manager), bands).await
     }
 
-    /// Connects to a Redis Cluster through any of its `nodes` (URLs as for
-    /// [`connect`](RedisLimiterBuilder::connect)), loads the script on every primary, and
-    /// builds the limiter. The cluster client follows slot moves and reconnects by itself;
-    /// it is built without request retries of its own, so that a call is resent only after
-    /// replies proving it did not run, and once after a dropped connection (see
-    /// `docs/REDIS.md`, "Script loading and retries").
-    ///
-    /// # Errors
-    ///
-    /// As for [`connect`](RedisLimiterBuilder::connect).
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
-    /// let limiter = tollgate::redis::RedisLimiter::builder("10/s & 1000/day".parse()?)
-    ///     .connect_cluster(&["redis://10.0.0.1:7000", "redis://10.0.0.2:7000"])
-    ///     .await?;
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub async fn connect_cluster(self, nodes: &[&str]) -> Result<RedisLimiter, BackendError> {
+    /// Connects to a Redis Cluster through any of its `nodes`, loads the script on every
+    /// primary, and builds what the limiter shares (see
+    /// [`connect_cluster`](RedisLimiterBuilder::connect_cluster)).
+    pub(super) async fn open_cluster(self, nodes: &[&str]) -> Result<Arc<Shared>, BackendError> {
         let bands = self.validate()?;
         let client = ClusterClientBuilder::new(nodes.iter().copied())
             .retries(0)
@@ -417,7 +385,7 @@ impl RedisLimiterBuilder {
         Bands::new(&self.policy)
     }
 
-    async fn finish(self, conn: Conn, bands: Bands) -> Result<RedisLimiter, BackendError> {
+    async fn finish(self, conn: Conn, bands: Bands) -> Result<Arc<Shared>, BackendError> {
         let script = Script::load(conn, self.connect_timeout).await?;
         let clock: Arc<dyn Clock> = match &self.test_clock {
             Some(clock) => Arc::clone(clock),
@@ -452,32 +420,30 @@ impl RedisLimiterBuilder {
                 self.timeout,
             )
         });
-        let limiter = RedisLimiter {
-            inner: Arc::new(Inner {
-                script,
-                policy: self.policy,
-                bands,
-                prefix: self.prefix,
-                timeout: self.timeout,
-                failure: self.failure,
-                breaker: Breaker::new(self.probe_interval),
-                cache: (self.deny_cache > 0).then(|| DenyCache::new(self.deny_cache, exact)),
-                test_clock: self.test_clock,
-                clock,
-                counters: Counters::default(),
-                id: next_limiter_id(),
-                instance,
-                reservations: std::sync::atomic::AtomicU64::new(0),
-                hasher: KeyHasher::default(),
-                resets: std::sync::atomic::AtomicU64::new(0),
-                leases,
-            }),
-        };
-        if let Some(leases) = &limiter.inner.leases {
-            let sweeper = lease::sweeper(Arc::downgrade(&limiter.inner), leases.sweep_period());
+        let shared = Arc::new(Shared {
+            script,
+            policy: self.policy,
+            bands,
+            prefix: self.prefix,
+            timeout: self.timeout,
+            failure: self.failure,
+            breaker: Breaker::new(self.probe_interval),
+            cache: (self.deny_cache > 0).then(|| DenyCache::new(self.deny_cache, exact)),
+            test_clock: self.test_clock,
+            clock,
+            counters: Counters::default(),
+            id: next_limiter_id(),
+            instance,
+            reservations: std::sync::atomic::AtomicU64::new(0),
+            hasher: KeyHasher::default(),
+            resets: std::sync::atomic::AtomicU64::new(0),
+            leases,
+        });
+        if let Some(leases) = &shared.leases {
+            let sweeper = sweeper(Arc::downgrade(&shared), leases.sweep_period());
             leases.set_sweeper(tokio::spawn(sweeper).abort_handle());
         }
-        Ok(limiter)
+        Ok(shared)
     }
 }
 

@@ -100,7 +100,7 @@ const STRIPES: usize = 64;
 
 /// Refusals by key, bounded in size.
 #[derive(Debug)]
-pub(crate) struct DenyCache {
+pub(super) struct DenyCache {
     map: HashMap<Arc<str>, Refusal, KeyHasher>,
     /// Picks a key's stripe of [`Order::resets`].
     stripes: KeyHasher,
@@ -117,7 +117,7 @@ pub(crate) struct DenyCache {
 
 impl DenyCache {
     /// A cache of at most `capacity` refusals (at least 1).
-    pub(crate) fn new(capacity: usize, exact: bool) -> Self {
+    pub(super) fn new(capacity: usize, exact: bool) -> Self {
         DenyCache {
             map: HashMap::with_hasher(KeyHasher::default()),
             stripes: KeyHasher::default(),
@@ -134,7 +134,7 @@ impl DenyCache {
     }
 
     /// The cached refusal of a request of `cost` for `key` at `now`, if one covers it.
-    pub(crate) fn check(&self, key: &str, cost: u64, now: u64) -> Option<Decision> {
+    pub(super) fn check(&self, key: &str, cost: u64, now: u64) -> Option<Decision> {
         let refusal = self.map.read_sync(key, |_, refusal| *refusal)?;
         if now >= refusal.until {
             // Expired: forget it (unless a newer refusal replaced it meanwhile).
@@ -159,7 +159,7 @@ impl DenyCache {
     /// Taken before a request is sent to Redis and handed to [`insert`](DenyCache::insert)
     /// with its refusal: a refusal whose ticket predates a [`forget`](DenyCache::forget) is
     /// not cached, since Redis may have decided it before a reset deleted the state.
-    pub(crate) fn ticket(&self, key: &str) -> u64 {
+    pub(super) fn ticket(&self, key: &str) -> u64 {
         self.order().resets[self.stripe(key)]
     }
 
@@ -170,7 +170,7 @@ impl DenyCache {
 
     /// Remembers Redis's `refusal` of a request of `cost` for `key`, sent at `sent` with
     /// `ticket`; nothing if a reset ran since the ticket was taken.
-    pub(crate) fn insert(&self, key: &str, cost: u64, sent: u64, ticket: u64, refusal: &Decision) {
+    pub(super) fn insert(&self, key: &str, cost: u64, sent: u64, ticket: u64, refusal: &Decision) {
         let retry = refusal.retry_after_nanos();
         let margin = if self.exact { 0 } else { retry / 1_000 + 1_000 };
         let until = sent.saturating_add(retry.saturating_sub(margin));
@@ -212,7 +212,7 @@ impl DenyCache {
     }
 
     /// Forgets `key`'s refusal.
-    pub(crate) fn remove(&self, key: &str) {
+    pub(super) fn remove(&self, key: &str) {
         self.map.remove_sync(key);
     }
 
@@ -220,7 +220,7 @@ impl DenyCache {
     /// its stripe already on its way from Redis out of the cache (their tickets are now old).
     /// Under the insert lock, so that an insert either ran before (and its entry is removed
     /// here) or sees the new count.
-    pub(crate) fn forget(&self, key: &str) {
+    pub(super) fn forget(&self, key: &str) {
         let stripe = self.stripe(key);
         let mut order = self.order();
         order.resets[stripe] += 1;

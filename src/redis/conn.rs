@@ -10,21 +10,21 @@ use ::redis::cluster_async::ClusterConnection;
 use ::redis::cluster_routing::SingleNodeRoutingInfo;
 use ::redis::{Cmd, ErrorKind, RedisError, ServerErrorKind, Value};
 
+use super::error::BackendError;
 use super::failure::bump;
 use super::script::SOURCE;
-use super::BackendError;
 
 /// A connection that reconnects by itself: the connection manager for one node (a
 /// multiplexed connection, replaced in the background when it drops), or the cluster client
 /// (one multiplexed connection per node, slots refreshed on `MOVED`).
 #[derive(Clone)]
-pub(crate) enum Conn {
+pub(super) enum Conn {
     Single(ConnectionManager),
     Cluster(ClusterConnection),
 }
 
 impl Conn {
-    pub(crate) async fn query(&self, cmd: &Cmd) -> Result<Value, RedisError> {
+    pub(super) async fn query(&self, cmd: &Cmd) -> Result<Value, RedisError> {
         match self {
             Conn::Single(conn) => cmd.query_async(&mut conn.clone()).await,
             Conn::Cluster(conn) => cmd.query_async(&mut conn.clone()).await,
@@ -100,7 +100,7 @@ const RETRIES: u32 = 6;
 /// The limiter's script ([`SOURCE`]) on a connection: what every decision, settle and lease
 /// call runs.
 #[derive(Clone)]
-pub(crate) struct Script {
+pub(super) struct Script {
     conn: Conn,
     /// The SHA-1 of [`SOURCE`], for `EVALSHA`.
     sha: String,
@@ -109,7 +109,7 @@ pub(crate) struct Script {
 impl Script {
     /// Loads the script on `conn` (on every primary of a cluster), within `timeout`: the first
     /// calls then find it, and a server that cannot run it fails here rather than on a request.
-    pub(crate) async fn load(conn: Conn, timeout: Duration) -> Result<Script, BackendError> {
+    pub(super) async fn load(conn: Conn, timeout: Duration) -> Result<Script, BackendError> {
         let sha = ::redis::Script::new(SOURCE).get_hash().to_owned();
         let mut load = ::redis::cmd("SCRIPT");
         load.arg("LOAD").arg(SOURCE);
@@ -124,13 +124,13 @@ impl Script {
     }
 
     /// The connection, for the commands that are not the script (a reset's `DEL`).
-    pub(crate) fn conn(&self) -> &Conn {
+    pub(super) fn conn(&self) -> &Conn {
         &self.conn
     }
 
     /// Runs the script with `keys` and `args` ([`eval`]), given up after `timeout`: the
     /// caller then reports a timeout (a call cut off may still have run).
-    pub(crate) async fn call(
+    pub(super) async fn call(
         &self,
         keys: &[String],
         args: &[String],
@@ -236,7 +236,7 @@ fn did_not_run(err: &RedisError) -> bool {
 
 /// `true` when `err` means Redis is unreachable or not ready (the failure policy decides),
 /// rather than an answer about this call (returned to the caller).
-pub(crate) fn is_unavailable(err: &RedisError) -> bool {
+pub(super) fn is_unavailable(err: &RedisError) -> bool {
     did_not_run(err)
         || err.is_io_error()
         || err.is_connection_dropped()

@@ -118,25 +118,25 @@ pub struct BackendStats {
 
 /// The live counters behind [`BackendStats`].
 #[derive(Debug, Default)]
-pub(crate) struct Counters {
-    pub(crate) redis_decisions: AtomicU64,
-    pub(crate) cached_refusals: AtomicU64,
-    pub(crate) failure_decisions: AtomicU64,
-    pub(crate) switches_to_failure: AtomicU64,
-    pub(crate) switches_to_redis: AtomicU64,
-    pub(crate) timeouts: AtomicU64,
-    pub(crate) unavailable: AtomicU64,
-    pub(crate) script_reloads: AtomicU64,
+pub(super) struct Counters {
+    pub(super) redis_decisions: AtomicU64,
+    pub(super) cached_refusals: AtomicU64,
+    pub(super) failure_decisions: AtomicU64,
+    pub(super) switches_to_failure: AtomicU64,
+    pub(super) switches_to_redis: AtomicU64,
+    pub(super) timeouts: AtomicU64,
+    pub(super) unavailable: AtomicU64,
+    pub(super) script_reloads: AtomicU64,
 }
 
 /// Adds one to a counter. Relaxed: counters are independent tallies; nothing is published
 /// through them.
-pub(crate) fn bump(counter: &AtomicU64) {
+pub(super) fn bump(counter: &AtomicU64) {
     counter.fetch_add(1, Ordering::Relaxed);
 }
 
 impl Counters {
-    pub(crate) fn snapshot(&self) -> BackendStats {
+    pub(super) fn snapshot(&self) -> BackendStats {
         // Relaxed: see `bump`.
         let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
         BackendStats {
@@ -157,7 +157,7 @@ impl Counters {
 
 /// Whether calls go to Redis or to the failure policy: a circuit breaker.
 #[derive(Debug)]
-pub(crate) struct Breaker {
+pub(super) struct Breaker {
     /// `true` while the failure policy decides.
     failing: AtomicBool,
     /// Nanoseconds after `epoch` from which the next call probes Redis (while failing).
@@ -167,7 +167,7 @@ pub(crate) struct Breaker {
 }
 
 impl Breaker {
-    pub(crate) fn new(probe_interval: Duration) -> Self {
+    pub(super) fn new(probe_interval: Duration) -> Self {
         Breaker {
             failing: AtomicBool::new(false),
             next_probe: AtomicU64::new(0),
@@ -184,13 +184,13 @@ impl Breaker {
         u64::try_from(self.probe_interval.as_nanos()).unwrap_or(u64::MAX)
     }
 
-    pub(crate) fn probe_interval(&self) -> Duration {
+    pub(super) fn probe_interval(&self) -> Duration {
         self.probe_interval
     }
 
     /// `true` when this call should go to Redis: always while Redis is healthy, and for one
     /// call per probe interval while failing.
-    pub(crate) fn should_try(&self) -> bool {
+    pub(super) fn should_try(&self) -> bool {
         // Relaxed throughout: the breaker's words only steer traffic; a stale read sends one
         // call more or fewer to Redis, and every outcome is decided by Redis or the policy.
         if !self.failing.load(Ordering::Relaxed) {
@@ -212,13 +212,13 @@ impl Breaker {
     }
 
     /// Redis answered: `true` when this switches back from the failure policy.
-    pub(crate) fn succeeded(&self) -> bool {
+    pub(super) fn succeeded(&self) -> bool {
         // Relaxed: see `should_try`; the swap makes exactly one caller see each switch.
         self.failing.load(Ordering::Relaxed) && self.failing.swap(false, Ordering::Relaxed)
     }
 
     /// Redis failed: `true` when this switches to the failure policy.
-    pub(crate) fn failed(&self) -> bool {
+    pub(super) fn failed(&self) -> bool {
         // Relaxed: see `should_try`.
         self.next_probe.store(
             self.now().saturating_add(self.interval()),
@@ -228,7 +228,7 @@ impl Breaker {
     }
 
     /// `true` while the failure policy decides.
-    pub(crate) fn is_failing(&self) -> bool {
+    pub(super) fn is_failing(&self) -> bool {
         // Relaxed: see `should_try`.
         self.failing.load(Ordering::Relaxed)
     }

@@ -1,4 +1,7 @@
-//! Leases: permits taken from Redis ahead, in one script call, and admitted locally.
+//! Leases: permits taken from Redis ahead, in one script call, and admitted locally. This
+//! module is the lease map and its rules, with no call to Redis; the calls that take,
+//! replace and give back leases are in `leased`, and the call that gives one back is in
+//! `give_back`.
 //!
 //! With [`RedisLimiterBuilder::lease`](super::RedisLimiterBuilder::lease), a key that is hot
 //! on this server takes several permits at once (a reservation: Redis counts them spent at
@@ -21,9 +24,11 @@
 //! read the new lease (and wait again if it is spent already), or, when Redis refused the
 //! lease, get that refusal, which Redis would have given them too. A request that waited for
 //! longer than the limiter's timeout asks Redis itself. The sweeper (every quarter of the hold
-//! time, at most every second) and [`RedisLimiter::close`] claim a lease the same way before
-//! giving it back. A claim whose task is cancelled before it finishes removes the lease and
-//! wakes the waiters ([`Claim`]), so no key is left with a lease nobody may replace.
+//! time, at most every second) and [`RedisLimiter::close`](super::RedisLimiter::close) claim a
+//! lease the same way before giving it back. A claim whose task is cancelled before it
+//! finishes removes the lease and wakes the waiters ([`Claim`]), so no key is left with a
+//! lease nobody may replace. Both sides of that hand-over are here: the claim, the wait
+//! ([`Leases::wait`]) and the wake-up.
 //!
 //! # Given back once, and only to the state that counts it
 //!
@@ -51,6 +56,7 @@
 //! that time (sooner when its key goes quiet: a lease untouched for a sweep period is given
 //! back).
 
+use std::pin::pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
@@ -58,43 +64,33 @@ use std::time::Duration;
 use scc::hash_index::Entry;
 use scc::HashIndex;
 use tokio::sync::Notify;
+use tokio::time::Instant;
 
 use crate::decision::Decision;
 use crate::hasher::KeyHasher;
-use crate::reservation::Marks;
-
-mod calls;
-
-pub(crate) use self::calls::sweeper;
 
 use super::conn::Script;
+use super::give_back::{Held, Returner};
 use super::script::Bands;
 
 /// The longest a lease token is kept, in ms: 2^40 ms, about 34.8 years (twice the longest
 /// hold time of a supported policy, plus an hour's timeout, is below it). Keeps the token's
 /// deadline, `now + ttl` in microseconds, below 2^53, where Lua's numbers are exact.
-pub(crate) const MAX_TOKEN_TTL_MS: u64 = 1 << 40;
+pub(super) const MAX_TOKEN_TTL_MS: u64 = 1 << 40;
 
 /// A lease is held at most this fraction of the policy's shortest window: 1/10.
-pub(crate) const HOLD_FRACTION: u64 = 10;
+pub(super) const HOLD_FRACTION: u64 = 10;
 
 /// The first lease of a key: one permit, which the request taking it uses.
 const FIRST_SIZE: u64 = 1;
 
 /// The most keys with a lease (or the size of their next one) at once: beyond, a new key's
 /// requests are decided by Redis without a lease until the sweeper makes room.
-pub(crate) const MAX_KEYS: usize = 100_000;
-
-/// A lease as Redis granted it, to be given back: its marks and serial number.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Held {
-    marks: Marks,
-    serial: u64,
-}
+pub(super) const MAX_KEYS: usize = 100_000;
 
 /// Permits of one key taken from Redis ahead.
 #[derive(Debug)]
-pub(crate) struct Lease {
+pub(super) struct Lease {
     /// Permits left to admit locally.
     left: AtomicU64,
     /// Permits Redis granted (0 for a placeholder that only carries the next size).
@@ -126,7 +122,7 @@ pub(crate) struct Lease {
 
 impl Lease {
     /// A placeholder: holds nothing, and tells the next lease's size.
-    fn placeholder(size: u64, now: u64, busy: bool) -> Self {
+    pub(super) fn placeholder(size: u64, now: u64, busy: bool) -> Self {
         Lease {
             left: AtomicU64::new(0),
             granted: 0,
@@ -160,7 +156,7 @@ impl Lease {
     /// `now`: remaining what Redis reported once the lease was taken plus what the lease has
     /// left (what Redis would have reported had the lease's requests so far gone to it one
     /// by one at that instant); `reset_after` Redis's, counted down.
-    fn admitted(&self, left: u64, now: u64) -> Decision {
+    pub(super) fn admitted(&self, left: u64, now: u64) -> Decision {
         Decision::allow(
             // Relaxed: a figure for the report; see `Leases::lower`.
             self.remaining.load(Ordering::Relaxed).saturating_add(left),
@@ -169,7 +165,9 @@ impl Lease {
         )
     }
 
-    fn claim(&self) -> bool {
+    /// Claims the lease for this task: `true` for the one task that sets its `busy` flag,
+    /// which then replaces or gives back the lease.
+    pub(super) fn claim(&self) -> bool {
         // Relaxed: the flag elects one task; what it then reads of the lease was published
         // with the lease, and the count is read by read-modify-writes.
         self.busy
@@ -179,7 +177,7 @@ impl Lease {
 
     /// Ends the lease: what it holds to give back (taken once), and the permits it had not
     /// admitted, swapped to zero so that no request takes one of them any more.
-    pub(crate) fn end(&self) -> (Option<Held>, u64) {
+    fn end(&self) -> (Option<Held>, u64) {
         let held = self
             .held
             .lock()
@@ -195,13 +193,19 @@ impl Lease {
     fn local(&self, unused: u64) -> u64 {
         self.granted.saturating_sub(1).saturating_sub(unused)
     }
+
+    /// `true` for a placeholder: a lease that holds nothing and only tells the next one's
+    /// size.
+    pub(super) fn is_placeholder(&self) -> bool {
+        self.granted == 0
+    }
 }
 
 /// A lease claimed by this task (its `busy` flag set): if the task is cancelled before it
 /// has replaced or given back the lease, the lease leaves the map (the key's next request
 /// starts afresh) and the requests waiting for it wake, so that a key is never left with a
 /// lease nobody may replace. Permits the task had in hand are then lost, counted spent.
-struct Claim<'a> {
+pub(super) struct Claim<'a> {
     leases: &'a Leases,
     key: &'a str,
     lease: &'a Arc<Lease>,
@@ -209,7 +213,7 @@ struct Claim<'a> {
 }
 
 impl<'a> Claim<'a> {
-    fn new(leases: &'a Leases, key: &'a str, lease: &'a Arc<Lease>) -> Self {
+    pub(super) fn new(leases: &'a Leases, key: &'a str, lease: &'a Arc<Lease>) -> Self {
         Claim {
             leases,
             key,
@@ -218,8 +222,15 @@ impl<'a> Claim<'a> {
         }
     }
 
+    /// Redis refused the lease meant to replace this one: the requests waiting for it get
+    /// `refusal`, which Redis would have given them too (read once [`finish`](Claim::finish)
+    /// wakes them, see [`Leases::wait`]).
+    pub(super) fn refuse(&self, refusal: Decision) {
+        let _ = self.lease.refused.set(refusal);
+    }
+
     /// The lease was replaced or given back: wake the requests waiting for it.
-    fn finish(mut self) {
+    pub(super) fn finish(mut self) {
         self.finished = true;
         self.lease.done.notify_waiters();
     }
@@ -235,7 +246,7 @@ impl Drop for Claim<'_> {
 }
 
 /// What a read of a key's lease found.
-enum Found {
+pub(super) enum Found {
     /// The request was admitted from the lease.
     Admitted(Decision),
     /// The lease is spent or expired (or holds fewer than asked).
@@ -244,18 +255,29 @@ enum Found {
     Absent,
 }
 
-/// Sends what gives a lease back: what the limiter's `Drop` hands to a task, so it owns it.
-pub(crate) struct Returner {
-    script: Script,
-    bands: Bands,
-    prefix: String,
-    /// This limiter's field in each key's hash of lease tokens.
-    instance: String,
-    timeout: Duration,
+/// How long [`Leases::wait`] waits at most.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Until {
+    /// Until this instant.
+    Deadline(Instant),
+    /// For this long from the wait's start.
+    Timeout(Duration),
+}
+
+/// What [`Leases::wait`] found.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Waited {
+    /// The lease was replaced or given back, with the refusal of the request that tried to
+    /// replace it, if Redis refused it.
+    Done(Option<Decision>),
+    /// The lease was still being replaced when the wait ended.
+    TimedOut,
+    /// The lease was no longer the key's lease: nothing to wait for.
+    Gone,
 }
 
 /// The leases of one limiter, by key.
-pub(crate) struct Leases {
+pub(super) struct Leases {
     map: HashIndex<String, Arc<Lease>, KeyHasher>,
     /// Entries in `map` (its own `len` reads the whole table).
     keys: AtomicUsize,
@@ -272,7 +294,7 @@ pub(crate) struct Leases {
     /// Set by `close`: no lease is taken any more.
     closed: AtomicBool,
     sweeper: Mutex<Option<tokio::task::AbortHandle>>,
-    pub(crate) returner: Arc<Returner>,
+    pub(super) returner: Arc<Returner>,
     /// Permits taken in leases, given back, and admitted locally by leases no longer in use.
     leased: AtomicU64,
     returned: AtomicU64,
@@ -281,16 +303,16 @@ pub(crate) struct Leases {
 
 /// Lease counters for [`BackendStats`](super::BackendStats).
 #[derive(Clone, Copy, Debug, Default)]
-pub(crate) struct LeaseCounts {
-    pub(crate) leased: u64,
-    pub(crate) returned: u64,
-    pub(crate) local: u64,
+pub(super) struct LeaseCounts {
+    pub(super) leased: u64,
+    pub(super) returned: u64,
+    pub(super) local: u64,
 }
 
 impl Leases {
     /// Leases of at most `max` permits, held at most `hold` ns of the limiter's clock.
     #[allow(clippy::too_many_arguments, reason = "called once, by the builder")]
-    pub(crate) fn new(
+    pub(super) fn new(
         max: u64,
         hold: u64,
         script: Script,
@@ -318,13 +340,7 @@ impl Leases {
             resets: AtomicU64::new(0),
             closed: AtomicBool::new(false),
             sweeper: Mutex::new(None),
-            returner: Arc::new(Returner {
-                script,
-                bands,
-                prefix,
-                instance,
-                timeout,
-            }),
+            returner: Arc::new(Returner::new(script, bands, prefix, instance, timeout)),
             leased: AtomicU64::new(0),
             returned: AtomicU64::new(0),
             local: AtomicU64::new(0),
@@ -332,11 +348,11 @@ impl Leases {
     }
 
     /// The sweep period: a quarter of the hold time, between 1 ms and 1 s.
-    pub(crate) fn sweep_period(&self) -> Duration {
+    pub(super) fn sweep_period(&self) -> Duration {
         Duration::from_nanos(self.hold / 4).clamp(Duration::from_millis(1), Duration::from_secs(1))
     }
 
-    pub(crate) fn set_sweeper(&self, handle: tokio::task::AbortHandle) {
+    pub(super) fn set_sweeper(&self, handle: tokio::task::AbortHandle) {
         *self.sweeper.lock().unwrap_or_else(PoisonError::into_inner) = Some(handle);
     }
 
@@ -351,19 +367,56 @@ impl Leases {
         }
     }
 
-    fn is_full(&self) -> bool {
+    pub(super) fn is_full(&self) -> bool {
         // Relaxed: see `insert`.
         self.keys.load(Ordering::Relaxed) >= MAX_KEYS
     }
 
-    fn is_closed(&self) -> bool {
+    pub(super) fn is_closed(&self) -> bool {
         // SeqCst, as every access to `closed` and `resets`: they order a request's lease
         // against `close` and `reset` (cold paths, read once per refill).
         self.closed.load(Ordering::SeqCst)
     }
 
+    /// Takes no lease any more (see [`RedisLimiter::close`](super::RedisLimiter::close)): the
+    /// sweeper sees the flag and ends, and a lease taken from now on is not installed.
+    pub(super) fn close(&self) {
+        // SeqCst: see `is_closed`.
+        self.closed.store(true, Ordering::SeqCst);
+    }
+
+    /// The count of resets before a lease is asked for, for [`install`](Leases::install).
+    pub(super) fn ticket(&self) -> u64 {
+        // SeqCst: see `is_closed`.
+        self.resets.load(Ordering::SeqCst)
+    }
+
+    /// Installs `next` in place of `old`, `key`'s lease, which this task claimed, with
+    /// `ticket` read before `next` was asked for: `false` (and `old` leaves the map) when
+    /// the limiter is closed, a reset came since the ticket (the lease may predate it, its
+    /// permits gone with the state), or `old` is no longer `key`'s lease. A lease not
+    /// installed is left claimed by this task, to be given back.
+    pub(super) fn install(
+        &self,
+        key: &str,
+        old: &Arc<Lease>,
+        next: &Arc<Lease>,
+        ticket: u64,
+    ) -> bool {
+        // A reset between the ticket and here changes it (see `forget`).
+        let installed = !self.is_closed()
+            && self.resets.load(Ordering::SeqCst) == ticket
+            && self.replace(key, old, Arc::clone(next));
+        if !installed {
+            self.remove(key, old);
+            // Relaxed: `next` is in no map, so no other task reads its flag.
+            next.busy.store(true, Ordering::Relaxed);
+        }
+        installed
+    }
+
     /// Reads `key`'s lease at `now`, taking `n` permits if it is live and holds them.
-    fn find(&self, key: &str, n: u64, now: u64) -> Found {
+    pub(super) fn find(&self, key: &str, n: u64, now: u64) -> Found {
         self.map
             .peek_with(key, |_, lease| {
                 if now < lease.expires {
@@ -378,7 +431,7 @@ impl Leases {
 
     /// What a request of cost 1 for `key` would get from its lease at `now`, taking nothing;
     /// `None` when the lease is not live or is spent.
-    pub(crate) fn peek(&self, key: &str, now: u64) -> Option<Decision> {
+    pub(super) fn peek(&self, key: &str, now: u64) -> Option<Decision> {
         self.map
             .peek_with(key, |_, lease| {
                 // Relaxed: see `Lease::take`.
@@ -390,7 +443,7 @@ impl Leases {
 
     /// Redis decided a request of `key` that did not use its lease, reporting `remaining`
     /// (the lease's permits counted spent): the lease reports no more than that from now on.
-    fn lower(&self, key: &str, remaining: u64) {
+    pub(super) fn lower(&self, key: &str, remaining: u64) {
         self.map.peek_with(key, |_, lease| {
             // Relaxed: the minimum only ever goes down; a report that misses it is one Redis
             // would have made a moment earlier.
@@ -407,7 +460,7 @@ impl Leases {
 
     /// Replaces `old`, `key`'s lease, by `new`: `false` (and nothing changes) when `old` is
     /// no longer `key`'s lease.
-    fn replace(&self, key: &str, old: &Arc<Lease>, new: Arc<Lease>) -> bool {
+    pub(super) fn replace(&self, key: &str, old: &Arc<Lease>, new: Arc<Lease>) -> bool {
         match self.map.entry_sync(key.to_owned()) {
             Entry::Occupied(mut entry) if Arc::ptr_eq(entry.get(), old) => {
                 entry.update(new);
@@ -418,13 +471,21 @@ impl Leases {
     }
 
     /// Removes `lease` if it is still `key`'s lease.
-    fn remove(&self, key: &str, lease: &Arc<Lease>) {
+    pub(super) fn remove(&self, key: &str, lease: &Arc<Lease>) {
         if self
             .map
             .remove_if_sync(key, |current| Arc::ptr_eq(current, lease))
         {
             self.keys.fetch_sub(1, Ordering::Relaxed);
         }
+    }
+
+    /// Inserts a first lease for `key`, which has none: a placeholder of one permit claimed
+    /// by this task, which replaces it by the lease it takes. `None` when another task
+    /// inserted one first, or when the map is full.
+    pub(super) fn insert_first(&self, key: &str, now: u64) -> Option<Arc<Lease>> {
+        let first = Arc::new(Lease::placeholder(FIRST_SIZE, now, true));
+        self.insert(key, Arc::clone(&first)).then_some(first)
     }
 
     /// Inserts `lease` for `key`, which has none: `false` when another task inserted one
@@ -443,7 +504,7 @@ impl Leases {
     }
 
     /// The size of the lease to follow `old` at `now` (see the module's docs).
-    fn next_size(&self, old: &Lease, now: u64) -> u64 {
+    pub(super) fn next_size(&self, old: &Lease, now: u64) -> u64 {
         let size = if old.granted == 0 {
             old.asked
         } else if now < old.expires {
@@ -465,9 +526,101 @@ impl Leases {
         size.clamp(1, self.max)
     }
 
+    /// The serial number of the next lease.
+    pub(super) fn next_serial(&self) -> u64 {
+        // Relaxed: only uniqueness matters, and a read-modify-write gives every call its own.
+        self.serial.fetch_add(1, Ordering::Relaxed) + 1
+    }
+
+    /// How long a lease token is kept, in ms.
+    pub(super) fn ttl_ms(&self) -> u64 {
+        self.ttl_ms
+    }
+
+    /// A lease Redis granted for `size` asked at `now`: `granted` permits (at least 1, the
+    /// first of which admits the request that took it), reporting `decision`'s remaining and
+    /// limit and Redis's reset at `reset_at`, given back with `held` when it holds more than
+    /// one permit. Counted as leased.
+    pub(super) fn grant(
+        &self,
+        size: u64,
+        now: u64,
+        granted: u64,
+        decision: &Decision,
+        reset_at: u64,
+        held: Held,
+    ) -> Arc<Lease> {
+        self.leased.fetch_add(granted, Ordering::Relaxed);
+        Arc::new(Lease {
+            left: AtomicU64::new(granted - 1),
+            granted,
+            asked: size,
+            start: now,
+            expires: now.saturating_add(self.hold),
+            remaining: AtomicU64::new(decision.remaining()),
+            limit: decision.limit(),
+            reset_at,
+            busy: AtomicBool::new(false),
+            seen: AtomicU64::new(u64::MAX),
+            held: Mutex::new((granted > 1).then_some(held)),
+            done: Notify::new(),
+            refused: OnceLock::new(),
+        })
+    }
+
+    /// Waits for `lease`, `key`'s lease claimed by another task, to be replaced or given
+    /// back, at most `until`.
+    pub(super) async fn wait(&self, key: &str, lease: &Arc<Lease>, until: Until) -> Waited {
+        // Registered before the lease is read as current: a `finish` after the read wakes
+        // this wait, and one before it made the lease no longer current.
+        let mut done = pin!(lease.done.notified());
+        done.as_mut().enable();
+        if !self.is_current(key, lease) {
+            return Waited::Gone;
+        }
+        let waited = match until {
+            Until::Deadline(deadline) => tokio::time::timeout_at(deadline, done).await,
+            Until::Timeout(timeout) => tokio::time::timeout(timeout, done).await,
+        };
+        match waited {
+            Ok(()) => Waited::Done(lease.refused.get().copied()),
+            Err(_) => Waited::TimedOut,
+        }
+    }
+
+    /// Ends `lease`, claimed by this task: what it holds to give back (taken once) and the
+    /// permits it had not admitted; what it admitted locally is counted.
+    pub(super) fn retire(&self, lease: &Lease) -> (Option<Held>, u64) {
+        let (held, unused) = lease.end();
+        // A claimed lease is counted by the task that claimed it (see `counts`).
+        self.local.fetch_add(lease.local(unused), Ordering::Relaxed);
+        (held, unused)
+    }
+
+    /// Counts `permits` given back to Redis.
+    pub(super) fn count_returned(&self, permits: u64) {
+        self.returned.fetch_add(permits, Ordering::Relaxed);
+    }
+
+    /// The leases for the sweeper to give back at `now`, with whether their key went quiet:
+    /// those whose time is up, and those untouched since the last sweep.
+    pub(super) fn due(&self, now: u64) -> Vec<(String, Arc<Lease>, bool)> {
+        let mut due = Vec::new();
+        self.map.iter_sync(|key, lease| {
+            // Relaxed: see `Lease::take`; a stale reading delays a lease by one sweep.
+            let left = lease.left.load(Ordering::Relaxed);
+            let quiet = lease.seen.swap(left, Ordering::Relaxed) == left;
+            if quiet || now >= lease.expires {
+                due.push((key.clone(), Arc::clone(lease), quiet));
+            }
+            true
+        });
+        due
+    }
+
     /// Drops `key`'s lease without giving it back (its state in Redis is being deleted): it
     /// admits nothing more, even to a request that read it just before.
-    pub(crate) fn forget(&self, key: &str) {
+    pub(super) fn forget(&self, key: &str) {
         self.resets.fetch_add(1, Ordering::SeqCst);
         let removed = self.map.remove_if_sync(key, |lease| {
             // Relaxed: see `Lease::take`.
@@ -484,7 +637,7 @@ impl Leases {
     }
 
     /// The counters, the leases in use included.
-    pub(crate) fn counts(&self) -> LeaseCounts {
+    pub(super) fn counts(&self) -> LeaseCounts {
         // Relaxed: tallies (see `failure::bump`).
         let mut local = self.local.load(Ordering::Relaxed);
         self.map.iter_sync(|_, lease| {
@@ -502,7 +655,7 @@ impl Leases {
     }
 
     /// Every lease's key and lease.
-    fn all(&self) -> Vec<(String, Arc<Lease>)> {
+    pub(super) fn all(&self) -> Vec<(String, Arc<Lease>)> {
         let mut all = Vec::with_capacity(self.map.len());
         self.map.iter_sync(|key, lease| {
             all.push((key.clone(), Arc::clone(lease)));
@@ -513,7 +666,7 @@ impl Leases {
 
     /// Stops the sweeper and empties the map, taking what each lease holds: what a dropped
     /// limiter hands to a task to give back.
-    pub(crate) fn drain(&self) -> Vec<(String, Held, u64)> {
+    pub(super) fn drain(&self) -> Vec<(String, Held, u64)> {
         self.stop_sweeper();
         let mut out = Vec::new();
         for (key, lease) in self.all() {

@@ -51,36 +51,50 @@
 //! Redis key per band, sharing the `{alice}` hash tag, so a Redis Cluster keeps them in one
 //! slot and decides them in one script call. Every key expires when its state is at rest
 //! again (its `reset_after`), so idle keys vanish by themselves.
+//!
+//! # Modules
+//!
+//! Each importing only those above it:
+//!
+//! | module | job |
+//! |---|---|
+//! | `error` | [`BackendError`]: why a decision could not be made |
+//! | `failure` | what decides while Redis is down ([`FailurePolicy`]), the switch to it and back, the counters ([`BackendStats`]) |
+//! | `script` | the Lua script, its arguments for a policy, the key names, its replies |
+//! | `conn` | the connection and the script call on it: `NOSCRIPT`, redirects, which errors are retried |
+//! | `cache` | the deny cache: refusals answered without a round trip |
+//! | `give_back` | giving a lease back to Redis, once, and a dropped limiter's leases |
+//! | `lease` | the lease map: each hot key's lease, its size and hold time, claims and waits |
+//! | `shared` | what the clones share, and the path of a decision: deny cache, Redis, failure policy; a key's reset |
+//! | `reserve` | reserving and settling on Redis |
+//! | `leased` | requests decided from leases; taking, replacing and giving back leases, the sweeper, closing |
+//! | `builder` | [`RedisLimiterBuilder`]: the settings, their checks, the connection and shared state they build |
+//! | this one | [`RedisLimiter`]: every public method, over the modules above; the builder's `connect` and `connect_cluster` |
 
 mod builder;
 mod cache;
 mod conn;
 mod error;
 mod failure;
+mod give_back;
 mod lease;
+mod leased;
 mod reserve;
 mod script;
+mod shared;
 
 use std::fmt;
-use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
-use std::time::Duration;
 
-use crate::clock::Clock;
 use crate::decision::Decision;
-use crate::error::CostError;
-use crate::hasher::KeyHasher;
 use crate::policy::Policy;
-use crate::reservation::Marks;
+use crate::reservation::Reservation;
 
 pub use self::builder::RedisLimiterBuilder;
-use self::cache::DenyCache;
-use self::conn::Script;
 pub use self::error::BackendError;
-use self::failure::{bump, Breaker, Counters};
 pub use self::failure::{BackendStats, FailurePolicy};
-use self::lease::Leases;
-use self::script::{Ask, Bands};
+use self::script::Ask;
+use self::shared::Shared;
 
 /// A rate limiter whose per-key state lives in Redis or a Redis Cluster: every server that
 /// shares the Redis and the key prefix shares one limit per key.
@@ -114,65 +128,10 @@ use self::script::{Ask, Bands};
 /// ```
 #[derive(Clone)]
 pub struct RedisLimiter {
-    inner: Arc<Inner>,
+    /// What the clones share: the script on its connection, the settings, the switch to the
+    /// failure policy, the deny cache, the counters and the leases.
+    shared: Arc<Shared>,
 }
-
-struct Inner {
-    script: Script,
-    policy: Policy,
-    bands: Bands,
-    prefix: String,
-    timeout: Duration,
-    failure: FailurePolicy,
-    breaker: Breaker,
-    cache: Option<DenyCache>,
-    /// The injected clock whose readings replace Redis `TIME` (tests only: see
-    /// `RedisLimiterBuilder::test_clock`); always `None` without the `test-util` feature.
-    test_clock: Option<Arc<dyn Clock>>,
-    /// The deny cache's clock: the test clock, or a monotonic one.
-    clock: Arc<dyn Clock>,
-    counters: Counters,
-    /// This limiter's serial number, in the origin of its reservations.
-    id: u64,
-    /// This limiter instance's name in the tokens it writes next to a key's state (its lease
-    /// token's field, the prefix of its reservations' fields): random, so that servers never
-    /// share one.
-    instance: String,
-    /// The serial number of this limiter's latest reservation, which its token names.
-    reservations: AtomicU64,
-    /// Hashes a key for the origin of its reservations.
-    hasher: KeyHasher,
-    /// `reset`s this limiter has made: a reservation made before one gets no refund (its
-    /// state is gone; a refund would land on the fresh one). Resets by other limiters are not
-    /// seen here (see docs/REDIS.md).
-    resets: AtomicU64,
-    /// The leases of hot keys (`None` without [`RedisLimiterBuilder::lease`]).
-    leases: Option<Leases>,
-}
-
-impl Drop for Inner {
-    /// Gives back the leases still held, from a task on the running tokio runtime (there is
-    /// no awaiting here); without a runtime they are not given back, and stay spent in
-    /// Redis as if admitted.
-    fn drop(&mut self) {
-        let Some(leases) = &self.leases else {
-            return;
-        };
-        let held = leases.drain();
-        if held.is_empty() {
-            return;
-        }
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            let returner = Arc::clone(&leases.returner);
-            let clock = self.test_clock.clone();
-            runtime.spawn(returner.give_back_all(held, clock));
-        }
-    }
-}
-
-/// The marks of a reservation that Redis did not make (the failure policy admitted it):
-/// settling it changes nothing. No script mark comes near: they are below 2^53.
-const NOT_IN_REDIS: Marks = [u64::MAX; Policy::MAX_BANDS];
 
 impl RedisLimiter {
     /// Connects to one Redis server at `url` with every other setting at its default (see
@@ -266,10 +225,10 @@ impl RedisLimiter {
     /// # }
     /// ```
     pub async fn try_acquire(&self, key: &str) -> Result<Decision, BackendError> {
-        if let Some(leases) = &self.inner.leases {
-            return self.acquire_leased(leases, key, 1).await;
+        if let Some(leases) = &self.shared.leases {
+            return self.shared.acquire_leased(leases, key, 1).await;
         }
-        Ok(self.decide(key, Ask::Acquire(1)).await?.0)
+        Ok(self.shared.decide(key, Ask::Acquire(1)).await?.0)
     }
 
     /// Decides a request of cost `n` for `key`: allowed only if `n` permits are available in
@@ -295,17 +254,11 @@ impl RedisLimiter {
     /// # }
     /// ```
     pub async fn try_acquire_n(&self, key: &str, n: u64) -> Result<Decision, BackendError> {
-        self.check_cost(n)?;
-        if let Some(leases) = &self.inner.leases {
-            return self.acquire_leased(leases, key, n).await;
+        self.shared.check_cost(n)?;
+        if let Some(leases) = &self.shared.leases {
+            return self.shared.acquire_leased(leases, key, n).await;
         }
-        Ok(self.decide(key, Ask::Acquire(n)).await?.0)
-    }
-
-    /// `n` as a request's cost: at least 1, at most the smallest band's permits.
-    fn check_cost(&self, n: u64) -> Result<(), CostError> {
-        CostError::nonzero(n)?;
-        CostError::within(n, self.inner.policy.max_cost())
+        Ok(self.shared.decide(key, Ask::Acquire(n)).await?.0)
     }
 
     /// What a request of cost 1 for `key` would get now, changing nothing in Redis (the script
@@ -330,12 +283,12 @@ impl RedisLimiter {
     /// # }
     /// ```
     pub async fn peek(&self, key: &str) -> Result<Decision, BackendError> {
-        if let Some(leases) = &self.inner.leases {
-            if let Some(decision) = leases.peek(key, self.inner.clock.now()) {
+        if let Some(leases) = &self.shared.leases {
+            if let Some(decision) = leases.peek(key, self.shared.clock.now()) {
                 return Ok(decision);
             }
         }
-        Ok(self.decide(key, Ask::Peek).await?.0)
+        Ok(self.shared.decide(key, Ask::Peek).await?.0)
     }
 
     /// Deletes `key`'s state in Redis (all bands) and its refusal in this limiter's deny
@@ -371,39 +324,7 @@ impl RedisLimiter {
     /// # }
     /// ```
     pub async fn reset(&self, key: &str) -> Result<bool, BackendError> {
-        let inner = &*self.inner;
-        // Forgotten before the DEL and again after it returns: a decision Redis refused
-        // before the DEL may still be on its way, and must not cache its refusal after the
-        // reset (see `DenyCache::forget`).
-        let forget = || {
-            if let Some(cache) = &inner.cache {
-                cache.forget(key);
-            }
-            if let Some(leases) = &inner.leases {
-                leases.forget(key);
-            }
-        };
-        forget();
-        let mut del = ::redis::cmd("DEL");
-        match &inner.leases {
-            Some(leases) => del.arg(leases.returner.keys(key)),
-            None => del.arg(inner.bands.keys(&inner.prefix, key)),
-        };
-        // The reservation tokens go with the state: a reservation made before gets no refund.
-        del.arg(Bands::reserve_key(&inner.prefix, key));
-        let reply = tokio::time::timeout(inner.timeout, inner.script.conn().query(&del)).await;
-        forget();
-        // Release, once the DEL was sent (it may have run even if no answer came): a
-        // reservation made before is stale from now on and gets no refund, which would land
-        // on the fresh state.
-        inner
-            .resets
-            .fetch_add(1, std::sync::atomic::Ordering::Release);
-        let reply = reply.map_err(|_| BackendError::Timeout(inner.timeout))??;
-        match reply {
-            ::redis::Value::Int(deleted) => Ok(deleted > 0),
-            other => Err(BackendError::Reply(format!("DEL: {other:?}"))),
-        }
+        self.shared.reset(key).await
     }
 
     /// The Redis keys holding `key`'s state, one per band of the policy, in the policy's
@@ -425,7 +346,7 @@ impl RedisLimiter {
     /// ```
     #[must_use]
     pub fn redis_keys(&self, key: &str) -> Vec<String> {
-        self.inner.bands.keys(&self.inner.prefix, key)
+        self.shared.bands.keys(&self.shared.prefix, key)
     }
 
     /// The policy this limiter enforces.
@@ -442,7 +363,7 @@ impl RedisLimiter {
     /// ```
     #[must_use]
     pub fn policy(&self) -> Policy {
-        self.inner.policy
+        self.shared.policy
     }
 
     /// The counters since the limiter connected: decisions by source, switches to and from
@@ -460,8 +381,8 @@ impl RedisLimiter {
     /// ```
     #[must_use]
     pub fn stats(&self) -> BackendStats {
-        let mut stats = self.inner.counters.snapshot();
-        if let Some(leases) = &self.inner.leases {
+        let mut stats = self.shared.counters.snapshot();
+        if let Some(leases) = &self.shared.leases {
             let counts = leases.counts();
             stats.leased_permits = counts.leased;
             stats.local_permits = counts.local;
@@ -484,168 +405,232 @@ impl RedisLimiter {
     /// ```
     #[must_use]
     pub fn is_failing(&self) -> bool {
-        self.inner.breaker.is_failing()
+        self.shared.breaker.is_failing()
     }
 
-    /// Decides what `ask` asks for `key`: the decision, for a reservation or a lease that
-    /// Redis admitted each band's mark ([`NOT_IN_REDIS`] when the failure policy decided),
-    /// and for a lease the permits it took (0 when refused or not decided by Redis).
-    async fn decide(&self, key: &str, ask: Ask) -> Result<(Decision, Marks, u64), BackendError> {
-        let inner = &*self.inner;
-        // A peek is a request of cost 1 that writes nothing: the deny cache treats it so.
-        let cover = ask.cost();
-        // Read before anything is sent: the deny cache measures Redis's retry_after from here.
-        let (now_micros, now) = match &inner.test_clock {
-            Some(clock) => {
-                let micros = script::micros(clock.now())?;
-                (Some(micros), micros * 1_000)
-            }
-            None => (None, inner.clock.now()),
-        };
-        let mut ticket = 0;
-        if let Some(cache) = &inner.cache {
-            if let Some(refusal) = cache.check(key, cover, now) {
-                bump(&inner.counters.cached_refusals);
-                return Ok((refusal, NOT_IN_REDIS, 0));
-            }
-            ticket = cache.ticket(key);
-        }
-        if !inner.breaker.should_try() {
-            return self.fallback(key, ask, BackendError::Unavailable);
-        }
-        let mut args = inner.bands.args(now_micros, ask);
-        let keys = inner
-            .bands
-            .call_keys(&inner.prefix, key, ask, &inner.instance, &mut args);
-        let call = inner.script.call(
-            &keys,
-            &args,
-            &inner.counters.script_reloads,
-            true,
-            inner.timeout,
-        );
-        let marks = match ask {
-            Ask::Reserve { .. } | Ask::Lease { .. } => inner.bands.count(),
-            _ => 0,
-        };
-        let counted = matches!(ask, Ask::Lease { .. });
-        match call.await {
-            Ok(Ok(reply)) => {
-                let (decision, marks, count) = script::decision(&reply, marks, counted)?;
-                self.recovered();
-                bump(&inner.counters.redis_decisions);
-                if let Some(cache) = &inner.cache {
-                    if decision.is_allowed() {
-                        if let Ask::Acquire(_) | Ask::Reserve { .. } | Ask::Lease { .. } = ask {
-                            // An admission may lengthen a cached refusal of another cost.
-                            cache.remove(key);
-                        }
-                    } else {
-                        cache.insert(key, cover, now, ticket, &decision);
-                    }
-                }
-                Ok((decision, marks, count))
-            }
-            Ok(Err(err)) if conn::is_unavailable(&err) => {
-                bump(&inner.counters.unavailable);
-                self.failed(key, ask, BackendError::Redis(err))
-            }
-            Ok(Err(err)) => {
-                // Redis answered: it is up, and the error is about this call.
-                self.recovered();
-                Err(BackendError::Redis(err))
-            }
-            Err(_) => {
-                bump(&inner.counters.timeouts);
-                self.failed(key, ask, BackendError::Timeout(inner.timeout))
-            }
-        }
+    /// Reserves `n` permits for `key` for a request whose real cost is known only later:
+    /// decided and spent exactly as [`try_acquire_n`](RedisLimiter::try_acquire_n) would, in
+    /// one script call, and returned as a [`Reservation`] to
+    /// [`settle`](RedisLimiter::settle) (or [`cancel`](RedisLimiter::cancel)) once the cost
+    /// is known. A refused reservation holds nothing.
+    ///
+    /// An admitted reservation also writes its *token* next to the key's state (a field of
+    /// the hash `<prefix>:{<key>}:reserved`, in the key's cluster slot, written by the same
+    /// script call): its refund applies only while the token is there, so never to a Redis
+    /// that lost the reservation since (see [`settle`](RedisLimiter::settle)). The token is
+    /// deleted by the settle, or dropped by a later reservation of the key once no band can
+    /// count the reservation any more (twice the longest window, and a second).
+    ///
+    /// While the failure policy decides, the reservation gets its decision (an
+    /// [`Open`](crate::redis::FailurePolicy::Open) or [`Local`](crate::redis::FailurePolicy::Local) admission holds its
+    /// permits), but nothing of it is in Redis: settling or cancelling it returns `Ok(())`
+    /// and changes nothing anywhere (a `Local` limiter keeps the permits spent).
+    ///
+    /// # Errors
+    ///
+    /// As for [`try_acquire_n`](RedisLimiter::try_acquire_n).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), tollgate::redis::BackendError> {
+    /// let limiter = tollgate::redis::RedisLimiter::connect(
+    ///     "redis://127.0.0.1:6379",
+    ///     "1000/min".parse().unwrap(),
+    /// )
+    /// .await?;
+    /// let r = limiter.reserve_n("tenant-7", 400).await?; // an estimate
+    /// assert!(r.decision().is_allowed());
+    /// limiter.settle("tenant-7", r, 250).await?; // it really cost 250: 150 come back
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn reserve_n(&self, key: &str, n: u64) -> Result<Reservation, BackendError> {
+        self.shared.reserve(key, n).await
     }
 
-    /// Redis answered: switch back from the failure policy if it was deciding.
-    fn recovered(&self) {
-        let inner = &*self.inner;
-        if inner.breaker.succeeded() {
-            bump(&inner.counters.switches_to_redis);
-            log::info!(
-                "tollgate: redis answers again; deciding by redis (prefix `{}`)",
-                inner.prefix
-            );
-        }
+    /// Settles `r`, a reservation made by [`reserve_n`](RedisLimiter::reserve_n) of this
+    /// limiter for `key`, at the `actual` permits the request used, in one script call: below
+    /// what it holds, the difference is given back; above, the excess is charged on top
+    /// whatever the key has left, a debt its next requests wait out (a token bucket's up to
+    /// twice its burst, a sliding counter's up to twice its permits; a sliding log fills up
+    /// to its permits, as it cannot hold more). Each band gives back only what it still
+    /// counts of the reservation (nothing once those permits have refilled or left its
+    /// window).
+    ///
+    /// **After Redis lost the reservation** (a restart without persistence, a `FLUSHALL`, a
+    /// failover to a replica that never received it), its token is gone with it, and a refund
+    /// gives back nothing: the state in Redis never held those permits. A charge is still
+    /// made (it only spends more). Under `maxmemory` eviction, which removes keys one by
+    /// one, the token may outlive a band's state: the refund then lands on that band's fresh
+    /// state under the rules above, at most the permits given back, once; a token evicted
+    /// before the state makes the refund give back nothing.
+    ///
+    /// A settle that gives permits back drops the key's refusal from this limiter's deny
+    /// cache (other limiters' caches may still refuse the key until their cached
+    /// retry_after). Settling at what the reservation holds, or a reservation made while the
+    /// failure policy decided, sends nothing.
+    ///
+    /// # Errors
+    ///
+    /// [`BackendError::Settle`] for a refused reservation ([`SettleError::Refused`]), one made
+    /// for another key ([`SettleError::OtherKey`]) or by another limiter
+    /// ([`SettleError::OtherLimiter`]): nothing is sent, and its permits stay spent. When
+    /// Redis cannot be reached, [`BackendError::Timeout`], [`BackendError::Redis`] or
+    /// [`BackendError::Unavailable`], whatever the failure policy: the reservation is gone and
+    /// its permits stay spent (after a timeout, Redis may have applied the settle, once).
+    /// [`BackendError::ClockOutOfRange`] for a test clock beyond range.
+    ///
+    /// [`SettleError::Refused`]: crate::SettleError::Refused
+    /// [`SettleError::OtherKey`]: crate::SettleError::OtherKey
+    /// [`SettleError::OtherLimiter`]: crate::SettleError::OtherLimiter
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), tollgate::redis::BackendError> {
+    /// let limiter = tollgate::redis::RedisLimiter::connect(
+    ///     "redis://127.0.0.1:6379",
+    ///     "100/min".parse().unwrap(),
+    /// )
+    /// .await?;
+    /// let r = limiter.reserve_n("tenant-7", 40).await?;
+    /// assert_eq!(r.decision().remaining(), 60);
+    /// limiter.settle("tenant-7", r, 25).await?; // 15 come back
+    /// assert_eq!(limiter.peek("tenant-7").await?.remaining(), 74);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn settle(&self, key: &str, r: Reservation, actual: u64) -> Result<(), BackendError> {
+        self.shared.settle(key, r, actual).await
     }
 
-    /// A call to Redis failed with `err`: switch to the failure policy and let it decide.
-    fn failed(
-        &self,
-        key: &str,
-        ask: Ask,
-        err: BackendError,
-    ) -> Result<(Decision, Marks, u64), BackendError> {
-        self.switch_to_failure(&err);
-        self.fallback(key, ask, err)
+    /// Cancels `r`, a reservation of this limiter for `key`: settles it at 0, giving back
+    /// every permit it holds that the key still counts.
+    ///
+    /// # Errors
+    ///
+    /// As for [`settle`](RedisLimiter::settle).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), tollgate::redis::BackendError> {
+    /// let limiter = tollgate::redis::RedisLimiter::connect(
+    ///     "redis://127.0.0.1:6379",
+    ///     "10/s".parse().unwrap(),
+    /// )
+    /// .await?;
+    /// let r = limiter.reserve_n("upload", 4).await?;
+    /// limiter.cancel("upload", r).await?; // the upload never started
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn cancel(&self, key: &str, r: Reservation) -> Result<(), BackendError> {
+        self.settle(key, r, 0).await
     }
 
-    /// A call to Redis failed with `err`: the failure policy decides from now on, until a
-    /// probe succeeds.
-    fn switch_to_failure(&self, err: &BackendError) {
-        let inner = &*self.inner;
-        if inner.breaker.failed() {
-            bump(&inner.counters.switches_to_failure);
-            log::warn!(
-                "tollgate: {err}; deciding by the failure policy {:?} (prefix `{}`), probing redis every {:?}",
-                inner.failure,
-                inner.prefix,
-                inner.breaker.probe_interval()
-            );
-        }
+    /// Gives back every lease this limiter holds, and takes no more: from now on every
+    /// request is decided by Redis. For a graceful shutdown: a limiter dropped with leases
+    /// gives them back from a task of its own when a tokio runtime is running, and otherwise
+    /// not at all.
+    ///
+    /// Does nothing for a limiter without leases, or when called again.
+    ///
+    /// # Errors
+    ///
+    /// The first error met giving a lease back ([`BackendError::Timeout`],
+    /// [`BackendError::Redis`] or [`BackendError::Unavailable`]); every other lease is still
+    /// given back. The permits of a lease that could not be given back stay spent in Redis,
+    /// as if admitted.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), tollgate::redis::BackendError> {
+    /// let limiter = tollgate::redis::RedisLimiter::builder("10000/min".parse().unwrap())
+    ///     .lease(100)
+    ///     .connect("redis://127.0.0.1:6379")
+    ///     .await?;
+    /// limiter.try_acquire("tenant-7").await?;
+    /// limiter.close().await?; // before the process exits
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn close(&self) -> Result<(), BackendError> {
+        self.shared.close().await
+    }
+}
+
+// The builder's last step, which makes the limiter; its settings are in `builder`.
+impl RedisLimiterBuilder {
+    /// Connects to one Redis server at `url` (`redis://host:port/db`, `rediss://` for TLS
+    /// when the `redis` crate is built with it, `redis+unix:///path`), loads the script, and
+    /// builds the limiter. The connection reconnects by itself whenever it drops.
+    ///
+    /// # Errors
+    ///
+    /// [`BackendError::UnsupportedPolicy`] for a policy the scripts cannot decide,
+    /// [`BackendError::InvalidPrefix`] for a prefix with `{` or `}`,
+    /// [`BackendError::Redis`] for a bad URL or a failed connection or script load, and
+    /// [`BackendError::Timeout`] when that takes longer than the connect timeout.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+    /// let limiter = tollgate::redis::RedisLimiter::builder("5/s".parse()?)
+    ///     .connect("redis://127.0.0.1:6379")
+    ///     .await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn connect(self, url: &str) -> Result<RedisLimiter, BackendError> {
+        Ok(RedisLimiter {
+            shared: self.open(url).await?,
+        })
     }
 
-    /// The failure policy's decision of what `ask` asks for `key`, with the marks of a
-    /// reservation it makes: [`NOT_IN_REDIS`].
-    fn fallback(
-        &self,
-        key: &str,
-        ask: Ask,
-        err: BackendError,
-    ) -> Result<(Decision, Marks, u64), BackendError> {
-        let inner = &*self.inner;
-        bump(&inner.counters.failure_decisions);
-        // Open and Closed read no band's state: they report the shortest window's permits.
-        let limit = inner.policy.first_band().permits();
-        let wait = u64::try_from(inner.breaker.probe_interval().as_nanos()).unwrap_or(u64::MAX);
-        let decision = match &inner.failure {
-            FailurePolicy::Error => return Err(err),
-            FailurePolicy::Open => Decision::allow(0, limit, 0),
-            FailurePolicy::Closed => Decision::deny(0, limit, wait, 0),
-            FailurePolicy::Local(local) => match ask {
-                Ask::Peek => local.peek(key),
-                Ask::Acquire(cost) | Ask::Reserve { cost, .. } => local
-                    .try_acquire_n(key, cost)
-                    .unwrap_or(Decision::deny(0, limit, wait, 0)),
-                // A lease's request alone: no lease while the failure policy decides.
-                Ask::Lease { .. } => local
-                    .try_acquire_n(key, 1)
-                    .unwrap_or(Decision::deny(0, limit, wait, 0)),
-                // Settles never reach the failure policy.
-                Ask::Refund { .. } | Ask::Charge { .. } | Ask::Return { .. } => return Err(err),
-            },
-        };
-        Ok((decision, NOT_IN_REDIS, 0))
+    /// Connects to a Redis Cluster through any of its `nodes` (URLs as for
+    /// [`connect`](RedisLimiterBuilder::connect)), loads the script on every primary, and
+    /// builds the limiter. The cluster client follows slot moves and reconnects by itself;
+    /// it is built without request retries of its own, so that a call is resent only after
+    /// replies proving it did not run, and once after a dropped connection (see
+    /// `docs/REDIS.md`, "Script loading and retries").
+    ///
+    /// # Errors
+    ///
+    /// As for [`connect`](RedisLimiterBuilder::connect).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+    /// let limiter = tollgate::redis::RedisLimiter::builder("10/s & 1000/day".parse()?)
+    ///     .connect_cluster(&["redis://10.0.0.1:7000", "redis://10.0.0.2:7000"])
+    ///     .await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn connect_cluster(self, nodes: &[&str]) -> Result<RedisLimiter, BackendError> {
+        Ok(RedisLimiter {
+            shared: self.open_cluster(nodes).await?,
+        })
     }
 }
 
 impl fmt::Debug for RedisLimiter {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let inner = &*self.inner;
+        let shared = &*self.shared;
         f.debug_struct("RedisLimiter")
-            .field("policy", &inner.policy)
-            .field("prefix", &inner.prefix)
-            .field("timeout", &inner.timeout)
-            .field("failure_policy", &inner.failure)
-            .field("deny_cache", &inner.cache.is_some())
-            .field("leases", &inner.leases.is_some())
-            .field("failing", &inner.breaker.is_failing())
-            .field("stats", &inner.counters.snapshot())
+            .field("policy", &shared.policy)
+            .field("prefix", &shared.prefix)
+            .field("timeout", &shared.timeout)
+            .field("failure_policy", &shared.failure)
+            .field("deny_cache", &shared.cache.is_some())
+            .field("leases", &shared.leases.is_some())
+            .field("failing", &shared.breaker.is_failing())
+            .field("stats", &shared.counters.snapshot())
             .finish_non_exhaustive()
     }
 }

@@ -12,10 +12,10 @@ use crate::decision::Decision;
 use crate::policy::{Algorithm, Policy};
 use crate::reservation::Marks;
 
-use super::BackendError;
+use super::error::BackendError;
 
 /// The script Redis runs: the four files in order (each defines what the next ones use).
-pub(crate) const SOURCE: &str = concat!(
+pub(super) const SOURCE: &str = concat!(
     include_str!("lua/arith.lua"),
     "\n",
     include_str!("lua/gcra.lua"),
@@ -30,21 +30,21 @@ pub(crate) const SOURCE: &str = concat!(
 /// The longest window the script supports, in microseconds: 2^50 us, about 35.7 years.
 /// Keeping windows (and clock readings, below 2^52 us) this small keeps every intermediate
 /// value of the script below 2^53, where Lua's doubles are exact integers.
-pub(crate) const MAX_WINDOW_MICROS: u64 = 1 << 50;
+pub(super) const MAX_WINDOW_MICROS: u64 = 1 << 50;
 
 /// The largest injected clock reading, in microseconds (2^52 us, about 142 years): see
 /// [`MAX_WINDOW_MICROS`].
-pub(crate) const MAX_NOW_MICROS: u64 = 1 << 52;
+pub(super) const MAX_NOW_MICROS: u64 = 1 << 52;
 
 /// The largest charge sent to the script: a charge of at least 2N permits fills every band
 /// (a token bucket's debt to 2B, a counter to 2N, a log to N live), so any larger one is sent
 /// as this, which keeps it exact in Lua's doubles.
-pub(crate) const MAX_CHARGE: u64 = 1 << 52;
+pub(super) const MAX_CHARGE: u64 = 1 << 52;
 
 /// What one call asks for a key: to spend permits, only to see what a request would get, or
 /// to settle a reservation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Ask {
+pub(super) enum Ask {
     /// A request of this cost (at least 1): admitted, it spends the cost in every band.
     Acquire(u64),
     /// What a request of cost 1 would get now; nothing is written.
@@ -104,7 +104,7 @@ impl Ask {
     /// The cost whose refusal a refusal of this call stands for (in the deny cache): a peek
     /// is decided as a request of cost 1 that writes nothing, and a lease is refused only
     /// when one permit does not fit.
-    pub(crate) const fn cost(self) -> u64 {
+    pub(super) const fn cost(self) -> u64 {
         match self {
             Ask::Acquire(cost) | Ask::Reserve { cost, .. } => cost,
             Ask::Peek | Ask::Lease { .. } => 1,
@@ -124,7 +124,7 @@ impl Ask {
     }
 
     /// The hash of tokens the call takes as one key more (after the bands'), if any.
-    pub(crate) const fn tokens(self) -> Option<Tokens> {
+    pub(super) const fn tokens(self) -> Option<Tokens> {
         match self {
             Ask::Lease { .. } | Ask::Return { .. } => Some(Tokens::Lease),
             Ask::Reserve { .. } | Ask::Refund { .. } | Ask::Charge { .. } => Some(Tokens::Reserve),
@@ -148,7 +148,7 @@ impl Ask {
 
 /// A key's hash of tokens, next to its state.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Tokens {
+pub(super) enum Tokens {
     /// Lease tokens: a field per limiter instance, naming its latest lease.
     Lease,
     /// Reservation tokens: a field per reservation admitted and not yet settled.
@@ -157,7 +157,7 @@ pub(crate) enum Tokens {
 
 /// One band of a policy as the script takes it.
 #[derive(Clone, Debug)]
-pub(crate) struct Band {
+pub(super) struct Band {
     /// The end of the band's key names: algorithm, permits and window, e.g. `tb:5/1s`.
     suffix: String,
     /// The four script arguments: algorithm code, permits, window (us), interval (us).
@@ -166,7 +166,7 @@ pub(crate) struct Band {
 
 /// A policy's bands as the script takes them, shortest window first.
 #[derive(Clone, Debug)]
-pub(crate) struct Bands {
+pub(super) struct Bands {
     bands: Vec<Band>,
 }
 
@@ -177,7 +177,7 @@ impl Bands {
     ///
     /// [`BackendError::UnsupportedPolicy`] for a band whose window is above
     /// [`MAX_WINDOW_MICROS`] or that asks for more than one permit per microsecond.
-    pub(crate) fn new(policy: &Policy) -> Result<Self, BackendError> {
+    pub(super) fn new(policy: &Policy) -> Result<Self, BackendError> {
         let mut bands = Vec::with_capacity(policy.bands().len());
         for band in policy.bands() {
             let window = band.window_nanos().div_ceil(1_000);
@@ -226,7 +226,7 @@ impl Bands {
     /// with something inside, and hashes the whole name when there is none, which would
     /// scatter a composite's keys. The names are injective: different keys or bands never
     /// share a name.
-    pub(crate) fn keys(&self, prefix: &str, key: &str) -> Vec<String> {
+    pub(super) fn keys(&self, prefix: &str, key: &str) -> Vec<String> {
         let tag = tag(key);
         self.bands
             .iter()
@@ -236,19 +236,19 @@ impl Bands {
 
     /// The Redis key of the lease tokens for `key`: `<prefix>:{<key>}:lease`, a hash with a
     /// field per limiter instance, in the slot of the key's bands.
-    pub(crate) fn lease_key(prefix: &str, key: &str) -> String {
+    pub(super) fn lease_key(prefix: &str, key: &str) -> String {
         name(prefix, &tag(key), "lease")
     }
 
     /// The Redis key of the reservation tokens for `key`: `<prefix>:{<key>}:reserved`, a hash
     /// with a field per reservation not yet settled, in the slot of the key's bands.
-    pub(crate) fn reserve_key(prefix: &str, key: &str) -> String {
+    pub(super) fn reserve_key(prefix: &str, key: &str) -> String {
         name(prefix, &tag(key), "reserved")
     }
 
     /// The keys of a call of `ask` for `key`: the bands', then the hash of tokens it takes,
     /// whose field names `instance` (appended to the call's `args`).
-    pub(crate) fn call_keys(
+    pub(super) fn call_keys(
         &self,
         prefix: &str,
         key: &str,
@@ -270,7 +270,7 @@ impl Bands {
     /// The script's arguments: `now` (in us, `None` for Redis TIME), what is asked and its
     /// amount, each band's four, then (to settle) each band's mark, and a lease's serial
     /// number (and its token's expiry).
-    pub(crate) fn args(&self, now_micros: Option<u64>, ask: Ask) -> Vec<String> {
+    pub(super) fn args(&self, now_micros: Option<u64>, ask: Ask) -> Vec<String> {
         let mut args = Vec::with_capacity(3 + 5 * self.bands.len());
         let mut now = String::new();
         if let Some(micros) = now_micros {
@@ -301,7 +301,7 @@ impl Bands {
     }
 
     /// How many bands there are.
-    pub(crate) fn count(&self) -> usize {
+    pub(super) fn count(&self) -> usize {
         self.bands.len()
     }
 }
@@ -345,7 +345,7 @@ fn name(prefix: &str, tag: &str, suffix: &str) -> String {
 /// # Errors
 ///
 /// [`BackendError::Reply`] when the reply has another shape.
-pub(crate) fn decision(
+pub(super) fn decision(
     reply: &::redis::Value,
     marks: usize,
     counted: bool,
@@ -386,7 +386,7 @@ pub(crate) fn decision(
 /// # Errors
 ///
 /// [`BackendError::Reply`] for any other reply.
-pub(crate) fn returned(reply: &::redis::Value) -> Result<bool, BackendError> {
+pub(super) fn returned(reply: &::redis::Value) -> Result<bool, BackendError> {
     match reply {
         ::redis::Value::Int(1) => Ok(true),
         ::redis::Value::Int(0) => Ok(false),
@@ -400,7 +400,7 @@ pub(crate) fn returned(reply: &::redis::Value) -> Result<bool, BackendError> {
 /// # Errors
 ///
 /// [`BackendError::Reply`] for any other reply.
-pub(crate) fn settled(reply: &::redis::Value) -> Result<bool, BackendError> {
+pub(super) fn settled(reply: &::redis::Value) -> Result<bool, BackendError> {
     returned(reply)
 }
 
@@ -409,7 +409,7 @@ pub(crate) fn settled(reply: &::redis::Value) -> Result<bool, BackendError> {
 /// # Errors
 ///
 /// [`BackendError::ClockOutOfRange`] beyond [`MAX_NOW_MICROS`].
-pub(crate) fn micros(nanos: u64) -> Result<u64, BackendError> {
+pub(super) fn micros(nanos: u64) -> Result<u64, BackendError> {
     let micros = nanos / 1_000;
     if micros > MAX_NOW_MICROS {
         return Err(BackendError::ClockOutOfRange {
