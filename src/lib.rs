@@ -57,6 +57,7 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(rust_2018_idioms, unreachable_pub)]
 
+mod available;
 mod bounded;
 mod clock;
 mod coarse_clock;

@@ -6,6 +6,7 @@ mod models;
 #[path = "../support/races.rs"]
 mod support;
 
+mod available;
 mod bad_input;
 mod composite;
 mod concurrency;
