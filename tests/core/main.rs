@@ -20,6 +20,7 @@ mod proptest_settle;
 mod proptest_windowed;
 mod races;
 mod rebuilt_refunds;
+mod reservation_guard;
 mod reservations;
 mod serde_config;
 mod stats;
