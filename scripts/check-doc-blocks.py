@@ -6,7 +6,9 @@ the block is a fragment. Python 3 standard library only; run from anywhere:
     python3 scripts/check-doc-blocks.py [FILE.md ...]
 
 Without arguments it checks README.md and docs/*.md. It exits 1 and names each block that
-breaks a rule below (file, line of the opening fence, rule), 0 when all pass. The Rust blocks
+breaks a rule below (file, line of the opening fence, rule), 0 when all pass. Each run first
+checks the rules themselves on blocks made to break them (`SELF_TEST`), and exits 2 if one
+no longer fires. The Rust blocks
 themselves are compiled by `cargo test --doc --all-features`: src/lib.rs includes each of these
 files as a doc comment under `cfg(doctest)`. This script checks what rustdoc does not: that
 what rustdoc compiles is what a reader sees and pastes.
@@ -99,9 +101,11 @@ def shown(path):
         return str(path)
 
 
-def blocks(path):
-    """The fenced code blocks of a Markdown file, in order."""
-    lines = path.read_text(encoding="utf-8").splitlines()
+def blocks(path, text=None):
+    """The fenced code blocks of a Markdown file (or of `text`, named `path`), in order."""
+    if text is None:
+        text = path.read_text(encoding="utf-8")
+    lines = text.splitlines()
     found = []
     i = 0
     while i < len(lines):
@@ -296,7 +300,77 @@ def check_examples_listed(readme):
     return problems
 
 
+# Each rule on a block that breaks it, and a part of the message it must give: run first on
+# every check, so a rule that stops firing fails the run instead of passing everything.
+SELF_TEST = [
+    ("```\nuntagged\n```", "without a language"),
+    ("```no_run\nfn main() {}\n```", "write ```rust,no_run"),
+    ("```rust\nfn main() {}\n# fn hidden() {}\n```", "hidden line"),
+    ("```rust\nuse std::fmt;\nlet x = 1;\n```", "statement outside any function"),
+    ("Some text.\n\n```rust,ignore\nfoo();\n```", "without a reason"),
+    ("```rust,no_run\nfn main() {}\n```", "without a reason"),
+    ("```rust,should_panic\nfn main() {}\n```", "only ```rust"),
+    ("```rust\nfn main() { serde_json::json!(1); }\n```", "crate `serde_json`"),
+]
+# Blocks that follow the rules: items only, a multi-line signature, strings that look like
+# code, a named fragment, a server shown, a crate the file adds, a use tree.
+SELF_TEST_PASSES = """
+```toml
+[dependencies]
+tokio = "1"
+```
+
+```rust
+use std::{fmt, thread};
+#[derive(Debug)]
+struct A {
+    a: u8,
+}
+fn helper(x: u8)
+    -> u8
+{
+    thread::yield_now();
+    x
+}
+const S: &str = "let x = 1; serde::x";
+```
+
+A fragment of a handler:
+
+```rust,ignore
+foo();
+```
+
+```rust,no_run
+#[tokio::main]
+async fn main() {
+    let _ = "redis://127.0.0.1";
+}
+```
+"""
+
+
+def self_test():
+    """The rules' failures, each checked on a block made to break it."""
+    failures = []
+    for text, expected in SELF_TEST:
+        (block,) = blocks(Path("self-test.md"), text)
+        problems = check_block(block, set())
+        if not any(expected in p for p in problems):
+            failures.append(f"self-test: {text!r} should fail with {expected!r}, got {problems}")
+    good = blocks(Path("self-test.md"), SELF_TEST_PASSES)
+    for block in good:
+        for problem in check_block(block, named_dependencies(good)):
+            failures.append(f"self-test: block at line {block.line} should pass: {problem}")
+    return failures
+
+
 def main(argv):
+    failures = self_test()
+    if failures:
+        print("\n".join(failures))
+        print("the checker's own rules are broken: fix scripts/check-doc-blocks.py")
+        return 2
     paths = [Path(a).resolve() for a in argv] or [ROOT / "README.md"] + sorted(
         (ROOT / "docs").glob("*.md")
     )
