@@ -26,7 +26,7 @@ Conventions
   - without `fn main`, items only: a statement at the top level (`let x = ...;`) compiles as a
     doc test only because rustdoc wraps the block in a `main` of its own.
 * **```rust,no_run**: compiled, never run, for a block that needs what a test machine does
-  not have: a Redis server, a socket to listen on. The block must show it (`redis://`,
+  not have: a Redis server, a socket to listen on (a block that shows one must be `no_run`). The block must show it (`redis://`,
   `TcpListener`, `serve(`), or the nearest non-blank line above it must say why with the
   words "not run".
 * **```rust,ignore**: a fragment, neither compiled nor run. The nearest non-blank line above
@@ -245,8 +245,13 @@ def check_block(block, dependencies):
                 "```rust,ignore without a reason: the nearest line above must call it a fragment"
             )
         return problems
+    shows_server = any(marker in text for marker in NEEDS_A_SERVER)
+    if attribute == "" and shows_server:
+        problems.append(
+            "a block that needs a server (Redis, a socket to listen on) must be ```rust,no_run: "
+            "the doc tests compile it and cannot run it"
+        )
     if attribute == "no_run":
-        shows_server = any(marker in text for marker in NEEDS_A_SERVER)
         if not shows_server and "not run" not in block.before.lower():
             problems.append(
                 "```rust,no_run without a reason: the block needs no server it shows "
@@ -310,6 +315,7 @@ SELF_TEST = [
     ("Some text.\n\n```rust,ignore\nfoo();\n```", "without a reason"),
     ("```rust,no_run\nfn main() {}\n```", "without a reason"),
     ("```rust,should_panic\nfn main() {}\n```", "only ```rust"),
+    ("```rust\nfn main() { let _ = \"redis://h\"; }\n```", "must be ```rust,no_run"),
     ("```rust\nfn main() { serde_json::json!(1); }\n```", "crate `serde_json`"),
 ]
 # Blocks that follow the rules: items only, a multi-line signature, strings that look like
