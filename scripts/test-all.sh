@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The whole test suite, from a fresh clone: unit, integration, property and doc tests, the
-# fuzz corpus replayed through the fuzz targets' checks, then the loom models of every
-# per-key state machine. Each step prints how long it took.
+# The whole test suite, from a fresh clone: the docs' code blocks checked (they paste as
+# shown); unit, integration, property and doc tests; the fuzz corpus replayed through the
+# fuzz targets' checks; then the loom models of every per-key state machine. Each step
+# prints how long it took.
 #
 #   ./scripts/test-all.sh
 #
@@ -19,6 +20,10 @@ timed() {
     echo "-- $1: $((now - step_start))s"
     step_start=$now
 }
+
+echo "== code blocks in README.md and docs/*.md paste as shown (compiled by the doc tests below) =="
+python3 scripts/check-doc-blocks.py
+timed "doc blocks"
 
 echo "== redis-server for the Redis backend's tests (installed when missing) =="
 ./scripts/install-redis.sh

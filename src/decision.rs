@@ -88,6 +88,19 @@ impl Decision {
         self
     }
 
+    /// The permits that were available when this decision on a request of `cost` was made,
+    /// before it: an admission's remaining plus the cost it took, a refusal's remaining (a
+    /// refusal takes nothing, and its remaining already counts what is available). A
+    /// refusal let through by shadow mode took nothing either.
+    #[inline]
+    pub(crate) const fn available_before(&self, cost: u64) -> u64 {
+        if self.is_allowed() && !self.would_refuse() {
+            self.remaining.saturating_add(cost)
+        } else {
+            self.remaining
+        }
+    }
+
     /// The retry_after in nanoseconds.
     #[inline]
     pub(crate) const fn retry_after_nanos(&self) -> u64 {

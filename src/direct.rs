@@ -16,6 +16,7 @@ use crate::engine::state::{Bound, Carry, Decides, RateState};
 use crate::error::CostError;
 use crate::policy::Policy;
 use crate::reservation::{next_limiter_id, Marks, Origin, Reservation, SettleError};
+use crate::reservation_guard::ReservationGuard;
 use crate::wait::Wait;
 
 /// A rate limiter for a single key: a global limit, one upstream's quota, one hot tenant.
@@ -237,6 +238,36 @@ impl<C: Clock> DirectLimiter<C> {
         let origin = self.origin();
         let (decision, marks) = self.reserve_cost(n)?;
         Ok(Reservation::new(decision, n, marks, origin))
+    }
+
+    /// [`reserve_n`](DirectLimiter::reserve_n), guarded: the [`ReservationGuard`] cancels the
+    /// reservation when it is dropped unsettled, so only a
+    /// [`settle`](ReservationGuard::settle) keeps permits spent. See
+    /// [`RateLimiter::reserve_guarded`].
+    ///
+    /// # Errors
+    ///
+    /// As [`reserve_n`](DirectLimiter::reserve_n); nothing changes.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::{DirectLimiter, FakeClock};
+    ///
+    /// let limiter = DirectLimiter::with_clock("1000/min".parse()?, FakeClock::new());
+    /// let guard = limiter.reserve_guarded(500)?;
+    /// drop(guard); // never settled: all 500 come back
+    /// assert!(limiter.is_at_rest());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn reserve_guarded(&self, n: u64) -> Result<ReservationGuard<'_, Self>, CostError> {
+        let reservation = self.reserve_n(n)?;
+        Ok(ReservationGuard::new(
+            self,
+            &(),
+            reservation,
+            |limiter, (), r, actual| limiter.settle(r, actual),
+        ))
     }
 
     /// Settles a reservation at what the request really cost: gives back `reserved - actual`
@@ -484,6 +515,35 @@ impl<C: Clock> DirectLimiter<C> {
             }
             retry.snooze();
         }
+    }
+
+    /// The permits the limiter has now: the largest cost `n` for which
+    /// [`try_acquire_n(n)`](DirectLimiter::try_acquire_n) would be allowed at this instant, 0
+    /// when even one request would be refused. Changes nothing, as
+    /// [`peek`](DirectLimiter::peek).
+    ///
+    /// **Not `peek().remaining()`**: that is what would remain *after* one more request.
+    /// While anything is left, `available` is one more; when nothing is, both are 0. See
+    /// [`RateLimiter::available`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{DirectLimiter, FakeClock};
+    ///
+    /// let clock = FakeClock::new();
+    /// let limiter = DirectLimiter::with_clock("10/1s".parse()?, clock.clone());
+    /// limiter.try_acquire_n(10)?;
+    /// assert_eq!(limiter.available(), 0);
+    /// clock.advance(Duration::from_millis(350)); // one permit back every 100 ms
+    /// assert_eq!(limiter.available(), 3);
+    /// assert_eq!(limiter.peek().remaining(), 2);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[must_use]
+    pub fn available(&self) -> u64 {
+        self.peek().available_before(1)
     }
 
     /// `true` when the state decides exactly as a fresh one would: a full bucket or an empty

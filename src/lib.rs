@@ -10,6 +10,7 @@
 //! | [`RateLimiter`] | one state per key (user, API key, IP) in a concurrent map |
 //! | [`DirectLimiter`] | one state, no map: a global or single hot key |
 //! | [`Decision`] | allowed, remaining, retry_after, reset_after, limit |
+//! | [`Reservation`], [`ReservationGuard`], [`SettleError`] | reserve an estimate now, settle at the real cost later; the guard gives the estimate back if it is never settled |
 //! | [`Clock`], [`SystemClock`], [`FakeClock`] | where time comes from; the fake one for tests |
 //! | [`CoarseClock`] | opt-in cached clock: one load per decision instead of a counter read, up to one resolution late |
 //! | [`PolicyError`], [`CostError`], [`ClockError`] | typed errors naming the field and value |
@@ -76,6 +77,7 @@ mod policy;
 #[cfg(feature = "redis")]
 pub mod redis;
 mod reservation;
+mod reservation_guard;
 mod stats;
 mod wait;
 
@@ -132,5 +134,6 @@ pub use keyed::RateLimiter;
 pub use login::{LoginClient, LoginConfig, LoginConfigError, LoginDecision, LoginGuard};
 pub use policy::{Algorithm, Band, Policy, PolicyError};
 pub use reservation::{Reservation, SettleError};
+pub use reservation_guard::ReservationGuard;
 pub use stats::Stats;
 pub use wait::Wait;

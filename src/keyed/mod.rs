@@ -32,6 +32,7 @@ use crate::error::CostError;
 use crate::hasher::KeyHasher;
 use crate::policy::Policy;
 use crate::reservation::{Reservation, SettleError};
+use crate::reservation_guard::ReservationGuard;
 use crate::stats::{Counters, Stats};
 use crate::wait::Wait;
 
@@ -493,6 +494,47 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
         self.generations.peek(key)
     }
 
+    /// The permits `key` has now: the largest cost `n` for which
+    /// [`try_acquire_n(key, n)`](RateLimiter::try_acquire_n) would be allowed at this
+    /// instant, 0 when even one request would be refused. Changes nothing and creates no
+    /// state, as [`peek`](RateLimiter::peek).
+    ///
+    /// **Not `peek(key).remaining()`**: that is what would remain *after* one more request,
+    /// the number an admission reports. While anything is left, `available` is one more;
+    /// when nothing is, both are 0.
+    ///
+    /// Under a policy of several limits it is the smallest over them; for a key decided by
+    /// the shared overflow state of a full limiter ([`max_keys`](RateLimiter::max_keys)), the
+    /// shared state's. In shadow mode it is what the policy has (shadow mode lets requests
+    /// through, it does not add permits).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::{FakeClock, RateLimiter};
+    ///
+    /// let limiter: RateLimiter<String, FakeClock> =
+    ///     RateLimiter::with_clock("5/1s".parse()?, FakeClock::new());
+    /// assert_eq!(limiter.available("alice"), 5); // a fresh key has all 5
+    /// assert_eq!(limiter.peek("alice").remaining(), 4); // what one more request would leave
+    /// limiter.try_acquire_n("alice", 3)?;
+    /// assert_eq!(limiter.available("alice"), 2);
+    /// assert!(!limiter.try_acquire_n("alice", 3)?.is_allowed()); // 3 > 2: refused
+    /// assert!(limiter.try_acquire_n("alice", 2)?.is_allowed());
+    /// assert_eq!(limiter.available("alice"), 0);
+    /// assert_eq!(limiter.peek("alice").remaining(), 0); // both 0 when nothing is left
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[must_use]
+    pub fn available<Q>(&self, key: &Q) -> u64
+    where
+        K: Borrow<Q> + From<Q::Owned>,
+        Q: Hash + Eq + ToOwned + ?Sized,
+    {
+        // A peek decides a request of cost 1 without taking it.
+        self.peek(key).available_before(1)
+    }
+
     /// A request of `cost` (at least 1) for `key`, its decision through stats and shadow
     /// mode, and where its admission stands.
     #[inline(always)]
@@ -547,6 +589,50 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
         let decided = self.reserve_cost(key, n)?;
         Ok(Reservation::new(decided.decision, n, decided.marks, origin)
             .decided_by_overflow_of(decided.overflow))
+    }
+
+    /// [`reserve_n`](RateLimiter::reserve_n), guarded: the [`ReservationGuard`] cancels the
+    /// reservation when it is dropped unsettled (an early return, a `?`, a panic), so only a
+    /// [`settle`](ReservationGuard::settle) keeps permits spent. Decided exactly as
+    /// `reserve_n`.
+    ///
+    /// # Errors
+    ///
+    /// As [`reserve_n`](RateLimiter::reserve_n): [`CostError::Zero`] and
+    /// [`CostError::ExceedsLimit`]; nothing changes.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::{FakeClock, RateLimiter};
+    ///
+    /// let limiter: RateLimiter<String, FakeClock> =
+    ///     RateLimiter::with_clock("100/min".parse()?, FakeClock::new());
+    /// {
+    ///     let _guard = limiter.reserve_guarded("tenant-7", 40)?;
+    ///     assert_eq!(limiter.available("tenant-7"), 60);
+    /// } // dropped unsettled: the 40 come back
+    /// assert_eq!(limiter.available("tenant-7"), 100);
+    /// limiter.reserve_guarded("tenant-7", 40)?.settle(25)?;
+    /// assert_eq!(limiter.available("tenant-7"), 75);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn reserve_guarded<'a, Q>(
+        &'a self,
+        key: &'a Q,
+        n: u64,
+    ) -> Result<ReservationGuard<'a, Self, Q>, CostError>
+    where
+        K: Borrow<Q> + From<Q::Owned>,
+        Q: Hash + Eq + ToOwned + ?Sized,
+    {
+        let reservation = self.reserve_n(key, n)?;
+        Ok(ReservationGuard::new(
+            self,
+            key,
+            reservation,
+            |limiter, key, r, actual| limiter.settle(key, r, actual),
+        ))
     }
 
     /// Settles a reservation of `key` at what the request really cost.

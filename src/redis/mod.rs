@@ -291,6 +291,39 @@ impl RedisLimiter {
         Ok(self.shared.decide(key, Ask::Peek).await?.0)
     }
 
+    /// The permits `key` has now: the largest cost `n` for which
+    /// [`try_acquire_n(key, n)`](RedisLimiter::try_acquire_n) would be allowed at this
+    /// instant, 0 when even one request would be refused. One [`peek`](RedisLimiter::peek):
+    /// it changes nothing.
+    ///
+    /// **Not `peek(key).remaining()`**: that is what would remain *after* one more request.
+    /// While anything is left, `available` is one more; when nothing is, both are 0 (see
+    /// [`RateLimiter::available`](crate::RateLimiter::available)).
+    ///
+    /// # Errors
+    ///
+    /// As for [`peek`](RedisLimiter::peek).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), tollgate::redis::BackendError> {
+    /// let limiter = tollgate::redis::RedisLimiter::connect(
+    ///     "redis://127.0.0.1:6379",
+    ///     "10/min".parse().unwrap(),
+    /// )
+    /// .await?;
+    /// limiter.try_acquire_n("erin", 4).await?;
+    /// assert_eq!(limiter.available("erin").await?, 6);
+    /// assert_eq!(limiter.peek("erin").await?.remaining(), 5);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn available(&self, key: &str) -> Result<u64, BackendError> {
+        // A peek decides a request of cost 1 without taking it.
+        Ok(self.peek(key).await?.available_before(1))
+    }
+
     /// Deletes `key`'s state in Redis (all bands) and its refusal in this limiter's deny
     /// cache: the key starts fresh. Returns `true` when there was state to delete. Other
     /// limiters' deny caches may still refuse the key until their cached retry_after.

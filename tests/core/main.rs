@@ -6,6 +6,7 @@ mod models;
 #[path = "../support/races.rs"]
 mod support;
 
+mod available;
 mod bad_input;
 mod composite;
 mod concurrency;
@@ -19,6 +20,7 @@ mod proptest_settle;
 mod proptest_windowed;
 mod races;
 mod rebuilt_refunds;
+mod reservation_guard;
 mod reservations;
 mod serde_config;
 mod stats;

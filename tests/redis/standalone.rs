@@ -808,3 +808,55 @@ async fn time_comes_from_redis() {
         "stamp {stamp} us, Redis TIME {now} us"
     );
 }
+
+/// `available` on Redis: the largest cost admitted now, one more than a peek's remaining
+/// while anything is left, and the same as the in-process limiter's on each algorithm.
+#[tokio::test]
+async fn available_is_the_largest_cost_admitted_now() {
+    let server = RedisServer::start();
+    for (i, policy) in [
+        "10/1s",
+        "sliding-log 5/1s",
+        "sliding-counter 7/1s",
+        "4/1s & 9/3s",
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let clock = FakeClock::new();
+        at(&clock, 60_000 * MS);
+        let limiter = limiter_at(&server, policy, &format!("available{i}"), &clock).await;
+        let limit = limiter.peek("k").await.unwrap().limit();
+        assert_eq!(
+            limiter.available("k").await.unwrap(),
+            limit,
+            "{policy}: fresh"
+        );
+        for (step, cost) in [3u64, 1, 2, 1].into_iter().enumerate() {
+            let before = limiter.available("k").await.unwrap();
+            let at_step = format!("{policy}, step {step}");
+            if before < limit {
+                let more = limiter.try_acquire_n("k", before + 1).await.unwrap();
+                assert!(!more.is_allowed(), "{at_step}");
+                assert_eq!(more.remaining(), before, "{at_step}");
+            }
+            let cost = cost.min(before);
+            if cost > 0 {
+                let d = limiter.try_acquire_n("k", cost).await.unwrap();
+                assert!(d.is_allowed(), "{at_step}");
+            }
+            let after = limiter.available("k").await.unwrap();
+            assert_eq!(after, before - cost, "{at_step}");
+            let peek = limiter.peek("k").await.unwrap();
+            if after > 0 {
+                assert_eq!(peek.remaining(), after - 1, "{at_step}");
+            } else {
+                assert!(!peek.is_allowed() && peek.remaining() == 0, "{at_step}");
+            }
+        }
+        assert!(
+            limiter.available("k").await.unwrap() < limit,
+            "{policy}: nothing was spent"
+        );
+    }
+}
