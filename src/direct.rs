@@ -243,7 +243,7 @@ impl<C: Clock> DirectLimiter<C> {
     /// [`reserve_n`](DirectLimiter::reserve_n), guarded: the [`ReservationGuard`] cancels the
     /// reservation when it is dropped unsettled, so only a
     /// [`settle`](ReservationGuard::settle) keeps permits spent. See
-    /// [`RateLimiter::reserve_guarded`].
+    /// [`RateLimiter::reserve_guarded`](crate::RateLimiter::reserve_guarded).
     ///
     /// # Errors
     ///
@@ -524,7 +524,7 @@ impl<C: Clock> DirectLimiter<C> {
     ///
     /// **Not `peek().remaining()`**: that is what would remain *after* one more request.
     /// While anything is left, `available` is one more; when nothing is, both are 0. See
-    /// [`RateLimiter::available`].
+    /// [`RateLimiter::available`](crate::RateLimiter::available).
     ///
     /// # Examples
     ///

@@ -1,6 +1,6 @@
 //! A reservation that gives its permits back unless it is settled: [`ReservationGuard`], made
-//! by [`RateLimiter::reserve_guarded`](crate::RateLimiter::reserve_guarded) and
-//! [`DirectLimiter::reserve_guarded`](crate::DirectLimiter::reserve_guarded).
+//! by [`RateLimiter::reserve_guarded`](crate::RateLimiter::reserve_guarded)(crate::RateLimiter::reserve_guarded) and
+//! [`DirectLimiter::reserve_guarded`](crate::DirectLimiter::reserve_guarded)(crate::DirectLimiter::reserve_guarded).
 //!
 //! A plain [`Reservation`] dropped unsettled keeps its whole estimate spent, so an early `?`
 //! or a panic between the reservation and its settle wastes it. The guard borrows the limiter
@@ -18,14 +18,14 @@ type SettleFn<L, Q> = fn(&L, &Q, Reservation, u64) -> Result<(), SettleError>;
 
 /// A [`Reservation`] that is cancelled when dropped unless it was settled.
 ///
-/// Made by [`RateLimiter::reserve_guarded`] (`Q` the borrowed key type, `str` for `String`
-/// keys) and [`DirectLimiter::reserve_guarded`] (`Q = ()`). It borrows the limiter and the key,
+/// Made by [`RateLimiter::reserve_guarded`](crate::RateLimiter::reserve_guarded) (`Q` the borrowed key type, `str` for `String`
+/// keys) and [`DirectLimiter::reserve_guarded`](crate::DirectLimiter::reserve_guarded) (`Q = ()`). It borrows the limiter and the key,
 /// so it lives inside the request that made it.
 ///
 /// * [`settle(actual)`](ReservationGuard::settle) settles at what the request really cost and
 ///   consumes the guard: nothing more happens on drop.
 /// * Dropped unsettled (an early return, an error passed on with `?`, a panic unwinding), it
-///   [`cancel`](RateLimiter::cancel)s: every permit the reservation still holds comes back,
+///   [`cancel`](crate::RateLimiter::cancel)s: every permit the reservation still holds comes back,
 ///   under the same rules as a cancel (nothing after a `reset` or a policy change, as the
 ///   state that held them is gone).
 /// * [`into_reservation`](ReservationGuard::into_reservation) hands back the plain
@@ -145,7 +145,7 @@ impl<'a, L, Q: ?Sized> ReservationGuard<'a, L, Q> {
     }
 
     /// Settles the reservation at what the request really cost, as the limiter's `settle`
-    /// does ([`RateLimiter::settle`], [`DirectLimiter::settle`]): below the reservation the
+    /// does ([`RateLimiter::settle`](crate::RateLimiter::settle), [`DirectLimiter::settle`](crate::DirectLimiter::settle)): below the reservation the
     /// difference comes back, above it the excess is charged. Consumes the guard, which then
     /// cancels nothing.
     ///
