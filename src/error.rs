@@ -1,10 +1,9 @@
-//! The typed errors of deciding: [`CostError`] for a request cost that can never be admitted,
-//! [`ClockError`] for a clock that cannot be started. Each message names the field and the
-//! value. (A policy that cannot be built is a [`PolicyError`](crate::PolicyError), beside
-//! the policy.)
+//! [`CostError`]: a request cost that can never be admitted, named with its value and the
+//! policy's limit. (A policy that cannot be built is a [`PolicyError`](crate::PolicyError),
+//! beside the policy; a clock that cannot be started a
+//! [`ClockError`](crate::clock::ClockError), beside the clock.)
 
 use std::fmt;
-use std::time::Duration;
 
 /// Why a request cost was refused before it reached any state.
 ///
@@ -69,49 +68,3 @@ impl CostError {
         Ok(())
     }
 }
-
-/// Why a [`CoarseClock`](crate::CoarseClock) could not be started.
-///
-/// # Examples
-///
-/// ```
-/// use std::time::Duration;
-/// use tollgate::{ClockError, CoarseClock};
-///
-/// let err = CoarseClock::new(Duration::from_micros(10)).unwrap_err();
-/// assert_eq!(err, ClockError::Resolution { resolution: Duration::from_micros(10) });
-/// assert_eq!(err.to_string(), "resolution 10µs is outside the supported range of 100µs to 1s");
-/// ```
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum ClockError {
-    /// `resolution` is outside
-    /// [`CoarseClock::MIN_RESOLUTION`](crate::CoarseClock::MIN_RESOLUTION)..=[`CoarseClock::MAX_RESOLUTION`](crate::CoarseClock::MAX_RESOLUTION).
-    Resolution {
-        /// The resolution asked for.
-        resolution: Duration,
-    },
-    /// The operating system refused to start the refreshing thread.
-    Spawn {
-        /// The operating system's error, as text.
-        message: String,
-    },
-}
-
-impl fmt::Display for ClockError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            ClockError::Resolution { resolution } => write!(
-                f,
-                "resolution {resolution:?} is outside the supported range of {:?} to {:?}",
-                crate::CoarseClock::MIN_RESOLUTION,
-                crate::CoarseClock::MAX_RESOLUTION
-            ),
-            ClockError::Spawn { message } => {
-                write!(f, "the clock's refreshing thread did not start: {message}")
-            }
-        }
-    }
-}
-
-impl std::error::Error for ClockError {}

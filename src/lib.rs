@@ -59,27 +59,25 @@
 #![warn(rust_2018_idioms, unreachable_pub)]
 
 mod bounded;
-mod clock;
-mod coarse_clock;
-mod concurrency;
+pub mod clock;
+pub mod concurrency;
 mod decision;
 mod direct;
 mod engine;
 mod error;
-mod hasher;
-mod inline_key;
 mod ip;
 mod keyed;
-mod login;
+pub mod keys;
+pub mod login;
 #[cfg(feature = "tower")]
 pub mod middleware;
-mod policy;
+pub mod policy;
 #[cfg(feature = "redis")]
 pub mod redis;
 mod reservation;
 mod reservation_guard;
-mod stats;
-mod wait;
+pub mod stats;
+pub mod wait;
 
 #[cfg(tollgate_loom)]
 #[doc(hidden)]
@@ -122,15 +120,13 @@ struct RedisDoctests;
 
 #[cfg(feature = "tokio")]
 pub use clock::TokioClock;
-pub use clock::{Clock, FakeClock, SystemClock};
-pub use coarse_clock::CoarseClock;
+pub use clock::{Clock, ClockError, CoarseClock, FakeClock, SystemClock};
 pub use concurrency::{AtCapacity, ConcurrencyLimiter, Permit};
 pub use decision::Decision;
 pub use direct::DirectLimiter;
-pub use error::{ClockError, CostError};
-pub use hasher::KeyHasher;
-pub use inline_key::InlineKey;
+pub use error::CostError;
 pub use keyed::RateLimiter;
+pub use keys::{InlineKey, KeyHasher};
 pub use login::{LoginClient, LoginConfig, LoginConfigError, LoginDecision, LoginGuard};
 pub use policy::{Algorithm, Band, Policy, PolicyError};
 pub use reservation::{Reservation, SettleError};

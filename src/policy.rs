@@ -1,5 +1,19 @@
 //! What a limiter enforces: [`Policy`], one or more [`Band`]s (an [`Algorithm`], a number of
-//! permits and a window), validated once at construction.
+//! permits and a window), validated once at construction, and [`PolicyError`] for one that
+//! cannot be built, naming the field and the value. A policy is usually written as a string
+//! (in code or a config file) and parsed; it prints back as a string that parses to it.
+//!
+//! ```
+//! use std::time::Duration;
+//! use tollgate::policy::{Algorithm, Policy, PolicyError};
+//!
+//! let api: Policy = "10/s & 1000/day".parse()?; // two bands, decided all or nothing
+//! assert_eq!(api.bands().count(), 2);
+//! let login = Policy::new(Algorithm::SlidingLog, 5, Duration::from_secs(15 * 60))?;
+//! assert_eq!(login.to_string(), "sliding-log 5/15m");
+//! assert_eq!("0/s".parse::<Policy>(), Err(PolicyError::ZeroPermits));
+//! # Ok::<(), PolicyError>(())
+//! ```
 
 mod parse;
 #[cfg(feature = "serde")]

@@ -1,4 +1,19 @@
-//! Decision counters: [`Stats`], read from a limiter built with `with_stats`.
+//! Decision counters: [`Stats`], read from a limiter built with `with_stats` (allowed,
+//! refused and overflowed decisions, and the keys tracked), for dashboards and for shadow
+//! mode's report of what a policy would have refused.
+//!
+//! ```
+//! use tollgate::stats::Stats;
+//! use tollgate::{FakeClock, RateLimiter};
+//!
+//! let limiter: RateLimiter<String, FakeClock> =
+//!     RateLimiter::with_clock("1/min".parse()?, FakeClock::new()).with_stats();
+//! let _ = limiter.try_acquire("a");
+//! let _ = limiter.try_acquire("a");
+//! let stats: Stats = limiter.stats();
+//! assert_eq!((stats.allowed, stats.refused, stats.keys), (1, 1, 1));
+//! # Ok::<(), tollgate::PolicyError>(())
+//! ```
 //!
 //! Counting every decision on one shared atomic would make all threads write one cache line
 //! on every request. The counters are **striped** instead: each thread adds to one of a few

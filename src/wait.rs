@@ -1,5 +1,23 @@
-//! Waiting instead of refusing: [`Wait`], and the loops behind `acquire_blocking` (threads)
-//! and, with the `tokio` feature, `acquire` (async).
+//! Waiting instead of refusing: [`Wait`], how a waiting acquire waits (a timeout, jitter),
+//! and the loops behind `acquire_blocking` (threads) and, with the `tokio` feature,
+//! `acquire` (async), for a client that must stay under someone else's quota.
+//!
+//! ```
+//! use std::time::Duration;
+//! use tollgate::wait::Wait;
+//! use tollgate::{Clock, FakeClock, RateLimiter};
+//!
+//! let clock = FakeClock::new(); // its sleeps move its own time
+//! let limiter: RateLimiter<String, FakeClock> =
+//!     RateLimiter::with_clock("1/s".parse()?, clock.clone());
+//! let patient = Wait::new().timeout(Duration::from_secs(5));
+//! assert!(limiter.acquire_blocking_with("upstream", patient).is_ok());
+//! assert!(limiter.acquire_blocking_with("upstream", patient).is_ok()); // waited 1 s
+//! assert_eq!(clock.now(), 1_000_000_000);
+//! let hurried = Wait::new().timeout(Duration::from_millis(100));
+//! assert!(limiter.acquire_blocking_with("upstream", hurried).is_err()); // would wait 1 s
+//! # Ok::<(), tollgate::PolicyError>(())
+//! ```
 //!
 //! A waiter tries, and when refused sleeps the decision's `retry_after` (plus the clock's
 //! [`granularity`](Clock::granularity), zero except for cached clocks, and optional jitter, so

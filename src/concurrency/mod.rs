@@ -1,6 +1,17 @@
 //! Per-key concurrency limits: [`ConcurrencyLimiter`], how many requests of one key may be in
 //! flight at once (not how many per second).
 //!
+//! ```
+//! use tollgate::concurrency::{AtCapacity, ConcurrencyLimiter};
+//!
+//! let jobs: ConcurrencyLimiter<String> = ConcurrencyLimiter::new(1);
+//! let running = jobs.try_acquire("tenant-1")?;
+//! assert!(jobs.try_acquire("tenant-1").is_err()); // one at a time
+//! drop(running); // done: the place is free again
+//! assert!(jobs.try_acquire("tenant-1").is_ok());
+//! # Ok::<(), AtCapacity>(())
+//! ```
+//!
 //! A job scheduler capping each tenant at 4 running jobs, a proxy capping each client at 10
 //! open connections: [`try_acquire`](ConcurrencyLimiter::try_acquire) hands out a [`Permit`]
 //! while the key has fewer than its limit in flight, and the permit gives its place back when
@@ -16,7 +27,7 @@ use std::hash::{BuildHasher, Hash};
 use std::sync::Arc;
 
 use crate::bounded::BoundedMap;
-use crate::hasher::KeyHasher;
+use crate::keys::KeyHasher;
 
 use self::gauge::{acquire_on, Gauge};
 use self::overflow::Overflow;

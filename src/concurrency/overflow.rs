@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use scc::hash_map::Entry;
 
 use crate::bounded::{sweep_step, SWEEP_PER_INSERT};
-use crate::hasher::KeyHasher;
+use crate::keys::KeyHasher;
 
 use super::gauge::{acquire_shared, AtCapacity, Gauge, Permit};
 

@@ -29,7 +29,7 @@ use std::sync::Arc;
 use crate::clock::{Clock, SystemClock};
 use crate::decision::Decision;
 use crate::error::CostError;
-use crate::hasher::KeyHasher;
+use crate::keys::KeyHasher;
 use crate::policy::Policy;
 use crate::reservation::{Reservation, SettleError};
 use crate::reservation_guard::ReservationGuard;

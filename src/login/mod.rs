@@ -2,6 +2,20 @@
 //! client at once, lockouts that grow for accounts attacked again and again, and *known
 //! clients* that keep their account's owner able to log in while it is attacked.
 //!
+//! ```
+//! use tollgate::login::LoginGuard;
+//! use tollgate::FakeClock;
+//!
+//! let guard = LoginGuard::with_clock(FakeClock::new()); // 5/15m per account, 20/1h per client
+//! assert!(guard.check("alice", "203.0.113.66").is_allowed());
+//! for _ in 0..5 {
+//!     let _ = guard.record_failure("alice", "203.0.113.66"); // five wrong passwords
+//! }
+//! assert!(!guard.check("alice", "203.0.113.66").is_allowed()); // 429, with Retry-After
+//! ```
+//!
+//! Inside:
+//!
 //! | module | job |
 //! |---|---|
 //! | `config` | [`LoginConfig`]: the limits, the lockout schedule, how long a client stays known |
@@ -24,8 +38,8 @@ use std::fmt;
 
 use crate::bounded::BoundedMap;
 use crate::clock::{duration_to_nanos, Clock, SystemClock};
-use crate::hasher::KeyHasher;
 use crate::keyed::RateLimiter;
+use crate::keys::KeyHasher;
 
 pub use client::LoginClient;
 pub use config::{LoginConfig, LoginConfigError};

@@ -12,7 +12,7 @@ use ::redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use ::redis::cluster::ClusterClientBuilder;
 
 use crate::clock::{Clock, SystemClock};
-use crate::hasher::KeyHasher;
+use crate::keys::KeyHasher;
 use crate::policy::{Algorithm, Policy};
 use crate::reservation::next_limiter_id;
 

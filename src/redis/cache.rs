@@ -61,7 +61,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use scc::HashMap;
 
 use crate::decision::Decision;
-use crate::hasher::KeyHasher;
+use crate::keys::KeyHasher;
 
 /// One cached refusal.
 #[derive(Clone, Copy, Debug)]

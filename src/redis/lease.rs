@@ -67,7 +67,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::decision::Decision;
-use crate::hasher::KeyHasher;
+use crate::keys::KeyHasher;
 
 use super::conn::Script;
 use super::give_back::{Held, Returner};

@@ -10,7 +10,7 @@ use std::time::Duration;
 use crate::clock::Clock;
 use crate::decision::Decision;
 use crate::error::CostError;
-use crate::hasher::KeyHasher;
+use crate::keys::KeyHasher;
 use crate::policy::Policy;
 use crate::reservation::{Marks, Origin};
 

@@ -6,6 +6,7 @@
 //! refreshes costs well under a nanosecond. The price is precision: every reading lags real
 //! time by up to one resolution (more if the refreshing thread is not scheduled in time).
 
+use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::thread::JoinHandle;
@@ -13,8 +14,8 @@ use std::time::{Duration, Instant};
 
 use crossbeam_utils::CachePadded;
 
-use crate::clock::{Clock, SystemClock};
-use crate::error::ClockError;
+use super::source::Clock;
+use super::system::SystemClock;
 
 /// A clock that trades precision for speed: readings come from a word that a background
 /// thread refreshes every `resolution`, so reading it is one load instead of a counter read.
@@ -244,6 +245,52 @@ impl Clock for CoarseClock {
         self.resolution
     }
 }
+
+/// Why a [`CoarseClock`](CoarseClock) could not be started.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate::{ClockError, CoarseClock};
+///
+/// let err = CoarseClock::new(Duration::from_micros(10)).unwrap_err();
+/// assert_eq!(err, ClockError::Resolution { resolution: Duration::from_micros(10) });
+/// assert_eq!(err.to_string(), "resolution 10µs is outside the supported range of 100µs to 1s");
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ClockError {
+    /// `resolution` is outside
+    /// [`CoarseClock::MIN_RESOLUTION`](CoarseClock::MIN_RESOLUTION)..=[`CoarseClock::MAX_RESOLUTION`](CoarseClock::MAX_RESOLUTION).
+    Resolution {
+        /// The resolution asked for.
+        resolution: Duration,
+    },
+    /// The operating system refused to start the refreshing thread.
+    Spawn {
+        /// The operating system's error, as text.
+        message: String,
+    },
+}
+
+impl fmt::Display for ClockError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ClockError::Resolution { resolution } => write!(
+                f,
+                "resolution {resolution:?} is outside the supported range of {:?} to {:?}",
+                CoarseClock::MIN_RESOLUTION,
+                CoarseClock::MAX_RESOLUTION
+            ),
+            ClockError::Spawn { message } => {
+                write!(f, "the clock's refreshing thread did not start: {message}")
+            }
+        }
+    }
+}
+
+impl std::error::Error for ClockError {}
 
 #[cfg(test)]
 mod tests {
