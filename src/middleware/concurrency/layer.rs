@@ -37,7 +37,8 @@ use crate::middleware::refusal::{Refusal, RefusalHandler};
 ///   flight will end. Requests are never queued. Your own answer:
 ///   [`on_refusal`](ConcurrencyLimitLayer::on_refusal).
 /// * **No key**: answered as [`on_missing_key`](ConcurrencyLimitLayer::on_missing_key)
-///   says (default `400 Bad Request`), as by the rate layer.
+///   says (default `400 Bad Request`), as by the rate layer; no peer address at all is the
+///   server's mistake: `500`, logged once ([`PeerIp`]).
 ///
 /// Keep an `Arc` of the limiter to read `in_flight` or run `evict_idle`, and give it
 /// `max_keys` so that clients inventing keys cannot grow memory without bound.

@@ -32,7 +32,8 @@ use crate::middleware::refusal::{Refusal, RefusalHandler};
 ///    [`client`](LoginLayer::client)): an address is passed to the guard as an address
 ///    (which masks IPv6 to its /64), any other key (a [`HeaderKey`](crate::middleware::HeaderKey)
 ///    digest of a device cookie, say) as a device token. A request without one is
-///    answered as [`on_missing_key`](LoginLayer::on_missing_key) says (default `400`).
+///    answered as [`on_missing_key`](LoginLayer::on_missing_key) says (default `400`; no
+///    peer address at all is the server's mistake: `500`, logged once).
 /// 3. [`LoginGuard::check`]: a refusal is answered `429 Too Many Requests` with
 ///    `Retry-After` and a problem document (gRPC: `RESOURCE_EXHAUSTED`), or what your
 ///    [`on_refusal`](LoginLayer::on_refusal) handler answers, and the handler is not called.

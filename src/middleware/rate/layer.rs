@@ -41,7 +41,9 @@ use crate::middleware::refusal::{Refusal, RefusalHandler};
 ///   `grpc-status: 8` (`RESOURCE_EXHAUSTED`) instead. Your own answer:
 ///   [`on_refusal`](RateLimitLayer::on_refusal).
 /// * **No key**: answered as [`on_missing_key`](RateLimitLayer::on_missing_key) says
-///   (default `400 Bad Request`), never a panic.
+///   (default `400 Bad Request`), never a panic. A request without a peer address is the
+///   server's mistake (with axum: served without `into_make_service_with_connect_info`):
+///   `500`, logged once per layer ([`PeerIp`]).
 /// * `OPTIONS` requests (CORS preflights) pass unlimited unless
 ///   [`exempt_options(false)`](RateLimitLayer::exempt_options).
 ///
