@@ -120,7 +120,7 @@ impl KeyTaker {
         // Relaxed: the flag orders nothing; at worst two racing requests both log.
         if !self.peer_logged.swap(true, Ordering::Relaxed) {
             log::error!(
-                "rate limit key: the request carries no peer address; with axum, serve with \
+                "tollgate middleware: a request carries no peer address; with axum, serve with \
                  `into_make_service_with_connect_info::<SocketAddr>()` (and enable tollgate's \
                  `axum` feature), with hyper put the connection's `SocketAddr` in the request's \
                  extensions; answering 500 to every such request"

@@ -35,9 +35,9 @@ pub enum Refused {
     Rate {
         /// The limiter's decision (`is_allowed()` is `false`).
         decision: Decision,
-        /// The rule's policy name, as in the `RateLimit-Policy` field, unquoted: the route's
-        /// [`name`](super::Route::name), else the layer's
-        /// [`policy_name`](super::RateLimitLayer::policy_name) (`default`).
+        /// The rule's policy name, unquoted: the route's [`name`](super::Route::name), else
+        /// the layer's [`policy_name`](super::RateLimitLayer::policy_name) (`default`). The
+        /// `RateLimit` field names a composite policy's bands after it (`default-1s`).
         rule: String,
     },
     /// A [`ConcurrencyLimitLayer`](super::ConcurrencyLimitLayer): the key already has

@@ -57,6 +57,13 @@ impl Settlement {
     /// Settles the reservation at what `response` says it cost; the fields the response
     /// should carry instead of those decided at the request, when the settle changed them.
     /// A response that says nothing keeps the estimate spent.
+    #[cfg_attr(
+        not(feature = "redis"),
+        allow(
+            clippy::infallible_destructuring_match,
+            reason = "with feature redis the holder has a second kind"
+        )
+    )]
     pub(crate) fn settle(mut self, response: &response::Parts) -> Option<Fields> {
         let reservation = self.reservation.take()?;
         let actual = self.rule.settle.as_ref()?;
