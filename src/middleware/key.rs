@@ -41,7 +41,7 @@ pub enum LimitKey {
     /// A numeric id (user, tenant) from your own extractor.
     Id(u64),
     /// A 128-bit keyed hash of variable-length key material (a header value, a token),
-    /// made by [`LimitKey::digest`].
+    /// made by [`LimitKey::digest_with_secret`] or [`LimitKey::digest`].
     Digest([u8; 16]),
 }
 
@@ -54,8 +54,10 @@ impl LimitKey {
     /// give two independent 64-bit halves. Clients cannot predict it, so they cannot choose
     /// two tokens that collide to spend another client's budget, and the limiter never stores
     /// the token itself. The key changes with every process: digests are not meant to be
-    /// stored or shared between servers (for that, see
-    /// [`digest_with_secret`](LimitKey::digest_with_secret)).
+    /// stored or shared between servers. A custom extractor feeding a rule decided by Redis
+    /// must not use it (each server would file one client under a Redis key of its own):
+    /// use [`digest_with_secret`](LimitKey::digest_with_secret), as
+    /// [`HeaderKey`](super::HeaderKey) does.
     ///
     /// # Examples
     ///
