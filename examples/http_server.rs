@@ -3,6 +3,7 @@
 //!
 //! ```text
 //! cargo run --release --features tower --example http_server
+//! cargo run --release --features tower,axum --example http_server   # the same, no glue code
 //! TOLLGATE_POLICY="10/s & 1000/day" PORT=8080 cargo run --release --features tower --example http_server
 //! curl -i http://127.0.0.1:3000/
 //! ```
@@ -28,6 +29,7 @@ mod server {
     use std::sync::Arc;
     use std::time::Duration;
 
+    #[cfg(not(feature = "axum"))]
     use axum::extract::ConnectInfo;
     use axum::routing::get;
     use axum::Router;
@@ -54,6 +56,11 @@ mod server {
             .build()?;
         runtime.block_on(async move {
             let app = Router::new().route("/", get(|| async { "ok" }));
+            // With feature `axum`, `PeerIp` reads axum's `ConnectInfo` by itself; without it,
+            // the connection-info type is registered here.
+            #[cfg(feature = "axum")]
+            let peer = PeerIp::new();
+            #[cfg(not(feature = "axum"))]
             let peer = PeerIp::new().connect_info(|c: &ConnectInfo<SocketAddr>| c.0.ip());
             let mut limiter: Option<Arc<RateLimiter<LimitKey>>> = None;
             let app = match (policy, redis_url) {

@@ -6,8 +6,6 @@ use std::hash::BuildHasher;
 use std::sync::Arc;
 
 use super::key::LimitKey;
-#[cfg(doc)]
-use super::RateLimitLayer;
 use crate::clock::Clock;
 use crate::decision::Decision;
 use crate::error::CostError;
@@ -66,8 +64,9 @@ where
     }
 }
 
-/// What decides a rule's requests: a limiter given to [`RateLimitLayer::new`] or
-/// [`RateLimitLayer::route`], converted from
+/// What decides a rule's requests: a limiter given to
+/// [`RateLimitLayer::new`](super::RateLimitLayer::new) or
+/// [`RateLimitLayer::route`](super::RateLimitLayer::route), converted from
 ///
 /// * a `RateLimiter<LimitKey, C, S>` or an `Arc` of one (in process: decided at once, in
 ///   `call`; keep an `Arc` to call `evict_idle`, read `stats` or `set_policy`), or

@@ -1,33 +1,43 @@
-//! [`RateLimitBody`]: the response body of a [`RateLimit`](super::RateLimit) service.
+//! [`ResponseBody`]: the response body of every layer's service: the inner service's body,
+//! or the bytes of an answer the layer wrote itself.
 
 use std::fmt;
 use std::pin::Pin;
-use std::task::{Context, Poll};
+use std::task::{ready, Context, Poll};
 
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
 
+use crate::concurrency::Permit;
+
 pin_project! {
-    /// The body of a rate-limited service's response: the inner service's body, or the bytes
-    /// of a refusal (a problem+json document; empty for gRPC).
+    /// The body of a response from any of the layers' services ([`RateLimit`](super::rate::RateLimit),
+    /// [`ConcurrencyLimit`](super::concurrency::ConcurrencyLimit),
+    /// [`Login`](super::login::Login)): the inner service's body, or the bytes of an answer
+    /// the layer wrote itself (a refusal's problem+json document, empty for gRPC, or what
+    /// an `on_refusal` handler returned).
     ///
     /// It implements [`http_body::Body`] with the inner body's data and error types (the
     /// data type must be buildable from [`Bytes`], as it is for axum, hyper and tonic), so
-    /// servers accept it wherever they accept the inner body.
+    /// servers accept it wherever they accept the inner body. Behind a
+    /// [`ConcurrencyLimitLayer`](super::ConcurrencyLimitLayer) it also holds the request's
+    /// place until it has ended or is dropped.
     ///
     /// # Examples
     ///
     /// ```
     /// use http_body::Body;
-    /// use tollgate::middleware::RateLimitBody;
+    /// use tollgate::middleware::ResponseBody;
     ///
     /// fn assert_body<B: Body>() {}
-    /// assert_body::<RateLimitBody<axum::body::Body>>();
+    /// assert_body::<ResponseBody<axum::body::Body>>();
     /// ```
-    pub struct RateLimitBody<B> {
+    pub struct ResponseBody<B> {
         #[pin]
         kind: Kind<B>,
+        // The concurrency layer's place for this request, released when the body ends.
+        permit: Option<Permit>,
     }
 }
 
@@ -44,23 +54,33 @@ pin_project! {
     }
 }
 
-impl<B> RateLimitBody<B> {
+impl<B> ResponseBody<B> {
     pub(crate) fn inner(body: B) -> Self {
-        RateLimitBody {
+        ResponseBody {
             kind: Kind::Inner { body },
+            permit: None,
         }
     }
 
     pub(crate) fn full(data: Bytes) -> Self {
-        RateLimitBody {
+        ResponseBody {
             kind: Kind::Full {
                 data: (!data.is_empty()).then_some(data),
             },
+            permit: None,
+        }
+    }
+
+    /// The inner body, holding `permit` until it has ended or is dropped.
+    pub(crate) fn holding(body: B, permit: Option<Permit>) -> Self {
+        ResponseBody {
+            kind: Kind::Inner { body },
+            permit,
         }
     }
 }
 
-impl<B> Body for RateLimitBody<B>
+impl<B> Body for ResponseBody<B>
 where
     B: Body,
     B::Data: From<Bytes>,
@@ -72,8 +92,18 @@ where
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
-        match self.project().kind.project() {
-            KindProj::Inner { body } => body.poll_frame(cx),
+        let this = self.project();
+        match this.kind.project() {
+            KindProj::Inner { mut body } => {
+                let frame = ready!(body.as_mut().poll_frame(cx));
+                // Ended (no more frames, an error, or nothing left after this one): the
+                // request is no longer in flight, even if the server keeps the body a while
+                // before dropping it.
+                if !matches!(frame, Some(Ok(_))) || body.is_end_stream() {
+                    *this.permit = None;
+                }
+                Poll::Ready(frame)
+            }
             KindProj::Full { data } => {
                 Poll::Ready(data.take().map(|data| Ok(Frame::data(data.into()))))
             }
@@ -97,12 +127,15 @@ where
     }
 }
 
-impl<B> fmt::Debug for RateLimitBody<B> {
+impl<B> fmt::Debug for ResponseBody<B> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.kind {
-            Kind::Inner { .. } => f.write_str("RateLimitBody::Inner"),
+            Kind::Inner { .. } => f
+                .debug_struct("ResponseBody::Inner")
+                .field("permit", &self.permit)
+                .finish(),
             Kind::Full { data } => f
-                .debug_struct("RateLimitBody::Full")
+                .debug_struct("ResponseBody::Full")
                 .field("len", &data.as_ref().map_or(0, Bytes::len))
                 .finish(),
         }

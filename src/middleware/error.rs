@@ -9,7 +9,8 @@ use http::HeaderName;
 ///
 /// The layer answers such a request as configured with
 /// [`RateLimitLayer::on_missing_key`](super::RateLimitLayer::on_missing_key) (by default
-/// `400 Bad Request`); it never panics. The message is safe to show to the client: it names
+/// `400 Bad Request`; [`NoPeerAddress`](KeyError::NoPeerAddress) always `500`); it never
+/// panics. The message is safe to show to the client: it names
 /// the header that was missing or malformed, never its value.
 ///
 /// # Examples
@@ -26,8 +27,11 @@ use http::HeaderName;
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum KeyError {
-    /// The request carries no peer address: the server did not put a `SocketAddr` (or the
-    /// type registered with `connect_info`) in the request's extensions.
+    /// The request carries no peer address: the server did not put a `SocketAddr` (axum's
+    /// `ConnectInfo<SocketAddr>` with feature `axum`, or the type registered with
+    /// `connect_info`) in the request's extensions. The server's mistake, not the client's:
+    /// the layers answer it `500` and log it once, whatever
+    /// [`MissingKey`](super::MissingKey) says.
     NoPeerAddress,
     /// The header the key comes from is absent or empty.
     MissingHeader(HeaderName),

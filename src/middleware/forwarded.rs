@@ -13,7 +13,8 @@ use http::header::FORWARDED;
 use http::{HeaderMap, HeaderName};
 
 use super::error::{ConfigError, KeyError};
-use super::key::{trim, KeyExtractor, LimitKey, Peer, RequestHead};
+use super::key::{trim, KeyExtractor, LimitKey, RequestHead};
+use super::peer::Peer;
 use crate::ip::{mask, mask128, mask32};
 
 /// `X-Forwarded-For`, which `http` has no constant for.
@@ -247,11 +248,13 @@ impl ClientIp {
     ///
     /// ```
     /// use std::net::SocketAddr;
-    /// use axum::extract::ConnectInfo;
     /// use tollgate::middleware::ClientIp;
     ///
+    /// #[derive(Clone)]
+    /// struct Conn { remote: SocketAddr }
+    ///
     /// let extractor = ClientIp::trusted_proxies(["10.0.0.0/8"])?
-    ///     .connect_info(|info: &ConnectInfo<SocketAddr>| info.0.ip());
+    ///     .connect_info(|conn: &Conn| conn.remote.ip());
     /// # Ok::<(), tollgate::middleware::ConfigError>(())
     /// ```
     #[must_use]

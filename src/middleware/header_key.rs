@@ -11,13 +11,23 @@ use super::key::{trim, KeyExtractor, LimitKey, RequestHead};
 /// hashed into a fixed-size [`LimitKey::Digest`].
 ///
 /// The value is **length-bounded** (4096 bytes by default; longer values are
-/// [`KeyError::TooLong`]) and **hashed with a secret key** ([`LimitKey::digest`]), so the
-/// limiter's memory per key is fixed and clients cannot aim tokens at each other's budget.
-/// A header that appears more than once is [`KeyError::Malformed`] (which one would count?).
+/// [`KeyError::TooLong`]) and **hashed** into 128 bits, so the limiter's memory per key is
+/// fixed and the token itself is never stored. A header that appears more than once is
+/// [`KeyError::Malformed`] (which one would count?).
 ///
-/// With Redis-backed rules on several servers, give every server the same
-/// [`shared_secret`](HeaderKey::shared_secret): by default each process draws its own key,
-/// so one token would be a different Redis key on each server.
+/// **The digest is the same in every process**: SipHash-2-4-128 (a keyed hash with a fixed
+/// definition) under [`shared_secret`](HeaderKey::shared_secret) when one is given, else
+/// under the fixed [`PUBLIC_DIGEST_KEY`](HeaderKey::PUBLIC_DIGEST_KEY). So a Redis-backed
+/// rule shared by several servers files one client under one Redis key whatever the
+/// configuration: a per-process key would split each client over as many Redis keys as
+/// there are servers (and multiply its budget by as many), with nothing to show for it.
+///
+/// Without a secret, clients still cannot spend another client's budget: that takes a token
+/// whose digest equals the victim's, a second preimage of a 128-bit hash, while the only
+/// way to learn the victim's digest is to read your Redis. What the secret adds is that the
+/// digests in Redis cannot be checked against guessed tokens by whoever reads it: give
+/// every server the same 16 random bytes when the tokens are guessable (short API keys) or
+/// the Redis is shared with others.
 ///
 /// **Only key by a token that has been checked.** Anyone can invent a new token per
 /// request; keyed by unchecked tokens, each gets a fresh budget. Place this layer after your
@@ -31,11 +41,12 @@ use super::key::{trim, KeyExtractor, LimitKey, RequestHead};
 ///
 /// let bearer = HeaderKey::bearer();
 /// let request = Request::get("/").header("authorization", "Bearer abc.def").body(())?;
-/// assert_eq!(bearer.extract(&RequestHead::new(&request))?, LimitKey::digest(b"abc.def"));
+/// let digest = |token: &[u8]| LimitKey::digest_with_secret(&HeaderKey::PUBLIC_DIGEST_KEY, token);
+/// assert_eq!(bearer.extract(&RequestHead::new(&request))?, digest(b"abc.def"));
 ///
 /// let api_key = HeaderKey::new("x-api-key")?.max_len(64);
 /// let request = Request::get("/").header("x-api-key", "k-123").body(())?;
-/// assert_eq!(api_key.extract(&RequestHead::new(&request))?, LimitKey::digest(b"k-123"));
+/// assert_eq!(api_key.extract(&RequestHead::new(&request))?, digest(b"k-123"));
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Clone, Debug)]
@@ -43,13 +54,29 @@ pub struct HeaderKey {
     name: HeaderName,
     bearer: bool,
     max_len: usize,
-    /// The digest's key when it must agree between servers; the process's own otherwise.
+    /// The digest's key; `None`: [`HeaderKey::PUBLIC_DIGEST_KEY`].
     secret: Option<[u8; 16]>,
 }
 
 impl HeaderKey {
     /// The default bound on the key's length, in bytes.
     pub const DEFAULT_MAX_LEN: usize = 4096;
+
+    /// The digest key used without a [`shared_secret`](HeaderKey::shared_secret): fixed and
+    /// public, so that every server turns one token into one key.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use http::Request;
+    /// use tollgate::middleware::{HeaderKey, KeyExtractor, LimitKey, RequestHead};
+    ///
+    /// let request = Request::get("/").header("x-api-key", "k-123").body(())?;
+    /// let key = HeaderKey::new("x-api-key")?.extract(&RequestHead::new(&request))?;
+    /// assert_eq!(key, LimitKey::digest_with_secret(&HeaderKey::PUBLIC_DIGEST_KEY, b"k-123"));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub const PUBLIC_DIGEST_KEY: [u8; 16] = *b"tollgate:header1";
 
     /// Keys by the whole value of the header `name` (case-insensitive).
     ///
@@ -122,8 +149,9 @@ impl HeaderKey {
     }
 
     /// Digests the key material under `secret` ([`LimitKey::digest_with_secret`]) instead of
-    /// the process's own random key, so every server given the same secret turns one token
-    /// into the same key: what Redis-backed rules shared by several servers need.
+    /// [`PUBLIC_DIGEST_KEY`](HeaderKey::PUBLIC_DIGEST_KEY): every server given the same
+    /// secret still turns one token into the same key, and the digests (in a Redis, say) can
+    /// no longer be checked against guessed tokens by anyone who does not know the secret.
     ///
     /// # Examples
     ///
@@ -171,10 +199,8 @@ impl KeyExtractor for HeaderKey {
                 max: self.max_len,
             });
         }
-        Ok(match &self.secret {
-            Some(secret) => LimitKey::digest_with_secret(secret, material),
-            None => LimitKey::digest(material),
-        })
+        let secret = self.secret.as_ref().unwrap_or(&Self::PUBLIC_DIGEST_KEY);
+        Ok(LimitKey::digest_with_secret(secret, material))
     }
 }
 
@@ -190,7 +216,25 @@ fn bearer_token(value: &[u8]) -> Option<&[u8]> {
 
 #[cfg(test)]
 mod tests {
+    use siphasher::sip128::SipHasher24;
+
     use super::*;
+
+    #[test]
+    fn digests_without_a_secret_are_the_same_in_every_process() {
+        // The key is a constant: a digest computed here equals one computed by any other
+        // server, which a per-process random key would not.
+        let request = http::Request::get("/")
+            .header("authorization", "Bearer abc")
+            .body(())
+            .unwrap();
+        let key = HeaderKey::bearer().extract(&RequestHead::new(&request));
+        let want = SipHasher24::new_with_key(b"tollgate:header1")
+            .hash(b"abc")
+            .as_bytes();
+        assert_eq!(key, Ok(LimitKey::Digest(want)));
+        assert_ne!(key, Ok(LimitKey::digest(b"abc")));
+    }
 
     #[test]
     fn bearer_tokens() {

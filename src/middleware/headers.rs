@@ -369,19 +369,6 @@ pub(crate) fn error_response(
     response
 }
 
-/// The response to a request the policy refused: 429 (or gRPC `RESOURCE_EXHAUSTED`), with
-/// `Retry-After` and the rate-limit fields.
-pub(crate) fn refusal(decision: &Decision, fields: Fields, grpc: bool) -> Response<Bytes> {
-    let secs = decision.retry_after_secs();
-    let detail = format!(
-        "Rate limit exceeded: retry after {secs} second{}",
-        if secs == 1 { "" } else { "s" }
-    );
-    let mut response = error_response(StatusCode::TOO_MANY_REQUESTS, &detail, Some(secs), grpc);
-    fields.apply(response.headers_mut());
-    response
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

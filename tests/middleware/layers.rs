@@ -127,7 +127,7 @@ fn a_key_with_two_bodies_in_flight_is_refused_until_one_ends() {
     let signals = [Signal::default(), Signal::default()];
     let entered = Arc::new(AtomicUsize::new(0));
     let addr = serve(concurrency_app(&limiter, &signals, &entered));
-    let alice = LimitKey::digest(b"alice");
+    let alice = LimitKey::digest_with_secret(&HeaderKey::PUBLIC_DIGEST_KEY, b"alice");
 
     // Two slow requests for alice, each read by its own thread.
     let slow = |slot: &'static str| {

@@ -1,7 +1,8 @@
 //! The HTTP middleware (feature `tower`), end to end through axum routers on loopback: one
 //! test binary, a module per layer (`rate_limit`: `RateLimitLayer`; `settle`: its routes that
 //! reserve at the request and settle from the response; `layers`: the concurrency and login
-//! layers), the server and client of tests/support/http.rs compiled once.
+//! layers; `peer`: the peer address as a key; `refusals`: every layer's `on_refusal`
+//! handler), the server and client of tests/support/http.rs compiled once.
 //!
 //! ```text
 //! cargo test --features tower --test middleware
@@ -12,5 +13,7 @@
 mod http_support;
 
 mod layers;
+mod peer;
 mod rate_limit;
+mod refusals;
 mod settle;

@@ -245,28 +245,36 @@ fn unextractable_key_gets_400_problem_json() {
 
 #[test]
 fn missing_key_answers_are_configurable() {
-    // Without connect info, PeerIp finds no address.
-    let no_peer = Router::new().route("/", get(|| async { "ok" }));
+    // The requests below carry no `x-api-key`.
+    let api_key = || HeaderKey::new("x-api-key").unwrap();
+    let no_key = Router::new().route("/", get(|| async { "ok" }));
     let addr = serve(
-        no_peer.clone().layer(
+        no_key.clone().layer(
             RateLimitLayer::new(limiter("5/min"))
+                .key(api_key())
                 .on_missing_key(MissingKey::Reject(StatusCode::UNAUTHORIZED)),
         ),
     );
     let reply = get_path(addr, "/");
     assert_eq!(reply.status, 401);
-    assert!(reply.body.contains("the peer address is unknown"));
+    assert!(reply.body.contains("header `x-api-key` is missing"));
 
     let addr = serve(
-        no_peer
-            .clone()
-            .layer(RateLimitLayer::new(limiter("1/min")).on_missing_key(MissingKey::Shared)),
+        no_key.clone().layer(
+            RateLimitLayer::new(limiter("1/min"))
+                .key(api_key())
+                .on_missing_key(MissingKey::Shared),
+        ),
     );
     assert_eq!(get_path(addr, "/").status, 200);
     assert_eq!(get_path(addr, "/").status, 429); // one shared budget
 
     let addr = serve(
-        no_peer.layer(RateLimitLayer::new(limiter("1/min")).on_missing_key(MissingKey::Allow)),
+        no_key.layer(
+            RateLimitLayer::new(limiter("1/min"))
+                .key(api_key())
+                .on_missing_key(MissingKey::Allow),
+        ),
     );
     for _ in 0..3 {
         let reply = get_path(addr, "/");
@@ -397,7 +405,7 @@ fn a_get_route_limits_head_requests_too() {
 fn an_explicit_head_route_wins_over_the_get_routes_fallback() {
     // The GET rule comes first, yet the HEAD rule (limited, then exempt) decides HEAD.
     runtime().block_on(async {
-        let call = |service: &mut tollgate::middleware::RateLimit<Router>, method: Method| {
+        let call = |service: &mut tollgate::middleware::rate::RateLimit<Router>, method: Method| {
             let request = Request::builder()
                 .method(method)
                 .uri("/export")

@@ -1,85 +1,16 @@
-//! Which rule a request takes ([`Route`]: a method and a path prefix, with the rule's key,
-//! name and cost) and what a request without a key gets ([`MissingKey`]).
+//! Which rule a request takes: [`Route`], a method and a path prefix, with the rule's key,
+//! name and cost.
 
 use std::fmt;
 use std::sync::Arc;
 
-use bytes::Bytes;
-use http::{response, Method, Response, StatusCode};
+use http::{response, Method};
 
-use super::error::ConfigError;
-use super::headers;
-use super::key::{KeyExtractor, LimitKey, RequestHead};
-#[cfg(doc)]
-use super::RateLimitLayer;
+use crate::middleware::error::ConfigError;
+use crate::middleware::headers;
+use crate::middleware::key::{KeyExtractor, RequestHead};
 #[cfg(doc)]
 use crate::{Decision, RateLimiter};
-
-/// What to do with a request whose key cannot be extracted ([`KeyError`](super::KeyError)).
-///
-/// The default is `Reject(400 Bad Request)`: the request lacks what the service requires of
-/// it (a token, a forwarding entry from the trusted proxy, a peer address), so it is the
-/// client's request that cannot be served, and answering 500 would page someone for every
-/// malformed request an attacker cares to send. Letting such requests through unlimited
-/// ([`Allow`](MissingKey::Allow)) would make "strip the header" a way around the limit.
-///
-/// # Examples
-///
-/// ```
-/// use http::StatusCode;
-/// use tollgate::middleware::{MissingKey, RateLimitLayer};
-/// use tollgate::RateLimiter;
-///
-/// assert_eq!(MissingKey::default(), MissingKey::Reject(StatusCode::BAD_REQUEST));
-/// let layer = RateLimitLayer::new(RateLimiter::new("100/min".parse()?))
-///     .on_missing_key(MissingKey::Reject(StatusCode::UNAUTHORIZED));
-/// # Ok::<(), tollgate::PolicyError>(())
-/// ```
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum MissingKey {
-    /// Answer with this status and an `application/problem+json` body naming what was
-    /// missing (for gRPC requests, the nearest `grpc-status`).
-    Reject(StatusCode),
-    /// Count every such request against one shared key: together they get one key's budget.
-    Shared,
-    /// Let the request through unlimited, with no rate-limit fields and no `Decision`.
-    Allow,
-}
-
-impl Default for MissingKey {
-    fn default() -> Self {
-        MissingKey::Reject(StatusCode::BAD_REQUEST)
-    }
-}
-
-impl MissingKey {
-    /// The key `extractor` takes from `head`, or, when it finds none, what this answer
-    /// makes of that: the shared key, `None` (let through unlimited), or the rejection.
-    #[allow(
-        clippy::result_large_err,
-        reason = "the answer is returned once per request and sent as is; boxing it would allocate"
-    )]
-    pub(crate) fn key(
-        self,
-        extractor: &dyn KeyExtractor,
-        head: &RequestHead<'_>,
-        grpc: bool,
-    ) -> Result<Option<LimitKey>, Response<Bytes>> {
-        match extractor.extract(head) {
-            Ok(key) => Ok(Some(key)),
-            Err(error) => match self {
-                MissingKey::Reject(status) => Err(headers::error_response(
-                    status,
-                    &error.to_string(),
-                    None,
-                    grpc,
-                )),
-                MissingKey::Shared => Ok(Some(LimitKey::Global)),
-                MissingKey::Allow => Ok(None),
-            },
-        }
-    }
-}
 
 /// A route's cost computed from each request ([`Route::cost_with`]).
 pub(super) type CostFn = dyn Fn(&RequestHead<'_>) -> u64 + Send + Sync;
@@ -173,7 +104,7 @@ impl Route {
     }
 
     /// Names this rule's policy in the `RateLimit-Policy` field (default: the layer's
-    /// [`policy_name`](RateLimitLayer::policy_name)).
+    /// [`policy_name`](super::RateLimitLayer::policy_name)).
     ///
     /// # Errors
     ///
@@ -315,9 +246,13 @@ impl Route {
     /// the budget as the request was decided. The
     /// [`Decision`] in the request's extensions is the reservation's, at the estimate.
     ///
-    /// Settling needs an in-process limiter: a rule decided by a `RedisLimiter` answers
-    /// `500 Internal Server Error` for a route with `settle_with` (a configuration error; in
-    /// shadow mode it is let through). Ignored for exempt routes.
+    /// A rule decided by a `RedisLimiter` settles too: the estimate is reserved in Redis
+    /// (`RedisLimiter::reserve_n`) before the inner service is called, and settled there
+    /// from the response on a task of its own, on the tokio runtime the response is polled
+    /// on, so that no response waits for a Redis round trip. Its fields stay those decided
+    /// at the request. A settle that cannot reach Redis (or a response polled outside a
+    /// tokio runtime) leaves the estimate spent, which never admits more than the policy.
+    /// Ignored for exempt routes.
     ///
     /// # Examples
     ///

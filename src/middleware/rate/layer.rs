@@ -6,15 +6,22 @@ use std::sync::Arc;
 
 use tower_layer::Layer;
 
-use super::backend::Backend;
-use super::error::ConfigError;
-use super::headers::{self, HeaderStyle};
-use super::key::{KeyExtractor, PeerIp};
-use super::route::{MissingKey, Route};
-use super::rules::{Config, Rule, Target};
+use bytes::Bytes;
+use http::Response;
+
+use super::config::{Config, Target};
+use super::route::Route;
+use super::rule::Rule;
 use super::service::RateLimit;
 #[cfg(doc)]
 use crate::decision::Decision;
+use crate::middleware::backend::Backend;
+use crate::middleware::error::ConfigError;
+use crate::middleware::headers::{self, HeaderStyle};
+use crate::middleware::key::KeyExtractor;
+use crate::middleware::missing_key::{KeyTaker, MissingKey};
+use crate::middleware::peer::PeerIp;
+use crate::middleware::refusal::{Refusal, RefusalHandler};
 
 /// A tower [`Layer`] that rate-limits requests before they reach the service it wraps, for
 /// axum, hyper, tonic or any tower stack.
@@ -31,9 +38,12 @@ use crate::decision::Decision;
 /// * **Refused**: `429 Too Many Requests` at once, with `Retry-After` (whole seconds,
 ///   rounded up, at least 1), the same fields, and an `application/problem+json` body. A gRPC
 ///   request (`content-type: application/grpc...`) gets a trailers-only response with
-///   `grpc-status: 8` (`RESOURCE_EXHAUSTED`) instead.
+///   `grpc-status: 8` (`RESOURCE_EXHAUSTED`) instead. Your own answer:
+///   [`on_refusal`](RateLimitLayer::on_refusal).
 /// * **No key**: answered as [`on_missing_key`](RateLimitLayer::on_missing_key) says
-///   (default `400 Bad Request`), never a panic.
+///   (default `400 Bad Request`), never a panic. A request without a peer address is the
+///   server's mistake (with axum: served without `into_make_service_with_connect_info`):
+///   `500`, logged once per layer ([`PeerIp`]).
 /// * `OPTIONS` requests (CORS preflights) pass unlimited unless
 ///   [`exempt_options(false)`](RateLimitLayer::exempt_options).
 ///
@@ -42,23 +52,22 @@ use crate::decision::Decision;
 /// `stats` or change its policy live (the fields follow a `set_policy`); give it
 /// `max_keys` so that clients inventing keys cannot grow memory without bound.
 ///
-/// The service's response body is [`RateLimitBody<B>`](super::RateLimitBody): the inner
-/// body, or the refusal's bytes.
+/// The service it builds is [`RateLimit<S>`](super::RateLimit); its response body is
+/// [`ResponseBody<B>`](crate::middleware::ResponseBody): the inner body, or the refusal's
+/// bytes.
 ///
 /// # Examples
 ///
 /// ```
-/// use std::net::SocketAddr;
-/// use std::sync::Arc;
-/// use axum::{extract::ConnectInfo, routing::get, Router};
+/// use axum::{routing::get, Router};
 /// use http::Method;
-/// use tollgate::middleware::{ClientIp, LimitKey, PeerIp, RateLimitLayer, Route};
+/// use tollgate::middleware::{LimitKey, RateLimitLayer, Route};
 /// use tollgate::RateLimiter;
 ///
+/// // Keyed by peer address: with feature `axum`, read from axum's `ConnectInfo`.
 /// let per_ip: RateLimiter<LimitKey> = RateLimiter::new("100/min".parse()?).max_keys(1_000_000);
 /// let logins: RateLimiter<LimitKey> = RateLimiter::new("sliding-log 5 per 15m".parse()?);
 /// let layer = RateLimitLayer::new(per_ip)
-///     .key(PeerIp::new().connect_info(|c: &ConnectInfo<SocketAddr>| c.0.ip()))
 ///     .route(Route::new(Method::POST, "/login").name("login")?, logins)
 ///     .exempt(Route::any("/health"));
 ///
@@ -93,17 +102,19 @@ impl RateLimitLayer {
     #[must_use]
     pub fn new(limiter: impl Into<Backend>) -> Self {
         let name = "\"default\"".to_owned();
+        let style = HeaderStyle::default();
         RateLimitLayer {
             config: Arc::new(Config {
-                default: Rule::new(limiter.into().0, None, &name),
+                default: Arc::new(Rule::new(limiter.into().0, &name, style)),
                 routes: Vec::new(),
                 extractor: Arc::new(PeerIp::new()),
                 name,
-                style: HeaderStyle::default(),
-                missing: MissingKey::default(),
+                style,
+                keys: KeyTaker::new(MissingKey::default()),
                 exempt_options: true,
                 shadow: false,
                 grpc: true,
+                on_refusal: RefusalHandler::default_response(),
             }),
         }
     }
@@ -152,12 +163,8 @@ impl RateLimitLayer {
     #[must_use]
     pub fn route(mut self, route: Route, limiter: impl Into<Backend>) -> Self {
         let config = self.config();
-        let mut rule = Rule::new(limiter.into().0, route.name.clone(), &config.name);
-        rule.extractor = route.extractor.clone();
-        rule.cost = route.cost;
-        rule.cost_with = route.cost_with.clone();
-        rule.settle = route.settle.clone();
-        config.routes.push((route, Target::Limit(Box::new(rule))));
+        let rule = Rule::for_route(&route, limiter.into().0, &config.name, config.style);
+        config.routes.push((route, Target::Limit(Arc::new(rule))));
         self
     }
 
@@ -194,7 +201,11 @@ impl RateLimitLayer {
     /// ```
     #[must_use]
     pub fn headers(mut self, style: HeaderStyle) -> Self {
-        self.config().style = style;
+        let config = self.config();
+        config.style = style;
+        for rule in config.rules_mut() {
+            Arc::make_mut(rule).set_style(style);
+        }
         self
     }
 
@@ -218,11 +229,8 @@ impl RateLimitLayer {
     pub fn policy_name(mut self, name: &str) -> Result<Self, ConfigError> {
         let name = headers::sf_string(name)?;
         let config = self.config();
-        config.default.rename(&name);
-        for (_, target) in &mut config.routes {
-            if let Target::Limit(rule) = target {
-                rule.rename(&name);
-            }
+        for rule in config.rules_mut() {
+            Arc::make_mut(rule).rename(&name);
         }
         config.name = name;
         Ok(self)
@@ -245,7 +253,49 @@ impl RateLimitLayer {
     /// ```
     #[must_use]
     pub fn on_missing_key(mut self, answer: MissingKey) -> Self {
-        self.config().missing = answer;
+        self.config().keys.set_missing(answer);
+        self
+    }
+
+    /// Answers refused requests with `handler` instead of the default
+    /// ([`Refusal::default_response`]: `429` with `Retry-After` and a problem+json body).
+    /// The handler gets what was decided (the rule's name, its limit, what remains, when to
+    /// retry, whether the request was gRPC) and returns the whole response: status, headers
+    /// and a body of any type that converts into [`Bytes`] (`String`, `&'static str`,
+    /// `Vec<u8>`). The layer adds its rate-limit fields ([`headers`](RateLimitLayer::headers))
+    /// to it and nothing else: `Retry-After` is the handler's to set.
+    ///
+    /// Only refusals by the limit reach the handler; a request without a key is answered as
+    /// [`on_missing_key`](RateLimitLayer::on_missing_key) says, and a misconfigured cost or
+    /// an unreachable Redis with their own status.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use http::{Response, StatusCode};
+    /// use tollgate::middleware::{RateLimitLayer, Refusal};
+    /// use tollgate::RateLimiter;
+    ///
+    /// let layer = RateLimitLayer::new(RateLimiter::new("100/min".parse()?))
+    ///     .on_refusal(|refusal: &Refusal| {
+    ///         if refusal.is_grpc() {
+    ///             return refusal.default_response();
+    ///         }
+    ///         let secs = refusal.retry_after().unwrap_or_default().as_secs().max(1);
+    ///         let mut response = Response::new(format!("Too fast. Try again in {secs} s.").into());
+    ///         *response.status_mut() = StatusCode::TOO_MANY_REQUESTS;
+    ///         response.headers_mut().insert("retry-after", secs.into());
+    ///         response
+    ///     });
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    #[must_use]
+    pub fn on_refusal<F, T>(mut self, handler: F) -> Self
+    where
+        F: Fn(&Refusal) -> Response<T> + Send + Sync + 'static,
+        T: Into<Bytes>,
+    {
+        self.config().on_refusal = RefusalHandler::custom(handler);
         self
     }
 

@@ -6,11 +6,11 @@ use std::sync::Arc;
 
 use http::response;
 
-use super::backend::Local;
-use super::headers::Fields;
-use super::key::LimitKey;
-use super::rules::{Config, RuleId};
+use super::rule::Rule;
 use crate::decision::Decision;
+use crate::middleware::backend::Local;
+use crate::middleware::headers::Fields;
+use crate::middleware::key::LimitKey;
 use crate::reservation::Reservation;
 
 /// The limiter a reservation was made on.
@@ -27,8 +27,10 @@ pub(super) enum Holder {
 /// says ([`Settlement::settle`]), or cancelled when dropped unsettled (the inner service
 /// failed, or the response future was dropped before the response).
 pub(crate) struct Settlement {
-    config: Arc<Config>,
-    rule: RuleId,
+    /// The rule whose `settle_with` reads the response, and whose fields it gets.
+    rule: Arc<Rule>,
+    /// The layer is in shadow mode: settle, but add no fields.
+    shadow: bool,
     holder: Holder,
     key: LimitKey,
     /// `None` once settled (or kept spent).
@@ -37,15 +39,15 @@ pub(crate) struct Settlement {
 
 impl Settlement {
     pub(super) fn new(
-        config: Arc<Config>,
-        rule: RuleId,
+        rule: Arc<Rule>,
+        shadow: bool,
         holder: Holder,
         key: LimitKey,
         reservation: Reservation,
     ) -> Self {
         Settlement {
-            config,
             rule,
+            shadow,
             holder,
             key,
             reservation: Some(reservation),
@@ -55,10 +57,16 @@ impl Settlement {
     /// Settles the reservation at what `response` says it cost; the fields the response
     /// should carry instead of those decided at the request, when the settle changed them.
     /// A response that says nothing keeps the estimate spent.
+    #[cfg_attr(
+        not(feature = "redis"),
+        allow(
+            clippy::infallible_destructuring_match,
+            reason = "with feature redis the holder has a second kind"
+        )
+    )]
     pub(crate) fn settle(mut self, response: &response::Parts) -> Option<Fields> {
         let reservation = self.reservation.take()?;
-        let rule = self.config.rule(self.rule);
-        let actual = rule.settle.as_ref()?;
+        let actual = self.rule.settle.as_ref()?;
         // `None`: dropping the reservation keeps its permits spent.
         let actual = actual(response)?;
         let limiter = match &self.holder {
@@ -71,10 +79,10 @@ impl Settlement {
         };
         // A settle fails only for a reservation made elsewhere, which this one is not.
         limiter.settle(&self.key, reservation, actual).ok()?;
-        if self.config.shadow {
+        if self.shadow {
             return None;
         }
-        Some(self.config.fields(rule, &budget(limiter.peek(&self.key))))
+        Some(self.rule.fields(&budget(limiter.peek(&self.key))))
     }
 }
 
@@ -129,7 +137,6 @@ impl Drop for Settlement {
 impl fmt::Debug for Settlement {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Settlement")
-            .field("rule", &self.rule)
             .field("key", &self.key)
             .field("reservation", &self.reservation)
             .finish_non_exhaustive()

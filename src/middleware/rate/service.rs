@@ -7,11 +7,11 @@ use std::task::{Context, Poll};
 use http::{Request, Response};
 use tower_service::Service;
 
-use super::body::RateLimitBody;
+use super::config::{Config, Outcome, Verdict};
 use super::future::ResponseFuture;
 #[cfg(feature = "redis")]
 use super::future::Step;
-use super::rules::{Config, Outcome, Verdict};
+use crate::middleware::body::ResponseBody;
 
 /// Rate-limits requests before they reach `S`; built by
 /// [`RateLimitLayer`](super::RateLimitLayer).
@@ -27,7 +27,8 @@ use super::rules::{Config, Outcome, Verdict};
 /// ```
 /// use axum::{body::Body, routing::get, Router};
 /// use http::{Request, StatusCode};
-/// use tollgate::middleware::{GlobalKey, RateLimit, RateLimitLayer};
+/// use tollgate::middleware::rate::RateLimit;
+/// use tollgate::middleware::{GlobalKey, RateLimitLayer};
 /// use tollgate::RateLimiter;
 /// use tower_layer::Layer;
 /// use tower_service::Service;
@@ -56,7 +57,7 @@ pub struct RateLimit<S> {
 }
 
 impl<S> RateLimit<S> {
-    pub(crate) fn from_parts(inner: S, config: Arc<Config>) -> Self {
+    pub(super) fn from_parts(inner: S, config: Arc<Config>) -> Self {
         RateLimit { inner, config }
     }
 
@@ -119,7 +120,7 @@ where
     S::Future: Send + 'static,
     ReqBody: Send + 'static,
 {
-    type Response = Response<RateLimitBody<ResBody>>;
+    type Response = Response<ResponseBody<ResBody>>;
     type Error = S::Error;
     type Future = ResponseFuture<S::Future>;
 
@@ -134,7 +135,7 @@ where
                 if let Some(decision) = decision {
                     request.extensions_mut().insert(decision);
                 }
-                ResponseFuture::settling(self.inner.call(request), fields, settlement)
+                ResponseFuture::inner(self.inner.call(request), fields, settlement)
             }
             Outcome::Now(Verdict::Respond(response)) => ResponseFuture::ready(response),
             #[cfg(feature = "redis")]

@@ -1,5 +1,5 @@
-//! [`ResponseFuture`]: the inner service's response with the rate-limit fields added, or a
-//! refusal ready at once.
+//! [`ResponseFuture`]: the inner service's response with the rate-limit fields added, or the
+//! layer's own answer.
 
 use std::fmt;
 use std::future::Future;
@@ -10,12 +10,14 @@ use bytes::Bytes;
 use http::Response;
 use pin_project_lite::pin_project;
 
-use super::body::RateLimitBody;
-use super::headers::Fields;
 use super::settlement::Settlement;
+use crate::middleware::body::ResponseBody;
+use crate::middleware::headers::Fields;
 
 pin_project! {
-    /// The future of a [`RateLimit`](super::RateLimit) service's response.
+    /// The future of a [`RateLimit`](super::RateLimit) service's response: the inner
+    /// service's response with the rate-limit fields added (and its reservation settled, for
+    /// a route that settles), or the layer's own answer.
     ///
     /// # Panics
     ///
@@ -26,7 +28,8 @@ pin_project! {
     /// ```
     /// use std::convert::Infallible;
     /// use http::{Request, Response};
-    /// use tollgate::middleware::{GlobalKey, RateLimitLayer, ResponseFuture};
+    /// use tollgate::middleware::rate::ResponseFuture;
+    /// use tollgate::middleware::{GlobalKey, RateLimitLayer};
     /// use tollgate::RateLimiter;
     /// use tower_layer::Layer;
     /// use tower_service::Service;
@@ -57,11 +60,11 @@ pin_project! {
 
 /// The decision awaited from Redis, ending in the inner service's future or an answer.
 #[cfg(feature = "redis")]
-pub(crate) type Deciding<F> = Pin<Box<dyn Future<Output = Step<F>> + Send>>;
+pub(super) type Deciding<F> = Pin<Box<dyn Future<Output = Step<F>> + Send>>;
 
 /// Where a request goes once Redis has decided it.
 #[cfg(feature = "redis")]
-pub(crate) enum Step<F> {
+pub(super) enum Step<F> {
     /// The inner service was called: its future, the fields for its response, and the
     /// reservation its response settles (if any).
     Call(F, Fields, Option<Box<Settlement>>),
@@ -107,12 +110,9 @@ pin_project! {
 }
 
 impl<F> ResponseFuture<F> {
-    pub(crate) fn inner(future: F, fields: Fields) -> Self {
-        Self::settling(future, fields, None)
-    }
-
-    /// The inner service's future, whose response settles `settlement` (if any).
-    pub(crate) fn settling(future: F, fields: Fields, settlement: Option<Box<Settlement>>) -> Self {
+    /// The inner service's future, whose response gets `fields` and settles `settlement`
+    /// (if any).
+    pub(super) fn inner(future: F, fields: Fields, settlement: Option<Box<Settlement>>) -> Self {
         ResponseFuture {
             state: State::Inner {
                 future,
@@ -122,7 +122,7 @@ impl<F> ResponseFuture<F> {
         }
     }
 
-    pub(crate) fn ready(response: Response<Bytes>) -> Self {
+    pub(super) fn ready(response: Response<Bytes>) -> Self {
         ResponseFuture {
             state: State::Ready {
                 response: Some(response),
@@ -131,7 +131,7 @@ impl<F> ResponseFuture<F> {
     }
 
     #[cfg(feature = "redis")]
-    pub(crate) fn deciding(pending: Deciding<F>) -> Self {
+    pub(super) fn deciding(pending: Deciding<F>) -> Self {
         ResponseFuture {
             state: State::Deciding { pending },
         }
@@ -142,7 +142,7 @@ impl<F, B, E> Future for ResponseFuture<F>
 where
     F: Future<Output = Result<Response<B>, E>>,
 {
-    type Output = Result<Response<RateLimitBody<B>>, E>;
+    type Output = Result<Response<ResponseBody<B>>, E>;
 
     #[cfg_attr(
         not(feature = "redis"),
@@ -183,13 +183,13 @@ where
                     if let Some(fields) = settled.or_else(|| fields.take()) {
                         fields.apply(&mut parts.headers);
                     }
-                    Poll::Ready(Ok(Response::from_parts(parts, RateLimitBody::inner(body))))
+                    Poll::Ready(Ok(Response::from_parts(parts, ResponseBody::inner(body))))
                 }
                 StateProj::Ready { response } => {
                     let response = response
                         .take()
                         .expect("ResponseFuture polled after completion");
-                    Poll::Ready(Ok(response.map(RateLimitBody::full)))
+                    Poll::Ready(Ok(response.map(ResponseBody::full)))
                 }
             };
         }

@@ -1,0 +1,38 @@
+//! The rate layer: [`RateLimitLayer`] builds [`RateLimit`] services, which decide each
+//! request by the first matching [`Route`]'s limiter (or the default one) and answer through
+//! a [`ResponseFuture`].
+//!
+//! | file | what it holds |
+//! |---|---|
+//! | `layer.rs` | [`RateLimitLayer`], the builder |
+//! | `route.rs` | [`Route`]: which requests a rule takes, their key, name and cost |
+//! | `rule.rs` | one rule: limiter, key, cost, name and the fields of its decisions |
+//! | `config.rs` | the rules together, and the decision of one request |
+//! | `settlement.rs` | a reservation on its way through the inner service |
+//! | `service.rs` | [`RateLimit`] |
+//! | `future.rs` | [`ResponseFuture`] |
+//!
+//! # Examples
+//!
+//! ```
+//! use tollgate::middleware::rate::{RateLimit, RateLimitLayer};
+//! use tollgate::RateLimiter;
+//! use tower_layer::Layer;
+//!
+//! let layer = RateLimitLayer::new(RateLimiter::new("5/1s".parse()?));
+//! let service: RateLimit<()> = layer.layer(());
+//! # Ok::<(), tollgate::PolicyError>(())
+//! ```
+
+mod config;
+mod future;
+mod layer;
+mod route;
+mod rule;
+mod service;
+mod settlement;
+
+pub use future::ResponseFuture;
+pub use layer::RateLimitLayer;
+pub use route::Route;
+pub use service::RateLimit;
