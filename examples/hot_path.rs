@@ -47,7 +47,8 @@ use governor::clock::QuantaUpkeepClock;
 use governor::middleware::NoOpMiddleware;
 use governor::state::keyed::DashMapStateStore;
 use governor::state::{InMemoryState, NotKeyed};
-use tollgate::{Clock, CoarseClock, Decision, DirectLimiter, Policy, RateLimiter, SystemClock};
+use tollgate::clock::CoarseClock;
+use tollgate::{Clock, Decision, DirectLimiter, Policy, RateLimiter, SystemClock};
 
 // The benchmarks' lock baselines; only the hand-written mutex version is used here.
 #[path = "../benches/limiters/baseline.rs"]

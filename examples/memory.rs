@@ -30,7 +30,8 @@ use std::num::NonZeroU32;
 use std::time::{Duration, Instant};
 
 use count_alloc::CountingAlloc;
-use tollgate::{FakeClock, InlineKey, RateLimiter};
+use tollgate::keys::InlineKey;
+use tollgate::{FakeClock, RateLimiter};
 
 #[global_allocator]
 static ALLOC: CountingAlloc = CountingAlloc::new();

@@ -18,7 +18,8 @@ use std::sync::{Arc, Barrier};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use tollgate::{CoarseClock, Decision, DirectLimiter, FakeClock, Policy, RateLimiter};
+use tollgate::clock::CoarseClock;
+use tollgate::{Decision, DirectLimiter, FakeClock, Policy, RateLimiter};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     trace()?;
@@ -310,7 +311,9 @@ fn for_one_second(mut f: impl FnMut() -> bool) -> (u64, u64) {
 
 /// Login protection with escalating lockouts, and per-key concurrency limits.
 fn login_and_concurrency() -> Result<(), Box<dyn std::error::Error>> {
-    use tollgate::{Clock, ConcurrencyLimiter, LoginDecision, LoginGuard};
+    use tollgate::concurrency::ConcurrencyLimiter;
+    use tollgate::login::{LoginDecision, LoginGuard};
+    use tollgate::Clock;
     heading("7. Login protection and per-key concurrency limits");
     let clock = FakeClock::new();
     let guard = LoginGuard::with_clock(clock.clone()); // failures: 5/15m per account, 20/1h per IP

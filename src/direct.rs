@@ -438,7 +438,8 @@ impl<C: Clock> DirectLimiter<C> {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use tollgate::{DirectLimiter, FakeClock, Wait};
+    /// use tollgate::{DirectLimiter, FakeClock};
+    /// use tollgate::wait::Wait;
     ///
     /// let limiter = DirectLimiter::with_clock("1/min".parse()?, FakeClock::new());
     /// let _ = limiter.try_acquire();
@@ -457,7 +458,7 @@ impl<C: Clock> DirectLimiter<C> {
     /// ```
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() -> Result<(), tollgate::PolicyError> {
-    /// let limiter = tollgate::DirectLimiter::with_clock("1/s".parse()?, tollgate::TokioClock::new());
+    /// let limiter = tollgate::DirectLimiter::with_clock("1/s".parse()?, tollgate::clock::TokioClock::new());
     /// assert!(limiter.acquire().await.is_allowed());
     /// assert!(limiter.acquire().await.is_allowed());
     /// # Ok(())
@@ -483,9 +484,9 @@ impl<C: Clock> DirectLimiter<C> {
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() -> Result<(), tollgate::PolicyError> {
     /// use std::time::Duration;
-    /// let limiter = tollgate::DirectLimiter::with_clock("1/min".parse()?, tollgate::TokioClock::new());
+    /// let limiter = tollgate::DirectLimiter::with_clock("1/min".parse()?, tollgate::clock::TokioClock::new());
     /// let _ = limiter.try_acquire();
-    /// assert!(limiter.acquire_with(tollgate::Wait::new().timeout(Duration::from_secs(1))).await.is_err());
+    /// assert!(limiter.acquire_with(tollgate::wait::Wait::new().timeout(Duration::from_secs(1))).await.is_err());
     /// # Ok(())
     /// # }
     /// ```

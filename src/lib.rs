@@ -4,19 +4,30 @@
 //! request: *may this key go ahead?* The answer comes back at once, never blocks, and carries
 //! what an HTTP 429 needs: remaining permits, how long to wait, when the key is fresh again.
 //!
-//! | type | role |
+//! At the root, what a first use needs:
+//!
+//! | item | role |
 //! |---|---|
-//! | [`Policy`], [`Band`] | `permits` per `window` under an [`Algorithm`] (a band), or several bands at once; parsed from `"5/1s"`, `"100/min"`, `"sliding-log 5 per 15m"`, `"10/s & 1000/day"`, `"10/s burst 100"` |
+//! | [`Policy`], [`Algorithm`] | `permits` per `window` under an algorithm, or several limits at once; parsed from `"5/1s"`, `"100/min"`, `"sliding-log 5 per 15m"`, `"10/s & 1000/day"`, `"10/s burst 100"` |
 //! | [`RateLimiter`] | one state per key (user, API key, IP) in a concurrent map |
-//! | [`DirectLimiter`] | one state, no map: a global or single hot key |
+//! | [`DirectLimiter`] | one state, no map: a global limit or a single hot key |
 //! | [`Decision`] | allowed, remaining, retry_after, reset_after, limit |
 //! | [`Reservation`], [`ReservationGuard`], [`SettleError`] | reserve an estimate now, settle at the real cost later; the guard gives the estimate back if it is never settled |
 //! | [`Clock`], [`SystemClock`], [`FakeClock`] | where time comes from; the fake one for tests |
-//! | [`CoarseClock`] | opt-in cached clock: one load per decision instead of a counter read, up to one resolution late |
-//! | [`PolicyError`], [`CostError`], [`ClockError`] | typed errors naming the field and value |
-//! | [`Stats`], [`Wait`] | decision counters; how a waiting acquire waits |
-//! | [`LoginGuard`], [`LoginConfig`], [`LoginDecision`], [`LoginClient`] | failed-login limits per account and per client, escalating lockouts, known clients that keep the owner in |
-//! | [`ConcurrencyLimiter`], [`Permit`], [`AtCapacity`] | how many requests of a key may be in flight at once |
+//! | [`PolicyError`], [`CostError`] | typed errors naming the field and the value |
+//!
+//! And a module for each of the rest:
+//!
+//! | module | what it holds |
+//! |---|---|
+//! | [`policy`] | the policy types, with [`Band`](policy::Band), one limit of a policy |
+//! | [`clock`] | every clock: the cached [`CoarseClock`](clock::CoarseClock), tokio's, and their errors |
+//! | [`keys`] | the default key hasher and [`InlineKey`](keys::InlineKey), a lean string key |
+//! | [`stats`], [`wait`] | decision counters; how a waiting acquire waits |
+//! | [`login`] | failed-login limits per account and per client, escalating lockouts, known clients that keep the owner in |
+//! | [`concurrency`] | how many requests of a key may be in flight at once |
+//! | `middleware` | (feature `tower`) HTTP layers for axum, hyper and tonic: rate, concurrency, login |
+//! | `redis` | (feature `redis`) the same policies with their state in Redis, for many servers |
 //!
 //! ```
 //! use std::time::Duration;
@@ -118,18 +129,11 @@ struct MiddlewareDoctests;
 #[doc = include_str!("../docs/REDIS.md")]
 struct RedisDoctests;
 
-#[cfg(feature = "tokio")]
-pub use clock::TokioClock;
-pub use clock::{Clock, ClockError, CoarseClock, FakeClock, SystemClock};
-pub use concurrency::{AtCapacity, ConcurrencyLimiter, Permit};
+pub use clock::{Clock, FakeClock, SystemClock};
 pub use decision::Decision;
 pub use direct::DirectLimiter;
 pub use error::CostError;
 pub use keyed::RateLimiter;
-pub use keys::{InlineKey, KeyHasher};
-pub use login::{LoginClient, LoginConfig, LoginConfigError, LoginDecision, LoginGuard};
-pub use policy::{Algorithm, Band, Policy, PolicyError};
+pub use policy::{Algorithm, Policy, PolicyError};
 pub use reservation::{Reservation, SettleError};
 pub use reservation_guard::ReservationGuard;
-pub use stats::Stats;
-pub use wait::Wait;

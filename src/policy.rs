@@ -134,7 +134,8 @@ pub struct Policy {
 ///
 /// ```
 /// use std::time::Duration;
-/// use tollgate::{Algorithm, Band, Policy};
+/// use tollgate::{Algorithm, Policy};
+/// use tollgate::policy::Band;
 ///
 /// let policy: Policy = "1000/day & sliding-log 10/s".parse()?;
 /// let band: Band = policy.first_band();
@@ -589,7 +590,7 @@ impl fmt::Debug for Policy {
     }
 }
 
-/// Why a [`Policy`](Policy) could not be built or parsed.
+/// Why a [`Policy`] could not be built or parsed.
 ///
 /// Every message names the offending field and its value.
 ///

@@ -42,7 +42,8 @@ use crate::decision::Decision;
 ///
 /// ```
 /// use std::time::Duration;
-/// use tollgate::{DirectLimiter, FakeClock, Wait};
+/// use tollgate::{DirectLimiter, FakeClock};
+/// use tollgate::wait::Wait;
 ///
 /// let clock = FakeClock::new();
 /// let limiter = DirectLimiter::with_clock("1/s".parse()?, clock.clone());
@@ -67,7 +68,7 @@ impl Wait {
     /// # Examples
     ///
     /// ```
-    /// assert_eq!(tollgate::Wait::new(), tollgate::Wait::default());
+    /// assert_eq!(tollgate::wait::Wait::new(), tollgate::wait::Wait::default());
     /// ```
     #[must_use]
     pub const fn new() -> Self {
@@ -83,7 +84,7 @@ impl Wait {
     /// # Examples
     ///
     /// ```
-    /// let wait = tollgate::Wait::new().timeout(std::time::Duration::from_secs(2));
+    /// let wait = tollgate::wait::Wait::new().timeout(std::time::Duration::from_secs(2));
     /// # let _ = wait;
     /// ```
     #[must_use]
@@ -98,7 +99,7 @@ impl Wait {
     /// # Examples
     ///
     /// ```
-    /// let wait = tollgate::Wait::new().jitter(std::time::Duration::from_millis(5));
+    /// let wait = tollgate::wait::Wait::new().jitter(std::time::Duration::from_millis(5));
     /// # let _ = wait;
     /// ```
     #[must_use]

@@ -12,7 +12,8 @@ use std::time::Duration;
 
 use criterion::Criterion;
 use governor::clock::QuantaUpkeepClock;
-use tollgate::{CoarseClock, DirectLimiter, RateLimiter};
+use tollgate::clock::CoarseClock;
+use tollgate::{DirectLimiter, RateLimiter};
 
 use crate::common::{self, FAST};
 

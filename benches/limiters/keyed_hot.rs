@@ -13,7 +13,8 @@
 use std::hint::black_box;
 
 use criterion::Criterion;
-use tollgate::{InlineKey, RateLimiter, SystemClock};
+use tollgate::keys::InlineKey;
+use tollgate::{RateLimiter, SystemClock};
 
 use crate::baseline::{Floor, LockedKeyed, MutexFast, PlMutex, StdMutex};
 use crate::common::{self, FAST, FAST_PERMITS, FAST_WINDOW_NANOS};

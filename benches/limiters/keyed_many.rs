@@ -22,7 +22,8 @@ use std::hash::{BuildHasher, Hash};
 use std::hint::black_box;
 
 use criterion::{BenchmarkGroup, Criterion};
-use tollgate::{InlineKey, RateLimiter, SystemClock};
+use tollgate::keys::InlineKey;
+use tollgate::{RateLimiter, SystemClock};
 
 use crate::baseline::{LockedKeyed, MutexFast, PlMutex};
 use crate::common::{self, Cycle, FAST, FAST_PERMITS, FAST_WINDOW_NANOS};

@@ -200,7 +200,7 @@ impl Setup {
 }
 
 /// The window of a policy's band, in nanoseconds.
-fn window_nanos(band: tollgate::Band) -> u64 {
+fn window_nanos(band: tollgate::policy::Band) -> u64 {
     u64::try_from(band.window().as_nanos()).unwrap()
 }
 

@@ -64,7 +64,8 @@ use super::system::SystemClock;
 ///
 /// ```
 /// use std::time::Duration;
-/// use tollgate::{CoarseClock, DirectLimiter, Policy};
+/// use tollgate::{DirectLimiter, Policy};
+/// use tollgate::clock::CoarseClock;
 ///
 /// let clock = CoarseClock::new(Duration::from_millis(1))?;
 /// let limiter = DirectLimiter::with_clock("100/1s".parse::<Policy>()?, clock.clone());
@@ -136,7 +137,7 @@ impl CoarseClock {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use tollgate::{ClockError, CoarseClock};
+    /// use tollgate::clock::{ClockError, CoarseClock};
     ///
     /// let clock = CoarseClock::new(Duration::from_millis(1))?;
     /// assert_eq!(clock.resolution(), Duration::from_millis(1));
@@ -189,9 +190,9 @@ impl CoarseClock {
     ///
     /// ```
     /// # use std::time::Duration;
-    /// let clock = tollgate::CoarseClock::new(Duration::from_millis(5))?;
+    /// let clock = tollgate::clock::CoarseClock::new(Duration::from_millis(5))?;
     /// assert_eq!(clock.resolution(), Duration::from_millis(5));
-    /// # Ok::<(), tollgate::ClockError>(())
+    /// # Ok::<(), tollgate::clock::ClockError>(())
     /// ```
     #[must_use]
     pub fn resolution(&self) -> Duration {
@@ -252,7 +253,7 @@ impl Clock for CoarseClock {
 ///
 /// ```
 /// use std::time::Duration;
-/// use tollgate::{ClockError, CoarseClock};
+/// use tollgate::clock::{ClockError, CoarseClock};
 ///
 /// let err = CoarseClock::new(Duration::from_micros(10)).unwrap_err();
 /// assert_eq!(err, ClockError::Resolution { resolution: Duration::from_micros(10) });

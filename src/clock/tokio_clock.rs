@@ -12,7 +12,8 @@ use super::source::{duration_to_nanos, Clock};
 /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
 /// # async fn main() {
 /// use std::time::Duration;
-/// use tollgate::{Clock, TokioClock};
+/// use tollgate::Clock;
+/// use tollgate::clock::TokioClock;
 ///
 /// let clock = TokioClock::new();
 /// tokio::time::advance(Duration::from_millis(5)).await;
@@ -32,7 +33,7 @@ impl TokioClock {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() {
-    /// let clock = tollgate::TokioClock::new();
+    /// let clock = tollgate::clock::TokioClock::new();
     /// # let _ = clock;
     /// # }
     /// ```

@@ -149,7 +149,7 @@ pub(crate) fn acquire_shared(
 /// # Examples
 ///
 /// ```
-/// use tollgate::ConcurrencyLimiter;
+/// use tollgate::concurrency::ConcurrencyLimiter;
 ///
 /// let limiter: ConcurrencyLimiter<String> = ConcurrencyLimiter::new(1);
 /// let permit = limiter.try_acquire("db")?;
@@ -159,7 +159,7 @@ pub(crate) fn acquire_shared(
 /// });
 /// worker.join().unwrap();
 /// assert_eq!(limiter.in_flight("db"), 0);
-/// # Ok::<(), tollgate::AtCapacity>(())
+/// # Ok::<(), tollgate::concurrency::AtCapacity>(())
 /// ```
 #[must_use = "the place is given back as soon as the permit is dropped"]
 pub struct Permit {
@@ -175,9 +175,9 @@ impl Permit {
     /// # Examples
     ///
     /// ```
-    /// let limiter: tollgate::ConcurrencyLimiter<String> = tollgate::ConcurrencyLimiter::new(3);
+    /// let limiter: tollgate::concurrency::ConcurrencyLimiter<String> = tollgate::concurrency::ConcurrencyLimiter::new(3);
     /// assert_eq!(limiter.try_acquire("k")?.limit(), 3);
-    /// # Ok::<(), tollgate::AtCapacity>(())
+    /// # Ok::<(), tollgate::concurrency::AtCapacity>(())
     /// ```
     #[must_use]
     pub fn limit(&self) -> u64 {
@@ -190,13 +190,13 @@ impl Permit {
     /// # Examples
     ///
     /// ```
-    /// let limiter: tollgate::ConcurrencyLimiter<String> = tollgate::ConcurrencyLimiter::new(3);
+    /// let limiter: tollgate::concurrency::ConcurrencyLimiter<String> = tollgate::concurrency::ConcurrencyLimiter::new(3);
     /// let first = limiter.try_acquire("k")?;
     /// let second = limiter.try_acquire("k")?;
     /// assert_eq!(first.in_flight(), 2);
     /// drop(second);
     /// assert_eq!(first.in_flight(), 1);
-    /// # Ok::<(), tollgate::AtCapacity>(())
+    /// # Ok::<(), tollgate::concurrency::AtCapacity>(())
     /// ```
     #[must_use]
     pub fn in_flight(&self) -> u64 {
@@ -209,9 +209,9 @@ impl Permit {
     /// # Examples
     ///
     /// ```
-    /// let limiter: tollgate::ConcurrencyLimiter<String> = tollgate::ConcurrencyLimiter::new(3);
+    /// let limiter: tollgate::concurrency::ConcurrencyLimiter<String> = tollgate::concurrency::ConcurrencyLimiter::new(3);
     /// assert!(!limiter.try_acquire("k")?.is_overflow());
-    /// # Ok::<(), tollgate::AtCapacity>(())
+    /// # Ok::<(), tollgate::concurrency::AtCapacity>(())
     /// ```
     #[must_use]
     pub fn is_overflow(&self) -> bool {
@@ -250,7 +250,7 @@ impl fmt::Debug for Permit {
 /// # Examples
 ///
 /// ```
-/// use tollgate::{AtCapacity, ConcurrencyLimiter};
+/// use tollgate::concurrency::{AtCapacity, ConcurrencyLimiter};
 ///
 /// let limiter: ConcurrencyLimiter<String> = ConcurrencyLimiter::new(1);
 /// let _held = limiter.try_acquire("k")?;
@@ -271,7 +271,7 @@ impl AtCapacity {
     /// # Examples
     ///
     /// ```
-    /// let limiter: tollgate::ConcurrencyLimiter<String> = tollgate::ConcurrencyLimiter::new(0);
+    /// let limiter: tollgate::concurrency::ConcurrencyLimiter<String> = tollgate::concurrency::ConcurrencyLimiter::new(0);
     /// assert_eq!(limiter.try_acquire("closed").unwrap_err().limit(), 0);
     /// ```
     #[must_use]
@@ -287,10 +287,10 @@ impl AtCapacity {
     /// # Examples
     ///
     /// ```
-    /// let limiter: tollgate::ConcurrencyLimiter<String> = tollgate::ConcurrencyLimiter::new(1);
+    /// let limiter: tollgate::concurrency::ConcurrencyLimiter<String> = tollgate::concurrency::ConcurrencyLimiter::new(1);
     /// let _held = limiter.try_acquire("k")?;
     /// assert!(!limiter.try_acquire("k").unwrap_err().is_overflow());
-    /// # Ok::<(), tollgate::AtCapacity>(())
+    /// # Ok::<(), tollgate::concurrency::AtCapacity>(())
     /// ```
     #[must_use]
     pub const fn is_overflow(&self) -> bool {

@@ -97,7 +97,7 @@ type LimitResolver<K> = dyn Fn(&K) -> u64 + Send + Sync;
 /// # Examples
 ///
 /// ```
-/// use tollgate::ConcurrencyLimiter;
+/// use tollgate::concurrency::ConcurrencyLimiter;
 ///
 /// let jobs: ConcurrencyLimiter<String> = ConcurrencyLimiter::new(2);
 /// let a = jobs.try_acquire("tenant-1")?;
@@ -109,7 +109,7 @@ type LimitResolver<K> = dyn Fn(&K) -> u64 + Send + Sync;
 /// assert_eq!(jobs.in_flight("tenant-1"), 2);
 /// drop((b, c));
 /// assert_eq!(jobs.evict_idle(), 2);
-/// # Ok::<(), tollgate::AtCapacity>(())
+/// # Ok::<(), tollgate::concurrency::AtCapacity>(())
 /// ```
 pub struct ConcurrencyLimiter<K = String, S: BuildHasher = KeyHasher> {
     /// The gauge of each key tracked now, at most `max_keys` of them.
@@ -141,13 +141,13 @@ impl<K: Hash + Eq + Clone> ConcurrencyLimiter<K, KeyHasher> {
     /// # Examples
     ///
     /// ```
-    /// use tollgate::ConcurrencyLimiter;
+    /// use tollgate::concurrency::ConcurrencyLimiter;
     ///
     /// let per_client: ConcurrencyLimiter<std::net::IpAddr> = ConcurrencyLimiter::new(10);
     /// let ip = "192.0.2.7".parse().unwrap();
     /// let _connection = per_client.try_acquire(&ip)?;
     /// assert_eq!(per_client.in_flight(&ip), 1);
-    /// # Ok::<(), tollgate::AtCapacity>(())
+    /// # Ok::<(), tollgate::concurrency::AtCapacity>(())
     /// ```
     #[must_use]
     pub fn new(limit: u64) -> Self {
@@ -167,13 +167,13 @@ impl<K: Hash + Eq + Clone> ConcurrencyLimiter<K, KeyHasher> {
     /// # Examples
     ///
     /// ```
-    /// use tollgate::ConcurrencyLimiter;
+    /// use tollgate::concurrency::ConcurrencyLimiter;
     ///
     /// let jobs: ConcurrencyLimiter<String> =
     ///     ConcurrencyLimiter::with_resolver(|tenant: &String| if tenant.starts_with("big-") { 8 } else { 2 });
     /// assert_eq!(jobs.try_acquire("big-corp")?.limit(), 8);
     /// assert_eq!(jobs.try_acquire("small-shop")?.limit(), 2);
-    /// # Ok::<(), tollgate::AtCapacity>(())
+    /// # Ok::<(), tollgate::concurrency::AtCapacity>(())
     /// ```
     #[must_use]
     pub fn with_resolver(resolver: impl Fn(&K) -> u64 + Send + Sync + 'static) -> Self {
@@ -193,7 +193,7 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> ConcurrencyLimiter<K, S> {
     ///
     /// ```
     /// use std::collections::hash_map::RandomState;
-    /// use tollgate::ConcurrencyLimiter;
+    /// use tollgate::concurrency::ConcurrencyLimiter;
     ///
     /// let limiter = ConcurrencyLimiter::<String, _>::with_hasher(4, RandomState::new());
     /// assert!(limiter.try_acquire("k").is_ok());
@@ -251,7 +251,7 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> ConcurrencyLimiter<K, S> {
     /// # Examples
     ///
     /// ```
-    /// use tollgate::ConcurrencyLimiter;
+    /// use tollgate::concurrency::ConcurrencyLimiter;
     ///
     /// let limiter: ConcurrencyLimiter<u32> = ConcurrencyLimiter::new(2).max_keys(1);
     /// let held = limiter.try_acquire(&1)?;
@@ -267,7 +267,7 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> ConcurrencyLimiter<K, S> {
     /// assert!(!limiter.try_acquire(&2).unwrap_err().is_overflow()); // 2 in flight: its limit
     /// drop(shared);
     /// assert!(limiter.try_acquire(&2).is_ok());
-    /// # Ok::<(), tollgate::AtCapacity>(())
+    /// # Ok::<(), tollgate::concurrency::AtCapacity>(())
     /// ```
     #[must_use]
     pub fn max_keys(self, max_keys: usize) -> Self {
@@ -291,7 +291,7 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> ConcurrencyLimiter<K, S> {
     /// # Examples
     ///
     /// ```
-    /// use tollgate::ConcurrencyLimiter;
+    /// use tollgate::concurrency::ConcurrencyLimiter;
     ///
     /// let limiter: ConcurrencyLimiter<String> = ConcurrencyLimiter::new(1);
     /// {
@@ -299,7 +299,7 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> ConcurrencyLimiter<K, S> {
     ///     assert!(limiter.try_acquire("alice").is_err());
     /// } // released here
     /// assert!(limiter.try_acquire("alice").is_ok());
-    /// # Ok::<(), tollgate::AtCapacity>(())
+    /// # Ok::<(), tollgate::concurrency::AtCapacity>(())
     /// ```
     #[inline]
     pub fn try_acquire<Q>(&self, key: &Q) -> Result<Permit, AtCapacity>
@@ -365,11 +365,11 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> ConcurrencyLimiter<K, S> {
     /// # Examples
     ///
     /// ```
-    /// let limiter: tollgate::ConcurrencyLimiter<String> = tollgate::ConcurrencyLimiter::new(4);
+    /// let limiter: tollgate::concurrency::ConcurrencyLimiter<String> = tollgate::concurrency::ConcurrencyLimiter::new(4);
     /// assert_eq!(limiter.in_flight("alice"), 0);
     /// let _p = limiter.try_acquire("alice")?;
     /// assert_eq!(limiter.in_flight("alice"), 1);
-    /// # Ok::<(), tollgate::AtCapacity>(())
+    /// # Ok::<(), tollgate::concurrency::AtCapacity>(())
     /// ```
     #[must_use]
     pub fn in_flight<Q>(&self, key: &Q) -> u64
@@ -396,14 +396,14 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> ConcurrencyLimiter<K, S> {
     /// # Examples
     ///
     /// ```
-    /// let limiter: tollgate::ConcurrencyLimiter<String> = tollgate::ConcurrencyLimiter::new(4);
+    /// let limiter: tollgate::concurrency::ConcurrencyLimiter<String> = tollgate::concurrency::ConcurrencyLimiter::new(4);
     /// let busy = limiter.try_acquire("busy")?;
     /// drop(limiter.try_acquire("done")?);
     /// assert_eq!(limiter.evict_idle(), 1); // "done"; "busy" still has a permit out
     /// drop(busy);
     /// assert_eq!(limiter.evict_idle(), 1);
     /// assert!(limiter.is_empty());
-    /// # Ok::<(), tollgate::AtCapacity>(())
+    /// # Ok::<(), tollgate::concurrency::AtCapacity>(())
     /// ```
     pub fn evict_idle(&self) -> usize {
         // Each bucket is held exclusively while its gauges are checked: no acquirer is inside
@@ -418,11 +418,11 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> ConcurrencyLimiter<K, S> {
     /// # Examples
     ///
     /// ```
-    /// let limiter: tollgate::ConcurrencyLimiter<String> = tollgate::ConcurrencyLimiter::new(4);
+    /// let limiter: tollgate::concurrency::ConcurrencyLimiter<String> = tollgate::concurrency::ConcurrencyLimiter::new(4);
     /// let _a = limiter.try_acquire("a")?;
     /// let _b = limiter.try_acquire("b")?;
     /// assert_eq!(limiter.len(), 2);
-    /// # Ok::<(), tollgate::AtCapacity>(())
+    /// # Ok::<(), tollgate::concurrency::AtCapacity>(())
     /// ```
     #[must_use]
     pub fn len(&self) -> usize {
@@ -435,7 +435,7 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> ConcurrencyLimiter<K, S> {
     /// # Examples
     ///
     /// ```
-    /// let limiter: tollgate::ConcurrencyLimiter<String> = tollgate::ConcurrencyLimiter::new(4);
+    /// let limiter: tollgate::concurrency::ConcurrencyLimiter<String> = tollgate::concurrency::ConcurrencyLimiter::new(4);
     /// assert!(limiter.is_empty());
     /// ```
     #[must_use]
@@ -449,7 +449,7 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> ConcurrencyLimiter<K, S> {
     /// # Examples
     ///
     /// ```
-    /// let limiter: tollgate::ConcurrencyLimiter<String> = tollgate::ConcurrencyLimiter::new(4);
+    /// let limiter: tollgate::concurrency::ConcurrencyLimiter<String> = tollgate::concurrency::ConcurrencyLimiter::new(4);
     /// assert_eq!(limiter.limit(), Some(4));
     /// ```
     #[must_use]

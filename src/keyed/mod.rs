@@ -95,7 +95,7 @@ mod table;
 /// # Choosing the key type
 ///
 /// The limiter keeps its own copy of each key, so the key type is most of the memory a
-/// tracked key costs. For string keys, [`InlineKey`](crate::InlineKey) is the lean choice:
+/// tracked key costs. For string keys, [`InlineKey`](crate::keys::InlineKey) is the lean choice:
 /// 16 bytes holding a string of up to 15 bytes inside itself (a longer one behind a
 /// pointer), looked up by `&str` exactly as `String` is. `Box<str>` is also 16 bytes in the
 /// table, but keeps the string in a heap block of its own; `String` is 24 bytes plus that
@@ -107,7 +107,8 @@ mod table;
 /// allocate nothing of their own.
 ///
 /// ```
-/// use tollgate::{FakeClock, InlineKey, RateLimiter};
+/// use tollgate::{FakeClock, RateLimiter};
+/// use tollgate::keys::InlineKey;
 ///
 /// let limiter: RateLimiter<InlineKey, FakeClock> =
 ///     RateLimiter::with_clock("2/1s".parse()?, FakeClock::new());
@@ -761,7 +762,8 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
     ///
     /// ```
     /// use std::time::Duration;
-    /// use tollgate::{FakeClock, RateLimiter, Wait};
+    /// use tollgate::{FakeClock, RateLimiter};
+    /// use tollgate::wait::Wait;
     ///
     /// let limiter: RateLimiter<String, FakeClock> =
     ///     RateLimiter::with_clock("1/min".parse()?, FakeClock::new());
@@ -781,7 +783,7 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
     /// Waits asynchronously until a request of cost 1 for `key` is admitted (feature
     /// `tokio`): the async twin of [`acquire_blocking`](RateLimiter::acquire_blocking),
     /// sleeping with tokio's timer. Give the limiter a clock that follows tokio's time
-    /// ([`SystemClock`](crate::SystemClock) in production, [`TokioClock`](crate::TokioClock) in tests with paused
+    /// ([`SystemClock`](crate::SystemClock) in production, [`TokioClock`](crate::clock::TokioClock) in tests with paused
     /// time).
     ///
     /// # Examples
@@ -789,7 +791,8 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
     /// ```
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() -> Result<(), tollgate::PolicyError> {
-    /// use tollgate::{RateLimiter, TokioClock};
+    /// use tollgate::RateLimiter;
+    /// use tollgate::clock::TokioClock;
     ///
     /// let limiter: RateLimiter<String, TokioClock> =
     ///     RateLimiter::with_clock("1/s".parse()?, TokioClock::new());
@@ -822,7 +825,9 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() -> Result<(), tollgate::PolicyError> {
     /// use std::time::Duration;
-    /// use tollgate::{RateLimiter, TokioClock, Wait};
+    /// use tollgate::RateLimiter;
+    /// use tollgate::clock::TokioClock;
+    /// use tollgate::wait::Wait;
     ///
     /// let limiter: RateLimiter<String, TokioClock> =
     ///     RateLimiter::with_clock("1/min".parse()?, TokioClock::new());

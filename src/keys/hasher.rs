@@ -18,7 +18,7 @@ use std::hash::BuildHasher;
 ///
 /// ```
 /// use std::hash::BuildHasher;
-/// use tollgate::KeyHasher;
+/// use tollgate::keys::KeyHasher;
 ///
 /// let hasher = KeyHasher::default();
 /// assert_eq!(hasher.hash_one("alice"), hasher.hash_one("alice"));

@@ -31,7 +31,8 @@ const INLINE: usize = 15;
 /// `Box<str>`), and so does each clone of it.
 ///
 /// ```
-/// use tollgate::{InlineKey, RateLimiter};
+/// use tollgate::RateLimiter;
+/// use tollgate::keys::InlineKey;
 ///
 /// let limiter: RateLimiter<InlineKey> = RateLimiter::new("2/1s".parse()?);
 /// assert_eq!(limiter.try_acquire("user-000042").remaining(), 1);

@@ -7,7 +7,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use crate::ip::{mask, DEFAULT_V4_PREFIX, DEFAULT_V6_PREFIX};
 
-/// The client of a login attempt, as the [`LoginGuard`](crate::LoginGuard)'s methods take it:
+/// The client of a login attempt, as the [`LoginGuard`](crate::login::LoginGuard)'s methods take it:
 /// an IP address, a device token, or both.
 ///
 /// Every method of the guard takes `impl Into<LoginClient>`, so pass whichever you have:
@@ -24,7 +24,7 @@ use crate::ip::{mask, DEFAULT_V4_PREFIX, DEFAULT_V6_PREFIX};
 ///
 /// A device token should be a value your server issued (a random id in a signed cookie, set
 /// after a successful login), so that nobody else can present it. Tokens make the best
-/// *known clients* (see [`LoginGuard::record_success`](crate::LoginGuard::record_success)):
+/// *known clients* (see [`LoginGuard::record_success`](crate::login::LoginGuard::record_success)):
 /// an address can be shared (an office, a carrier's NAT) and then makes everyone behind it
 /// known. But the client limit (failures over all accounts) counts per what you pass, and
 /// anyone can collect fresh tokens by logging into an account of their own: so pass the
@@ -36,7 +36,7 @@ use crate::ip::{mask, DEFAULT_V4_PREFIX, DEFAULT_V6_PREFIX};
 ///
 /// ```
 /// use std::net::IpAddr;
-/// use tollgate::LoginClient;
+/// use tollgate::login::LoginClient;
 ///
 /// let a: IpAddr = "2001:db8:1:2:aaaa::1".parse()?;
 /// let b: IpAddr = "2001:db8:1:2:bbbb::9".parse()?;

@@ -62,7 +62,7 @@ use super::LoginGuard;
 ///
 /// ```
 /// use std::time::Duration;
-/// use tollgate::LoginConfig;
+/// use tollgate::login::LoginConfig;
 ///
 /// let config = LoginConfig::default()
 ///     .with_account_limit("sliding-log 3/10m".parse()?)
@@ -115,7 +115,7 @@ impl LoginConfig {
     /// # Examples
     ///
     /// ```
-    /// let config = tollgate::LoginConfig::default().with_account_limit("sliding-log 10/1h".parse()?);
+    /// let config = tollgate::login::LoginConfig::default().with_account_limit("sliding-log 10/1h".parse()?);
     /// assert_eq!(config.account_limit().first_band().permits(), 10);
     /// # Ok::<(), tollgate::PolicyError>(())
     /// ```
@@ -130,7 +130,7 @@ impl LoginConfig {
     /// # Examples
     ///
     /// ```
-    /// let config = tollgate::LoginConfig::default().with_ip_limit("sliding-log 100/1h".parse()?);
+    /// let config = tollgate::login::LoginConfig::default().with_ip_limit("sliding-log 100/1h".parse()?);
     /// assert_eq!(config.ip_limit().first_band().permits(), 100);
     /// # Ok::<(), tollgate::PolicyError>(())
     /// ```
@@ -146,7 +146,7 @@ impl LoginConfig {
     /// # Examples
     ///
     /// ```
-    /// let config = tollgate::LoginConfig::default().with_strikes_to_lock(5);
+    /// let config = tollgate::login::LoginConfig::default().with_strikes_to_lock(5);
     /// assert_eq!(config.strikes_to_lock(), 5);
     /// assert_eq!(config.lockout_after(4), None);
     /// ```
@@ -164,7 +164,7 @@ impl LoginConfig {
     /// ```
     /// use std::time::Duration;
     ///
-    /// let config = tollgate::LoginConfig::default()
+    /// let config = tollgate::login::LoginConfig::default()
     ///     .with_lockout(Duration::from_secs(60), Duration::from_secs(300));
     /// let schedule: Vec<_> = (3..7).map(|s| config.lockout_after(s).unwrap().as_secs()).collect();
     /// assert_eq!(schedule, [60, 120, 240, 300]);
@@ -183,7 +183,7 @@ impl LoginConfig {
     /// # Examples
     ///
     /// ```
-    /// let config = tollgate::LoginConfig::default().with_known_client_limit("sliding-log 3/10m".parse()?);
+    /// let config = tollgate::login::LoginConfig::default().with_known_client_limit("sliding-log 3/10m".parse()?);
     /// assert_eq!(config.known_client_limit().first_band().permits(), 3);
     /// # Ok::<(), tollgate::PolicyError>(())
     /// ```
@@ -204,7 +204,7 @@ impl LoginConfig {
     /// use std::time::Duration;
     ///
     /// let week = Duration::from_secs(7 * 24 * 3600);
-    /// let config = tollgate::LoginConfig::default().with_remember_clients(week);
+    /// let config = tollgate::login::LoginConfig::default().with_remember_clients(week);
     /// assert_eq!(config.remember_clients(), week);
     /// ```
     #[must_use]
@@ -218,7 +218,7 @@ impl LoginConfig {
     /// # Examples
     ///
     /// ```
-    /// let config = tollgate::LoginConfig::default();
+    /// let config = tollgate::login::LoginConfig::default();
     /// assert_eq!(config.known_client_limit().to_string(), "sliding-log 5/15m");
     /// ```
     #[must_use]
@@ -233,7 +233,7 @@ impl LoginConfig {
     /// ```
     /// use std::time::Duration;
     ///
-    /// let config = tollgate::LoginConfig::default();
+    /// let config = tollgate::login::LoginConfig::default();
     /// assert_eq!(config.remember_clients(), Duration::from_secs(30 * 24 * 3600));
     /// ```
     #[must_use]
@@ -246,7 +246,7 @@ impl LoginConfig {
     /// # Examples
     ///
     /// ```
-    /// let config = tollgate::LoginConfig::default();
+    /// let config = tollgate::login::LoginConfig::default();
     /// assert_eq!(config.account_limit().to_string(), "sliding-log 5/15m");
     /// ```
     #[must_use]
@@ -259,7 +259,7 @@ impl LoginConfig {
     /// # Examples
     ///
     /// ```
-    /// let config = tollgate::LoginConfig::default();
+    /// let config = tollgate::login::LoginConfig::default();
     /// assert_eq!(config.ip_limit().to_string(), "sliding-log 20/1h");
     /// ```
     #[must_use]
@@ -272,7 +272,7 @@ impl LoginConfig {
     /// # Examples
     ///
     /// ```
-    /// assert_eq!(tollgate::LoginConfig::default().strikes_to_lock(), 3);
+    /// assert_eq!(tollgate::login::LoginConfig::default().strikes_to_lock(), 3);
     /// ```
     #[must_use]
     pub const fn strikes_to_lock(&self) -> u32 {
@@ -285,7 +285,7 @@ impl LoginConfig {
     ///
     /// ```
     /// use std::time::Duration;
-    /// assert_eq!(tollgate::LoginConfig::default().first_lockout(), Duration::from_secs(900));
+    /// assert_eq!(tollgate::login::LoginConfig::default().first_lockout(), Duration::from_secs(900));
     /// ```
     #[must_use]
     pub const fn first_lockout(&self) -> Duration {
@@ -298,7 +298,7 @@ impl LoginConfig {
     ///
     /// ```
     /// use std::time::Duration;
-    /// assert_eq!(tollgate::LoginConfig::default().max_lockout(), Duration::from_secs(86_400));
+    /// assert_eq!(tollgate::login::LoginConfig::default().max_lockout(), Duration::from_secs(86_400));
     /// ```
     #[must_use]
     pub const fn max_lockout(&self) -> Duration {
@@ -312,7 +312,7 @@ impl LoginConfig {
     ///
     /// ```
     /// use std::time::Duration;
-    /// assert_eq!(tollgate::LoginConfig::default().strike_window(), Duration::from_secs(900));
+    /// assert_eq!(tollgate::login::LoginConfig::default().strike_window(), Duration::from_secs(900));
     /// ```
     #[must_use]
     pub fn strike_window(&self) -> Duration {
@@ -332,7 +332,7 @@ impl LoginConfig {
     /// ```
     /// use std::time::Duration;
     ///
-    /// let config = tollgate::LoginConfig::default();
+    /// let config = tollgate::login::LoginConfig::default();
     /// let minutes = |s| config.lockout_after(s).map(|d| d.as_secs() / 60);
     /// assert_eq!(minutes(2), None);
     /// assert_eq!(minutes(3), Some(15));
@@ -388,7 +388,8 @@ impl LoginConfig {
 /// # Examples
 ///
 /// ```
-/// use tollgate::{FakeClock, LoginConfig, LoginConfigError, LoginGuard};
+/// use tollgate::FakeClock;
+/// use tollgate::login::{LoginConfig, LoginConfigError, LoginGuard};
 ///
 /// let config = LoginConfig::default().with_strikes_to_lock(0);
 /// let err = LoginGuard::with_config(config, FakeClock::new()).unwrap_err();

@@ -28,7 +28,8 @@ use super::{LoginConfig, LoginGuard};
 ///
 /// ```
 /// use std::time::Duration;
-/// use tollgate::{FakeClock, LoginDecision, LoginGuard};
+/// use tollgate::FakeClock;
+/// use tollgate::login::{LoginDecision, LoginGuard};
 ///
 /// let guard = LoginGuard::with_clock(FakeClock::new());
 /// match guard.check("alice", "192.0.2.1") {
@@ -84,7 +85,7 @@ impl LoginDecision {
     /// # Examples
     ///
     /// ```
-    /// let guard = tollgate::LoginGuard::with_clock(tollgate::FakeClock::new());
+    /// let guard = tollgate::login::LoginGuard::with_clock(tollgate::FakeClock::new());
     /// assert!(guard.check("alice", "192.0.2.1").is_allowed());
     /// ```
     #[must_use]
@@ -99,7 +100,7 @@ impl LoginDecision {
     ///
     /// ```
     /// use std::time::Duration;
-    /// let guard = tollgate::LoginGuard::with_clock(tollgate::FakeClock::new());
+    /// let guard = tollgate::login::LoginGuard::with_clock(tollgate::FakeClock::new());
     /// assert_eq!(guard.check("alice", "192.0.2.1").retry_after(), Duration::ZERO);
     /// ```
     #[must_use]
@@ -119,7 +120,7 @@ impl LoginDecision {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use tollgate::LoginDecision;
+    /// use tollgate::login::LoginDecision;
     ///
     /// let d = LoginDecision::Ip { retry_after: Duration::from_millis(1500) };
     /// assert_eq!(d.retry_after_secs(), 2);

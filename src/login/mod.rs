@@ -113,13 +113,14 @@ use strikes::{Escalation, StrikeCell};
 /// `record_failure` spends through a lock-free limiter, and a full limit refuses to
 /// record more), so from then on `check` refuses. To bound this, serialise attempts per
 /// account, or verify only while holding a
-/// [`ConcurrencyLimiter`](crate::ConcurrencyLimiter) permit of limit 1 for the account.
+/// [`ConcurrencyLimiter`](crate::concurrency::ConcurrencyLimiter) permit of limit 1 for the account.
 ///
 /// # Examples
 ///
 /// ```
 /// use std::time::Duration;
-/// use tollgate::{FakeClock, LoginDecision, LoginGuard};
+/// use tollgate::FakeClock;
+/// use tollgate::login::{LoginDecision, LoginGuard};
 ///
 /// let clock = FakeClock::new();
 /// let guard = LoginGuard::with_clock(clock.clone()); // 5/15m per account, 20/1h per client
@@ -169,7 +170,7 @@ impl LoginGuard<SystemClock> {
     /// # Examples
     ///
     /// ```
-    /// let guard = tollgate::LoginGuard::new();
+    /// let guard = tollgate::login::LoginGuard::new();
     /// assert!(guard.check("alice", "203.0.113.9").is_allowed());
     /// ```
     #[must_use]
@@ -190,7 +191,8 @@ impl<C: Clock + Clone> LoginGuard<C> {
     /// # Examples
     ///
     /// ```
-    /// use tollgate::{FakeClock, LoginGuard};
+    /// use tollgate::FakeClock;
+    /// use tollgate::login::LoginGuard;
     ///
     /// let guard = LoginGuard::with_clock(FakeClock::new());
     /// assert_eq!(guard.config().strikes_to_lock(), 3);
@@ -212,7 +214,8 @@ impl<C: Clock + Clone> LoginGuard<C> {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use tollgate::{FakeClock, LoginConfig, LoginGuard};
+    /// use tollgate::FakeClock;
+    /// use tollgate::login::{LoginConfig, LoginGuard};
     ///
     /// let config = LoginConfig::default()
     ///     .with_account_limit("sliding-log 10/1h".parse()?)
@@ -273,7 +276,8 @@ impl<C: Clock + Clone> LoginGuard<C> {
     /// # Examples
     ///
     /// ```
-    /// use tollgate::{FakeClock, LoginGuard};
+    /// use tollgate::FakeClock;
+    /// use tollgate::login::LoginGuard;
     ///
     /// let guard = LoginGuard::with_clock(FakeClock::new()).max_keys(100_000);
     /// assert!(guard.check("alice", "192.0.2.1").is_allowed());
@@ -304,7 +308,8 @@ impl<C: Clock> LoginGuard<C> {
     /// # Examples
     ///
     /// ```
-    /// use tollgate::{FakeClock, LoginDecision, LoginGuard};
+    /// use tollgate::FakeClock;
+    /// use tollgate::login::{LoginDecision, LoginGuard};
     ///
     /// let guard = LoginGuard::with_clock(FakeClock::new());
     /// assert_eq!(
@@ -364,7 +369,8 @@ impl<C: Clock> LoginGuard<C> {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use tollgate::{FakeClock, LoginDecision, LoginGuard};
+    /// use tollgate::FakeClock;
+    /// use tollgate::login::{LoginDecision, LoginGuard};
     ///
     /// let guard = LoginGuard::with_clock(FakeClock::new());
     /// for left in (1..5).rev() {
@@ -451,7 +457,8 @@ impl<C: Clock> LoginGuard<C> {
     /// # Examples
     ///
     /// ```
-    /// use tollgate::{FakeClock, LoginDecision, LoginGuard};
+    /// use tollgate::FakeClock;
+    /// use tollgate::login::{LoginDecision, LoginGuard};
     ///
     /// let guard = LoginGuard::with_clock(FakeClock::new());
     /// guard.record_success("alice", "device-5f1c");
@@ -487,7 +494,8 @@ impl<C: Clock> LoginGuard<C> {
     /// # Examples
     ///
     /// ```
-    /// use tollgate::{FakeClock, LoginDecision, LoginGuard};
+    /// use tollgate::FakeClock;
+    /// use tollgate::login::{LoginDecision, LoginGuard};
     ///
     /// let guard = LoginGuard::with_clock(FakeClock::new());
     /// for _ in 0..3 {
@@ -514,7 +522,7 @@ impl<C: Clock> LoginGuard<C> {
     /// # Examples
     ///
     /// ```
-    /// let guard = tollgate::LoginGuard::with_clock(tollgate::FakeClock::new());
+    /// let guard = tollgate::login::LoginGuard::with_clock(tollgate::FakeClock::new());
     /// assert_eq!(guard.strikes("alice"), 0);
     /// for _ in 0..5 {
     ///     let _ = guard.record_failure("alice", "192.0.2.1");
@@ -540,7 +548,8 @@ impl<C: Clock> LoginGuard<C> {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use tollgate::{FakeClock, LoginGuard};
+    /// use tollgate::FakeClock;
+    /// use tollgate::login::LoginGuard;
     ///
     /// let clock = FakeClock::new();
     /// let guard = LoginGuard::with_clock(clock.clone());
@@ -568,7 +577,7 @@ impl<C: Clock> LoginGuard<C> {
     /// # Examples
     ///
     /// ```
-    /// let guard = tollgate::LoginGuard::with_clock(tollgate::FakeClock::new());
+    /// let guard = tollgate::login::LoginGuard::with_clock(tollgate::FakeClock::new());
     /// assert_eq!(guard.config().ip_limit().first_band().permits(), 20);
     /// ```
     #[must_use]
@@ -581,7 +590,8 @@ impl<C: Clock> LoginGuard<C> {
     /// # Examples
     ///
     /// ```
-    /// use tollgate::{Clock, FakeClock, LoginGuard};
+    /// use tollgate::{Clock, FakeClock};
+    /// use tollgate::login::LoginGuard;
     /// let guard = LoginGuard::with_clock(FakeClock::new());
     /// assert_eq!(guard.clock().now(), 0);
     /// ```

@@ -7,8 +7,8 @@
 //! | item | role |
 //! |---|---|
 //! | [`RateLimitLayer`], [`Route`] | requests per key and window: default limiter, per-route rules, key extractor, header style; module [`rate`] with its service and future |
-//! | [`ConcurrencyLimitLayer`] | requests in flight per key, from a [`ConcurrencyLimiter`](crate::ConcurrencyLimiter), each held until its response body ends; module [`concurrency`] |
-//! | [`LoginLayer`], [`LoginOutcome`] | a [`LoginGuard`](crate::LoginGuard) in front of a login route: check before, record the outcome from the status; module [`login`] |
+//! | [`ConcurrencyLimitLayer`] | requests in flight per key, from a [`ConcurrencyLimiter`](crate::concurrency::ConcurrencyLimiter), each held until its response body ends; module [`concurrency`] |
+//! | [`LoginLayer`], [`LoginOutcome`] | a [`LoginGuard`](crate::login::LoginGuard) in front of a login route: check before, record the outcome from the status; module [`login`] |
 //! | [`KeyExtractor`], [`RequestHead`], [`LimitKey`] | how a request becomes a key |
 //! | [`PeerIp`], [`ClientIp`], [`HeaderKey`], [`GlobalKey`] | the built-in extractors |
 //! | [`MissingKey`] | the answer to a request without a key, for every layer |

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread;
 
-use tollgate::{AtCapacity, ConcurrencyLimiter, Permit};
+use tollgate::concurrency::{AtCapacity, ConcurrencyLimiter, Permit};
 
 use crate::support::race;
 

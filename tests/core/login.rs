@@ -6,7 +6,8 @@ use std::sync::{Arc, Barrier};
 use std::thread;
 use std::time::Duration;
 
-use tollgate::{Clock, FakeClock, LoginConfig, LoginConfigError, LoginDecision, LoginGuard};
+use tollgate::login::{LoginConfig, LoginConfigError, LoginDecision, LoginGuard};
+use tollgate::{Clock, FakeClock};
 
 const MIN: Duration = Duration::from_secs(60);
 

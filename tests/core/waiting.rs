@@ -6,7 +6,8 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread;
 use std::time::Duration;
 
-use tollgate::{Clock, DirectLimiter, FakeClock, Policy, RateLimiter, Wait};
+use tollgate::wait::Wait;
+use tollgate::{Clock, DirectLimiter, FakeClock, Policy, RateLimiter};
 
 const MS: u64 = 1_000_000;
 
@@ -206,7 +207,7 @@ fn a_deadline_gives_up_on_time() {
 #[cfg(feature = "tokio")]
 mod tokio_waiting {
     use super::*;
-    use tollgate::TokioClock;
+    use tollgate::clock::TokioClock;
 
     #[tokio::test(start_paused = true)]
     async fn async_waiters_are_admitted_at_the_policy_rate() {

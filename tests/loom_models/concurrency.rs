@@ -15,8 +15,9 @@
 use loom::sync::atomic::{AtomicU64, Ordering};
 use loom::sync::Arc;
 use loom::thread;
+use tollgate::concurrency::Permit;
+use tollgate::login::LoginConfig;
 use tollgate::model::{ModelGauge, ModelStrikes};
-use tollgate::{LoginConfig, Permit};
 
 fn gauge(limit: u64) -> Arc<ModelGauge> {
     Arc::new(ModelGauge::new(limit))

@@ -7,7 +7,9 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
-use tollgate::{ConcurrencyLimiter, FakeClock, LoginDecision, LoginGuard};
+use tollgate::concurrency::ConcurrencyLimiter;
+use tollgate::login::{LoginDecision, LoginGuard};
+use tollgate::FakeClock;
 
 use crate::{Keys, ALLOC};
 

@@ -18,8 +18,9 @@ use axum::Router;
 use bytes::Bytes;
 use http::{HeaderMap, Request};
 use http_body::Frame;
+use tollgate::concurrency::ConcurrencyLimiter;
+use tollgate::login::LoginGuard;
 use tollgate::middleware::{ConcurrencyLimitLayer, GlobalKey, HeaderKey, LimitKey, LoginLayer};
-use tollgate::{ConcurrencyLimiter, LoginGuard};
 use tower_layer::Layer;
 use tower_service::Service;
 

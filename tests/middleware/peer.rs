@@ -10,11 +10,13 @@ use axum::body::Body;
 use axum::routing::get;
 use axum::Router;
 use http::{Request, Response, StatusCode};
+use tollgate::concurrency::ConcurrencyLimiter;
+use tollgate::login::LoginGuard;
 use tollgate::middleware::{
     ConcurrencyLimitLayer, KeyExtractor, LimitKey, LoginLayer, MissingKey, PeerIp, RateLimitLayer,
     RequestHead, ResponseBody,
 };
-use tollgate::{ConcurrencyLimiter, LoginGuard, RateLimiter};
+use tollgate::RateLimiter;
 use tower_layer::Layer;
 use tower_service::Service;
 

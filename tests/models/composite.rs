@@ -15,7 +15,8 @@
 //! Time must only move forwards: a band's reset_after is found by bisection over its
 //! `is_at_rest`, which assumes no stored time lies ahead of now.
 
-use tollgate::{Algorithm, Band, Policy};
+use tollgate::policy::Band;
+use tollgate::{Algorithm, Policy};
 
 use super::{CounterModel, GcraModel, LogModel, Model, Outcome};
 

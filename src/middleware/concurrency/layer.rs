@@ -49,7 +49,7 @@ use crate::middleware::refusal::{Refusal, RefusalHandler};
 /// use std::sync::Arc;
 /// use axum::{routing::get, Router};
 /// use tollgate::middleware::{ConcurrencyLimitLayer, LimitKey};
-/// use tollgate::ConcurrencyLimiter;
+/// use tollgate::concurrency::ConcurrencyLimiter;
 ///
 /// // At most 8 requests in flight per client address (the default key, `PeerIp`).
 /// let limiter: Arc<ConcurrencyLimiter<LimitKey>> =
@@ -70,7 +70,7 @@ impl ConcurrencyLimitLayer {
     /// ```
     /// use std::sync::Arc;
     /// use tollgate::middleware::ConcurrencyLimitLayer;
-    /// use tollgate::ConcurrencyLimiter;
+    /// use tollgate::concurrency::ConcurrencyLimiter;
     ///
     /// let layer = ConcurrencyLimitLayer::new(Arc::new(ConcurrencyLimiter::new(4)));
     /// ```
@@ -97,7 +97,7 @@ impl ConcurrencyLimitLayer {
     /// ```
     /// use std::sync::Arc;
     /// use tollgate::middleware::{ConcurrencyLimitLayer, HeaderKey};
-    /// use tollgate::ConcurrencyLimiter;
+    /// use tollgate::concurrency::ConcurrencyLimiter;
     ///
     /// let layer = ConcurrencyLimitLayer::new(Arc::new(ConcurrencyLimiter::new(4)))
     ///     .key(HeaderKey::bearer());
@@ -117,7 +117,7 @@ impl ConcurrencyLimitLayer {
     /// ```
     /// use std::sync::Arc;
     /// use tollgate::middleware::{ConcurrencyLimitLayer, MissingKey};
-    /// use tollgate::ConcurrencyLimiter;
+    /// use tollgate::concurrency::ConcurrencyLimiter;
     ///
     /// let layer = ConcurrencyLimitLayer::new(Arc::new(ConcurrencyLimiter::new(4)))
     ///     .on_missing_key(MissingKey::Shared);
@@ -140,7 +140,7 @@ impl ConcurrencyLimitLayer {
     /// use std::sync::Arc;
     /// use http::{Response, StatusCode};
     /// use tollgate::middleware::{ConcurrencyLimitLayer, Refusal};
-    /// use tollgate::ConcurrencyLimiter;
+    /// use tollgate::concurrency::ConcurrencyLimiter;
     ///
     /// let layer = ConcurrencyLimitLayer::new(Arc::new(ConcurrencyLimiter::new(4)))
     ///     .on_refusal(|refusal: &Refusal| {
@@ -167,7 +167,7 @@ impl ConcurrencyLimitLayer {
     /// ```
     /// use std::sync::Arc;
     /// use tollgate::middleware::ConcurrencyLimitLayer;
-    /// use tollgate::ConcurrencyLimiter;
+    /// use tollgate::concurrency::ConcurrencyLimiter;
     ///
     /// let layer = ConcurrencyLimitLayer::new(Arc::new(ConcurrencyLimiter::new(4))).grpc(false);
     /// ```

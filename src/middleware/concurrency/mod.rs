@@ -1,6 +1,6 @@
 //! The concurrency layer: [`ConcurrencyLimitLayer`] builds [`ConcurrencyLimit`] services,
 //! which cap each key's requests in flight with a
-//! [`ConcurrencyLimiter`](crate::ConcurrencyLimiter) and answer through a
+//! [`ConcurrencyLimiter`](crate::concurrency::ConcurrencyLimiter) and answer through a
 //! [`ResponseFuture`]. Each request's place is held by its response body
 //! ([`ResponseBody`](crate::middleware::ResponseBody)) until the body ends.
 //!
@@ -9,7 +9,7 @@
 //! ```
 //! use std::sync::Arc;
 //! use tollgate::middleware::concurrency::{ConcurrencyLimit, ConcurrencyLimitLayer};
-//! use tollgate::ConcurrencyLimiter;
+//! use tollgate::concurrency::ConcurrencyLimiter;
 //! use tower_layer::Layer;
 //!
 //! let layer = ConcurrencyLimitLayer::new(Arc::new(ConcurrencyLimiter::new(8)));

@@ -21,7 +21,7 @@ use crate::middleware::body::ResponseBody;
 /// ```
 /// use std::sync::Arc;
 /// use tollgate::middleware::concurrency::{ConcurrencyLimit, ConcurrencyLimitLayer};
-/// use tollgate::ConcurrencyLimiter;
+/// use tollgate::concurrency::ConcurrencyLimiter;
 /// use tower_layer::Layer;
 ///
 /// let layer = ConcurrencyLimitLayer::new(Arc::new(ConcurrencyLimiter::new(4)));
@@ -48,7 +48,7 @@ impl<S> ConcurrencyLimit<S> {
     /// use tollgate::middleware::ConcurrencyLimitLayer;
     /// use tower_layer::Layer;
     ///
-    /// let layer = ConcurrencyLimitLayer::new(Arc::new(tollgate::ConcurrencyLimiter::new(1)));
+    /// let layer = ConcurrencyLimitLayer::new(Arc::new(tollgate::concurrency::ConcurrencyLimiter::new(1)));
     /// assert_eq!(*layer.layer(7u8).get_ref(), 7);
     /// ```
     pub fn get_ref(&self) -> &S {
@@ -64,7 +64,7 @@ impl<S> ConcurrencyLimit<S> {
     /// use tollgate::middleware::ConcurrencyLimitLayer;
     /// use tower_layer::Layer;
     ///
-    /// let layer = ConcurrencyLimitLayer::new(Arc::new(tollgate::ConcurrencyLimiter::new(1)));
+    /// let layer = ConcurrencyLimitLayer::new(Arc::new(tollgate::concurrency::ConcurrencyLimiter::new(1)));
     /// assert_eq!(layer.layer(7u8).into_inner(), 7);
     /// ```
     pub fn into_inner(self) -> S {

@@ -67,7 +67,7 @@ use crate::middleware::refusal::{Refusal, RefusalHandler};
 /// use axum::{routing::post, Router};
 /// use http::StatusCode;
 /// use tollgate::middleware::LoginLayer;
-/// use tollgate::LoginGuard;
+/// use tollgate::login::LoginGuard;
 ///
 /// // The client is the peer address (the default, `PeerIp`).
 /// let guard = Arc::new(LoginGuard::new().max_keys(1_000_000));
@@ -97,7 +97,7 @@ impl LoginLayer {
     /// use tollgate::middleware::LoginLayer;
     ///
     /// // The account is the last path segment: POST /login/alice.
-    /// let layer = LoginLayer::new(Arc::new(tollgate::LoginGuard::new()), |head| {
+    /// let layer = LoginLayer::new(Arc::new(tollgate::login::LoginGuard::new()), |head| {
     ///     head.uri().path().rsplit('/').next().map(str::to_owned)
     /// });
     /// ```
@@ -132,7 +132,7 @@ impl LoginLayer {
     /// use std::sync::Arc;
     /// use tollgate::middleware::{ClientIp, LoginLayer};
     ///
-    /// let layer = LoginLayer::new(Arc::new(tollgate::LoginGuard::new()), |_| None)
+    /// let layer = LoginLayer::new(Arc::new(tollgate::login::LoginGuard::new()), |_| None)
     ///     .client(ClientIp::trusted_hops(1));
     /// ```
     #[must_use]
@@ -151,7 +151,7 @@ impl LoginLayer {
     /// use std::sync::Arc;
     /// use tollgate::middleware::{LoginLayer, MissingKey};
     ///
-    /// let layer = LoginLayer::new(Arc::new(tollgate::LoginGuard::new()), |_| None)
+    /// let layer = LoginLayer::new(Arc::new(tollgate::login::LoginGuard::new()), |_| None)
     ///     .on_missing_key(MissingKey::Shared);
     /// ```
     #[must_use]
@@ -175,7 +175,7 @@ impl LoginLayer {
     /// use tollgate::middleware::{LoginLayer, Refusal};
     ///
     /// // A login page answers with a page, not a problem document.
-    /// let layer = LoginLayer::new(Arc::new(tollgate::LoginGuard::new()), |_| None)
+    /// let layer = LoginLayer::new(Arc::new(tollgate::login::LoginGuard::new()), |_| None)
     ///     .on_refusal(|refusal: &Refusal| {
     ///         let minutes = refusal.retry_after().unwrap_or_default().as_secs().div_ceil(60);
     ///         let mut page = Response::new(format!("<p>Too many attempts. Try again in {minutes} min.</p>"));
@@ -204,7 +204,7 @@ impl LoginLayer {
     /// use tollgate::middleware::{LoginLayer, LoginOutcome};
     ///
     /// // This handler answers a wrong password with 422.
-    /// let layer = LoginLayer::new(Arc::new(tollgate::LoginGuard::new()), |_| None)
+    /// let layer = LoginLayer::new(Arc::new(tollgate::login::LoginGuard::new()), |_| None)
     ///     .classify(|status| match status {
     ///         StatusCode::UNPROCESSABLE_ENTITY => LoginOutcome::Failure,
     ///         status => LoginOutcome::from_status(status),
@@ -228,7 +228,7 @@ impl LoginLayer {
     /// ```
     /// use std::sync::Arc;
     /// use tollgate::middleware::LoginLayer;
-    /// use tollgate::LoginGuard;
+    /// use tollgate::login::LoginGuard;
     ///
     /// let layer = LoginLayer::new(Arc::new(LoginGuard::new()), |_| None).max_account_len(64);
     /// ```
@@ -247,7 +247,7 @@ impl LoginLayer {
     /// use std::sync::Arc;
     /// use tollgate::middleware::LoginLayer;
     ///
-    /// let layer = LoginLayer::new(Arc::new(tollgate::LoginGuard::new()), |_| None).grpc(false);
+    /// let layer = LoginLayer::new(Arc::new(tollgate::login::LoginGuard::new()), |_| None).grpc(false);
     /// ```
     #[must_use]
     pub fn grpc(mut self, detect: bool) -> Self {

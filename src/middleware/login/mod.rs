@@ -1,5 +1,5 @@
 //! The login layer: [`LoginLayer`] builds [`Login`] services, which put a
-//! [`LoginGuard`](crate::LoginGuard) in front of a login handler (check each attempt before
+//! [`LoginGuard`](crate::login::LoginGuard) in front of a login handler (check each attempt before
 //! it, record its [`LoginOutcome`] from the response) and answer through a
 //! [`ResponseFuture`].
 //!
@@ -10,7 +10,7 @@
 //! use tollgate::middleware::login::{Login, LoginLayer};
 //! use tower_layer::Layer;
 //!
-//! let layer = LoginLayer::new(Arc::new(tollgate::LoginGuard::new()), |head| {
+//! let layer = LoginLayer::new(Arc::new(tollgate::login::LoginGuard::new()), |head| {
 //!     head.headers().get("x-user")?.to_str().ok().map(str::to_owned)
 //! });
 //! let service: Login<()> = layer.layer(());

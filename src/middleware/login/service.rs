@@ -21,7 +21,7 @@ use crate::middleware::body::ResponseBody;
 /// use tollgate::middleware::login::{Login, LoginLayer};
 /// use tower_layer::Layer;
 ///
-/// let layer = LoginLayer::new(Arc::new(tollgate::LoginGuard::new()), |_| None);
+/// let layer = LoginLayer::new(Arc::new(tollgate::login::LoginGuard::new()), |_| None);
 /// let service: Login<u8> = layer.layer(7u8);
 /// assert_eq!(*service.get_ref(), 7);
 /// ```
@@ -45,7 +45,7 @@ impl<S> Login<S> {
     /// use tollgate::middleware::LoginLayer;
     /// use tower_layer::Layer;
     ///
-    /// let layer = LoginLayer::new(Arc::new(tollgate::LoginGuard::new()), |_| None);
+    /// let layer = LoginLayer::new(Arc::new(tollgate::login::LoginGuard::new()), |_| None);
     /// assert_eq!(*layer.layer(7u8).get_ref(), 7);
     /// ```
     pub fn get_ref(&self) -> &S {
@@ -61,7 +61,7 @@ impl<S> Login<S> {
     /// use tollgate::middleware::LoginLayer;
     /// use tower_layer::Layer;
     ///
-    /// let layer = LoginLayer::new(Arc::new(tollgate::LoginGuard::new()), |_| None);
+    /// let layer = LoginLayer::new(Arc::new(tollgate::login::LoginGuard::new()), |_| None);
     /// assert_eq!(layer.layer(7u8).into_inner(), 7);
     /// ```
     pub fn into_inner(self) -> S {
