@@ -157,7 +157,7 @@ pub(super) enum Tokens {
 
 /// One band of a policy as the script takes it.
 #[derive(Clone, Debug)]
-pub(super) struct Band {
+pub(super) struct ScriptBand {
     /// The end of the band's key names: algorithm, permits and window, e.g. `tb:5/1s`.
     suffix: String,
     /// The four script arguments: algorithm code, permits, window (us), interval (us).
@@ -167,7 +167,7 @@ pub(super) struct Band {
 /// A policy's bands as the script takes them, shortest window first.
 #[derive(Clone, Debug)]
 pub(super) struct Bands {
-    bands: Vec<Band>,
+    bands: Vec<ScriptBand>,
 }
 
 impl Bands {
@@ -205,7 +205,7 @@ impl Bands {
             let rate = shown
                 .split_once(' ')
                 .map_or(shown.as_str(), |(_, rate)| rate);
-            bands.push(Band {
+            bands.push(ScriptBand {
                 suffix: format!("{code}:{rate}"),
                 args: [
                     code.to_owned(),

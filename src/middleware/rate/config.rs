@@ -44,7 +44,7 @@ pub(super) struct Config {
 }
 
 /// What the service does with one request, once decided.
-pub(super) enum Verdict {
+pub(super) enum Handling {
     /// Call the inner service; put the decision (if any) in the request's extensions and the
     /// fields on its response; settle the reservation (if any) from the response.
     Pass(Option<Decision>, Fields, Option<Box<Settlement>>),
@@ -59,14 +59,14 @@ pub(super) enum Verdict {
     reason = "returned by value once per request; boxing the common variant would allocate on the hot path"
 )]
 pub(super) enum Outcome {
-    Now(Verdict),
+    Now(Handling),
     #[cfg(feature = "redis")]
     Remote(Remote),
 }
 
-impl From<Verdict> for Outcome {
-    fn from(verdict: Verdict) -> Self {
-        Outcome::Now(verdict)
+impl From<Handling> for Outcome {
+    fn from(handling: Handling) -> Self {
+        Outcome::Now(handling)
     }
 }
 
@@ -163,11 +163,11 @@ impl Config {
     pub(super) fn decide<B>(&self, request: &Request<B>) -> Outcome {
         let method = request.method();
         if self.exempt_options && method == Method::OPTIONS {
-            return Verdict::Pass(None, Fields::default(), None).into();
+            return Handling::Pass(None, Fields::default(), None).into();
         }
         let rule = match self.route_for(method, request.uri().path()) {
             Some(i) => match &self.routes[i].1 {
-                Target::Exempt => return Verdict::Pass(None, Fields::default(), None).into(),
+                Target::Exempt => return Handling::Pass(None, Fields::default(), None).into(),
                 Target::Limit(rule) => rule,
             },
             None => &self.default,
@@ -177,8 +177,8 @@ impl Config {
         let head = RequestHead::new(request);
         let key = match self.keys.key(extractor, &head, grpc) {
             Ok(Some(key)) => key,
-            Ok(None) => return Verdict::Pass(None, Fields::default(), None).into(),
-            Err(response) => return Verdict::Respond(response).into(),
+            Ok(None) => return Handling::Pass(None, Fields::default(), None).into(),
+            Err(response) => return Handling::Respond(response).into(),
         };
         let cost = rule.cost_of(&head);
         match &rule.limiter {
@@ -212,7 +212,7 @@ impl Config {
 
     /// Decides a request by Redis: its key's [`Display`](fmt::Display) form is the Redis key.
     #[cfg(feature = "redis")]
-    pub(super) async fn decide_remote(&self, remote: Remote) -> Verdict {
+    pub(super) async fn decide_remote(&self, remote: Remote) -> Handling {
         use crate::redis::BackendError;
 
         let Remote {
@@ -244,36 +244,36 @@ impl Config {
         holder: Holder,
         key: LimitKey,
         grpc: bool,
-    ) -> Verdict {
+    ) -> Handling {
         let reservation = match reserved {
             Ok(reservation) => reservation,
             Err(failure) => return self.conclude(rule, Err(failure), grpc),
         };
         match self.conclude(rule, Ok(reservation.decision()), grpc) {
             // A refusal holds nothing (nor does a limiter's shadow pass): nothing to settle.
-            Verdict::Pass(decision, fields, None) if reservation.held() > 0 => {
+            Handling::Pass(decision, fields, None) if reservation.held() > 0 => {
                 let settlement =
                     Settlement::new(Arc::clone(rule), self.shadow, holder, key, reservation);
-                Verdict::Pass(decision, fields, Some(Box::new(settlement)))
+                Handling::Pass(decision, fields, Some(Box::new(settlement)))
             }
             verdict => verdict,
         }
     }
 
     /// What a rule's limiter said becomes the answer: pass with the fields, or refuse.
-    fn conclude(&self, rule: &Rule, decided: Result<Decision, Failure>, grpc: bool) -> Verdict {
+    fn conclude(&self, rule: &Rule, decided: Result<Decision, Failure>, grpc: bool) -> Handling {
         let decision = match decided {
             Ok(decision) => decision,
             // Shadow mode refuses nothing: a misconfigured cost or a failed backend included.
-            Err(_) if self.shadow => return Verdict::Pass(None, Fields::default(), None),
-            Err(failure) => return Verdict::Respond(failure.response(grpc)),
+            Err(_) if self.shadow => return Handling::Pass(None, Fields::default(), None),
+            Err(failure) => return Handling::Respond(failure.response(grpc)),
         };
         if self.shadow {
-            return Verdict::Pass(Some(decision), Fields::default(), None);
+            return Handling::Pass(Some(decision), Fields::default(), None);
         }
         let fields = rule.fields(&decision);
         if decision.is_allowed() {
-            return Verdict::Pass(Some(decision), fields, None);
+            return Handling::Pass(Some(decision), fields, None);
         }
         let refused = Refused::Rate {
             decision,
@@ -281,7 +281,7 @@ impl Config {
         };
         let mut response = self.on_refusal.answer(&Refusal::new(refused, grpc));
         fields.apply(response.headers_mut());
-        Verdict::Respond(response)
+        Handling::Respond(response)
     }
 }
 

@@ -7,7 +7,7 @@ use std::task::{Context, Poll};
 use http::{Request, Response};
 use tower_service::Service;
 
-use super::config::{Config, Outcome, Verdict};
+use super::config::{Config, Outcome, Handling};
 use super::future::ResponseFuture;
 #[cfg(feature = "redis")]
 use super::future::Step;
@@ -131,13 +131,13 @@ where
 
     fn call(&mut self, mut request: Request<ReqBody>) -> Self::Future {
         match self.config.decide(&request) {
-            Outcome::Now(Verdict::Pass(decision, fields, settlement)) => {
+            Outcome::Now(Handling::Pass(decision, fields, settlement)) => {
                 if let Some(decision) = decision {
                     request.extensions_mut().insert(decision);
                 }
                 ResponseFuture::inner(self.inner.call(request), fields, settlement)
             }
-            Outcome::Now(Verdict::Respond(response)) => ResponseFuture::ready(response),
+            Outcome::Now(Handling::Respond(response)) => ResponseFuture::ready(response),
             #[cfg(feature = "redis")]
             Outcome::Remote(remote) => {
                 // `self.inner` is the service `poll_ready` readied: the future takes it and
@@ -147,13 +147,13 @@ where
                 let config = Arc::clone(&self.config);
                 ResponseFuture::deciding(Box::pin(async move {
                     match config.decide_remote(remote).await {
-                        Verdict::Pass(decision, fields, settlement) => {
+                        Handling::Pass(decision, fields, settlement) => {
                             if let Some(decision) = decision {
                                 request.extensions_mut().insert(decision);
                             }
                             Step::Call(inner.call(request), fields, settlement)
                         }
-                        Verdict::Respond(response) => Step::Respond(response),
+                        Handling::Respond(response) => Step::Respond(response),
                     }
                 }))
             }
