@@ -1,6 +1,6 @@
 //! A reservation that gives its permits back unless it is settled: [`ReservationGuard`], made
-//! by [`RateLimiter::reserve_guarded`](crate::RateLimiter::reserve_guarded)(crate::RateLimiter::reserve_guarded) and
-//! [`DirectLimiter::reserve_guarded`](crate::DirectLimiter::reserve_guarded)(crate::DirectLimiter::reserve_guarded).
+//! by [`RateLimiter::reserve_guarded`](crate::RateLimiter::reserve_guarded) and
+//! [`DirectLimiter::reserve_guarded`](crate::DirectLimiter::reserve_guarded).
 //!
 //! A plain [`Reservation`] dropped unsettled keeps its whole estimate spent, so an early `?`
 //! or a panic between the reservation and its settle wastes it. The guard borrows the limiter
@@ -26,8 +26,9 @@ type SettleFn<L, Q> = fn(&L, &Q, Reservation, u64) -> Result<(), SettleError>;
 ///   consumes the guard: nothing more happens on drop.
 /// * Dropped unsettled (an early return, an error passed on with `?`, a panic unwinding), it
 ///   [`cancel`](crate::RateLimiter::cancel)s: every permit the reservation still holds comes back,
-///   under the same rules as a cancel (nothing after a `reset` or a policy change, as the
-///   state that held them is gone).
+///   under the same rules as a cancel: nothing comes back after a `reset` of *any* key of
+///   the limiter or a policy change made since the reservation (the limiter counts them
+///   all, not per key), as the state that held them may be gone.
 /// * [`into_reservation`](ReservationGuard::into_reservation) hands back the plain
 ///   [`Reservation`], which keeps its permits spent if dropped.
 ///
@@ -170,8 +171,10 @@ impl<'a, L, Q: ?Sized> ReservationGuard<'a, L, Q> {
         (self.settle)(self.limiter, self.key, reservation, actual)
     }
 
-    /// Gives back everything the reservation holds now rather than on drop, and says whether
-    /// that worked: [`settle`](ReservationGuard::settle) at 0.
+    /// Gives back everything the reservation holds now rather than on drop:
+    /// [`settle`](ReservationGuard::settle) at 0. `Ok` also when there was nothing left to
+    /// give back (the permits already refilled, or a `reset` of any key or a policy change
+    /// since the reservation withheld the refund); an error only for a refused reservation.
     ///
     /// # Errors
     ///
@@ -218,9 +221,21 @@ impl<L, Q: ?Sized> Drop for ReservationGuard<'_, L, Q> {
     /// Cancels the reservation unless it was settled or handed back. A refused one holds
     /// nothing, so its cancel's `SettleError::Refused` is expected and ignored; a cancel
     /// fails for no other reason on the limiter and key that made it.
+    ///
+    /// The cancel runs the key's `Hash` and `Eq` (and, for a reservation of a full limiter's
+    /// shared state made before a change to per-key policies, the resolver). Dropped while
+    /// the thread is already unwinding from a panic, a second panic there would abort the
+    /// process: it is caught instead, and the reservation keeps its permits.
     fn drop(&mut self) {
         if let Some(reservation) = self.reservation.take() {
-            let _ = (self.settle)(self.limiter, self.key, reservation, 0);
+            let (settle, limiter, key) = (self.settle, self.limiter, self.key);
+            if std::thread::panicking() {
+                let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    settle(limiter, key, reservation, 0)
+                }));
+            } else {
+                let _ = settle(limiter, key, reservation, 0);
+            }
         }
     }
 }

@@ -30,6 +30,8 @@ pub(crate) trait Cells<St>: Send + Sync + 'static {
     fn hold(&self, state: St) -> Option<Self::Handle>;
     /// What to hand back once `held` has left the index.
     fn freed(held: &Self::Handle) -> Self::Vacated;
+    /// `true` when [`Cells::hold`] would find no place now.
+    fn is_full(&self) -> bool;
     /// Gives the places of `freed` back, once every reader that could hold them is gone. To
     /// be called only after their entries have left the index.
     fn release(&self, freed: Vec<Self::Vacated>);
@@ -56,6 +58,10 @@ impl<St: Send + Sync + 'static> Cells<St> for Boxed {
     }
 
     fn freed(_: &Box<St>) {}
+
+    fn is_full(&self) -> bool {
+        false
+    }
 
     fn release(&self, _: Vec<()>) {}
 }
@@ -137,6 +143,16 @@ impl Place {
     }
 }
 
+impl<St> Slab<St> {
+    /// Hands out every place not yet handed out, as a slab of `MAX_SLOTS` cells would have.
+    #[cfg(test)]
+    pub(crate) fn exhaust(&self) {
+        let mut slots = lock(&self.slots);
+        slots.next = MAX_SLOTS;
+        slots.free.clear();
+    }
+}
+
 fn lock(slots: &Mutex<Slots>) -> impl DerefMut<Target = Slots> + '_ {
     // Each change to `Slots` is one push, pop or increment: a panic cannot leave it torn.
     slots.lock().unwrap_or_else(PoisonError::into_inner)
@@ -184,6 +200,11 @@ impl<St: Reusable> Cells<St> for Slab<St> {
 
     fn freed(held: &u32) -> u32 {
         *held
+    }
+
+    fn is_full(&self) -> bool {
+        let slots = lock(&self.slots);
+        slots.next >= MAX_SLOTS && slots.free.is_empty()
     }
 
     fn release(&self, freed: Vec<u32>) {

@@ -1046,8 +1046,53 @@ impl<K, C, S: BuildHasher> fmt::Debug for RateLimiter<K, C, S> {
 
 #[cfg(test)]
 mod tests {
+    use scc::Guard;
+
+    use super::key_state::AnyKeys;
     use super::RateLimiter;
     use crate::clock::FakeClock;
+    use crate::engine::dispatch::PerAlgorithm;
+
+    /// A limiter with no cap whose table runs out of places sends new keys to the shared
+    /// overflow state, and a key that spent there starts with that spent once it gets a
+    /// place: never twice its policy.
+    #[test]
+    fn an_uncapped_limiter_whose_table_is_full_carries_the_overflow_as_a_capped_one() {
+        let limiter: RateLimiter<u64, FakeClock> =
+            RateLimiter::with_clock("2/1h".parse().unwrap(), FakeClock::new()).sweep_per_insert(0);
+        let _ = limiter.try_acquire(&1);
+        {
+            let guard = Guard::new();
+            match &limiter.generations.generation(&guard).keys {
+                AnyKeys::Uniform(PerAlgorithm::TokenBucket(keys)) => keys.table.cells().exhaust(),
+                _ => unreachable!("a token bucket policy"),
+            }
+        }
+        // No place left: key 2 is decided by the shared state, and a peek says so.
+        assert!(limiter.peek(&2).is_overflow());
+        let first = limiter.try_acquire(&2);
+        assert!(first.is_overflow() && first.is_allowed());
+        assert!(limiter.try_acquire(&2).is_allowed());
+        assert!(!limiter.try_acquire(&2).is_allowed());
+        // Key 1's place comes back once no reader can hold it; key 2 then gets it, starting
+        // with the two permits it spent on the shared state.
+        assert!(limiter.reset(&1));
+        let mut own = None;
+        for _ in 0..100_000 {
+            drop(Guard::new());
+            let decision = limiter.try_acquire(&2);
+            if !decision.is_overflow() {
+                own = Some(decision);
+                break;
+            }
+        }
+        let own = own.expect("the freed place is handed out again");
+        assert!(
+            !own.is_allowed(),
+            "key 2 spent its 2 permits while it shared"
+        );
+        assert_eq!(limiter.len(), 1);
+    }
 
     #[test]
     fn len_is_empty_and_debug_count_the_keys_tracked() {

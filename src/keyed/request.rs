@@ -328,7 +328,7 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
             };
             let state = St::build(&keyed.params, &blueprint, carry.as_ref(), now);
             let Some(entry) = entry.insert(state) else {
-                // No place left for a state (2^32 of them): the new key shares the overflow
+                // No place left for a state (a slab's 2^28 - 32 cells): the new key shares the overflow
                 // state, and gives back the place it took in `tracked`.
                 self.tracked.fetch_sub(1, Ordering::Relaxed);
                 return self.overflow(keyed, &blueprint, settle, cost);
@@ -379,7 +379,7 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
     /// beyond its policy, counting what it spent while it shared. The price falls on keys
     /// that never overflowed but get their state while the shared one is busy: they start
     /// with its permits spent (until it comes to rest, and only after a flood
-    /// filled the limiter).
+    /// filled the limiter or its table). An unused shared state is at rest: `Some(None)`.
     fn starting_carry<St: KeyState<K>>(
         &self,
         keyed: &Keys<K, St, S>,
@@ -390,9 +390,8 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
         if moved.is_some() {
             return Some(moved);
         }
-        if self.max_keys == usize::MAX {
-            return Some(None);
-        }
+        // Asked even without a cap: a table out of places sends new keys to the shared
+        // state as a full limiter does (see `create_in`).
         St::overflow_carry(&keyed.overflow, &keyed.params, blueprint, now)
     }
 
@@ -501,7 +500,7 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
         // aside and dropped.
         let blueprint = St::blueprint(&keyed.params, resolved)?;
         let moved = self.peek_older(generation, key, now, guard);
-        if moved.is_none() && self.len() >= self.max_keys {
+        if moved.is_none() && (self.len() >= self.max_keys || keyed.table.is_full()) {
             // `None` (retired by a policy change): the caller looks again.
             return St::overflow_peek(&keyed.overflow, &keyed.params, &blueprint, &at_now)
                 .map(Decision::overflowed);

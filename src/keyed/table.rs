@@ -185,6 +185,18 @@ impl<K: Hash + Eq + Clone + 'static, St, C: Cells<St>, S: BuildHasher> Table<K, 
         swept
     }
 
+    /// `true` when the cells have no place left for a new key's state (a new key then shares
+    /// the overflow state): a cold check, for a peek at a key not tracked.
+    pub(super) fn is_full(&self) -> bool {
+        self.cells.is_full()
+    }
+
+    /// The cells, for tests that put them in a state no test could reach by requests.
+    #[cfg(test)]
+    pub(super) fn cells(&self) -> &C {
+        &self.cells
+    }
+
     /// `true` when no key is in the table, having taken every bucket's lock in turn.
     pub(super) fn is_empty_locked(&self) -> bool {
         self.index.begin_sync().is_none()
@@ -265,6 +277,10 @@ mod tests {
         }
 
         fn freed(_: &Box<u64>) {}
+
+        fn is_full(&self) -> bool {
+            false
+        }
 
         fn release(&self, freed: Vec<()>) {
             self.0.lock().unwrap().push(freed.len());

@@ -22,12 +22,19 @@ use super::key::{trim, KeyExtractor, LimitKey, RequestHead};
 /// configuration: a per-process key would split each client over as many Redis keys as
 /// there are servers (and multiply its budget by as many), with nothing to show for it.
 ///
-/// Without a secret, clients still cannot spend another client's budget: that takes a token
-/// whose digest equals the victim's, a second preimage of a 128-bit hash, while the only
-/// way to learn the victim's digest is to read your Redis. What the secret adds is that the
-/// digests in Redis cannot be checked against guessed tokens by whoever reads it: give
-/// every server the same 16 random bytes when the tokens are guessable (short API keys) or
-/// the Redis is shared with others.
+/// Without a secret, spending another client's budget takes a token whose digest equals the
+/// victim's, and the victim's digest is found only by reading your Redis. SipHash is made to
+/// be keyed with a secret; with its key public no practical way to find such a token is
+/// known, but SipHash promises none. **Set [`shared_secret`](HeaderKey::shared_secret)
+/// (the same 16 random bytes on every server) for rules decided by Redis**, and always when
+/// the tokens are guessable (short API keys) or the Redis is shared with others: under the
+/// public key, whoever reads the Redis can check guessed or leaked tokens against the stored
+/// digests, and link one token across every deployment that uses the default.
+///
+/// Changing the key changes every client's digest: adding or rotating the secret (or
+/// rolling between versions that digest differently) starts every client afresh, and while
+/// servers disagree (a rolling deploy) each client is counted under two keys, up to twice
+/// its budget. Change it all at once, at a quiet time.
 ///
 /// **Only key by a token that has been checked.** Anyone can invent a new token per
 /// request; keyed by unchecked tokens, each gets a fresh budget. Place this layer after your

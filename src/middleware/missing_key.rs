@@ -117,7 +117,8 @@ impl KeyTaker {
     /// the client gets a plain 500.
     #[cold]
     fn no_peer_address(&self, grpc: bool) -> Response<Bytes> {
-        // Relaxed: the flag orders nothing; at worst two racing requests both log.
+        // Relaxed: the flag orders nothing; the swap is one read-modify-write, so exactly one
+        // request (the first) logs.
         if !self.peer_logged.swap(true, Ordering::Relaxed) {
             log::error!(
                 "tollgate middleware: a request carries no peer address; with axum, serve with \

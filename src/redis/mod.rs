@@ -300,6 +300,12 @@ impl RedisLimiter {
     /// While anything is left, `available` is one more; when nothing is, both are 0 (see
     /// [`RateLimiter::available`](crate::RateLimiter::available)).
     ///
+    /// With [leases](RedisLimiterBuilder::lease), a key this instance holds a lease for is
+    /// peeked locally, as `peek` is: what Redis counted when the lease was taken, plus what the
+    /// lease has left. Other servers may have spent since (it may say more than Redis would
+    /// admit now), and a cost above the lease goes to Redis (it may say less): an estimate,
+    /// exact only without leases.
+    ///
     /// # Errors
     ///
     /// As for [`peek`](RedisLimiter::peek).

@@ -192,3 +192,37 @@ fn a_cost_error_makes_no_guard_and_changes_nothing() {
     assert_eq!(limiter.len(), 0);
     assert!(direct("10/1min").reserve_guarded(0).is_err());
 }
+
+/// A key whose hashing panics once `BROKEN` is set: the same fault hitting the guard's
+/// cancel while a panic already unwinds.
+#[derive(Clone, PartialEq, Eq)]
+struct Fragile(u64);
+
+static BROKEN: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+impl std::hash::Hash for Fragile {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        if BROKEN.load(std::sync::atomic::Ordering::SeqCst) {
+            panic!("hashing a Fragile key");
+        }
+        self.0.hash(state);
+    }
+}
+
+#[test]
+fn a_guard_dropped_while_unwinding_survives_a_panic_in_its_cancel() {
+    let limiter: RateLimiter<Fragile, FakeClock> =
+        RateLimiter::with_clock("10/1s".parse().unwrap(), FakeClock::new());
+    let key = Fragile(1);
+    // Without the guard catching it, the second panic (in the cancel, during the unwind of
+    // the first) would abort the whole test process.
+    let unwound = panic::catch_unwind(AssertUnwindSafe(|| {
+        let _guard = limiter.reserve_guarded(&key, 6).unwrap();
+        BROKEN.store(true, std::sync::atomic::Ordering::SeqCst);
+        panic!("the request failed");
+    }));
+    BROKEN.store(false, std::sync::atomic::Ordering::SeqCst);
+    assert!(unwound.is_err());
+    // The cancel could not run: the reservation keeps its permits, as a plain one would.
+    assert_eq!(limiter.available(&key), 4);
+}

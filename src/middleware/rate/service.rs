@@ -7,7 +7,7 @@ use std::task::{Context, Poll};
 use http::{Request, Response};
 use tower_service::Service;
 
-use super::config::{Config, Outcome, Handling};
+use super::config::{Config, Handling, Outcome};
 use super::future::ResponseFuture;
 #[cfg(feature = "redis")]
 use super::future::Step;
