@@ -37,10 +37,10 @@ pub struct Decision {
     limit: u64,
     retry_after_nanos: u64,
     reset_after_nanos: u64,
-    /// The `ALLOWED`, `OVERFLOW` and `SHADOW` bits and the band's position, in one whole word. A `bool` and a `u8`
-    /// here left six padding bytes that every copy of a `Decision` moved in pieces; a later
-    /// whole-word load of them then missed store forwarding, about 3 ns on the hot path
-    /// (measured in the `direct` benchmark). With five whole words there is no padding.
+    /// The `ALLOWED`, `OVERFLOW` and `SHADOW` bits and the band's position, in one whole
+    /// word: five whole words leave no padding, which a copy of a `Decision` would move in
+    /// pieces and a later whole-word load would read back past store forwarding (the
+    /// measurement is in docs/BENCHMARKS.md).
     flags: u64,
 }
 

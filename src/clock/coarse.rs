@@ -1,9 +1,8 @@
 //! An opt-in cached clock: [`CoarseClock`] reads one shared word that a background thread
 //! refreshes from the [`SystemClock`] at a fixed resolution.
 //!
-//! Reading the time-stamp counter is most of a direct decision (about 9.5 of 10.4 ns on the
-//! machine in docs/BENCHMARKS.md); loading a word that stays in the reader's cache between
-//! refreshes costs well under a nanosecond. The price is precision: every reading lags real
+//! Reading the time-stamp counter is most of a direct decision (docs/BENCHMARKS.md measures
+//! it); loading a word that stays in the reader's cache between refreshes costs far less. The price is precision: every reading lags real
 //! time by up to one resolution (more if the refreshing thread is not scheduled in time).
 
 use std::fmt;
