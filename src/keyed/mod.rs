@@ -1053,6 +1053,25 @@ mod tests {
     use crate::clock::FakeClock;
     use crate::engine::dispatch::PerAlgorithm;
 
+    /// Requests of any cost and reservations go through the stats and shadow mode, as requests
+    /// of cost 1 do.
+    #[test]
+    fn costs_and_reservations_are_counted_and_shadowed() {
+        let limiter: RateLimiter<u64, FakeClock> =
+            RateLimiter::with_clock("3/1h".parse().unwrap(), FakeClock::new())
+                .with_stats()
+                .shadow();
+        let first = limiter.try_acquire_n(&1, 2).unwrap();
+        assert!(first.is_allowed() && !first.would_refuse());
+        // One permit left: the policy refuses a cost of 2, shadow mode lets it through.
+        let second = limiter.try_acquire_n(&1, 2).unwrap();
+        assert!(second.is_allowed() && second.would_refuse());
+        let reservation = limiter.reserve_n(&1, 2).unwrap();
+        assert!(reservation.decision().is_allowed() && reservation.decision().would_refuse());
+        let stats = limiter.stats();
+        assert_eq!((stats.allowed, stats.refused), (1, 2));
+    }
+
     /// A limiter with no cap whose table runs out of places sends new keys to the shared
     /// overflow state, and a key that spent there starts with that spent once it gets a
     /// place: never twice its policy.
