@@ -48,11 +48,12 @@ impl Inherited {
     }
 
     /// What a new shared state built at `now` starts with, and as of when: the one part as it
-    /// was counted, or every part merged as of `now`.
+    /// was counted, or every part merged as of `now`; `None` when nothing was inherited or
+    /// nothing inherited is still in use.
     pub(super) fn carry(&self, now: u64) -> Option<(Carry, u64)> {
         match self.0.as_slice() {
-            [] => None,
             [(_, carry, at)] => Some((*carry, *at)),
+            // None when there are no parts, or none still in use.
             _ => self.merged(now).map(|merged| (merged, now)),
         }
     }
