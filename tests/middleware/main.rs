@@ -2,7 +2,8 @@
 //! test binary, a module per layer (`rate_limit`: `RateLimitLayer`; `settle`: its routes that
 //! reserve at the request and settle from the response; `layers`: the concurrency and login
 //! layers; `peer`: the peer address as a key; `refusals`: every layer's `on_refusal`
-//! handler), the server and client of tests/support/http.rs compiled once.
+//! handler), the server and client of tests/support/http.rs and the in-place call of
+//! `in_place` compiled once.
 //!
 //! ```text
 //! cargo test --features tower --test middleware
@@ -12,6 +13,7 @@
 #[path = "../support/http.rs"]
 mod http_support;
 
+mod in_place;
 mod layers;
 mod peer;
 mod rate_limit;

@@ -6,19 +6,19 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, Once};
 use std::thread::{self, ThreadId};
 
+use crate::in_place::{body_text, call};
 use axum::body::Body;
 use axum::routing::get;
 use axum::Router;
-use http::{Request, Response, StatusCode};
+use http::{Request, StatusCode};
 use tollgate::concurrency::ConcurrencyLimiter;
 use tollgate::login::LoginGuard;
 use tollgate::middleware::{
     ConcurrencyLimitLayer, KeyExtractor, LimitKey, LoginLayer, MissingKey, PeerIp, RateLimitLayer,
-    RequestHead, ResponseBody,
+    RequestHead,
 };
 use tollgate::RateLimiter;
 use tower_layer::Layer;
-use tower_service::Service;
 
 /// Every log record, with the thread it was logged on: tests running in parallel tell
 /// their own records apart by thread.
@@ -69,37 +69,6 @@ fn peer_errors_logged_here() -> usize {
 
 fn ok_router() -> Router {
     Router::new().route("/", get(|| async { "ok" }))
-}
-
-/// Calls `service` once on this thread, as a server would.
-fn call<S>(service: &mut S, request: Request<Body>) -> Response<ResponseBody<Body>>
-where
-    S: Service<Request<Body>, Response = Response<ResponseBody<Body>>>,
-    S::Error: std::fmt::Debug,
-{
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    runtime.block_on(async {
-        std::future::poll_fn(|cx| service.poll_ready(cx))
-            .await
-            .unwrap();
-        service.call(request).await.unwrap()
-    })
-}
-
-fn body_text(response: Response<ResponseBody<Body>>) -> String {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .build()
-        .unwrap();
-    let bytes = runtime
-        .block_on(axum::body::to_bytes(
-            Body::new(response.into_body()),
-            1 << 20,
-        ))
-        .unwrap();
-    String::from_utf8(bytes.to_vec()).unwrap()
 }
 
 fn bare_request() -> Request<Body> {

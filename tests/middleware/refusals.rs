@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::in_place::{body_text, call};
 use axum::body::Body;
 use axum::routing::get;
 use axum::Router;
@@ -13,12 +14,10 @@ use http::{Request, Response, StatusCode};
 use tollgate::concurrency::ConcurrencyLimiter;
 use tollgate::login::LoginGuard;
 use tollgate::middleware::{
-    ConcurrencyLimitLayer, GlobalKey, LoginLayer, RateLimitLayer, Refusal, Refused, ResponseBody,
-    Route,
+    ConcurrencyLimitLayer, GlobalKey, LoginLayer, RateLimitLayer, Refusal, Refused, Route,
 };
 use tollgate::RateLimiter;
 use tower_layer::Layer;
-use tower_service::Service;
 
 const PEER: &str = "192.0.2.1:5000";
 
@@ -28,37 +27,6 @@ fn request(path: &str) -> Request<Body> {
         .extensions_mut()
         .insert(PEER.parse::<SocketAddr>().unwrap());
     request
-}
-
-/// Calls `service` once, as a server would.
-fn call<S>(service: &mut S, request: Request<Body>) -> Response<ResponseBody<Body>>
-where
-    S: Service<Request<Body>, Response = Response<ResponseBody<Body>>>,
-    S::Error: std::fmt::Debug,
-{
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    runtime.block_on(async {
-        std::future::poll_fn(|cx| service.poll_ready(cx))
-            .await
-            .unwrap();
-        service.call(request).await.unwrap()
-    })
-}
-
-fn body_text(response: Response<ResponseBody<Body>>) -> String {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .build()
-        .unwrap();
-    let bytes = runtime
-        .block_on(axum::body::to_bytes(
-            Body::new(response.into_body()),
-            1 << 20,
-        ))
-        .unwrap();
-    String::from_utf8(bytes.to_vec()).unwrap()
 }
 
 /// A handler that counts its calls, keeps the last refusal and answers 503 in plain text.
