@@ -20,6 +20,7 @@ use super::cache::DenyCache;
 use super::conn::{Conn, Script};
 use super::error::BackendError;
 use super::failure::{Breaker, Counters, FailurePolicy};
+use super::give_back::Returner;
 use super::lease::{self, Leases};
 use super::leased::sweeper;
 use super::script::Bands;
@@ -410,14 +411,17 @@ impl RedisLimiterBuilder {
                 .map(|band| band.window_nanos())
                 .min()
                 .unwrap_or(1);
-            Leases::new(
-                max_lease,
-                (shortest / lease::HOLD_FRACTION).max(1),
+            let returner = Returner::new(
                 script.clone(),
                 bands.clone(),
                 self.prefix.clone(),
                 instance.clone(),
                 self.timeout,
+            );
+            Leases::new(
+                max_lease,
+                (shortest / lease::HOLD_FRACTION).max(1),
+                returner,
             )
         });
         let shared = Arc::new(Shared {

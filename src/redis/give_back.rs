@@ -48,6 +48,11 @@ impl Returner {
         }
     }
 
+    /// How long each of its calls may take.
+    pub(super) fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
     /// The keys of a lease call for `key`: the bands', then the lease token's.
     pub(super) fn keys(&self, key: &str) -> Vec<String> {
         let mut keys = self.bands.keys(&self.prefix, key);

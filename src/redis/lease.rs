@@ -69,9 +69,7 @@ use tokio::time::Instant;
 use crate::decision::Decision;
 use crate::keys::KeyHasher;
 
-use super::conn::Script;
 use super::give_back::{Held, Returner};
-use super::script::Bands;
 
 /// The longest a lease token is kept, in ms: 2^40 ms, about 34.8 years (twice the longest
 /// hold time of a supported policy, plus an hour's timeout, is below it). Keeps the token's
@@ -310,22 +308,14 @@ pub(super) struct LeaseCounts {
 }
 
 impl Leases {
-    /// Leases of at most `max` permits, held at most `hold` ns of the limiter's clock.
-    #[allow(clippy::too_many_arguments, reason = "called once, by the builder")]
-    pub(super) fn new(
-        max: u64,
-        hold: u64,
-        script: Script,
-        bands: Bands,
-        prefix: String,
-        instance: String,
-        timeout: Duration,
-    ) -> Self {
+    /// Leases of at most `max` permits, held at most `hold` ns of the limiter's clock, given
+    /// back through `returner`.
+    pub(super) fn new(max: u64, hold: u64, returner: Returner) -> Self {
         // The token outlives the lease: it is needed until the lease is given back, at its
         // expiry plus a sweep and a call. Clamped, so that the script's deadline arithmetic
         // stays exact and `PEXPIRE` accepts it whatever the settings (the hold time of a
         // supported policy, and a timeout clamped by the builder, keep it far below anyway).
-        let nanos = u128::from(hold) * 2 + timeout.as_nanos();
+        let nanos = u128::from(hold) * 2 + returner.timeout().as_nanos();
         let ttl_ms = u64::try_from(nanos.div_ceil(1_000_000))
             .unwrap_or(u64::MAX)
             .saturating_add(1_000)
@@ -340,7 +330,7 @@ impl Leases {
             resets: AtomicU64::new(0),
             closed: AtomicBool::new(false),
             sweeper: Mutex::new(None),
-            returner: Arc::new(Returner::new(script, bands, prefix, instance, timeout)),
+            returner: Arc::new(returner),
             leased: AtomicU64::new(0),
             returned: AtomicU64::new(0),
             local: AtomicU64::new(0),
