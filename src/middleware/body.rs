@@ -6,6 +6,7 @@ use std::pin::Pin;
 use std::task::{ready, Context, Poll};
 
 use bytes::Bytes;
+use http::Response;
 use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
 
@@ -60,6 +61,14 @@ impl<B> ResponseBody<B> {
             kind: Kind::Inner { body },
             permit: None,
         }
+    }
+
+    /// The layer's own answer, which a response future holds in `slot` until it is polled,
+    /// once: a future polled again after it completed has nothing left to give.
+    pub(crate) fn answered(slot: &mut Option<Response<Bytes>>) -> Response<Self> {
+        slot.take()
+            .expect("ResponseFuture polled after completion")
+            .map(ResponseBody::full)
     }
 
     pub(crate) fn full(data: Bytes) -> Self {

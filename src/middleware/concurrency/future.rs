@@ -82,12 +82,7 @@ where
                 let permit = permit.take();
                 Poll::Ready(Ok(response.map(|body| ResponseBody::holding(body, permit))))
             }
-            StateProj::Answered { response } => {
-                let response = response
-                    .take()
-                    .expect("ResponseFuture polled after completion");
-                Poll::Ready(Ok(response.map(ResponseBody::full)))
-            }
+            StateProj::Answered { response } => Poll::Ready(Ok(ResponseBody::answered(response))),
         }
     }
 }

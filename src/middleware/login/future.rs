@@ -106,12 +106,7 @@ where
                 }
                 Poll::Ready(response.map(|response| response.map(ResponseBody::inner)))
             }
-            StateProj::Answered { response } => {
-                let response = response
-                    .take()
-                    .expect("ResponseFuture polled after completion");
-                Poll::Ready(Ok(response.map(ResponseBody::full)))
-            }
+            StateProj::Answered { response } => Poll::Ready(Ok(ResponseBody::answered(response))),
         }
     }
 }

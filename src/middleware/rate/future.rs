@@ -185,12 +185,7 @@ where
                     }
                     Poll::Ready(Ok(Response::from_parts(parts, ResponseBody::inner(body))))
                 }
-                StateProj::Ready { response } => {
-                    let response = response
-                        .take()
-                        .expect("ResponseFuture polled after completion");
-                    Poll::Ready(Ok(response.map(ResponseBody::full)))
-                }
+                StateProj::Ready { response } => Poll::Ready(Ok(ResponseBody::answered(response))),
             };
         }
     }
