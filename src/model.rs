@@ -17,6 +17,7 @@ use crate::engine::cells::{Cells, Slab};
 use crate::engine::rebuilds::Rebuilds;
 use crate::engine::state::Decides;
 use crate::engine::state::RateState;
+use crate::engine::stripes::Stripes;
 use crate::engine::sync::Guard;
 use crate::engine::token_bucket::{Gcra, GcraCell};
 use crate::login::strikes::{Escalation, StrikeCell};
@@ -242,5 +243,39 @@ impl ModelStrikes {
     /// ns of lockout left at `now`, if locked out.
     pub fn locked_for(&self, now: u64) -> Option<u64> {
         self.1.locked_for(self.0.load(), now)
+    }
+}
+
+/// One key's token bucket spread over stripes (`engine::stripes`): the central TAT word, its
+/// parameters and the stripes, for the loom models of leases and steals.
+#[derive(Debug)]
+pub struct ModelStripes {
+    central: GcraCell,
+    gcra: Gcra,
+    stripes: Stripes,
+}
+
+impl ModelStripes {
+    /// A fresh key under `policy`'s first band as a token bucket, with `stripes` stripes whose
+    /// leases take up to `lease` slots.
+    pub fn new(policy: &Policy, stripes: usize, lease: u64) -> Self {
+        let gcra = GcraCell::params(policy);
+        ModelStripes {
+            central: GcraCell::fresh(&gcra),
+            gcra,
+            stripes: Stripes::new(stripes, lease),
+        }
+    }
+
+    /// Decides a request of cost 1 at `now` from stripe `home`: whether it was admitted.
+    pub fn acquire(&self, now: u64, home: usize) -> bool {
+        self.stripes
+            .acquire(&self.central, &self.gcra, now, home)
+            .is_some()
+    }
+
+    /// Slots the stripes hold now.
+    pub fn held(&self) -> u64 {
+        self.stripes.held()
     }
 }

@@ -80,6 +80,18 @@ impl Gcra {
         }
     }
 
+    /// T: the nanoseconds one permit takes to refill.
+    #[inline(always)]
+    pub(crate) const fn interval(&self) -> u64 {
+        self.interval
+    }
+
+    /// B: how far the TAT may run ahead of now.
+    #[inline(always)]
+    pub(crate) const fn burst(&self) -> u64 {
+        self.burst
+    }
+
     /// Nanoseconds until a state holding `tat` is at rest, seen at `now` with nothing more
     /// admitted: what a refusal at `now` reports as its reset_after (clamped to `B` like
     /// [`Gcra::decide`]). The composite policy reports it for a band that would allow.
@@ -169,6 +181,35 @@ impl Reusable for GcraCell {
         // Relaxed: the cell is unreachable until the index publishes it (see `Reusable`).
         self.tat
             .store(from.tat.load(Ordering::Relaxed), Ordering::Relaxed);
+    }
+}
+
+impl GcraCell {
+    /// Takes up to `max` slots at once, for a stripe's lease (see `engine::stripes`): every
+    /// slot admissible at `now`, up to `max`, as `(the end of the first, how many)`; `None`
+    /// when not one is (or the state is retired).
+    pub(crate) fn lease(&self, gcra: &Gcra, now: u64, max: u64) -> Option<(u64, u64)> {
+        // Acquire, and AcqRel on the CAS: see `engine::stripes`, "Orderings".
+        let mut tat = self.tat.load(Ordering::Acquire);
+        loop {
+            if tat == u64::RETIRED {
+                return None;
+            }
+            let start = tat.max(now);
+            let room = gcra.burst.checked_sub(start - now)? / gcra.interval;
+            let count = room.min(max);
+            if count == 0 {
+                return None;
+            }
+            let next = start + count * gcra.interval;
+            match self
+                .tat
+                .compare_exchange(tat, next, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => return Some((start + gcra.interval, count)),
+                Err(seen) => tat = seen,
+            }
+        }
     }
 }
 

@@ -21,4 +21,5 @@ mod peek;
 mod rebuild;
 mod reuse;
 mod settle;
+mod stripes;
 mod windowed;
