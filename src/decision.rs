@@ -107,6 +107,12 @@ impl Decision {
         self.retry_after_nanos
     }
 
+    /// The reset_after in nanoseconds.
+    #[inline]
+    pub(crate) const fn reset_after_nanos(&self) -> u64 {
+        self.reset_after_nanos
+    }
+
     /// `true` when the limiter was already tracking its maximum number of keys
     /// (`RateLimiter::max_keys`) and this new key was decided by a state shared by all such
     /// keys (see `docs/ARCHITECTURE.md`, "Bounded memory").

@@ -1,8 +1,8 @@
 //! The direct limiter: [`DirectLimiter`], one state and no map, for one very hot key.
 
 use std::fmt;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicU32, AtomicU8, Ordering};
+use std::sync::{Mutex, OnceLock};
 
 use crossbeam_utils::CachePadded;
 use scc::{AtomicShared, Guard, Shared, Tag};
@@ -13,6 +13,8 @@ use crate::engine::dispatch::{Builder, Holds, PerAlgorithm, Storage};
 use crate::engine::rebuilds::Rebuilds;
 use crate::engine::retry::Retry;
 use crate::engine::state::{Bound, Carry, Decides, RateState};
+use crate::engine::stripes::Stripes;
+use crate::engine::token_bucket::GcraCell;
 use crate::error::CostError;
 use crate::policy::Policy;
 use crate::reservation::{next_limiter_id, Marks, Origin, Reservation, SettleError};
@@ -45,8 +47,9 @@ pub struct DirectLimiter<C = SystemClock> {
     /// The state for the policy the limiter was built with, inline: the fast path reads no
     /// pointer. Retired for good by the first [`set_policy`](DirectLimiter::set_policy).
     first: Generation,
-    /// Set (once, never cleared) when the policy was changed: requests then use `current`.
-    replaced: AtomicBool,
+    /// How requests find the state: [`PLAIN`], or any of [`REPLACED`] and [`STRIPED`]. One
+    /// word, so the hottest path reads one flag.
+    mode: AtomicU8,
     /// The state for the latest policy, once replaced.
     current: AtomicShared<Generation>,
     clock: C,
@@ -56,12 +59,39 @@ pub struct DirectLimiter<C = SystemClock> {
     id: u64,
     /// Policy changes so far: a reservation made before one gets no refund (see `Rebuilds`).
     rebuilds: Rebuilds,
+    /// Compare-and-swaps lost on the token bucket's word since it was last striped or quiet.
+    lost: AtomicU32,
+    /// Whether a contended token bucket may be striped ([`DirectLimiter::striping`]).
+    may_stripe: bool,
 }
+
+/// The first policy's state, on one word.
+const PLAIN: u8 = 0;
+/// Set (once, never cleared) when the policy was changed: requests then use `current`.
+const REPLACED: u8 = 1;
+/// Set while cost-1 requests decide on the stripes of the state in force (a contended token
+/// bucket, see `engine::stripes`); cleared when the key goes quiet or the policy changes.
+const STRIPED: u8 = 2;
+/// Compare-and-swaps lost on the state's word, counted across requests, after which the
+/// key is striped: a few losses are chance, this many a key that threads keep meeting on.
+const LOST_BEFORE_STRIPING: u32 = 16;
 
 /// A policy and the state deciding for it.
 struct Generation {
     policy: Policy,
     state: State,
+    /// The token bucket's stripes, made when the key is first striped.
+    stripes: OnceLock<Stripes>,
+}
+
+impl Generation {
+    fn new(policy: Policy, state: State) -> Self {
+        Generation {
+            policy,
+            state,
+            stripes: OnceLock::new(),
+        }
+    }
 }
 
 /// The state deciding for one policy: inline, so the fast path chases no pointer.
@@ -134,17 +164,42 @@ impl<C: Clock> DirectLimiter<C> {
     #[must_use]
     pub fn with_clock(policy: Policy, clock: C) -> Self {
         DirectLimiter {
-            first: Generation {
-                policy,
-                state: state_for(&policy, None, 0),
-            },
-            replaced: AtomicBool::new(false),
+            first: Generation::new(policy, state_for(&policy, None, 0)),
+            mode: AtomicU8::new(PLAIN),
             current: AtomicShared::null(),
             clock,
             config: Mutex::new(()),
             id: next_limiter_id(),
             rebuilds: Rebuilds::new(),
+            lost: AtomicU32::new(0),
+            may_stripe: true,
         }
+    }
+
+    /// Whether a key that threads keep contending for may be *striped* (on by default): its
+    /// requests of cost 1 then take permits from per-thread stripes, each on its own cache
+    /// line, leased in runs from the key's state, so that threads on different cores stop
+    /// writing one line and the limiter's throughput grows with them. The decisions stay
+    /// exact: a key of `N` permits admits exactly `N` on a frozen clock however many threads
+    /// race, and never more than the policy allows in any interval on a moving one (see
+    /// `docs/ARCHITECTURE.md`, "Striped hot keys"). A key with one caller is never striped,
+    /// and a striped key that goes quiet returns to one word.
+    ///
+    /// Off, every request is one compare-and-swap on one word: the choice when the memory of
+    /// the stripes (a cache line per core) matters more than throughput under contention.
+    /// Only the token bucket is striped.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let limiter = tollgate::DirectLimiter::new("1000000/s".parse()?).striping(false);
+    /// assert!(limiter.try_acquire().is_allowed());
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    #[must_use]
+    pub fn striping(mut self, on: bool) -> Self {
+        self.may_stripe = on;
+        self
     }
 
     /// Decides a request of cost 1.
@@ -159,12 +214,20 @@ impl<C: Clock> DirectLimiter<C> {
     /// ```
     #[inline(always)]
     pub fn try_acquire(&self) -> Decision {
-        // Relaxed: as in `decide`.
-        if !self.replaced.load(Ordering::Relaxed) {
+        // Relaxed: a stale `PLAIN` sends the request to the first state's word, which decides
+        // exactly whether or not the key is striped (stripes only hold runs the word handed
+        // out), and which a policy change retires before it changes the mode (see
+        // `reserve_cost`).
+        if self.mode.load(Ordering::Relaxed) == PLAIN {
             // The token bucket's cost-1 check is the hottest path of the crate: straight to
             // the cell, with no cost check (1 is within every policy) and no Result to unwrap.
             if let PerAlgorithm::TokenBucket(direct) = &self.first.state {
-                if let Some(decision) = direct.cell.try_acquire(&direct.params, &self.clock, 1) {
+                let now = self.clock.now();
+                let lost = || self.lost_one();
+                if let Some((decision, _)) = direct.cell.reserve_at(&direct.params, now, 1, lost) {
+                    if !decision.is_allowed() {
+                        return self.refused_plain(&self.first, direct, decision, now);
+                    }
                     return decision;
                 }
             }
@@ -172,14 +235,92 @@ impl<C: Clock> DirectLimiter<C> {
         self.acquire_one()
     }
 
-    /// [`DirectLimiter::try_acquire`] for every other algorithm and after a policy change.
+    /// Counts a compare-and-swap lost on the first state's word: enough of them, and the key
+    /// is striped.
+    #[cold]
+    #[inline(never)]
+    fn lost_one(&self) {
+        // Relaxed: a count for a heuristic; no memory is published through it.
+        if self.may_stripe && self.lost.fetch_add(1, Ordering::Relaxed) + 1 >= LOST_BEFORE_STRIPING
+        {
+            self.lost.store(0, Ordering::Relaxed);
+            // Relaxed: requests that read the bit late decide on the word, which is exact.
+            self.mode.fetch_or(STRIPED, Ordering::Relaxed);
+        }
+    }
+
+    /// After the first state's word refused a request of cost 1: a permit a stripe still
+    /// holds, from when the key was striped, is taken before the refusal stands.
+    #[cold]
+    #[inline(never)]
+    fn refused_plain(
+        &self,
+        generation: &Generation,
+        direct: &Direct<GcraCell>,
+        decision: Decision,
+        now: u64,
+    ) -> Decision {
+        if let Some(stripes) = generation.stripes.get() {
+            if let Some(Some(stolen)) = stripes.steal(&direct.cell, &direct.params, now) {
+                return stolen;
+            }
+        }
+        decision
+    }
+
+    /// [`DirectLimiter::try_acquire`] for a striped key, every other algorithm and after a
+    /// policy change.
     #[inline(never)]
     fn acquire_one(&self) -> Decision {
+        // Relaxed: as in `try_acquire`; a stale bit only moves the request between the
+        // stripes and the word, both exact.
+        let mode = self.mode.load(Ordering::Relaxed);
+        if mode == STRIPED {
+            // A striped key's hot path: a permit of the thread's own stripe, on the first
+            // state, inline (no guard to take).
+            if let (PerAlgorithm::TokenBucket(direct), Some(stripes)) =
+                (&self.first.state, self.first.stripes.get())
+            {
+                let now = self.clock.now();
+                if let Some(decision) = stripes.try_home(&direct.cell, &direct.params, now) {
+                    return decision;
+                }
+            }
+            if let Some(decision) = self.striped(&self.first) {
+                return decision;
+            }
+        } else if mode & STRIPED != 0 {
+            let guard = Guard::new();
+            if let Some(generation) = self.latest(&guard) {
+                if let Some(decision) = self.striped(generation) {
+                    return decision;
+                }
+            }
+        }
         match self.decide(1) {
             Ok(decision) => decision,
             // Every policy has at least one permit, so a cost of 1 is always acceptable.
             Err(_) => unreachable!("a cost of 1 is within every policy"),
         }
+    }
+
+    /// A request of cost 1 on the stripes of `generation`'s token bucket. `None` for another
+    /// algorithm or a retired state: the caller decides on the state as for any request.
+    fn striped(&self, generation: &Generation) -> Option<Decision> {
+        let PerAlgorithm::TokenBucket(direct) = &generation.state else {
+            return None;
+        };
+        let stripes = generation
+            .stripes
+            .get_or_init(|| Stripes::for_machine(&direct.params));
+        let now = self.clock.now();
+        let striped = stripes.acquire(&direct.cell, &direct.params, now)?;
+        if striped.quiet {
+            // Relaxed: as when the bit is set.
+            self.mode.fetch_and(!STRIPED, Ordering::Relaxed);
+            stripes.give_back(&direct.cell, now);
+        }
+        Some(striped.decision)
     }
 
     /// Decides a request of cost `n`: allowed only if `n` permits are available, and then all
@@ -200,6 +341,10 @@ impl<C: Clock> DirectLimiter<C> {
     /// ```
     #[inline]
     pub fn try_acquire_n(&self, n: u64) -> Result<Decision, CostError> {
+        if n == 1 {
+            // The path that knows the stripes.
+            return Ok(self.try_acquire());
+        }
         CostError::nonzero(n)?;
         self.decide(n)
     }
@@ -354,9 +499,9 @@ impl<C: Clock> DirectLimiter<C> {
     /// A request of `cost`, and where its admission stands.
     #[inline(always)]
     fn reserve_cost(&self, cost: u64) -> Result<(Decision, Marks), CostError> {
-        // Relaxed: a stale `false` only sends us to the first state, which a policy change
-        // retires before it sets the flag, so we then get `None` and take the slow path.
-        if !self.replaced.load(Ordering::Relaxed) {
+        // Relaxed: a stale `REPLACED` bit only sends us to the first state, which a policy
+        // change retires before it sets the bit, so we then get `None` and take the slow path.
+        if self.mode.load(Ordering::Relaxed) & REPLACED == 0 {
             if let Some(result) = self.first.state.reserve_checked(&self.clock, cost) {
                 return result;
             }
@@ -383,9 +528,9 @@ impl<C: Clock> DirectLimiter<C> {
 
     /// The generation in force, or `None` while a policy change is being published.
     fn latest<'g>(&'g self, guard: &'g Guard) -> Option<&'g Generation> {
-        // Acquire: pairs with the Release store of the flag, which follows the publication
+        // Acquire: pairs with the Release store of the bit, which follows the publication
         // of the new generation.
-        if self.replaced.load(Ordering::Acquire) {
+        if self.mode.load(Ordering::Acquire) & REPLACED != 0 {
             // Acquire: pairs with the Release swap that published the generation.
             self.current.load(Ordering::Acquire, guard).as_ref()
         } else {
@@ -511,7 +656,15 @@ impl<C: Clock> DirectLimiter<C> {
         let guard = Guard::new();
         let mut retry = Retry::new();
         loop {
-            if let Some(decision) = self.settled(&guard).state.peek(&self.clock, 1) {
+            let generation = self.settled(&guard);
+            let peeked = match (&generation.state, generation.stripes.get()) {
+                // What the stripes hold counts with what the word has.
+                (PerAlgorithm::TokenBucket(direct), Some(stripes)) => {
+                    stripes.peek(&direct.cell, &direct.params, self.clock.now())
+                }
+                (state, _) => state.peek(&self.clock, 1),
+            };
+            if let Some(decision) = peeked {
                 return decision;
             }
             retry.snooze();
@@ -566,6 +719,23 @@ impl<C: Clock> DirectLimiter<C> {
         self.settled(&guard).state.is_at_rest(now)
     }
 
+    /// Whether requests of cost 1 are now spread over stripes: the key was contended, and has
+    /// not gone quiet since (see [`striping`](DirectLimiter::striping)).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let limiter = tollgate::DirectLimiter::new("10/s".parse()?);
+    /// limiter.try_acquire();
+    /// assert!(!limiter.is_striped(), "one caller: one word");
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    #[must_use]
+    pub fn is_striped(&self) -> bool {
+        // Relaxed: a snapshot of the mode.
+        self.mode.load(Ordering::Relaxed) & STRIPED != 0
+    }
+
     /// Enforces `policy` from now on, under the keyed limiter's rule: permits already spent
     /// stay spent (counted at this instant, capped at the new limit), and the limiter never
     /// gains more than the new policy allows (see
@@ -600,17 +770,19 @@ impl<C: Clock> DirectLimiter<C> {
         // Counted from before the old state is retired to after the new one is published: a
         // refund never lands on the new state for a reservation made before (see `Rebuilds`).
         self.rebuilds.around(|| {
+            // What the old state's stripes hold was handed out by its word: the carry counts
+            // it as spent, and the stripes are retired with the word.
             let carry = old.state.retire_with_carry(now);
-            let generation = Generation {
-                policy,
-                state: state_for(&policy, carry.as_ref(), now),
-            };
+            if let Some(stripes) = old.stripes.get() {
+                stripes.retire();
+            }
+            let generation = Generation::new(policy, state_for(&policy, carry.as_ref(), now));
             // AcqRel: the Release half publishes the new generation (see `latest`).
             self.current
                 .swap((Some(Shared::new(generation)), Tag::None), Ordering::AcqRel);
-            // Release: orders the publication above before the flag; readers pair with
-            // Acquire.
-            self.replaced.store(true, Ordering::Release);
+            // Release: orders the publication above before the bit; readers pair with
+            // Acquire. The new state starts on one word.
+            self.mode.store(REPLACED, Ordering::Release);
         });
     }
 

@@ -5,7 +5,8 @@
 //! race requests against eviction on the very code the limiters run. [`ModelSlab`] exposes
 //! the slab a keyed limiter keeps its token-bucket states in, with the epoch guard that holds
 //! back the reuse of a freed cell ([`ModelGuard`]). [`ModelGauge`] is a concurrency
-//! limiter's gauge of one key, [`ModelStrikes`] a login guard's strike record of one account.
+//! limiter's gauge of one key, [`ModelStrikes`] a login guard's strike record of one account, [`ModelStripes`] a hot
+//! key spread over stripes.
 
 use std::sync::Arc;
 
@@ -247,7 +248,7 @@ impl ModelStrikes {
 }
 
 /// One key's token bucket spread over stripes (`engine::stripes`): the central TAT word, its
-/// parameters and the stripes, for the loom models of leases and steals.
+/// parameters and the stripes, for the loom models of leases, steals and give-backs.
 #[derive(Debug)]
 pub struct ModelStripes {
     central: GcraCell,
@@ -257,7 +258,7 @@ pub struct ModelStripes {
 
 impl ModelStripes {
     /// A fresh key under `policy`'s first band as a token bucket, with `stripes` stripes whose
-    /// leases take up to `lease` slots.
+    /// leases take up to `lease` permits.
     pub fn new(policy: &Policy, stripes: usize, lease: u64) -> Self {
         let gcra = GcraCell::params(policy);
         ModelStripes {
@@ -270,12 +271,20 @@ impl ModelStripes {
     /// Decides a request of cost 1 at `now` from stripe `home`: whether it was admitted.
     pub fn acquire(&self, now: u64, home: usize) -> bool {
         self.stripes
-            .acquire(&self.central, &self.gcra, now, home)
-            .is_some()
+            .acquire_from(home, &self.central, &self.gcra, now)
+            .is_some_and(|striped| striped.decision.is_allowed())
     }
 
-    /// Slots the stripes hold now.
-    pub fn held(&self) -> u64 {
-        self.stripes.held()
+    /// Gives the unused end of stripe `home`'s lease back to the central word, at `now`.
+    pub fn give_back(&self, now: u64, home: usize) {
+        self.stripes.give_back_from(home, &self.central, now);
+    }
+
+    /// The permits the central word and the stripes have at `now`, as a look that changes
+    /// nothing counts them (`available`).
+    pub fn available(&self, now: u64) -> u64 {
+        self.stripes
+            .peek(&self.central, &self.gcra, now)
+            .map_or(0, |decision| decision.available_before(1))
     }
 }

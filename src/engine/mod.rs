@@ -25,16 +25,13 @@ pub(crate) mod any_state;
 pub(crate) mod cells;
 pub(crate) mod composite;
 pub(crate) mod dispatch;
+pub(crate) mod divide;
 pub(crate) mod rebuilds;
 pub(crate) mod retry;
 pub(crate) mod seqlock;
 pub(crate) mod sliding_counter;
 pub(crate) mod sliding_log;
 pub(crate) mod state;
-#[allow(
-    dead_code,
-    reason = "a prototype of the striped hot key, not wired into a limiter yet"
-)]
 pub(crate) mod stripes;
 pub(crate) mod sync;
 pub(crate) mod token_bucket;

@@ -1,168 +1,342 @@
 //! One key's token bucket spread over stripes, each on its own cache line, so that threads
-//! deciding on one very hot key write different lines: the key's central TAT word hands out
-//! *leases*, runs of consecutive GCRA slots taken in one compare-and-swap, and a decision
-//! takes the next slot of its stripe's lease with one compare-and-swap on that stripe alone.
+//! deciding on one very hot key write different lines.
 //!
-//! **A slot** is the TAT an admission leaves behind: GCRA admits a request at `now` with the
-//! slot ending at `max(tat, now) + T`, and only while that end is within `B` of `now`. A lease
-//! of `c` slots moves the central TAT on by `c * T` at once, taking slots that are all
-//! admissible at the instant it is taken. A slot of a lease is used at a later `now` only
-//! while its end is at least `now + T` (it does not lie in the past: GCRA would not grant a
-//! permit accounted before the request came) and at most `now + B` (true for every slot of a
-//! lease taken at or before `now`). A slot time has passed is dropped, never spent.
+//! **The timeline.** GCRA gives each admission at `now` a stretch `(s, s + T]` of the key's
+//! timeline, from `s = max(tat, now)`, and admits only while `s + T <= now + B`. The
+//! stretches of all admissions are disjoint, each starts no earlier than its request and ends
+//! no later than `B` after it. That is the whole of GCRA's promise: the admissions of any
+//! interval `[a, a + L]` hold disjoint stretches of length `T` inside `(a, a + L + B]`, so
+//! there are at most `L / T + B / T` of them.
 //!
-//! **Why that is exact.** The slots handed out are distinct and at least `T` apart (the
-//! central word hands them out in order), and every admission at `t` holds one slot whose end
-//! lies in `[t + T, t + B]`. So the admissions of any interval `[a, a + L]` hold slots ending
-//! in `[a + T, a + L + B]`, at most `L / T + B / T` of them: GCRA's own bound, `L / T` plus
-//! a burst of `permits`. With a frozen clock no slot is ever dropped, and a request is refused
-//! only when the central word has no slot left and every stripe is empty with no lease being
-//! stored: then every slot was used, and the key admitted exactly its `permits`.
+//! **Leases.** The key's central word is still its TAT. A stripe takes a *lease* from it, a
+//! run `(start, end]` of whole intervals starting at `max(tat, now)`, in one compare-and-swap
+//! that moves the TAT to `end`. A request on a stripe then takes `(s, s + T]` from its lease
+//! with `s = max(start, now)`, by one compare-and-swap on the stripe's own line, while
+//! `s + T <= end` and `s + T <= now + B`. That is the central rule applied to a piece of the
+//! timeline no one else holds: the stretches stay disjoint and each lies within `[now, now +
+//! B]` of its own request, so a striped key keeps GCRA's bound exactly, with a moving clock as
+//! with a frozen one. The part of a lease that time has passed (`start` up to `now`) is
+//! dropped, as the central word drops it (`max(tat, now)`): a permit is never used later than
+//! the instant it stood for.
 //!
-//! **Orderings.** A lease is claimed on its stripe (the stripe set to `REFILLING`) before the
+//! **Refusals.** A request whose stripe is empty takes a new lease; when the central word has
+//! nothing either, it looks at every other stripe and takes from the first that has a permit
+//! (a steal). It is refused only when the central word and every stripe had nothing at one
+//! instant, so on a frozen clock a key of `N` permits admits exactly `N`, however many
+//! threads race. Under-admission is possible only with a moving clock, for a permit that sat
+//! in a stripe until time passed it: at most one lease per stripe.
+//!
+//! **Giving back.** When a key goes quiet (one stripe alone took leases for a while), the
+//! stripe that noticed gives the unused end of its lease back to the central word, if that
+//! lease is still the newest (the TAT is still its end); otherwise the run stays where it is
+//! and is used or stolen like any other. A give-back only lowers the TAT by what the stripe
+//! held, so it never lets more through than the lease would have.
+//!
+//! **Orderings.** A lease is claimed on its stripe (the stripe set to `BUSY`) before the
 //! central word is asked, and stored once it is taken. A request that finds the central word
-//! empty and then every stripe empty must not miss a lease taken before its own look at the
-//! central word: the central word is read-modify-written with `AcqRel` and the stripes'
-//! claims and stores are `Release`, their reads `Acquire`, so a request whose central CAS
-//! comes after a lease's sees that lease's claim (or its store, or the slots already used)
-//! when it scans the stripes.
+//! empty and then every stripe empty must not miss a lease taken before its look at the
+//! central word: the lease's compare-and-swap on the central word is `AcqRel` and the
+//! request's read of it `Acquire` (every later write of the word is a read-modify-write, so
+//! the lease's release reaches any later value read), so the request then sees the claim,
+//! the lease, or what is left of it. A give-back is the other way round (the central word
+//! gains what a stripe loses), so a refusal also reads a count of give-backs before and after
+//! its look: a give-back bumps it before it empties its stripe, so a request that saw the
+//! stripe empty sees the count changed and looks again.
+
+use std::cell::Cell;
+use std::sync::atomic::AtomicUsize;
 
 use crossbeam_utils::CachePadded;
 
+use crate::decision::Decision;
 use crate::engine::retry::Retry;
-use crate::engine::sync::{AtomicU128, Ordering};
+use crate::engine::sync::{AtomicU128, AtomicU64, Ordering};
 use crate::engine::token_bucket::{Gcra, GcraCell};
 
-/// A stripe with no slot left.
+/// A stripe with nothing in it.
 const EMPTY: u128 = 0;
-/// A stripe whose lease is being taken from the central word: a scan that meets it waits
-/// for the lease rather than refuse.
-const REFILLING: u128 = u128::MAX;
+/// A stripe whose lease is being taken from, or given back to, the central word: a request
+/// that meets it waits rather than refuse.
+const BUSY: u128 = u128::MAX;
+/// A stripe of a state retired by a policy change: never used again.
+const RETIRED: u128 = u128::MAX - 1;
 
-/// A stripe's word: the end of its lease's next slot in the high half, the slots left in
-/// the low half.
-fn pack(end: u64, left: u64) -> u128 {
-    (u128::from(end) << 64) | u128::from(left)
+/// How long a lease lasts at the policy's rate, at most: the time its run of the timeline
+/// covers. Long enough that taking leases costs little beside the decisions they serve (one
+/// per several hundred at a full bucket and tens of millions of decisions a second), short
+/// enough that a stripe holds few permits of a slow policy.
+const LEASE_SPAN: u64 = 10_000;
+/// The most permits one lease takes.
+const MAX_LEASE: u64 = 1 << 16;
+/// How long one stripe alone must take leases before the key counts as quiet, in ns.
+pub(crate) const QUIET_SPAN: u64 = 1_000_000;
+
+/// A stripe's word: its lease's run `(start, end]`, start in the high half.
+fn pack(start: u64, end: u64) -> u128 {
+    (u128::from(start) << 64) | u128::from(end)
 }
 
 fn unpack(word: u128) -> (u64, u64) {
     ((word >> 64) as u64, word as u64)
 }
 
+/// The stretch a request at `now` would take from the run `(start, end]`: its end, if the run
+/// has a whole interval left that may be used at `now`.
+#[inline(always)]
+fn next_slot(gcra: &Gcra, start: u64, end: u64, now: u64) -> Option<u64> {
+    let slot = start.max(now).checked_add(gcra.interval())?;
+    (slot <= end && slot - now <= gcra.burst()).then_some(slot)
+}
+
+/// The permits the run `(start, end]` holds that may be used at `now`.
+fn usable(gcra: &Gcra, start: u64, end: u64, now: u64) -> u64 {
+    let from = start.max(now);
+    let to = end.min(now.saturating_add(gcra.burst()));
+    gcra.intervals(to.saturating_sub(from))
+}
+
+/// The index of the calling thread, for its home stripe: threads are numbered as they first
+/// decide on a striped key, so the first threads of a process each have a stripe of their own.
+#[inline(always)]
+fn thread_index() -> usize {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    thread_local! {
+        static INDEX: Cell<usize> = const { Cell::new(usize::MAX) };
+    }
+    INDEX.with(|index| {
+        let mut i = index.get();
+        if i == usize::MAX {
+            // Relaxed: a number, no memory published through it.
+            i = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            index.set(i);
+        }
+        i
+    })
+}
+
 /// What a look at one stripe found.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Took {
-    /// A slot, ending here, now the caller's.
-    Slot(u64),
-    /// No slot usable now.
-    Empty,
-    /// A lease is being stored: look again.
-    Refilling,
+    /// A stretch ending at `.0`, now the caller's; the stripe's run ends at `.1`.
+    Slot(u64, u64),
+    /// Nothing usable at `now`; the word as read.
+    Empty(u128),
+    /// A lease is being stored or given back: look again.
+    Busy,
+    /// The state was retired.
+    Retired,
+}
+
+/// What a refill of the home stripe did.
+enum Refill {
+    /// A lease taken: the caller's stretch ends at `.0`, the run at `.1`.
+    Leased(u64, u64),
+    /// The central word had nothing at `now`.
+    Dry,
+    /// The stripe changed under the caller: take from it again.
+    Raced,
+    /// The state was retired.
+    Retired,
+}
+
+/// What a look at the central word and every stripe concluded.
+enum Scan {
+    /// A stretch taken from some stripe: ends at `.0`, its run at `.1`.
+    Slot(u64, u64),
+    /// Nothing anywhere at one instant: refused.
+    Refused(Decision),
+    /// The central word had room, or a lease was moving: decide again.
+    Again,
+}
+
+/// A decision made on the stripes, and whether the key has gone quiet (one stripe alone
+/// took leases for [`QUIET_SPAN`]): time to decide on the central word alone again.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Striped {
+    pub(crate) decision: Decision,
+    pub(crate) quiet: bool,
+}
+
+/// The words written when a lease is taken or given back, on a line of their own.
+#[derive(Debug, Default)]
+struct Leasing {
+    /// Give-backs so far (see the module's orderings).
+    returns: AtomicU64,
+    /// When the current span of watching which stripes take leases began.
+    since: AtomicU64,
+    /// The stripes that took a lease since then, one bit each.
+    takers: AtomicU64,
 }
 
 /// The stripes of one key.
 #[derive(Debug)]
 pub(crate) struct Stripes {
     words: Box<[CachePadded<AtomicU128>]>,
-    /// Slots per lease (at most; fewer when the central word has fewer left).
+    /// `words.len() - 1`; the length is a power of two.
+    mask: usize,
+    /// Permits per lease (at most; fewer when the central word has fewer).
     lease: u64,
+    leasing: CachePadded<Leasing>,
 }
 
 impl Stripes {
-    /// `count` empty stripes whose leases take up to `lease` slots each.
+    /// As many stripes as the machine runs threads at once (a power of two, 2 to 64), with
+    /// leases sized for `gcra`.
+    pub(crate) fn for_machine(gcra: &Gcra) -> Self {
+        let cores = std::thread::available_parallelism().map_or(2, std::num::NonZero::get);
+        let count = cores.next_power_of_two().clamp(2, 64);
+        Self::new(count, Self::lease_for(gcra, count))
+    }
+
+    /// How many permits a lease takes under `gcra` with `count` stripes: what [`LEASE_SPAN`]
+    /// of the timeline holds, and never more than a share of the burst that leaves half of it
+    /// in the central word when every stripe holds a lease.
+    fn lease_for(gcra: &Gcra, count: usize) -> u64 {
+        let share = gcra.limit() / (2 * count as u64);
+        (LEASE_SPAN / gcra.interval())
+            .min(share)
+            .clamp(1, MAX_LEASE)
+    }
+
+    /// `count` empty stripes (rounded up to a power of two, at most 64) whose leases take up
+    /// to `lease` permits each.
     pub(crate) fn new(count: usize, lease: u64) -> Self {
+        let count = count.next_power_of_two().clamp(1, 64);
         Stripes {
-            words: (0..count.max(1))
+            words: (0..count)
                 .map(|_| CachePadded::new(AtomicU128::new(EMPTY)))
                 .collect(),
+            mask: count - 1,
             lease: lease.max(1),
+            leasing: CachePadded::new(Leasing::default()),
         }
     }
 
-    /// Decides a request of cost 1 at `now`, from the stripe `home` first: its lease's next
-    /// usable slot, else a new lease from `central`, else a slot of another stripe. `Some`
-    /// with the end of the slot admitted; `None` refused: the central word has no slot
-    /// admissible now and every stripe is empty.
-    pub(crate) fn acquire(
+    /// A request of cost 1 at `now` admitted from the calling thread's home stripe, if its
+    /// lease has a permit: the hot path of a striped key, one compare-and-swap on the
+    /// thread's own line. `None` otherwise: [`Stripes::acquire`] decides.
+    #[inline(always)]
+    pub(crate) fn try_home(&self, central: &GcraCell, gcra: &Gcra, now: u64) -> Option<Decision> {
+        match self.take(thread_index() & self.mask, gcra, now) {
+            Took::Slot(slot, end) => Some(allowed(central, gcra, now, slot, end, false).decision),
+            _ => None,
+        }
+    }
+
+    /// Decides a request of cost 1 at `now` from the calling thread's home stripe.
+    #[inline(never)]
+    pub(crate) fn acquire(&self, central: &GcraCell, gcra: &Gcra, now: u64) -> Option<Striped> {
+        self.acquire_from(thread_index() & self.mask, central, gcra, now)
+    }
+
+    /// Decides a request of cost 1 at `now` from stripe `home`: its lease, else a new lease
+    /// from `central`, else a permit of another stripe. `None` when the state was retired.
+    pub(crate) fn acquire_from(
+        &self,
+        home: usize,
+        central: &GcraCell,
+        gcra: &Gcra,
+        now: u64,
+    ) -> Option<Striped> {
+        let home = home & self.mask;
+        let mut retry = Retry::new();
+        loop {
+            let seen = match self.take(home, gcra, now) {
+                Took::Slot(slot, end) => {
+                    return Some(allowed(central, gcra, now, slot, end, false))
+                }
+                Took::Retired => return None,
+                Took::Busy => {
+                    retry.snooze();
+                    continue;
+                }
+                Took::Empty(seen) => seen,
+            };
+            match self.refill(home, seen, central, gcra, now) {
+                Refill::Leased(slot, end) => {
+                    let quiet = self.note_lease(home, now);
+                    return Some(allowed(central, gcra, now, slot, end, quiet));
+                }
+                Refill::Retired => return None,
+                Refill::Raced => {
+                    retry.again();
+                    continue;
+                }
+                Refill::Dry => {}
+            }
+            match self.scan(central, gcra, now)? {
+                Scan::Slot(slot, end) => {
+                    return Some(allowed(central, gcra, now, slot, end, false))
+                }
+                Scan::Refused(decision) => {
+                    return Some(Striped {
+                        decision,
+                        quiet: false,
+                    })
+                }
+                Scan::Again => retry.snooze(),
+            }
+        }
+    }
+
+    /// After the central word refused a request of cost 1 at `now`: a permit of any stripe,
+    /// for a key that is no longer striped but whose stripes still hold some. `Some(true)`
+    /// when one was taken; `Some(false)` when the refusal stands (the central word has no
+    /// room and no stripe has a permit); `None` when retired.
+    pub(crate) fn steal(
         &self,
         central: &GcraCell,
         gcra: &Gcra,
         now: u64,
-        home: usize,
-    ) -> Option<u64> {
-        let home = home % self.words.len();
+    ) -> Option<Option<Decision>> {
         let mut retry = Retry::new();
         loop {
-            if let Took::Slot(end) = self.take(home, gcra, now) {
-                return Some(end);
-            }
-            if let Some(end) = self.refill(home, central, gcra, now) {
-                return Some(end);
-            }
-            let mut refilling = false;
-            for offset in 1..self.words.len() {
-                match self.take((home + offset) % self.words.len(), gcra, now) {
-                    Took::Slot(end) => return Some(end),
-                    Took::Refilling => refilling = true,
-                    Took::Empty => {}
+            match self.scan(central, gcra, now)? {
+                Scan::Slot(slot, end) => {
+                    return Some(Some(allowed(central, gcra, now, slot, end, false).decision))
+                }
+                Scan::Refused(_) => return Some(None),
+                Scan::Again => {
+                    // The central word has room again: the caller decides there.
+                    if central
+                        .tat_acquire()
+                        .is_some_and(|tat| gcra.room(tat, now) > 0)
+                    {
+                        return Some(None);
+                    }
+                    retry.snooze();
                 }
             }
-            if !refilling && self.is_settled(home) {
-                return None;
-            }
-            // A lease is being stored, or the home stripe changed under us: look again.
-            retry.snooze();
         }
     }
 
-    /// Takes the first slot of stripe `i` usable at `now`, dropping the slots time has
-    /// passed.
+    /// Takes the next stretch of stripe `i` usable at `now`.
+    #[inline(always)]
     fn take(&self, i: usize, gcra: &Gcra, now: u64) -> Took {
         let word = &self.words[i];
-        // Acquire: pairs with the Release store of a lease, so its slots are the ones the
-        // central word handed out.
+        // Acquire: pairs with the Release store of a lease, so its run is the one the central
+        // word handed out.
         let mut current = word.load(Ordering::Acquire);
         let mut retry = Retry::new();
         loop {
-            if current == REFILLING {
-                return Took::Refilling;
+            match current {
+                BUSY => return Took::Busy,
+                RETIRED => return Took::Retired,
+                _ => {}
             }
-            let (end, left) = unpack(current);
-            if left == 0 {
-                return Took::Empty;
-            }
-            let interval = gcra.interval();
-            // The first slot not in the past: its end at least `now + T`.
-            let skip = now
-                .saturating_add(interval)
-                .saturating_sub(end)
-                .div_ceil(interval);
-            let (next, taken) = if skip < left {
-                let slot = end + skip * interval;
-                // A slot ahead of now by more than the burst (a clock read before the lease
-                // was taken) is not admissible yet.
-                if slot.saturating_sub(now) > gcra.burst() {
-                    return Took::Empty;
-                }
-                let rest = left - skip - 1;
-                let next = if rest == 0 {
-                    EMPTY
-                } else {
-                    pack(slot + interval, rest)
-                };
-                (next, Some(slot))
-            } else {
-                (EMPTY, None)
+            let (start, end) = unpack(current);
+            let Some(slot) = next_slot(gcra, start, end, now) else {
+                return Took::Empty(current);
             };
-            // AcqRel: a success publishes the stripe's new word as a store of a lease does;
-            // Acquire on failure: the value read is decided on next.
-            match word.compare_exchange(current, next, Ordering::AcqRel, Ordering::Acquire) {
-                Ok(_) => {
-                    return match taken {
-                        Some(slot) => Took::Slot(slot),
-                        None => Took::Empty,
-                    }
-                }
+            // AcqRel: a success passes the run on as a lease's store does; Acquire on
+            // failure: the value read is decided on next.
+            match word.compare_exchange(
+                current,
+                pack(slot, end),
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => return Took::Slot(slot, end),
                 Err(seen) => {
                     current = seen;
                     retry.spin();
@@ -171,46 +345,185 @@ impl Stripes {
         }
     }
 
-    /// Claims the empty stripe `home`, takes a lease from `central` and keeps its first
-    /// slot for the caller. `None` when the stripe was not empty (someone else refills it) or
-    /// the central word had no slot admissible at `now`.
-    fn refill(&self, home: usize, central: &GcraCell, gcra: &Gcra, now: u64) -> Option<u64> {
+    /// Claims stripe `home`, which held `seen` with nothing usable, takes a lease from
+    /// `central` and keeps its first stretch for the caller.
+    fn refill(&self, home: usize, seen: u128, central: &GcraCell, gcra: &Gcra, now: u64) -> Refill {
+        // No claim when the central word has nothing: a refusal writes no line.
+        let Some(tat) = central.tat_acquire() else {
+            return Refill::Retired;
+        };
+        if gcra.room(tat, now) == 0 {
+            return Refill::Dry;
+        }
         let word = &self.words[home];
-        // AcqRel: the claim must be visible to anyone whose central CAS follows ours (see the
-        // module's orderings).
-        word.compare_exchange(EMPTY, REFILLING, Ordering::AcqRel, Ordering::Acquire)
-            .ok()?;
-        let leased = central.lease(gcra, now, self.lease);
-        let (stored, first) = match leased {
-            Some((first, count)) if count > 1 => {
-                (pack(first + gcra.interval(), count - 1), Some(first))
+        // AcqRel: the claim must be seen by every request whose read of the central word
+        // follows the lease (see the module's orderings).
+        if word
+            .compare_exchange(seen, BUSY, Ordering::AcqRel, Ordering::Acquire)
+            .is_err()
+        {
+            return Refill::Raced;
+        }
+        let (stored, refill) = match central.lease(gcra, now, self.lease) {
+            None => (RETIRED, Refill::Retired),
+            Some(None) => (seen, Refill::Dry),
+            Some(Some((start, end))) => {
+                let slot = start + gcra.interval();
+                (pack(slot, end), Refill::Leased(slot, end))
             }
-            Some((first, _)) => (EMPTY, Some(first)),
-            None => (EMPTY, None),
         };
         // Release: publishes the lease to the requests that take from it.
         word.store(stored, Ordering::Release);
-        first
+        refill
     }
 
-    /// Whether the home stripe still holds nothing a request could take now: checked last
-    /// before a refusal, so a lease stored there since the first look is not missed.
-    fn is_settled(&self, home: usize) -> bool {
+    /// Looks at the central word, then at every stripe, taking the first permit found.
+    fn scan(&self, central: &GcraCell, gcra: &Gcra, now: u64) -> Option<Scan> {
+        // Acquire: pairs with the Release increment of a give-back (module's orderings).
+        let returns = self.leasing.returns.load(Ordering::Acquire);
+        let tat = central.tat_acquire()?;
+        let verdict = gcra.decide(tat, now, 1);
+        if verdict_allows(&verdict) {
+            return Some(Scan::Again);
+        }
+        let mut moving = false;
+        for i in 0..self.words.len() {
+            match self.take(i, gcra, now) {
+                Took::Slot(slot, end) => return Some(Scan::Slot(slot, end)),
+                Took::Busy => moving = true,
+                Took::Retired => return None,
+                Took::Empty(_) => {}
+            }
+        }
+        // Acquire: as above.
+        if moving || self.leasing.returns.load(Ordering::Acquire) != returns {
+            return Some(Scan::Again);
+        }
+        Some(Scan::Refused(verdict.decision()))
+    }
+
+    /// Notes that stripe `home` took a lease at `now`: `true` when it alone has taken leases
+    /// for a whole [`QUIET_SPAN`] (the key is no longer contended).
+    fn note_lease(&self, home: usize, now: u64) -> bool {
+        let bit = 1u64 << home;
+        let leasing = &self.leasing;
+        // Relaxed, here and below: a heuristic of when to stripe, no memory published; a
+        // stale value only moves the moment the key is judged quiet.
+        let since = leasing.since.load(Ordering::Relaxed);
+        if now.saturating_sub(since) < QUIET_SPAN
+            || leasing
+                .since
+                .compare_exchange(since, now, Ordering::Relaxed, Ordering::Relaxed)
+                .is_err()
+        {
+            leasing.takers.fetch_or(bit, Ordering::Relaxed);
+            return false;
+        }
+        // This request ended the span: judge it.
+        leasing.takers.swap(bit, Ordering::Relaxed) == bit
+    }
+
+    /// Gives the unused end of the calling thread's home stripe back to `central`, when its
+    /// lease is still the newest (see the module docs).
+    pub(crate) fn give_back(&self, central: &GcraCell, now: u64) {
+        self.give_back_from(thread_index() & self.mask, central, now);
+    }
+
+    /// [`Stripes::give_back`] from stripe `home`.
+    pub(crate) fn give_back_from(&self, home: usize, central: &GcraCell, now: u64) {
+        let word = &self.words[home & self.mask];
         // Acquire: as every read of a stripe.
-        let (_, left) = unpack(self.words[home].load(Ordering::Acquire));
-        left == 0
+        let current = word.load(Ordering::Acquire);
+        if current == BUSY || current == RETIRED {
+            return;
+        }
+        let (start, end) = unpack(current);
+        let from = start.max(now);
+        if from >= end {
+            return;
+        }
+        // AcqRel: the claim, as a lease's.
+        if word
+            .compare_exchange(current, BUSY, Ordering::AcqRel, Ordering::Acquire)
+            .is_err()
+        {
+            return;
+        }
+        if central.give_back(from, end) {
+            // Release, before the stripe is emptied: a refusal that sees it empty sees the
+            // count moved (module's orderings).
+            self.leasing.returns.fetch_add(1, Ordering::Release);
+            word.store(EMPTY, Ordering::Release);
+        } else {
+            word.store(current, Ordering::Release);
+        }
     }
 
-    /// Slots the stripes hold now (a snapshot; slots time has passed included).
-    pub(crate) fn held(&self) -> u64 {
+    /// The permits every stripe holds that may be used at `now` (a snapshot).
+    pub(crate) fn usable(&self, gcra: &Gcra, now: u64) -> u64 {
         self.words
             .iter()
             // Acquire: as every read of a stripe.
             .map(|word| match word.load(Ordering::Acquire) {
-                REFILLING => 0,
-                current => unpack(current).1,
+                BUSY | RETIRED => 0,
+                current => {
+                    let (start, end) = unpack(current);
+                    usable(gcra, start, end, now)
+                }
             })
             .sum()
+    }
+
+    /// Retires every stripe, after the central word was retired by a policy change: a request
+    /// that still finds them looks the state up again. What they held was counted as spent
+    /// when the central word was retired.
+    pub(crate) fn retire(&self) {
+        for word in &*self.words {
+            // Release: as a lease's store; a request on this stripe now finds it retired.
+            word.store(RETIRED, Ordering::Release);
+        }
+    }
+
+    /// The decision a look that changes nothing gives at `now`: the central word's, with
+    /// what the stripes hold added.
+    pub(crate) fn peek(&self, central: &GcraCell, gcra: &Gcra, now: u64) -> Option<Decision> {
+        let tat = central.tat_acquire()?;
+        let held = self.usable(gcra, now);
+        let reset = gcra.reset_after(tat, now);
+        let verdict = gcra.decide(tat, now, 1);
+        let decision = verdict.decision();
+        Some(if verdict_allows(&verdict) {
+            Decision::allow(
+                decision.remaining() + held,
+                gcra.limit(),
+                decision.reset_after_nanos(),
+            )
+        } else if held > 0 {
+            Decision::allow(held - 1, gcra.limit(), reset)
+        } else {
+            decision
+        })
+    }
+}
+
+fn verdict_allows<W>(verdict: &crate::engine::state::Verdict<W>) -> bool {
+    matches!(verdict, crate::engine::state::Verdict::Allow(..))
+}
+
+/// The admission of a stretch ending at `slot` from a run ending at `end`: what remains is
+/// what the central word has at `now` and what the deciding stripe still holds (another
+/// stripe's lease is not counted: reading every stripe on every decision would pull their
+/// lines; see the module docs); the key is at rest when the central TAT is reached.
+#[inline(always)]
+fn allowed(central: &GcraCell, gcra: &Gcra, now: u64, slot: u64, end: u64, quiet: bool) -> Striped {
+    // The central TAT is at or after the end of every lease (a give-back only lowers it to
+    // the start of what it took back), so it is when the key comes to rest.
+    let tat = central.tat_relaxed().unwrap_or(end);
+    let remaining = gcra.room(tat, now) + gcra.intervals(end - slot);
+    let reset = gcra.reset_after(tat.max(slot), now);
+    Striped {
+        decision: Decision::allow(remaining, gcra.limit(), reset),
+        quiet,
     }
 }
 
@@ -222,10 +535,20 @@ mod tests {
     use crate::engine::state::RateState;
     use crate::policy::Policy;
 
+    const S: u64 = 1_000_000_000;
+
     fn parts(policy: &str) -> (GcraCell, Gcra) {
         let policy: Policy = policy.parse().unwrap();
         let gcra = GcraCell::params(&policy);
         (GcraCell::fresh(&gcra), gcra)
+    }
+
+    fn admits(stripes: &Stripes, central: &GcraCell, gcra: &Gcra, now: u64, home: usize) -> bool {
+        stripes
+            .acquire_from(home, central, gcra, now)
+            .unwrap()
+            .decision
+            .is_allowed()
     }
 
     #[test]
@@ -233,39 +556,125 @@ mod tests {
         let (central, gcra) = parts("10/1s");
         let stripes = Stripes::new(4, 3);
         let admitted = (0..40)
-            .filter(|i| stripes.acquire(&central, &gcra, 0, i % 4).is_some())
+            .filter(|i| admits(&stripes, &central, &gcra, 0, i % 4))
             .count();
         assert_eq!(admitted, 10);
-        assert_eq!(stripes.held(), 0);
+        assert_eq!(stripes.usable(&gcra, 0), 0);
     }
 
     #[test]
     fn a_stripe_steals_before_it_refuses() {
         let (central, gcra) = parts("4/1s");
         let stripes = Stripes::new(2, 4);
-        // Stripe 0 leases all four slots and uses one.
-        assert!(stripes.acquire(&central, &gcra, 0, 0).is_some());
-        assert_eq!(stripes.held(), 3);
-        // Stripe 1 finds the central word empty and takes stripe 0's slots.
+        // Stripe 0 leases all four permits and uses one.
+        assert!(admits(&stripes, &central, &gcra, 0, 0));
+        assert_eq!(stripes.usable(&gcra, 0), 3);
+        // Stripe 1 finds the central word empty and takes stripe 0's permits.
         for _ in 0..3 {
-            assert!(stripes.acquire(&central, &gcra, 0, 1).is_some());
+            assert!(admits(&stripes, &central, &gcra, 0, 1));
         }
-        assert!(stripes.acquire(&central, &gcra, 0, 1).is_none());
-        assert!(stripes.acquire(&central, &gcra, 0, 0).is_none());
+        assert!(!admits(&stripes, &central, &gcra, 0, 1));
+        assert!(!admits(&stripes, &central, &gcra, 0, 0));
     }
 
     #[test]
-    fn a_slot_time_has_passed_is_dropped_not_spent() {
+    fn the_part_of_a_lease_time_has_passed_is_dropped_not_spent() {
         let (central, gcra) = parts("4/4s"); // T = 1 s, B = 4 s
         let stripes = Stripes::new(1, 4);
-        let end = stripes.acquire(&central, &gcra, 0, 0).unwrap();
-        assert_eq!(end, 1_000_000_000);
-        // Three slots left, ending at 2, 3 and 4 s. At 2.5 s the one ending at 2 s lies in
-        // the past (and so does the one ending at 3 s: its end is not 1 s ahead); the slot
-        // ending at 4 s is the first usable.
-        let slot = stripes.acquire(&central, &gcra, 2_500_000_000, 0).unwrap();
-        assert_eq!(slot, 4_000_000_000);
-        assert_eq!(stripes.held(), 0);
+        assert!(admits(&stripes, &central, &gcra, 0, 0)); // lease (0, 4 s], first stretch (0, 1 s]
+                                                          // At 2.5 s the run from 1 s to 2.5 s lies in the past: the next stretch is (2.5, 3.5].
+        let striped = stripes.acquire_from(0, &central, &gcra, 5 * S / 2).unwrap();
+        assert!(striped.decision.is_allowed());
+        assert_eq!(
+            stripes.usable(&gcra, 5 * S / 2),
+            0,
+            "half an interval is not a permit"
+        );
+        // The central word, at 4 s, has two permits at 2.5 s (B = 4 s): the next lease.
+        assert_eq!(striped.decision.remaining(), 2);
+        assert!(admits(&stripes, &central, &gcra, 5 * S / 2, 0));
+        assert!(admits(&stripes, &central, &gcra, 5 * S / 2, 0));
+        assert!(!admits(&stripes, &central, &gcra, 5 * S / 2, 0));
+    }
+
+    #[test]
+    fn a_refusal_says_when_the_central_word_has_a_permit_again() {
+        let (central, gcra) = parts("2/1s");
+        let stripes = Stripes::new(2, 1);
+        assert!(admits(&stripes, &central, &gcra, 0, 0));
+        assert!(admits(&stripes, &central, &gcra, 0, 1));
+        let refused = stripes
+            .acquire_from(0, &central, &gcra, 0)
+            .unwrap()
+            .decision;
+        assert!(!refused.is_allowed());
+        assert_eq!(refused.retry_after_nanos(), S / 2);
+        assert_eq!(refused.reset_after_nanos(), S);
+    }
+
+    #[test]
+    fn the_newest_lease_is_given_back_and_an_older_one_stays() {
+        let (central, gcra) = parts("10/1s");
+        let stripes = Stripes::new(2, 4);
+        assert!(admits(&stripes, &central, &gcra, 0, 0)); // stripe 0: (0, 0.4 s]
+        assert!(admits(&stripes, &central, &gcra, 0, 1)); // stripe 1: (0.4, 0.8 s], the newest
+        stripes.give_back_from(0, &central, 0);
+        assert_eq!(
+            stripes.usable(&gcra, 0),
+            6,
+            "not the newest: stays with its stripe"
+        );
+        stripes.give_back_from(1, &central, 0);
+        assert_eq!(stripes.usable(&gcra, 0), 3);
+        assert_eq!(
+            central.tat_relaxed(),
+            Some(S / 2),
+            "stripe 1's three unused permits back"
+        );
+        let peeked = stripes.peek(&central, &gcra, 0).unwrap();
+        assert_eq!(
+            peeked.remaining(),
+            7,
+            "5 central + 3 in stripe 0, one taken by the peek"
+        );
+        let admitted = (0..20)
+            .filter(|i| admits(&stripes, &central, &gcra, 0, i % 2))
+            .count();
+        assert_eq!(admitted, 8, "two used, eight left");
+    }
+
+    #[test]
+    fn a_key_is_quiet_once_one_stripe_alone_took_leases_for_the_whole_span() {
+        let stripes = Stripes::new(2, 1);
+        assert!(!stripes.note_lease(0, QUIET_SPAN), "the first span starts");
+        assert!(!stripes.note_lease(1, QUIET_SPAN + 1));
+        assert!(
+            !stripes.note_lease(0, 2 * QUIET_SPAN + 1),
+            "two stripes took leases"
+        );
+        assert!(!stripes.note_lease(0, 2 * QUIET_SPAN + 2));
+        assert!(stripes.note_lease(0, 3 * QUIET_SPAN + 2), "stripe 0 alone");
+    }
+
+    #[test]
+    fn a_key_no_longer_striped_steals_what_its_stripes_hold() {
+        let (central, gcra) = parts("4/1s");
+        let stripes = Stripes::new(2, 2);
+        assert!(admits(&stripes, &central, &gcra, 0, 0)); // stripe 0 holds one more
+        assert!(admits(&stripes, &central, &gcra, 0, 1)); // stripe 1 holds one more
+        let steal = |now| stripes.steal(&central, &gcra, now).unwrap();
+        assert!(steal(0).is_some());
+        assert!(steal(0).is_some());
+        assert!(steal(0).is_none());
+    }
+
+    #[test]
+    fn retired_stripes_send_requests_back() {
+        let (central, gcra) = parts("4/1s");
+        let stripes = Stripes::new(2, 2);
+        assert!(admits(&stripes, &central, &gcra, 0, 0));
+        stripes.retire();
+        assert!(stripes.acquire_from(0, &central, &gcra, 0).is_none());
     }
 
     #[test]
@@ -281,7 +690,7 @@ mod tests {
                         let (central, gcra, stripes) = &*shared;
                         start.wait();
                         (0..2)
-                            .filter(|_| stripes.acquire(central, gcra, 0, thread).is_some())
+                            .filter(|_| admits(stripes, central, gcra, 0, thread))
                             .count()
                     })
                 })
@@ -294,12 +703,13 @@ mod tests {
     }
 
     proptest::proptest! {
-        /// With a moving clock every admission holds a slot of its own that GCRA could have
-        /// granted at that instant: ends distinct and at least `T` apart, each within
-        /// `[t + T, t + B]` of its request, so no interval admits more than GCRA's bound.
+        /// With a moving clock every admission holds a stretch of the timeline of its own,
+        /// `(s, s + T]` with `now <= s` and `s + T <= now + B`, so no interval admits more than
+        /// GCRA's bound; and a request is refused only when a look that changes nothing (the
+        /// central word plus every stripe) finds nothing either.
         #[test]
-        fn every_admission_holds_a_slot_gcra_could_grant(
-            steps in proptest::collection::vec((0u64..4, 0u64..700_000_000), 1..300),
+        fn every_admission_holds_a_stretch_gcra_could_grant(
+            steps in proptest::collection::vec((0usize..4, 0u64..700_000_000, proptest::bool::ANY), 1..300),
             stripes in 1usize..5,
             lease in 1u64..6,
         ) {
@@ -308,17 +718,20 @@ mod tests {
             let (t, b) = (gcra.interval(), gcra.burst());
             let mut now = 0;
             let mut admitted: Vec<(u64, u64)> = Vec::new();
-            for (home, advance) in steps {
+            for (home, advance, give_back) in steps {
                 now += advance;
-                if let Some(end) = striped.acquire(&central, &gcra, now, home as usize) {
-                    proptest::prop_assert!(end >= now + t && end - now <= b, "slot {end} at {now}");
+                if give_back {
+                    striped.give_back_from(home, &central, now);
+                }
+                let before = striped.peek(&central, &gcra, now).unwrap();
+                let decision = striped.acquire_from(home, &central, &gcra, now).unwrap().decision;
+                proptest::prop_assert_eq!(decision.is_allowed(), before.is_allowed(), "at {}", now);
+                if decision.is_allowed() {
+                    // The stretch's end: the TAT it would leave on a lone stripe.
+                    let end = now + decision.reset_after_nanos().min(b);
+                    proptest::prop_assert!(end >= now + t, "stretch ending {end} at {now}");
                     admitted.push((now, end));
                 }
-            }
-            let mut ends: Vec<u64> = admitted.iter().map(|&(_, end)| end).collect();
-            ends.sort_unstable();
-            for pair in ends.windows(2) {
-                proptest::prop_assert!(pair[1] - pair[0] >= t, "slots {pair:?} closer than T");
             }
             // GCRA's bound over every interval between two admissions: at most
             // L / T + B / T admissions in an interval of length L.

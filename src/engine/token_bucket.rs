@@ -15,9 +15,11 @@
 use crate::clock::Clock;
 use crate::decision::Decision;
 use crate::engine::cells::{Reusable, Slab};
+use crate::engine::divide::Divisor;
+use crate::engine::retry::Retry;
 use crate::engine::state::{in_use, one_mark, single_from_carry, Carry, RateState, Verdict};
 use crate::engine::sync::{AtomicU64, Ordering};
-use crate::engine::word::{live, update, Retired, Update};
+use crate::engine::word::{live, update, update_noting, Retired, Update};
 use crate::policy::{Band, Policy};
 use crate::reservation::Marks;
 
@@ -33,6 +35,8 @@ pub(crate) struct Gcra {
     limit: u64,
     /// W, the policy's window in ns (what a policy change compares bands by).
     window: u64,
+    /// Division by T, as a multiplication: every decision divides by it.
+    per_interval: Divisor,
 }
 
 impl Gcra {
@@ -47,6 +51,7 @@ impl Gcra {
             burst: limit * interval,
             limit,
             window: band.window_nanos(),
+            per_interval: Divisor::new(interval),
         }
     }
 
@@ -66,11 +71,11 @@ impl Gcra {
             // Clamped below the retired value, which no live TAT reaches (a clock would have
             // to read 584 years for the clamp to matter).
             let new_tat = now.saturating_add(new_debt).min(u64::RETIRED - 1);
-            let remaining = (self.burst - new_debt) / self.interval;
+            let remaining = self.per_interval.divide(self.burst - new_debt);
             Verdict::Allow(Decision::allow(remaining, self.limit, new_debt), new_tat)
         } else {
             // A settled charge may leave more debt than the burst: nothing is available.
-            let remaining = self.burst.saturating_sub(debt) / self.interval;
+            let remaining = self.per_interval.divide(self.burst.saturating_sub(debt));
             Verdict::Deny(Decision::deny(
                 remaining,
                 self.limit,
@@ -90,6 +95,26 @@ impl Gcra {
     #[inline(always)]
     pub(crate) const fn burst(&self) -> u64 {
         self.burst
+    }
+
+    /// Whole intervals in `nanos`: `nanos / T`, by multiplication.
+    #[inline(always)]
+    pub(crate) fn intervals(&self, nanos: u64) -> u64 {
+        self.per_interval.divide(nanos)
+    }
+
+    /// N: the policy's permits.
+    #[inline(always)]
+    pub(crate) const fn limit(&self) -> u64 {
+        self.limit
+    }
+
+    /// Permits a state holding `tat` has available at `now` (clamped like
+    /// [`Gcra::decide`]).
+    #[inline(always)]
+    pub(crate) fn room(&self, tat: u64, now: u64) -> u64 {
+        self.per_interval
+            .divide(self.burst.saturating_sub(self.reset_after(tat, now)))
     }
 
     /// Nanoseconds until a state holding `tat` is at rest, seen at `now` with nothing more
@@ -185,31 +210,86 @@ impl Reusable for GcraCell {
 }
 
 impl GcraCell {
-    /// Takes up to `max` slots at once, for a stripe's lease (see `engine::stripes`): every
-    /// slot admissible at `now`, up to `max`, as `(the end of the first, how many)`; `None`
-    /// when not one is (or the state is retired).
-    pub(crate) fn lease(&self, gcra: &Gcra, now: u64, max: u64) -> Option<(u64, u64)> {
-        // Acquire, and AcqRel on the CAS: see `engine::stripes`, "Orderings".
-        let mut tat = self.tat.load(Ordering::Acquire);
+    /// [`RateState::reserve`] at `now`, calling `lost` for each compare-and-swap lost to
+    /// another thread on the way: how a limiter notices that a key is contended (see
+    /// `engine::stripes`). `None` when retired.
+    #[inline(always)]
+    pub(crate) fn reserve_at(
+        &self,
+        gcra: &Gcra,
+        now: u64,
+        cost: u64,
+        lost: impl FnMut(),
+    ) -> Option<(Decision, u64)> {
+        update_noting(
+            &self.tat,
+            |tat| match gcra.decide(tat, now, cost) {
+                Verdict::Deny(decision) => Update::keep((decision, 0)),
+                Verdict::Allow(decision, new_tat) => Update::write(new_tat, (decision, new_tat)),
+            },
+            lost,
+        )
+    }
+
+    /// The TAT, for an answer only (`Relaxed`: see `crate::engine::word`); `None` when
+    /// retired.
+    #[inline(always)]
+    pub(crate) fn tat_relaxed(&self) -> Option<u64> {
+        live(&self.tat)
+    }
+
+    /// The TAT, read with `Acquire` for the stripes' protocol (`engine::stripes`,
+    /// "Orderings"); `None` when retired.
+    #[inline]
+    pub(crate) fn tat_acquire(&self) -> Option<u64> {
+        // Acquire: pairs with the AcqRel compare-and-swap of every lease, so the stripe a
+        // lease was claimed for is seen claimed (see `engine::stripes`).
+        let tat = self.tat.load(Ordering::Acquire);
+        (tat != u64::RETIRED).then_some(tat)
+    }
+
+    /// Takes up to `max` permits at once for a stripe (`engine::stripes`): the run of the
+    /// timeline `(start, end]` from `start = max(tat, now)`, `end` no further than `B` ahead
+    /// of `now`, a whole number of intervals long. `Some(None)` when not one permit is
+    /// available at `now`; `None` when the state is retired.
+    pub(crate) fn lease(&self, gcra: &Gcra, now: u64, max: u64) -> Option<Option<(u64, u64)>> {
+        // Relaxed: the compare-and-swap below reads the value it replaces.
+        let mut tat = self.tat.load(Ordering::Relaxed);
+        let mut retry = Retry::new();
         loop {
             if tat == u64::RETIRED {
                 return None;
             }
             let start = tat.max(now);
-            let room = gcra.burst.checked_sub(start - now)? / gcra.interval;
-            let count = room.min(max);
+            let count = (gcra.room(tat, now)).min(max);
             if count == 0 {
-                return None;
+                return Some(None);
             }
-            let next = start + count * gcra.interval;
+            // count * T <= B - (start - now) < 2^63: no overflow.
+            let end = start + count * gcra.interval;
+            // AcqRel: the Release half publishes the claim of the stripe the lease is for to
+            // every request that reads the TAT with Acquire afterwards (`engine::stripes`).
             match self
                 .tat
-                .compare_exchange(tat, next, Ordering::AcqRel, Ordering::Acquire)
+                .compare_exchange(tat, end, Ordering::AcqRel, Ordering::Relaxed)
             {
-                Ok(_) => return Some((start + gcra.interval, count)),
-                Err(seen) => tat = seen,
+                Ok(_) => return Some(Some((start, end))),
+                Err(seen) => {
+                    tat = seen;
+                    retry.spin();
+                }
             }
         }
+    }
+
+    /// Gives the unused end of a lease back, `(from, end]`: moves the TAT from `end` back to
+    /// `from`, only if `end` is still the TAT (nothing was handed out after it). `false`
+    /// when it is not, or the state is retired: the run stays with its stripe.
+    pub(crate) fn give_back(&self, from: u64, end: u64) -> bool {
+        // AcqRel: as a lease's, this write is read by requests that then look at the stripes.
+        self.tat
+            .compare_exchange(end, from, Ordering::AcqRel, Ordering::Relaxed)
+            .is_ok()
     }
 }
 
@@ -250,12 +330,8 @@ impl RateState for GcraCell {
         // would admit (the caller's request arrived before that reading) but never admit more.
         // A refusal made from a stale TAT is the refusal of the instant that TAT was current
         // (the CAS from it would fail, but nothing is written), an instant within the call.
-        let now = clock.now();
-        update(&self.tat, |tat| match gcra.decide(tat, now, cost) {
-            Verdict::Deny(decision) => Update::keep((decision, 0)),
-            Verdict::Allow(decision, new_tat) => Update::write(new_tat, (decision, new_tat)),
-        })
-        .map(|(decision, mark)| (decision, one_mark(mark)))
+        self.reserve_at(gcra, clock.now(), cost, || {})
+            .map(|(decision, mark)| (decision, one_mark(mark)))
     }
 
     fn settle(&self, gcra: &Gcra, held: u64, marks: &Marks, actual: u64, now: u64) -> Option<()> {

@@ -130,7 +130,19 @@ pub(crate) fn live<W: Word>(word: &W) -> Option<W::Value> {
 #[inline(always)]
 pub(crate) fn update<W: Word, R>(
     word: &W,
+    step: impl FnMut(W::Value) -> Update<W::Value, R>,
+) -> Option<R> {
+    update_noting(word, step, || {})
+}
+
+/// [`update`], calling `lost` each time a compare-and-swap is lost to another writer: how a
+/// limiter notices that a key is contended (`engine::stripes`). The call sits on the retry
+/// path only: a decision whose first compare-and-swap succeeds runs exactly as [`update`]'s.
+#[inline(always)]
+pub(crate) fn update_noting<W: Word, R>(
+    word: &W,
     mut step: impl FnMut(W::Value) -> Update<W::Value, R>,
+    mut lost: impl FnMut(),
 ) -> Option<R> {
     let mut value = word.load();
     let mut retry = Retry::new();
@@ -146,6 +158,7 @@ pub(crate) fn update<W: Word, R>(
                     return Some(answer);
                 }
                 // Another writer came first: let its core keep the line a little.
+                lost();
                 retry.spin();
                 value = word.load();
             }

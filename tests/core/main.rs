@@ -24,5 +24,6 @@ mod reservation_guard;
 mod reservations;
 mod serde_config;
 mod stats;
+mod striping;
 mod traces;
 mod waiting;

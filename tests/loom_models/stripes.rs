@@ -1,12 +1,15 @@
 //! Loom models of one key's token bucket spread over stripes (`tollgate::model::ModelStripes`):
-//! leases taken from the central word, slots taken from a stripe, and steals from another
-//! stripe before a refusal, raced by two threads on a frozen clock. A request is refused
-//! only when every slot has been used, so the key admits exactly its permits.
+//! leases taken from the central word, permits taken from a stripe, steals from another
+//! stripe before a refusal, and a stripe's lease given back to the central word, raced by two
+//! threads. On a frozen clock a request is refused only when every permit has been used, so
+//! the key admits exactly its permits.
 
 use loom::sync::Arc;
 use loom::thread;
 use tollgate::model::ModelStripes;
 use tollgate::Policy;
+
+const S: u64 = 1_000_000_000;
 
 fn key(policy: &str, stripes: usize, lease: u64) -> Arc<ModelStripes> {
     Arc::new(ModelStripes::new(
@@ -28,7 +31,7 @@ fn two_stripes_admit_exactly_the_permits() {
         };
         let mine = (0..2).filter(|_| key.acquire(0, 0)).count();
         assert_eq!(mine + other.join().unwrap(), 3);
-        assert_eq!(key.held(), 0);
+        assert_eq!(key.available(0), 0);
     });
 }
 
@@ -46,5 +49,44 @@ fn a_refusal_waits_for_a_lease_being_stored_and_steals_it() {
         let theirs = other.join().unwrap();
         assert!(mine && theirs, "two permits, two requests: both admitted");
         assert!(!key.acquire(0, 0) && !key.acquire(0, 1));
+    });
+}
+
+/// A stripe gives its lease back while a request on the other stripe looks for a permit: the
+/// request finds the permit in the stripe or back in the central word, never nowhere.
+#[test]
+fn a_give_back_racing_a_refusal_loses_no_permit() {
+    loom::model(|| {
+        let key = key("2/1s", 2, 2);
+        assert!(key.acquire(0, 0)); // stripe 0 holds the second permit
+        let other = {
+            let key = key.clone();
+            thread::spawn(move || key.acquire(0, 1))
+        };
+        key.give_back(0, 0);
+        assert!(
+            other.join().unwrap(),
+            "one permit left, one request: admitted"
+        );
+        assert_eq!(key.available(0), 0);
+    });
+}
+
+/// Time moves one step while two threads decide: the permits the clock gives back are used,
+/// and no more than the policy allows at the later instant are admitted.
+#[test]
+fn time_moving_one_step_admits_what_it_gives_back_and_no_more() {
+    loom::model(|| {
+        let key = key("2/1s", 2, 2); // T = 500 ms
+        assert!(key.acquire(0, 0));
+        assert!(key.acquire(0, 0)); // the burst spent on stripe 0
+        let other = {
+            let key = key.clone();
+            thread::spawn(move || key.acquire(S / 2, 1))
+        };
+        let mine = key.acquire(S / 2, 0);
+        let admitted = usize::from(mine) + usize::from(other.join().unwrap());
+        assert_eq!(admitted, 1, "half a second gives back one permit");
+        assert_eq!(key.available(S / 2), 0);
     });
 }

@@ -1,0 +1,166 @@
+//! A hot key spread over stripes (`DirectLimiter::striping`): exact under racing threads
+//! once contention has striped it, on a frozen clock and on a moving one.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tollgate::{Clock, DirectLimiter, FakeClock};
+
+use crate::support::race;
+
+/// 16 threads hammer a key of 20,000 permits on a frozen clock until it refuses: the
+/// contention stripes it, and exactly 20,000 are admitted, with nothing left anywhere.
+#[test]
+fn a_striped_key_admits_exactly_its_permits_under_16_threads() {
+    let striped_once = Arc::new(AtomicBool::new(false));
+    for trial in 0..10 {
+        let limiter = Arc::new(DirectLimiter::with_clock(
+            "20000/1h".parse().unwrap(),
+            FakeClock::new(),
+        ));
+        let (l, seen) = (limiter.clone(), striped_once.clone());
+        let admitted = race(16, move |_| {
+            let mut admitted = 0;
+            while l.try_acquire().is_allowed() {
+                admitted += 1;
+                if admitted % 64 == 0 && l.is_striped() {
+                    seen.store(true, Ordering::Relaxed);
+                }
+            }
+            admitted
+        });
+        assert_eq!(admitted, 20_000, "trial {trial}");
+        assert_eq!(limiter.available(), 0, "trial {trial}");
+        assert!(!limiter.try_acquire().is_allowed());
+    }
+    assert!(
+        striped_once.load(Ordering::Relaxed),
+        "16 racing threads never striped the key: the test did not test striping"
+    );
+}
+
+/// Requests of cost 1 (on the stripes) race requests of cost 3 (on the key's word): the
+/// permits spent never exceed the capacity, and the costs of 1 use up what is left.
+#[test]
+fn costs_above_one_race_the_stripes_exactly() {
+    for trial in 0..10 {
+        let limiter = Arc::new(DirectLimiter::with_clock(
+            "30000/1h".parse().unwrap(),
+            FakeClock::new(),
+        ));
+        let l = limiter.clone();
+        let spent = race(8, move |thread| {
+            let cost = if thread % 2 == 0 { 1 } else { 3 };
+            let mut spent = 0;
+            let mut refused = 0;
+            while refused < 100 {
+                if l.try_acquire_n(cost).unwrap().is_allowed() {
+                    spent += cost;
+                } else {
+                    refused += 1;
+                }
+            }
+            spent
+        });
+        assert_eq!(
+            spent, 30_000,
+            "trial {trial}: every permit used by the costs of 1"
+        );
+        assert_eq!(limiter.available(), 0);
+    }
+}
+
+/// Threads race on a key while another moves the clock on: in every run the key admits no
+/// more than the policy allows over the time that passed (the burst plus one permit per
+/// interval), and the permits time gives back are used.
+#[test]
+fn a_moving_clock_never_admits_more_than_the_policy() {
+    for trial in 0..5 {
+        let clock = FakeClock::new();
+        // 1,000 permits, one back every millisecond.
+        let limiter = Arc::new(DirectLimiter::with_clock(
+            "1000/1s".parse().unwrap(),
+            clock.clone(),
+        ));
+        let stop = Arc::new(AtomicBool::new(false));
+        let admitted = Arc::new(AtomicU64::new(0));
+        let (l, a, s, c) = (
+            limiter.clone(),
+            admitted.clone(),
+            stop.clone(),
+            clock.clone(),
+        );
+        // Thread 0 moves the clock, 50 ms in all; the others decide until it is done.
+        race(9, move |thread| {
+            if thread == 0 {
+                for _ in 0..200 {
+                    c.advance(Duration::from_micros(250));
+                    std::thread::yield_now();
+                }
+                s.store(true, Ordering::Relaxed);
+                return 0;
+            }
+            while !s.load(Ordering::Relaxed) {
+                if l.try_acquire().is_allowed() {
+                    a.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            0
+        });
+        let elapsed = clock.now(); // 50 ms
+        let bound = 1_000 + elapsed / 1_000_000;
+        let admitted = admitted.load(Ordering::Relaxed);
+        assert!(
+            admitted <= bound,
+            "trial {trial}: {admitted} admitted, at most {bound}"
+        );
+        // Under-admission: the permit time gave back last (the threads stop with it), and at
+        // most one lease per stripe (one permit each at this rate, at most 64 stripes).
+        assert!(
+            admitted + 65 >= bound,
+            "trial {trial}: {admitted} admitted of {bound}"
+        );
+    }
+}
+
+/// A policy change while the key is striped: what the stripes held was handed out by the old
+/// state, so it is carried as spent, and the key never admits more than its permits over both
+/// policies (at most one permit per stripe is lost to the change at this rate).
+#[test]
+fn a_policy_change_carries_what_the_stripes_held_as_spent() {
+    for trial in 0..5 {
+        let limiter = Arc::new(DirectLimiter::with_clock(
+            "20000/1h".parse().unwrap(),
+            FakeClock::new(),
+        ));
+        let admitted = Arc::new(AtomicU64::new(0));
+        let (l, a) = (limiter.clone(), admitted.clone());
+        race(16, move |_| {
+            while a.load(Ordering::Relaxed) < 10_000 {
+                if l.try_acquire().is_allowed() {
+                    a.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            0
+        });
+        limiter.set_policy("20000/1h".parse().unwrap());
+        let before = admitted.load(Ordering::Relaxed);
+        let mut after = 0;
+        while limiter.try_acquire().is_allowed() {
+            after += 1;
+        }
+        assert!(
+            before + after <= 20_000,
+            "trial {trial}: {before} + {after}"
+        );
+        assert!(
+            before + after + 64 >= 20_000,
+            "trial {trial}: {before} + {after}"
+        );
+        assert!(
+            !limiter.is_striped(),
+            "trial {trial}: a new policy starts on one word"
+        );
+    }
+}
