@@ -13,7 +13,7 @@
 //! | `direct` | `direct`, `direct_denied` |
 //! | `keyed_hot` | `keyed_hot_u64`, `keyed_hot_str` |
 //! | `keyed_many` | `keyed_many_{u64_100k,u64_1m}_{seq,random}`, `keyed_many_string_100k_random` |
-//! | `threads` | `threads_one_key`, `threads_many_keys` (1, 2, 4, 8 threads) |
+//! | `threads` | `threads_direct`, `threads_one_key`, `threads_many_keys` (1, 2, 4, 8 threads) |
 //! | `algorithms` | `algorithms_direct`, `algorithms_keyed_hot` |
 //! | `evict` | `evict_1m` |
 //! | `cached_clock` | `cached_clock_direct`, `cached_clock_keyed_hot_str`: both on their opt-in cached clocks |

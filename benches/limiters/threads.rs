@@ -8,7 +8,10 @@
 //! per decision of aggregate throughput**: `1000 / value` is millions of decisions per second
 //! for all threads together. Thread creation is outside the timed span.
 //!
-//! Groups: `threads_one_key` (every thread on one `u64` key: the key's state word and its
+//! Groups: `threads_direct` (every thread on one `DirectLimiter`: tollgate as it is, which
+//! stripes the contended key over per-core leases; tollgate with `striping(false)`, one word;
+//! governor's direct limiter; the same GCRA behind `parking_lot::Mutex`),
+//! `threads_one_key` (every thread on one `u64` key: the key's state word and its
 //! map bucket are shared by all) and `threads_many_keys` (100,000 `u64` keys pre-inserted,
 //! each thread walking the same shuffled order from its own offset). The value in each
 //! benchmark id is the thread count. Contestants: tollgate (default hasher), governor keyed,
@@ -21,9 +24,9 @@ use std::sync::Barrier;
 use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion};
-use tollgate::RateLimiter;
+use tollgate::{DirectLimiter, RateLimiter};
 
-use crate::baseline::{LockedKeyed, MutexFast, PlMutex};
+use crate::baseline::{LockedDirect, LockedKeyed, MutexFast, PlMutex};
 use crate::common::{self, Cycle, FAST, FAST_PERMITS, FAST_WINDOW_NANOS};
 
 const THREADS: [usize; 4] = [1, 2, 4, 8];
@@ -67,8 +70,50 @@ where
 }
 
 pub fn bench(c: &mut Criterion) {
+    direct(c);
     one_key(c);
     many_keys(c);
+}
+
+fn direct(c: &mut Criterion) {
+    let mut g = common::slow_group(c, "threads_direct", 30);
+    for threads in THREADS {
+        for (name, striping) in [("tollgate", true), ("tollgate_one_word", false)] {
+            let tollgate = DirectLimiter::new(common::policy(FAST)).striping(striping);
+            g.bench_function(BenchmarkId::new(name, threads), |b| {
+                b.iter_custom(|iters| {
+                    run(threads, iters, |_, iters| {
+                        for _ in 0..iters {
+                            black_box(tollgate.try_acquire().is_allowed());
+                        }
+                    })
+                })
+            });
+        }
+
+        let governor = governor::RateLimiter::direct(common::governor_fast());
+        g.bench_function(BenchmarkId::new("governor", threads), |b| {
+            b.iter_custom(|iters| {
+                run(threads, iters, |_, iters| {
+                    for _ in 0..iters {
+                        black_box(governor.check().is_ok());
+                    }
+                })
+            })
+        });
+
+        let parking_lot = LockedDirect::<PlMutex<u64>>::new(FAST_PERMITS, FAST_WINDOW_NANOS);
+        g.bench_function(BenchmarkId::new("parking_lot", threads), |b| {
+            b.iter_custom(|iters| {
+                run(threads, iters, |_, iters| {
+                    for _ in 0..iters {
+                        black_box(parking_lot.check().allowed);
+                    }
+                })
+            })
+        });
+    }
+    g.finish();
 }
 
 fn one_key(c: &mut Criterion) {
