@@ -13,7 +13,7 @@ use crate::engine::dispatch::{Builder, Holds, PerAlgorithm, Storage};
 use crate::engine::rebuilds::Rebuilds;
 use crate::engine::retry::Retry;
 use crate::engine::state::{Bound, Carry, Decides, RateState};
-use crate::engine::stripes::Stripes;
+use crate::engine::stripes::{Steal, Stripes};
 use crate::engine::token_bucket::GcraCell;
 use crate::error::CostError;
 use crate::policy::Policy;
@@ -226,7 +226,7 @@ impl<C: Clock> DirectLimiter<C> {
                 let lost = || self.lost_one();
                 if let Some((decision, _)) = direct.cell.reserve_at(&direct.params, now, 1, lost) {
                     if !decision.is_allowed() {
-                        return self.refused_plain(&self.first, direct, decision, now);
+                        return self.refused_plain(direct, decision, now);
                     }
                     return decision;
                 }
@@ -250,19 +250,29 @@ impl<C: Clock> DirectLimiter<C> {
     }
 
     /// After the first state's word refused a request of cost 1: a permit a stripe still
-    /// holds, from when the key was striped, is taken before the refusal stands.
+    /// holds, from when the key was striped, is taken before the refusal stands; when the
+    /// word has room again (a stripe gave its lease back), the request decides there again.
     #[cold]
     #[inline(never)]
-    fn refused_plain(
-        &self,
-        generation: &Generation,
-        direct: &Direct<GcraCell>,
-        decision: Decision,
-        now: u64,
-    ) -> Decision {
-        if let Some(stripes) = generation.stripes.get() {
-            if let Some(Some(stolen)) = stripes.steal(&direct.cell, &direct.params, now) {
-                return stolen;
+    fn refused_plain(&self, direct: &Direct<GcraCell>, refused: Decision, now: u64) -> Decision {
+        let Some(stripes) = self.first.stripes.get() else {
+            return refused;
+        };
+        let mut decision = refused;
+        let mut retry = Retry::new();
+        while !decision.is_allowed() {
+            match stripes.steal(&direct.cell, &direct.params, now) {
+                Some(Steal::Taken(stolen)) => return stolen,
+                Some(Steal::Again) => {
+                    match direct.cell.reserve_at(&direct.params, now, 1, || {}) {
+                        Some((again, _)) => decision = again,
+                        None => return self.acquire_one(),
+                    }
+                    retry.again();
+                }
+                // Retired: a policy change came between; decide on the state in force.
+                None => return self.acquire_one(),
+                Some(Steal::Refused) => return decision,
             }
         }
         decision
@@ -451,9 +461,17 @@ impl<C: Clock> DirectLimiter<C> {
                 let settled =
                     self.rebuilds
                         .settle_unless_rebuilt(taken.made, taken.held, actual, || {
-                            generation
-                                .state
-                                .settle(taken.held, &taken.marks, actual, now)
+                            match &generation.state {
+                                // A refund stops at what the stripes hold.
+                                PerAlgorithm::TokenBucket(direct) => Stripes::settle(
+                                    &generation.stripes,
+                                    &direct.cell,
+                                    &direct.params,
+                                    (taken.held, taken.marks[0], actual),
+                                    now,
+                                ),
+                                state => state.settle(taken.held, &taken.marks, actual, now),
+                            }
                         });
                 if settled.is_some() {
                     return Ok(());
@@ -679,6 +697,10 @@ impl<C: Clock> DirectLimiter<C> {
     /// **Not `peek().remaining()`**: that is what would remain *after* one more request.
     /// While anything is left, `available` is one more; when nothing is, both are 0. See
     /// [`RateLimiter::available`](crate::RateLimiter::available).
+    ///
+    /// On a key that was [striped](DirectLimiter::striping), the count includes permits the
+    /// stripes hold, which only requests of cost 1 take: at most one lease per stripe of it
+    /// may be out of reach of a larger request.
     ///
     /// # Examples
     ///

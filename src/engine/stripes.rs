@@ -95,14 +95,17 @@ fn usable(gcra: &Gcra, start: u64, end: u64, now: u64) -> u64 {
     gcra.intervals(to.saturating_sub(from))
 }
 
+thread_local! {
+    /// The calling thread's index, for its home stripe (`usize::MAX` until it has one).
+    static INDEX: Cell<usize> = const { Cell::new(usize::MAX) };
+}
+
 /// The index of the calling thread, for its home stripe: threads are numbered as they first
-/// decide on a striped key, so the first threads of a process each have a stripe of their own.
+/// decide on a striped key, so the first threads of a process each have a stripe of their
+/// own; a thread that meets another on its stripe moves on ([`rehome`]).
 #[inline(always)]
 fn thread_index() -> usize {
     static NEXT: AtomicUsize = AtomicUsize::new(0);
-    thread_local! {
-        static INDEX: Cell<usize> = const { Cell::new(usize::MAX) };
-    }
     INDEX.with(|index| {
         let mut i = index.get();
         if i == usize::MAX {
@@ -112,6 +115,15 @@ fn thread_index() -> usize {
         }
         i
     })
+}
+
+/// Moves the calling thread to the next stripe, after it lost a compare-and-swap on its home
+/// stripe to another thread with the same home: threads that come and go (a pool that
+/// replaces its workers) are numbered on, and two of them may land on one stripe; the one
+/// that notices moves, as `LongAdder`'s cells are re-probed on contention.
+#[cold]
+fn rehome() {
+    INDEX.with(|index| index.set(index.get().wrapping_add(1)));
 }
 
 /// What a look at one stripe found.
@@ -146,6 +158,17 @@ enum Scan {
     /// Nothing anywhere at one instant: refused.
     Refused(Decision),
     /// The central word had room, or a lease was moving: decide again.
+    Again,
+}
+
+/// What a steal after a refusal on the central word found.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Steal {
+    /// A permit of some stripe, admitted.
+    Taken(Decision),
+    /// Nothing in the central word or any stripe at one instant: the refusal stands.
+    Refused,
+    /// The central word has room again (a give-back or a refund): decide there again.
     Again,
 }
 
@@ -217,7 +240,7 @@ impl Stripes {
     /// thread's own line. `None` otherwise: [`Stripes::acquire`] decides.
     #[inline(always)]
     pub(crate) fn try_home(&self, central: &GcraCell, gcra: &Gcra, now: u64) -> Option<Decision> {
-        match self.take(thread_index() & self.mask, gcra, now) {
+        match self.take(thread_index() & self.mask, true, gcra, now) {
             Took::Slot(slot, end) => Some(allowed(central, gcra, now, slot, end, false).decision),
             _ => None,
         }
@@ -241,7 +264,7 @@ impl Stripes {
         let home = home & self.mask;
         let mut retry = Retry::new();
         loop {
-            let seen = match self.take(home, gcra, now) {
+            let seen = match self.take(home, true, gcra, now) {
                 Took::Slot(slot, end) => {
                     return Some(allowed(central, gcra, now, slot, end, false))
                 }
@@ -280,29 +303,24 @@ impl Stripes {
     }
 
     /// After the central word refused a request of cost 1 at `now`: a permit of any stripe,
-    /// for a key that is no longer striped but whose stripes still hold some. `Some(true)`
-    /// when one was taken; `Some(false)` when the refusal stands (the central word has no
-    /// room and no stripe has a permit); `None` when retired.
-    pub(crate) fn steal(
-        &self,
-        central: &GcraCell,
-        gcra: &Gcra,
-        now: u64,
-    ) -> Option<Option<Decision>> {
+    /// for a key that is no longer striped but whose stripes still hold some. `None` when
+    /// retired.
+    pub(crate) fn steal(&self, central: &GcraCell, gcra: &Gcra, now: u64) -> Option<Steal> {
         let mut retry = Retry::new();
         loop {
             match self.scan(central, gcra, now)? {
                 Scan::Slot(slot, end) => {
-                    return Some(Some(allowed(central, gcra, now, slot, end, false).decision))
+                    return Some(Steal::Taken(
+                        allowed(central, gcra, now, slot, end, false).decision,
+                    ))
                 }
-                Scan::Refused(_) => return Some(None),
+                Scan::Refused(_) => return Some(Steal::Refused),
                 Scan::Again => {
-                    // The central word has room again: the caller decides there.
                     if central
                         .tat_acquire()
                         .is_some_and(|tat| gcra.room(tat, now) > 0)
                     {
-                        return Some(None);
+                        return Some(Steal::Again);
                     }
                     retry.snooze();
                 }
@@ -310,9 +328,10 @@ impl Stripes {
         }
     }
 
-    /// Takes the next stretch of stripe `i` usable at `now`.
+    /// Takes the next stretch of stripe `i` usable at `now`; `home` when `i` is the calling
+    /// thread's home stripe (a lost compare-and-swap there moves the thread on).
     #[inline(always)]
-    fn take(&self, i: usize, gcra: &Gcra, now: u64) -> Took {
+    fn take(&self, i: usize, home: bool, gcra: &Gcra, now: u64) -> Took {
         let word = &self.words[i];
         // Acquire: pairs with the Release store of a lease, so its run is the one the central
         // word handed out.
@@ -338,6 +357,9 @@ impl Stripes {
             ) {
                 Ok(_) => return Took::Slot(slot, end),
                 Err(seen) => {
+                    if home {
+                        rehome();
+                    }
                     current = seen;
                     retry.spin();
                 }
@@ -368,12 +390,14 @@ impl Stripes {
             None => (RETIRED, Refill::Retired),
             Some(None) => (seen, Refill::Dry),
             Some(Some((start, end))) => {
-                let slot = start + gcra.interval();
+                // At most `end`: a lease clamped at the end of the clock's range.
+                let slot = start.saturating_add(gcra.interval()).min(end);
                 (pack(slot, end), Refill::Leased(slot, end))
             }
         };
-        // Release: publishes the lease to the requests that take from it.
-        word.store(stored, Ordering::Release);
+        // Release: publishes the lease to the requests that take from it. From BUSY only: a
+        // policy change that retired the stripe meanwhile counted the lease as spent.
+        let _ = word.compare_exchange(BUSY, stored, Ordering::Release, Ordering::Relaxed);
         refill
     }
 
@@ -388,7 +412,7 @@ impl Stripes {
         }
         let mut moving = false;
         for i in 0..self.words.len() {
-            match self.take(i, gcra, now) {
+            match self.take(i, false, gcra, now) {
                 Took::Slot(slot, end) => return Some(Scan::Slot(slot, end)),
                 Took::Busy => moving = true,
                 Took::Retired => return None,
@@ -419,8 +443,13 @@ impl Stripes {
             leasing.takers.fetch_or(bit, Ordering::Relaxed);
             return false;
         }
-        // This request ended the span: judge it.
-        leasing.takers.swap(bit, Ordering::Relaxed) == bit
+        // This request ended the span: judge it. A key judged quiet starts its next span
+        // with no stripe noted, so that striped again it is not judged on this one.
+        let quiet = leasing.takers.swap(bit, Ordering::Relaxed) == bit;
+        if quiet {
+            leasing.takers.store(0, Ordering::Relaxed);
+        }
+        quiet
     }
 
     /// Gives the unused end of the calling thread's home stripe back to `central`, when its
@@ -449,14 +478,66 @@ impl Stripes {
         {
             return;
         }
-        if central.give_back(from, end) {
+        let stored = if central.give_back(from, end) {
             // Release, before the stripe is emptied: a refusal that sees it empty sees the
             // count moved (module's orderings).
             self.leasing.returns.fetch_add(1, Ordering::Release);
-            word.store(EMPTY, Ordering::Release);
+            EMPTY
         } else {
-            word.store(current, Ordering::Release);
+            current
+        };
+        // Release: as a lease's store, and from BUSY only, as there.
+        let _ = word.compare_exchange(BUSY, stored, Ordering::Release, Ordering::Relaxed);
+    }
+
+    /// Settles, at `now`, a reservation of `held` permits that left the TAT at `mark` and
+    /// really cost `actual`, on a token bucket that has (or may come to have) `stripes`: as
+    /// `Gcra::settle`, except that a refund never moves the TAT below the end of a run a
+    /// stripe still holds (those permits are not the reservation's to give back, and the
+    /// central word would hand them out a second time). `None` when retired.
+    pub(crate) fn settle(
+        stripes: &std::sync::OnceLock<Stripes>,
+        central: &GcraCell,
+        gcra: &Gcra,
+        (held, mark, actual): (u64, u64, u64),
+        now: u64,
+    ) -> Option<()> {
+        let mut retry = Retry::new();
+        loop {
+            // The TAT before the stripes: a lease taken before this read is seen claimed or
+            // stored below (its claim precedes its compare-and-swap, read here with Acquire);
+            // one taken after it makes the compare-and-swap below fail.
+            let tat = central.tat_acquire()?;
+            let leased = stripes.get();
+            let floor = leased.map_or(0, |stripes| stripes.held_until(tat));
+            let settled = gcra
+                .settle(tat, held, mark, actual, now)
+                .max(floor.min(tat));
+            if central.replace(tat, settled) {
+                if let (true, Some(stripes)) = (settled < tat, leased) {
+                    // Release: the central word gained permits, as at a give-back (module's
+                    // orderings): a refusal racing it looks again.
+                    stripes.leasing.returns.fetch_add(1, Ordering::Release);
+                }
+                return Some(());
+            }
+            retry.spin();
         }
+    }
+
+    /// The end of the furthest run any stripe holds; `tat` itself while a lease is being
+    /// stored (its end is not known yet, and is at most the TAT read before it).
+    fn held_until(&self, tat: u64) -> u64 {
+        let mut furthest = 0;
+        for word in &*self.words {
+            // Acquire: as every read of a stripe.
+            match word.load(Ordering::Acquire) {
+                BUSY => return tat,
+                RETIRED => {}
+                current => furthest = furthest.max(unpack(current).1),
+            }
+        }
+        furthest
     }
 
     /// The permits every stripe holds that may be used at `now` (a snapshot).
@@ -519,7 +600,9 @@ fn allowed(central: &GcraCell, gcra: &Gcra, now: u64, slot: u64, end: u64, quiet
     // The central TAT is at or after the end of every lease (a give-back only lowers it to
     // the start of what it took back), so it is when the key comes to rest.
     let tat = central.tat_relaxed().unwrap_or(end);
-    let remaining = gcra.room(tat, now) + gcra.intervals(end - slot);
+    // At most the limit less this admission: a settle's refund may have moved the central
+    // word back under a lease, and the two would count its permits twice.
+    let remaining = (gcra.room(tat, now) + gcra.intervals(end - slot)).min(gcra.limit() - 1);
     let reset = gcra.reset_after(tat.max(slot), now);
     Striped {
         decision: Decision::allow(remaining, gcra.limit(), reset),
@@ -654,6 +737,78 @@ mod tests {
         );
         assert!(!stripes.note_lease(0, 2 * QUIET_SPAN + 2));
         assert!(stripes.note_lease(0, 3 * QUIET_SPAN + 2), "stripe 0 alone");
+        // Striped again later: judged on a span of its own, not on the one before.
+        assert!(!stripes.note_lease(0, 100 * QUIET_SPAN));
+        assert!(
+            stripes.note_lease(0, 102 * QUIET_SPAN),
+            "stripe 0 alone again"
+        );
+    }
+
+    #[test]
+    fn a_refund_stops_at_the_runs_the_stripes_hold() {
+        let (central, gcra) = parts("10000/1ms");
+        let lock = std::sync::OnceLock::new();
+        let stripes = lock.get_or_init(|| Stripes::new(64, Stripes::lease_for(&gcra, 64)));
+        // A reservation, then a lease on every stripe above it; the reservation is cancelled.
+        let (_, mark) = central.reserve_at(&gcra, 0, 5008, || {}).unwrap();
+        for home in 0..64 {
+            assert!(admits(stripes, &central, &gcra, 0, home));
+        }
+        let before = central.tat_relaxed().unwrap();
+        Stripes::settle(&lock, &central, &gcra, (5008, mark, 0), 0).unwrap();
+        assert_eq!(
+            central.tat_relaxed(),
+            Some(before),
+            "the runs above the reservation are the stripes': nothing to give back under them"
+        );
+        // When the key is full again, it admits its burst and no more.
+        let admitted = (0..30_000)
+            .filter(|i| admits(stripes, &central, &gcra, before, i % 64))
+            .count();
+        assert_eq!(admitted, 10_000);
+    }
+
+    #[test]
+    fn a_refund_above_every_run_gives_back_and_a_racing_refusal_looks_again() {
+        let (central, gcra) = parts("10/1s");
+        let lock = std::sync::OnceLock::new();
+        let stripes = lock.get_or_init(|| Stripes::new(2, 2));
+        assert!(admits(stripes, &central, &gcra, 0, 0)); // stripe 0: (0.1, 0.2 s]
+        let (_, mark) = central.reserve_at(&gcra, 0, 5, || {}).unwrap(); // (0.2, 0.7 s]
+        let returns = stripes.leasing.returns.load(Ordering::Relaxed);
+        Stripes::settle(&lock, &central, &gcra, (5, mark, 2), 0).unwrap();
+        assert_eq!(
+            central.tat_relaxed(),
+            Some(S * 4 / 10),
+            "three of five back"
+        );
+        assert_eq!(stripes.leasing.returns.load(Ordering::Relaxed), returns + 1);
+        assert_eq!(stripes.peek(&central, &gcra, 0).unwrap().remaining(), 6);
+    }
+
+    #[test]
+    fn a_steal_sends_the_request_back_to_a_word_that_has_room_again() {
+        let (central, gcra) = parts("10/1s");
+        let stripes = Stripes::new(2, 2);
+        assert!(matches!(
+            stripes.steal(&central, &gcra, 0),
+            Some(Steal::Again)
+        ));
+    }
+
+    #[test]
+    fn a_lease_at_the_end_of_the_clocks_range_stays_live() {
+        let (central, gcra) = parts("10/1s");
+        let stripes = Stripes::new(2, 4);
+        let now = u64::MAX - gcra.interval();
+        assert!(admits(&stripes, &central, &gcra, now, 0));
+        assert!(central.tat_relaxed().is_some(), "not retired");
+        // Every request there is decided, none sent round for ever (a debug build panics
+        // after `Retry::LIMIT` rounds).
+        for i in 0..20 {
+            admits(&stripes, &central, &gcra, now, i % 2);
+        }
     }
 
     #[test]
@@ -663,9 +818,9 @@ mod tests {
         assert!(admits(&stripes, &central, &gcra, 0, 0)); // stripe 0 holds one more
         assert!(admits(&stripes, &central, &gcra, 0, 1)); // stripe 1 holds one more
         let steal = |now| stripes.steal(&central, &gcra, now).unwrap();
-        assert!(steal(0).is_some());
-        assert!(steal(0).is_some());
-        assert!(steal(0).is_none());
+        assert!(matches!(steal(0), Steal::Taken(_)));
+        assert!(matches!(steal(0), Steal::Taken(_)));
+        assert!(matches!(steal(0), Steal::Refused));
     }
 
     #[test]

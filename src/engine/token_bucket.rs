@@ -261,12 +261,15 @@ impl GcraCell {
                 return None;
             }
             let start = tat.max(now);
-            let count = (gcra.room(tat, now)).min(max);
+            let count = gcra.room(tat, now).min(max);
             if count == 0 {
                 return Some(None);
             }
-            // count * T <= B - (start - now) < 2^63: no overflow.
-            let end = start + count * gcra.interval;
+            // count * T <= B - (start - now) < 2^63. Clamped below the retired value, as in
+            // `decide` (a clock would have to read 584 years for it to matter).
+            let end = start
+                .saturating_add(count * gcra.interval)
+                .min(u64::RETIRED - 1);
             // AcqRel: the Release half publishes the claim of the stripe the lease is for to
             // every request that reads the TAT with Acquire afterwards (`engine::stripes`).
             match self
@@ -280,6 +283,15 @@ impl GcraCell {
                 }
             }
         }
+    }
+
+    /// Stores `new` if the TAT is still `current` (`AcqRel`, as a lease's): a settle on a key
+    /// with stripes (`engine::stripes`).
+    pub(crate) fn replace(&self, current: u64, new: u64) -> bool {
+        // AcqRel: read by requests that then look at the stripes, as a lease's.
+        self.tat
+            .compare_exchange(current, new, Ordering::AcqRel, Ordering::Relaxed)
+            .is_ok()
     }
 
     /// Gives the unused end of a lease back, `(from, end]`: moves the TAT from `end` back to

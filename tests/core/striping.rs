@@ -9,35 +9,41 @@ use tollgate::{Clock, DirectLimiter, FakeClock};
 
 use crate::support::race;
 
-/// 16 threads hammer a key of 20,000 permits on a frozen clock until it refuses: the
-/// contention stripes it, and exactly 20,000 are admitted, with nothing left anywhere.
+/// 16 threads hammer a key of 1,000,000 permits on a frozen clock until the contention has
+/// striped it, then until it refuses: exactly 1,000,000 are admitted over both rounds, with
+/// nothing left anywhere.
 #[test]
 fn a_striped_key_admits_exactly_its_permits_under_16_threads() {
-    let striped_once = Arc::new(AtomicBool::new(false));
-    for trial in 0..10 {
+    for trial in 0..5 {
         let limiter = Arc::new(DirectLimiter::with_clock(
-            "20000/1h".parse().unwrap(),
+            "1000000/1h".parse().unwrap(),
             FakeClock::new(),
         ));
-        let (l, seen) = (limiter.clone(), striped_once.clone());
-        let admitted = race(16, move |_| {
-            let mut admitted = 0;
-            while l.try_acquire().is_allowed() {
-                admitted += 1;
-                if admitted % 64 == 0 && l.is_striped() {
-                    seen.store(true, Ordering::Relaxed);
-                }
+        let l = limiter.clone();
+        let before = race(16, move |_| {
+            let (mut admitted, mut tries) = (0, 0);
+            while !l.is_striped() && tries < 100_000 {
+                admitted += u64::from(l.try_acquire().is_allowed());
+                tries += 1;
             }
             admitted
         });
-        assert_eq!(admitted, 20_000, "trial {trial}");
+        assert!(
+            limiter.is_striped(),
+            "trial {trial}: 16 racing threads never striped the key"
+        );
+        let l = limiter.clone();
+        let after = race(16, move |_| {
+            let mut admitted = 0;
+            while l.try_acquire().is_allowed() {
+                admitted += 1;
+            }
+            admitted
+        });
+        assert_eq!(before + after, 1_000_000, "trial {trial}");
         assert_eq!(limiter.available(), 0, "trial {trial}");
         assert!(!limiter.try_acquire().is_allowed());
     }
-    assert!(
-        striped_once.load(Ordering::Relaxed),
-        "16 racing threads never striped the key: the test did not test striping"
-    );
 }
 
 /// Requests of cost 1 (on the stripes) race requests of cost 3 (on the key's word): the
@@ -85,23 +91,31 @@ fn a_moving_clock_never_admits_more_than_the_policy() {
         ));
         let stop = Arc::new(AtomicBool::new(false));
         let admitted = Arc::new(AtomicU64::new(0));
-        let (l, a, s, c) = (
+        let attempts = Arc::new(AtomicU64::new(0));
+        let (l, a, s, c, n) = (
             limiter.clone(),
             admitted.clone(),
             stop.clone(),
             clock.clone(),
+            attempts.clone(),
         );
-        // Thread 0 moves the clock, 50 ms in all; the others decide until it is done.
+        // Thread 0 moves the clock, 50 ms in all, each step once the others have made a
+        // hundred more attempts (so the test does not depend on how the threads are
+        // scheduled); the others decide until it is done.
         race(9, move |thread| {
             if thread == 0 {
                 for _ in 0..200 {
+                    let seen = n.load(Ordering::Relaxed);
+                    while n.load(Ordering::Relaxed) < seen + 100 {
+                        std::thread::yield_now();
+                    }
                     c.advance(Duration::from_micros(250));
-                    std::thread::yield_now();
                 }
                 s.store(true, Ordering::Relaxed);
                 return 0;
             }
             while !s.load(Ordering::Relaxed) {
+                n.fetch_add(1, Ordering::Relaxed);
                 if l.try_acquire().is_allowed() {
                     a.fetch_add(1, Ordering::Relaxed);
                 }
@@ -163,4 +177,42 @@ fn a_policy_change_carries_what_the_stripes_held_as_spent() {
             "trial {trial}: a new policy starts on one word"
         );
     }
+}
+
+/// A reservation cancelled after a stripe leased above it: the refund stops at the stripe's
+/// run, so once the key is full again it admits its burst and not one permit more.
+#[test]
+fn a_refund_under_a_stripes_lease_gives_back_nothing_twice() {
+    let clock = FakeClock::new();
+    let limiter = Arc::new(DirectLimiter::with_clock(
+        "1000000/1s".parse().unwrap(),
+        clock.clone(),
+    ));
+    let l = limiter.clone();
+    race(16, move |_| {
+        let mut tries = 0;
+        while !l.is_striped() && tries < 200_000 {
+            let _ = l.try_acquire();
+            tries += 1;
+        }
+        0
+    });
+    assert!(
+        limiter.is_striped(),
+        "16 racing threads never striped the key"
+    );
+    clock.advance(Duration::from_secs(2)); // every run in the past, the bucket full
+    let reservation = limiter.reserve_n(500_000).unwrap();
+    assert!(limiter.try_acquire().is_allowed()); // this thread's stripe leases above it
+    limiter.cancel(reservation).unwrap();
+    clock.advance(Duration::from_micros(10));
+    assert!(limiter.available() <= 1_000_000, "{}", limiter.available());
+    let mut admitted = 0u64;
+    while limiter.try_acquire().is_allowed() {
+        admitted += 1;
+    }
+    assert!(
+        admitted <= 1_000_000,
+        "{admitted} admitted, burst 1,000,000"
+    );
 }
