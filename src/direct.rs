@@ -843,3 +843,6 @@ impl<C> fmt::Debug for DirectLimiter<C> {
         f.debug_struct("DirectLimiter").finish_non_exhaustive()
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -50,16 +50,20 @@ use crossbeam_utils::CachePadded;
 
 use crate::decision::Decision;
 use crate::engine::retry::Retry;
-use crate::engine::sync::{AtomicU128, AtomicU64, Ordering};
-use crate::engine::token_bucket::{Gcra, GcraCell};
+use crate::engine::sync::{AtomicU64, Ordering};
+use crate::engine::token_bucket::{Gcra, GcraCell, LAST_LEASED};
 
-/// A stripe with nothing in it.
-const EMPTY: u128 = 0;
+/// A stripe with nothing in it (no run starts at 0: a stretch ends at `T` or later).
+const EMPTY: u64 = 0;
 /// A stripe whose lease is being taken from, or given back to, the central word: a request
 /// that meets it waits rather than refuse.
-const BUSY: u128 = u128::MAX;
+const BUSY: u64 = u64::MAX;
 /// A stripe of a state retired by a policy change: never used again.
-const RETIRED: u128 = u128::MAX - 1;
+const RETIRED: u64 = u64::MAX - 1;
+const _: () = assert!(
+    LAST_LEASED < RETIRED && RETIRED < BUSY,
+    "no run reaches a marker"
+);
 
 /// How long a lease lasts at the policy's rate, at most: the time its run of the timeline
 /// covers. Long enough that taking leases costs little beside the decisions they serve (one
@@ -71,13 +75,48 @@ const MAX_LEASE: u64 = 1 << 16;
 /// How long one stripe alone must take leases before the key counts as quiet, in ns.
 pub(crate) const QUIET_SPAN: u64 = 1_000_000;
 
-/// A stripe's word: its lease's run `(start, end]`, start in the high half.
-fn pack(start: u64, end: u64) -> u128 {
-    (u128::from(start) << 64) | u128::from(end)
+/// One stripe, alone on its cache line: the run `(next, end]` of its lease not yet used.
+///
+/// `next` is the word requests compare-and-swap; `end` is written only while `next` is
+/// [`BUSY`], before the `Release` store that publishes the lease, so a request that read
+/// `next` with `Acquire` reads that lease's `end` or a later one's. A stripe's `next` only
+/// grows from one lease to the next (a lease starts at or after the central TAT, which is at
+/// or after every run a stripe holds: a give-back or a refund never moves it below one), so a
+/// compare-and-swap from a `next` read before a new lease was stored fails: `next` and `end`
+/// are always of one lease when it succeeds.
+#[derive(Debug)]
+struct Stripe {
+    next: AtomicU64,
+    end: AtomicU64,
 }
 
-fn unpack(word: u128) -> (u64, u64) {
-    ((word >> 64) as u64, word as u64)
+impl Stripe {
+    fn new() -> Self {
+        Stripe {
+            next: AtomicU64::new(EMPTY),
+            end: AtomicU64::new(0),
+        }
+    }
+
+    /// The end of the run whose `next` the caller read (see the type's docs).
+    #[inline(always)]
+    fn end(&self) -> u64 {
+        // Relaxed: ordered by the Acquire read of `next` (see the type's docs).
+        self.end.load(Ordering::Relaxed)
+    }
+
+    /// Publishes a run, from [`BUSY`] only: a policy change that retired the stripe in
+    /// between counted what the claim was for as spent, and keeps it retired.
+    fn publish(&self, next: u64, end: Option<u64>) {
+        if let Some(end) = end {
+            // Relaxed: published by the Release below.
+            self.end.store(end, Ordering::Relaxed);
+        }
+        // Release: publishes the run to the requests that take from it.
+        let _ = self
+            .next
+            .compare_exchange(BUSY, next, Ordering::Release, Ordering::Relaxed);
+    }
 }
 
 /// The stretch a request at `now` would take from the run `(start, end]`: its end, if the run
@@ -131,8 +170,8 @@ fn rehome() {
 enum Took {
     /// A stretch ending at `.0`, now the caller's; the stripe's run ends at `.1`.
     Slot(u64, u64),
-    /// Nothing usable at `now`; the word as read.
-    Empty(u128),
+    /// Nothing usable at `now`; the stripe's `next` as read.
+    Empty(u64),
     /// A lease is being stored or given back: look again.
     Busy,
     /// The state was retired.
@@ -194,8 +233,8 @@ struct Leasing {
 /// The stripes of one key.
 #[derive(Debug)]
 pub(crate) struct Stripes {
-    words: Box<[CachePadded<AtomicU128>]>,
-    /// `words.len() - 1`; the length is a power of two.
+    stripes: Box<[CachePadded<Stripe>]>,
+    /// `stripes.len() - 1`; the length is a power of two.
     mask: usize,
     /// Permits per lease (at most; fewer when the central word has fewer).
     lease: u64,
@@ -226,8 +265,8 @@ impl Stripes {
     pub(crate) fn new(count: usize, lease: u64) -> Self {
         let count = count.next_power_of_two().clamp(1, 64);
         Stripes {
-            words: (0..count)
-                .map(|_| CachePadded::new(AtomicU128::new(EMPTY)))
+            stripes: (0..count)
+                .map(|_| CachePadded::new(Stripe::new()))
                 .collect(),
             mask: count - 1,
             lease: lease.max(1),
@@ -332,35 +371,34 @@ impl Stripes {
     /// thread's home stripe (a lost compare-and-swap there moves the thread on).
     #[inline(always)]
     fn take(&self, i: usize, home: bool, gcra: &Gcra, now: u64) -> Took {
-        let word = &self.words[i];
+        let stripe = &self.stripes[i];
         // Acquire: pairs with the Release store of a lease, so its run is the one the central
         // word handed out.
-        let mut current = word.load(Ordering::Acquire);
+        let mut next = stripe.next.load(Ordering::Acquire);
         let mut retry = Retry::new();
         loop {
-            match current {
+            match next {
+                EMPTY => return Took::Empty(EMPTY),
                 BUSY => return Took::Busy,
                 RETIRED => return Took::Retired,
                 _ => {}
             }
-            let (start, end) = unpack(current);
-            let Some(slot) = next_slot(gcra, start, end, now) else {
-                return Took::Empty(current);
+            let end = stripe.end();
+            let Some(slot) = next_slot(gcra, next, end, now) else {
+                return Took::Empty(next);
             };
             // AcqRel: a success passes the run on as a lease's store does; Acquire on
             // failure: the value read is decided on next.
-            match word.compare_exchange(
-                current,
-                pack(slot, end),
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            ) {
+            match stripe
+                .next
+                .compare_exchange(next, slot, Ordering::AcqRel, Ordering::Acquire)
+            {
                 Ok(_) => return Took::Slot(slot, end),
                 Err(seen) => {
                     if home {
                         rehome();
                     }
-                    current = seen;
+                    next = seen;
                     retry.spin();
                 }
             }
@@ -369,7 +407,7 @@ impl Stripes {
 
     /// Claims stripe `home`, which held `seen` with nothing usable, takes a lease from
     /// `central` and keeps its first stretch for the caller.
-    fn refill(&self, home: usize, seen: u128, central: &GcraCell, gcra: &Gcra, now: u64) -> Refill {
+    fn refill(&self, home: usize, seen: u64, central: &GcraCell, gcra: &Gcra, now: u64) -> Refill {
         // No claim when the central word has nothing: a refusal writes no line.
         let Some(tat) = central.tat_acquire() else {
             return Refill::Retired;
@@ -377,28 +415,32 @@ impl Stripes {
         if gcra.room(tat, now) == 0 {
             return Refill::Dry;
         }
-        let word = &self.words[home];
+        let stripe = &self.stripes[home];
         // AcqRel: the claim must be seen by every request whose read of the central word
         // follows the lease (see the module's orderings).
-        if word
+        if stripe
+            .next
             .compare_exchange(seen, BUSY, Ordering::AcqRel, Ordering::Acquire)
             .is_err()
         {
             return Refill::Raced;
         }
-        let (stored, refill) = match central.lease(gcra, now, self.lease) {
-            None => (RETIRED, Refill::Retired),
-            Some(None) => (seen, Refill::Dry),
+        match central.lease(gcra, now, self.lease) {
+            None => {
+                stripe.publish(RETIRED, None);
+                Refill::Retired
+            }
+            Some(None) => {
+                stripe.publish(seen, None);
+                Refill::Dry
+            }
             Some(Some((start, end))) => {
                 // At most `end`: a lease clamped at the end of the clock's range.
                 let slot = start.saturating_add(gcra.interval()).min(end);
-                (pack(slot, end), Refill::Leased(slot, end))
+                stripe.publish(slot, Some(end));
+                Refill::Leased(slot, end)
             }
-        };
-        // Release: publishes the lease to the requests that take from it. From BUSY only: a
-        // policy change that retired the stripe meanwhile counted the lease as spent.
-        let _ = word.compare_exchange(BUSY, stored, Ordering::Release, Ordering::Relaxed);
-        refill
+        }
     }
 
     /// Looks at the central word, then at every stripe, taking the first permit found.
@@ -411,7 +453,7 @@ impl Stripes {
             return Some(Scan::Again);
         }
         let mut moving = false;
-        for i in 0..self.words.len() {
+        for i in 0..self.stripes.len() {
             match self.take(i, false, gcra, now) {
                 Took::Slot(slot, end) => return Some(Scan::Slot(slot, end)),
                 Took::Busy => moving = true,
@@ -460,34 +502,34 @@ impl Stripes {
 
     /// [`Stripes::give_back`] from stripe `home`.
     pub(crate) fn give_back_from(&self, home: usize, central: &GcraCell, now: u64) {
-        let word = &self.words[home & self.mask];
+        let stripe = &self.stripes[home & self.mask];
         // Acquire: as every read of a stripe.
-        let current = word.load(Ordering::Acquire);
-        if current == BUSY || current == RETIRED {
+        let next = stripe.next.load(Ordering::Acquire);
+        if matches!(next, EMPTY | BUSY | RETIRED) {
             return;
         }
-        let (start, end) = unpack(current);
-        let from = start.max(now);
+        let end = stripe.end();
+        let from = next.max(now);
         if from >= end {
             return;
         }
         // AcqRel: the claim, as a lease's.
-        if word
-            .compare_exchange(current, BUSY, Ordering::AcqRel, Ordering::Acquire)
+        if stripe
+            .next
+            .compare_exchange(next, BUSY, Ordering::AcqRel, Ordering::Acquire)
             .is_err()
         {
             return;
         }
-        let stored = if central.give_back(from, end) {
+        if central.give_back(from, end) {
             // Release, before the stripe is emptied: a refusal that sees it empty sees the
             // count moved (module's orderings).
             self.leasing.returns.fetch_add(1, Ordering::Release);
-            EMPTY
+            stripe.publish(EMPTY, None);
         } else {
-            current
-        };
-        // Release: as a lease's store, and from BUSY only, as there.
-        let _ = word.compare_exchange(BUSY, stored, Ordering::Release, Ordering::Relaxed);
+            // The same run back: requests that read `next` before the claim may take from it.
+            stripe.publish(next, None);
+        }
     }
 
     /// Settles, at `now`, a reservation of `held` permits that left the TAT at `mark` and
@@ -529,12 +571,12 @@ impl Stripes {
     /// stored (its end is not known yet, and is at most the TAT read before it).
     fn held_until(&self, tat: u64) -> u64 {
         let mut furthest = 0;
-        for word in &*self.words {
+        for stripe in &*self.stripes {
             // Acquire: as every read of a stripe.
-            match word.load(Ordering::Acquire) {
+            match stripe.next.load(Ordering::Acquire) {
                 BUSY => return tat,
-                RETIRED => {}
-                current => furthest = furthest.max(unpack(current).1),
+                EMPTY | RETIRED => {}
+                _ => furthest = furthest.max(stripe.end()),
             }
         }
         furthest
@@ -542,15 +584,12 @@ impl Stripes {
 
     /// The permits every stripe holds that may be used at `now` (a snapshot).
     pub(crate) fn usable(&self, gcra: &Gcra, now: u64) -> u64 {
-        self.words
+        self.stripes
             .iter()
             // Acquire: as every read of a stripe.
-            .map(|word| match word.load(Ordering::Acquire) {
-                BUSY | RETIRED => 0,
-                current => {
-                    let (start, end) = unpack(current);
-                    usable(gcra, start, end, now)
-                }
+            .map(|stripe| match stripe.next.load(Ordering::Acquire) {
+                EMPTY | BUSY | RETIRED => 0,
+                next => usable(gcra, next, stripe.end(), now),
             })
             .sum()
     }
@@ -559,9 +598,9 @@ impl Stripes {
     /// that still finds them looks the state up again. What they held was counted as spent
     /// when the central word was retired.
     pub(crate) fn retire(&self) {
-        for word in &*self.words {
+        for stripe in &*self.stripes {
             // Release: as a lease's store; a request on this stripe now finds it retired.
-            word.store(RETIRED, Ordering::Release);
+            stripe.next.store(RETIRED, Ordering::Release);
         }
     }
 

@@ -23,6 +23,10 @@ use crate::engine::word::{live, update, update_noting, Retired, Update};
 use crate::policy::{Band, Policy};
 use crate::reservation::Marks;
 
+/// The furthest instant a lease (`GcraCell::lease`) reaches: below the retired value, and
+/// below the two values a stripe keeps as markers (`engine::stripes`).
+pub(crate) const LAST_LEASED: u64 = u64::MAX - 2;
+
 /// GCRA parameters derived from a policy, and the pure decision function.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Gcra {
@@ -265,11 +269,11 @@ impl GcraCell {
             if count == 0 {
                 return Some(None);
             }
-            // count * T <= B - (start - now) < 2^63. Clamped below the retired value, as in
-            // `decide` (a clock would have to read 584 years for it to matter).
-            let end = start
-                .saturating_add(count * gcra.interval)
-                .min(u64::RETIRED - 1);
+            // count * T <= B - (start - now) < 2^63. Clamped below the retired value and the
+            // stripes' markers, as `decide` clamps (a clock would have to read 584 years for
+            // it to matter).
+            let end = start.saturating_add(count * gcra.interval).min(LAST_LEASED);
+            let start = start.min(end);
             // AcqRel: the Release half publishes the claim of the stripe the lease is for to
             // every request that reads the TAT with Acquire afterwards (`engine::stripes`).
             match self
