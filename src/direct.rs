@@ -13,8 +13,7 @@ use crate::engine::dispatch::{Builder, Holds, PerAlgorithm, Storage};
 use crate::engine::rebuilds::Rebuilds;
 use crate::engine::retry::Retry;
 use crate::engine::state::{Bound, Carry, Decides, RateState};
-use crate::engine::stripes::{Steal, Stripes};
-use crate::engine::token_bucket::GcraCell;
+use crate::engine::stripes::Stripes;
 use crate::error::CostError;
 use crate::policy::Policy;
 use crate::reservation::{next_limiter_id, Marks, Origin, Reservation, SettleError};
@@ -225,14 +224,24 @@ impl<C: Clock> DirectLimiter<C> {
                 let now = self.clock.now();
                 let lost = || self.lost_one();
                 if let Some((decision, _)) = direct.cell.reserve_at(&direct.params, now, 1, lost) {
-                    if !decision.is_allowed() {
-                        return self.refused_plain(direct, decision, now);
-                    }
                     return decision;
                 }
             }
         }
         self.acquire_one()
+    }
+
+    /// A striped key's hot path: a permit of the calling thread's own stripe, on the first
+    /// state (no guard to take).
+    #[inline(always)]
+    fn striped_home(&self) -> Option<Decision> {
+        let (PerAlgorithm::TokenBucket(direct), Some(stripes)) =
+            (&self.first.state, self.first.stripes.get())
+        else {
+            return None;
+        };
+        let now = self.clock.now();
+        stripes.try_home(&direct.cell, &direct.params, now)
     }
 
     /// Counts a compare-and-swap lost on the first state's word: enough of them, and the key
@@ -249,53 +258,26 @@ impl<C: Clock> DirectLimiter<C> {
         }
     }
 
-    /// After the first state's word refused a request of cost 1: a permit a stripe still
-    /// holds, from when the key was striped, is taken before the refusal stands; when the
-    /// word has room again (a stripe gave its lease back), the request decides there again.
-    #[cold]
-    #[inline(never)]
-    fn refused_plain(&self, direct: &Direct<GcraCell>, refused: Decision, now: u64) -> Decision {
-        let Some(stripes) = self.first.stripes.get() else {
-            return refused;
-        };
-        let mut decision = refused;
-        let mut retry = Retry::new();
-        while !decision.is_allowed() {
-            match stripes.steal(&direct.cell, &direct.params, now) {
-                Some(Steal::Taken(stolen)) => return stolen,
-                Some(Steal::Again) => {
-                    match direct.cell.reserve_at(&direct.params, now, 1, || {}) {
-                        Some((again, _)) => decision = again,
-                        None => return self.acquire_one(),
-                    }
-                    retry.again();
-                }
-                // Retired: a policy change came between; decide on the state in force.
-                None => return self.acquire_one(),
-                Some(Steal::Refused) => return decision,
-            }
-        }
-        decision
-    }
-
     /// [`DirectLimiter::try_acquire`] for a striped key, every other algorithm and after a
-    /// policy change.
+    /// policy change: a striped key's own stripe first, in a small frame; the rest in
+    /// [`DirectLimiter::acquire_rest`].
     #[inline(never)]
     fn acquire_one(&self) -> Decision {
-        // Relaxed: as in `try_acquire`; a stale bit only moves the request between the
+        // Relaxed: as in `try_acquire`; a stale mode only moves the request between the
         // stripes and the word, both exact.
+        if self.mode.load(Ordering::Relaxed) == STRIPED {
+            if let Some(decision) = self.striped_home() {
+                return decision;
+            }
+        }
+        self.acquire_rest()
+    }
+
+    /// [`DirectLimiter::acquire_one`] past a striped key's own stripe.
+    #[inline(never)]
+    fn acquire_rest(&self) -> Decision {
         let mode = self.mode.load(Ordering::Relaxed);
         if mode == STRIPED {
-            // A striped key's hot path: a permit of the thread's own stripe, on the first
-            // state, inline (no guard to take).
-            if let (PerAlgorithm::TokenBucket(direct), Some(stripes)) =
-                (&self.first.state, self.first.stripes.get())
-            {
-                let now = self.clock.now();
-                if let Some(decision) = stripes.try_home(&direct.cell, &direct.params, now) {
-                    return decision;
-                }
-            }
             if let Some(decision) = self.striped(&self.first) {
                 return decision;
             }
@@ -676,8 +658,9 @@ impl<C: Clock> DirectLimiter<C> {
         loop {
             let generation = self.settled(&guard);
             let peeked = match (&generation.state, generation.stripes.get()) {
-                // What the stripes hold counts with what the word has.
-                (PerAlgorithm::TokenBucket(direct), Some(stripes)) => {
+                // While the key is striped, what the stripes hold counts with what the word
+                // has: a request of cost 1 takes it from them.
+                (PerAlgorithm::TokenBucket(direct), Some(stripes)) if self.is_striped() => {
                     stripes.peek(&direct.cell, &direct.params, self.clock.now())
                 }
                 (state, _) => state.peek(&self.clock, 1),
@@ -698,7 +681,7 @@ impl<C: Clock> DirectLimiter<C> {
     /// While anything is left, `available` is one more; when nothing is, both are 0. See
     /// [`RateLimiter::available`](crate::RateLimiter::available).
     ///
-    /// On a key that was [striped](DirectLimiter::striping), the count includes permits the
+    /// While the key is [striped](DirectLimiter::striping), the count includes permits the
     /// stripes hold, which only requests of cost 1 take: at most one lease per stripe of it
     /// may be out of reach of a larger request.
     ///

@@ -200,17 +200,6 @@ enum Scan {
     Again,
 }
 
-/// What a steal after a refusal on the central word found.
-#[derive(Clone, Copy, Debug)]
-pub(crate) enum Steal {
-    /// A permit of some stripe, admitted.
-    Taken(Decision),
-    /// Nothing in the central word or any stripe at one instant: the refusal stands.
-    Refused,
-    /// The central word has room again (a give-back or a refund): decide there again.
-    Again,
-}
-
 /// A decision made on the stripes, and whether the key has gone quiet (one stripe alone
 /// took leases for [`QUIET_SPAN`]): time to decide on the central word alone again.
 #[derive(Clone, Copy, Debug)]
@@ -337,32 +326,6 @@ impl Stripes {
                     })
                 }
                 Scan::Again => retry.snooze(),
-            }
-        }
-    }
-
-    /// After the central word refused a request of cost 1 at `now`: a permit of any stripe,
-    /// for a key that is no longer striped but whose stripes still hold some. `None` when
-    /// retired.
-    pub(crate) fn steal(&self, central: &GcraCell, gcra: &Gcra, now: u64) -> Option<Steal> {
-        let mut retry = Retry::new();
-        loop {
-            match self.scan(central, gcra, now)? {
-                Scan::Slot(slot, end) => {
-                    return Some(Steal::Taken(
-                        allowed(central, gcra, now, slot, end, false).decision,
-                    ))
-                }
-                Scan::Refused(_) => return Some(Steal::Refused),
-                Scan::Again => {
-                    if central
-                        .tat_acquire()
-                        .is_some_and(|tat| gcra.room(tat, now) > 0)
-                    {
-                        return Some(Steal::Again);
-                    }
-                    retry.snooze();
-                }
             }
         }
     }
@@ -827,16 +790,6 @@ mod tests {
     }
 
     #[test]
-    fn a_steal_sends_the_request_back_to_a_word_that_has_room_again() {
-        let (central, gcra) = parts("10/1s");
-        let stripes = Stripes::new(2, 2);
-        assert!(matches!(
-            stripes.steal(&central, &gcra, 0),
-            Some(Steal::Again)
-        ));
-    }
-
-    #[test]
     fn a_lease_at_the_end_of_the_clocks_range_stays_live() {
         let (central, gcra) = parts("10/1s");
         let stripes = Stripes::new(2, 4);
@@ -848,18 +801,6 @@ mod tests {
         for i in 0..20 {
             admits(&stripes, &central, &gcra, now, i % 2);
         }
-    }
-
-    #[test]
-    fn a_key_no_longer_striped_steals_what_its_stripes_hold() {
-        let (central, gcra) = parts("4/1s");
-        let stripes = Stripes::new(2, 2);
-        assert!(admits(&stripes, &central, &gcra, 0, 0)); // stripe 0 holds one more
-        assert!(admits(&stripes, &central, &gcra, 0, 1)); // stripe 1 holds one more
-        let steal = |now| stripes.steal(&central, &gcra, now).unwrap();
-        assert!(matches!(steal(0), Steal::Taken(_)));
-        assert!(matches!(steal(0), Steal::Taken(_)));
-        assert!(matches!(steal(0), Steal::Refused));
     }
 
     #[test]
