@@ -14,6 +14,7 @@ use crate::engine::rebuilds::Rebuilds;
 use crate::engine::retry::Retry;
 use crate::engine::state::{Bound, Carry, Decides, RateState};
 use crate::engine::stripes::Stripes;
+use crate::engine::sync;
 use crate::error::CostError;
 use crate::policy::Policy;
 use crate::reservation::{next_limiter_id, Marks, Origin, Reservation, SettleError};
@@ -81,6 +82,9 @@ struct Generation {
     state: State,
     /// The token bucket's stripes, made when the key is first striped.
     stripes: OnceLock<Stripes>,
+    /// Held by whatever moves the token bucket's TAT back: refunds and give-backs (see
+    /// `Stripes::settle`).
+    lowering: sync::Mutex<()>,
 }
 
 impl Generation {
@@ -89,6 +93,7 @@ impl Generation {
             policy,
             state,
             stripes: OnceLock::new(),
+            lowering: sync::Mutex::new(()),
         }
     }
 }
@@ -310,7 +315,7 @@ impl<C: Clock> DirectLimiter<C> {
         if striped.quiet {
             // Relaxed: as when the bit is set.
             self.mode.fetch_and(!STRIPED, Ordering::Relaxed);
-            stripes.give_back(&direct.cell, now);
+            stripes.give_back(striped.home, &generation.lowering, &direct.cell, now);
         }
         Some(striped.decision)
     }
@@ -447,6 +452,7 @@ impl<C: Clock> DirectLimiter<C> {
                                 // A refund stops at what the stripes hold.
                                 PerAlgorithm::TokenBucket(direct) => Stripes::settle(
                                     &generation.stripes,
+                                    &generation.lowering,
                                     &direct.cell,
                                     &direct.params,
                                     (taken.held, taken.marks[0], actual),

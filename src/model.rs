@@ -19,7 +19,7 @@ use crate::engine::rebuilds::Rebuilds;
 use crate::engine::state::Decides;
 use crate::engine::state::RateState;
 use crate::engine::stripes::Stripes;
-use crate::engine::sync::Guard;
+use crate::engine::sync::{Guard, Mutex};
 use crate::engine::token_bucket::{Gcra, GcraCell};
 use crate::login::strikes::{Escalation, StrikeCell};
 use crate::login::LoginConfig;
@@ -248,12 +248,14 @@ impl ModelStrikes {
 }
 
 /// One key's token bucket spread over stripes (`engine::stripes`): the central TAT word, its
-/// parameters and the stripes, for the loom models of leases, steals and give-backs.
+/// parameters, the stripes and the lock of whatever lowers the TAT, for the loom models of
+/// leases, steals, give-backs and refunds.
 #[derive(Debug)]
 pub struct ModelStripes {
     central: GcraCell,
     gcra: Gcra,
-    stripes: Stripes,
+    stripes: std::sync::OnceLock<Stripes>,
+    lowering: Mutex<()>,
 }
 
 impl ModelStripes {
@@ -261,29 +263,57 @@ impl ModelStripes {
     /// leases take up to `lease` permits.
     pub fn new(policy: &Policy, stripes: usize, lease: u64) -> Self {
         let gcra = GcraCell::params(policy);
+        let lock = std::sync::OnceLock::new();
+        let _ = lock.set(Stripes::new(stripes, lease));
         ModelStripes {
             central: GcraCell::fresh(&gcra),
             gcra,
-            stripes: Stripes::new(stripes, lease),
+            stripes: lock,
+            lowering: Mutex::new(()),
         }
+    }
+
+    fn stripes(&self) -> &Stripes {
+        self.stripes.get().expect("set at creation")
     }
 
     /// Decides a request of cost 1 at `now` from stripe `home`: whether it was admitted.
     pub fn acquire(&self, now: u64, home: usize) -> bool {
-        self.stripes
+        self.stripes()
             .acquire_from(home, &self.central, &self.gcra, now)
             .is_some_and(|striped| striped.decision.is_allowed())
     }
 
+    /// Reserves `cost` permits at `now` on the central word: the mark a refund needs, `None`
+    /// when refused.
+    pub fn reserve(&self, now: u64, cost: u64) -> Option<u64> {
+        let (decision, mark) = self.central.reserve_at(&self.gcra, now, cost, || {})?;
+        decision.is_allowed().then_some(mark)
+    }
+
+    /// Gives back every permit of a reservation of `held` that left the TAT at `mark`, at
+    /// `now`.
+    pub fn cancel(&self, now: u64, held: u64, mark: u64) {
+        let _ = Stripes::settle(
+            &self.stripes,
+            &self.lowering,
+            &self.central,
+            &self.gcra,
+            (held, mark, 0),
+            now,
+        );
+    }
+
     /// Gives the unused end of stripe `home`'s lease back to the central word, at `now`.
     pub fn give_back(&self, now: u64, home: usize) {
-        self.stripes.give_back_from(home, &self.central, now);
+        self.stripes()
+            .give_back(home, &self.lowering, &self.central, now);
     }
 
     /// The permits the central word and the stripes have at `now`, as a look that changes
     /// nothing counts them (`available`).
     pub fn available(&self, now: u64) -> u64 {
-        self.stripes
+        self.stripes()
             .peek(&self.central, &self.gcra, now)
             .map_or(0, |decision| decision.available_before(1))
     }

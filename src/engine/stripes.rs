@@ -50,7 +50,7 @@ use crossbeam_utils::CachePadded;
 
 use crate::decision::Decision;
 use crate::engine::retry::Retry;
-use crate::engine::sync::{AtomicU64, Ordering};
+use crate::engine::sync::{AtomicU64, Mutex, MutexGuard, Ordering};
 use crate::engine::token_bucket::{Gcra, GcraCell, LAST_LEASED};
 
 /// A stripe with nothing in it (no run starts at 0: a stretch ends at `T` or later).
@@ -205,7 +205,29 @@ enum Scan {
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Striped {
     pub(crate) decision: Decision,
+    /// Whether the key has gone quiet: its requests go back to the central word, and
+    /// stripe [`Striped::home`] gives its lease back.
     pub(crate) quiet: bool,
+    /// The stripe that decided.
+    pub(crate) home: usize,
+}
+
+impl Striped {
+    fn new(decision: Decision, quiet: bool, home: usize) -> Self {
+        Striped {
+            decision,
+            quiet,
+            home,
+        }
+    }
+}
+
+/// The lock of whatever moves a key's TAT back (see [`Stripes::settle`]); a poisoned lock
+/// guards nothing that a panic could have left half-written.
+fn lock(lowering: &Mutex<()>) -> MutexGuard<'_, ()> {
+    lowering
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// The words written when a lease is taken or given back, on a line of their own.
@@ -269,7 +291,7 @@ impl Stripes {
     #[inline(always)]
     pub(crate) fn try_home(&self, central: &GcraCell, gcra: &Gcra, now: u64) -> Option<Decision> {
         match self.take(thread_index() & self.mask, true, gcra, now) {
-            Took::Slot(slot, end) => Some(allowed(central, gcra, now, slot, end, false).decision),
+            Took::Slot(slot, end) => Some(allowed(central, gcra, now, slot, end)),
             _ => None,
         }
     }
@@ -294,7 +316,8 @@ impl Stripes {
         loop {
             let seen = match self.take(home, true, gcra, now) {
                 Took::Slot(slot, end) => {
-                    return Some(allowed(central, gcra, now, slot, end, false))
+                    let decision = allowed(central, gcra, now, slot, end);
+                    return Some(Striped::new(decision, false, home));
                 }
                 Took::Retired => return None,
                 Took::Busy => {
@@ -306,7 +329,8 @@ impl Stripes {
             match self.refill(home, seen, central, gcra, now) {
                 Refill::Leased(slot, end) => {
                     let quiet = self.note_lease(home, now);
-                    return Some(allowed(central, gcra, now, slot, end, quiet));
+                    let decision = allowed(central, gcra, now, slot, end);
+                    return Some(Striped::new(decision, quiet, home));
                 }
                 Refill::Retired => return None,
                 Refill::Raced => {
@@ -317,14 +341,10 @@ impl Stripes {
             }
             match self.scan(central, gcra, now)? {
                 Scan::Slot(slot, end) => {
-                    return Some(allowed(central, gcra, now, slot, end, false))
+                    let decision = allowed(central, gcra, now, slot, end);
+                    return Some(Striped::new(decision, false, home));
                 }
-                Scan::Refused(decision) => {
-                    return Some(Striped {
-                        decision,
-                        quiet: false,
-                    })
-                }
+                Scan::Refused(decision) => return Some(Striped::new(decision, false, home)),
                 Scan::Again => retry.snooze(),
             }
         }
@@ -379,8 +399,9 @@ impl Stripes {
             return Refill::Dry;
         }
         let stripe = &self.stripes[home];
-        // AcqRel: the claim must be seen by every request whose read of the central word
-        // follows the lease (see the module's orderings).
+        // AcqRel: the claim comes before the lease's compare-and-swap on the central word,
+        // whose Release makes it visible to every request that reads that word with Acquire
+        // afterwards (module's orderings); Acquire on failure: the value is looked at again.
         if stripe
             .next
             .compare_exchange(seen, BUSY, Ordering::AcqRel, Ordering::Acquire)
@@ -407,13 +428,16 @@ impl Stripes {
     }
 
     /// Looks at the central word, then at every stripe, taking the first permit found.
+    /// `None` when the state was retired, or no lease fits (the end of the clock's range).
     fn scan(&self, central: &GcraCell, gcra: &Gcra, now: u64) -> Option<Scan> {
         // Acquire: pairs with the Release increment of a give-back (module's orderings).
         let returns = self.leasing.returns.load(Ordering::Acquire);
         let tat = central.tat_acquire()?;
         let verdict = gcra.decide(tat, now, 1);
         if verdict_allows(&verdict) {
-            return Some(Scan::Again);
+            // Room in the central word: lease it. At the end of the clock's range no lease
+            // fits below the markers: `None`, and the caller decides on the word alone.
+            return (tat.max(now) < LAST_LEASED).then_some(Scan::Again);
         }
         let mut moving = false;
         for i in 0..self.stripes.len() {
@@ -424,8 +448,12 @@ impl Stripes {
                 Took::Empty(_) => {}
             }
         }
-        // Acquire: as above.
-        if moving || self.leasing.returns.load(Ordering::Acquire) != returns {
+        // Acquire: as above. The central word again too: a refund or a give-back that added
+        // room after the first look is seen either here or in the count.
+        if moving
+            || self.leasing.returns.load(Ordering::Acquire) != returns
+            || gcra.room(central.tat_acquire()?, now) > 0
+        {
             return Some(Scan::Again);
         }
         Some(Scan::Refused(verdict.decision()))
@@ -457,14 +485,17 @@ impl Stripes {
         quiet
     }
 
-    /// Gives the unused end of the calling thread's home stripe back to `central`, when its
-    /// lease is still the newest (see the module docs).
-    pub(crate) fn give_back(&self, central: &GcraCell, now: u64) {
-        self.give_back_from(thread_index() & self.mask, central, now);
-    }
-
-    /// [`Stripes::give_back`] from stripe `home`.
-    pub(crate) fn give_back_from(&self, home: usize, central: &GcraCell, now: u64) {
+    /// Gives the unused end of stripe `home`'s lease back to `central`, when that lease is
+    /// still the newest (see the module docs), holding `lowering` as a refund does (see
+    /// [`Stripes::settle`]).
+    pub(crate) fn give_back(
+        &self,
+        home: usize,
+        lowering: &Mutex<()>,
+        central: &GcraCell,
+        now: u64,
+    ) {
+        let _lowering = lock(lowering);
         let stripe = &self.stripes[home & self.mask];
         // Acquire: as every read of a stripe.
         let next = stripe.next.load(Ordering::Acquire);
@@ -500,49 +531,66 @@ impl Stripes {
     /// `Gcra::settle`, except that a refund never moves the TAT below the end of a run a
     /// stripe still holds (those permits are not the reservation's to give back, and the
     /// central word would hand them out a second time). `None` when retired.
+    ///
+    /// A refund holds `lowering`, the key's lock for whatever moves its TAT back (refunds and
+    /// give-backs): every other write moves the TAT on, so a TAT that still holds the value
+    /// read when the compare-and-swap comes has not changed at all, and the runs read in
+    /// between are still the ones above it. Without the lock, two refunds and a lease could
+    /// bring the TAT back to the value read, over a run read as absent.
     pub(crate) fn settle(
         stripes: &std::sync::OnceLock<Stripes>,
+        lowering: &Mutex<()>,
         central: &GcraCell,
         gcra: &Gcra,
         (held, mark, actual): (u64, u64, u64),
         now: u64,
     ) -> Option<()> {
+        let _lowering = (actual < held).then(|| lock(lowering));
         let mut retry = Retry::new();
         loop {
             // The TAT before the stripes: a lease taken before this read is seen claimed or
-            // stored below (its claim precedes its compare-and-swap, read here with Acquire);
-            // one taken after it makes the compare-and-swap below fail.
+            // stored below (the lease's compare-and-swap releases what its thread wrote
+            // before, its claim included, to this Acquire read); one taken after it makes the
+            // compare-and-swap below fail.
             let tat = central.tat_acquire()?;
             let leased = stripes.get();
-            let floor = leased.map_or(0, |stripes| stripes.held_until(tat));
+            let floor = match leased.map(Stripes::held_until) {
+                None => 0,
+                Some(Some(furthest)) => furthest,
+                // A lease is being stored: its end is not known yet.
+                Some(None) => {
+                    retry.snooze();
+                    continue;
+                }
+            };
             let settled = gcra
                 .settle(tat, held, mark, actual, now)
                 .max(floor.min(tat));
+            if let (true, Some(stripes)) = (settled < tat, leased) {
+                // Release, before the central word gains permits (module's orderings): a
+                // refusal racing the refund sees the count moved and looks again.
+                stripes.leasing.returns.fetch_add(1, Ordering::Release);
+            }
             if central.replace(tat, settled) {
-                if let (true, Some(stripes)) = (settled < tat, leased) {
-                    // Release: the central word gained permits, as at a give-back (module's
-                    // orderings): a refusal racing it looks again.
-                    stripes.leasing.returns.fetch_add(1, Ordering::Release);
-                }
                 return Some(());
             }
             retry.spin();
         }
     }
 
-    /// The end of the furthest run any stripe holds; `tat` itself while a lease is being
-    /// stored (its end is not known yet, and is at most the TAT read before it).
-    fn held_until(&self, tat: u64) -> u64 {
+    /// The end of the furthest run any stripe holds; `None` while a lease is being stored
+    /// (its end is not known yet).
+    fn held_until(&self) -> Option<u64> {
         let mut furthest = 0;
         for stripe in &*self.stripes {
             // Acquire: as every read of a stripe.
             match stripe.next.load(Ordering::Acquire) {
-                BUSY => return tat,
+                BUSY => return None,
                 EMPTY | RETIRED => {}
                 _ => furthest = furthest.max(stripe.end()),
             }
         }
-        furthest
+        Some(furthest)
     }
 
     /// The permits every stripe holds that may be used at `now` (a snapshot).
@@ -550,9 +598,22 @@ impl Stripes {
         self.stripes
             .iter()
             // Acquire: as every read of a stripe.
-            .map(|stripe| match stripe.next.load(Ordering::Acquire) {
-                EMPTY | BUSY | RETIRED => 0,
-                next => usable(gcra, next, stripe.end(), now),
+            .map(|stripe| {
+                // A `next` and an `end` of one lease: `next` read again after `end`.
+                let mut retry = Retry::new();
+                loop {
+                    match stripe.next.load(Ordering::Acquire) {
+                        EMPTY | BUSY | RETIRED => return 0,
+                        next => {
+                            let end = stripe.end();
+                            // Acquire: as every read of a stripe.
+                            if stripe.next.load(Ordering::Acquire) == next {
+                                return usable(gcra, next, end, now);
+                            }
+                        }
+                    }
+                    retry.again();
+                }
             })
             .sum()
     }
@@ -577,7 +638,7 @@ impl Stripes {
         let decision = verdict.decision();
         Some(if verdict_allows(&verdict) {
             Decision::allow(
-                decision.remaining() + held,
+                (decision.remaining() + held).min(gcra.limit() - 1),
                 gcra.limit(),
                 decision.reset_after_nanos(),
             )
@@ -598,18 +659,17 @@ fn verdict_allows<W>(verdict: &crate::engine::state::Verdict<W>) -> bool {
 /// stripe's lease is not counted: reading every stripe on every decision would pull their
 /// lines; see the module docs); the key is at rest when the central TAT is reached.
 #[inline(always)]
-fn allowed(central: &GcraCell, gcra: &Gcra, now: u64, slot: u64, end: u64, quiet: bool) -> Striped {
-    // The central TAT is at or after the end of every lease (a give-back only lowers it to
-    // the start of what it took back), so it is when the key comes to rest.
+fn allowed(central: &GcraCell, gcra: &Gcra, now: u64, slot: u64, end: u64) -> Decision {
+    // The central TAT is at or after the end of every lease (a give-back or a refund lowers
+    // it no further than the runs the stripes hold), so it is when the key comes to rest.
     let tat = central.tat_relaxed().unwrap_or(end);
-    // At most the limit less this admission: a settle's refund may have moved the central
-    // word back under a lease, and the two would count its permits twice.
+    // Never more than the limit less this admission, whatever a snapshot of two words says.
     let remaining = (gcra.room(tat, now) + gcra.intervals(end - slot)).min(gcra.limit() - 1);
-    let reset = gcra.reset_after(tat.max(slot), now);
-    Striped {
-        decision: Decision::allow(remaining, gcra.limit(), reset),
-        quiet,
-    }
+    Decision::allow(
+        remaining,
+        gcra.limit(),
+        gcra.reset_after(tat.max(slot), now),
+    )
 }
 
 #[cfg(test)]
@@ -703,13 +763,13 @@ mod tests {
         let stripes = Stripes::new(2, 4);
         assert!(admits(&stripes, &central, &gcra, 0, 0)); // stripe 0: (0, 0.4 s]
         assert!(admits(&stripes, &central, &gcra, 0, 1)); // stripe 1: (0.4, 0.8 s], the newest
-        stripes.give_back_from(0, &central, 0);
+        stripes.give_back(0, &Mutex::new(()), &central, 0);
         assert_eq!(
             stripes.usable(&gcra, 0),
             6,
             "not the newest: stays with its stripe"
         );
-        stripes.give_back_from(1, &central, 0);
+        stripes.give_back(1, &Mutex::new(()), &central, 0);
         assert_eq!(stripes.usable(&gcra, 0), 3);
         assert_eq!(
             central.tat_relaxed(),
@@ -758,7 +818,7 @@ mod tests {
             assert!(admits(stripes, &central, &gcra, 0, home));
         }
         let before = central.tat_relaxed().unwrap();
-        Stripes::settle(&lock, &central, &gcra, (5008, mark, 0), 0).unwrap();
+        Stripes::settle(&lock, &Mutex::new(()), &central, &gcra, (5008, mark, 0), 0).unwrap();
         assert_eq!(
             central.tat_relaxed(),
             Some(before),
@@ -779,7 +839,7 @@ mod tests {
         assert!(admits(stripes, &central, &gcra, 0, 0)); // stripe 0: (0.1, 0.2 s]
         let (_, mark) = central.reserve_at(&gcra, 0, 5, || {}).unwrap(); // (0.2, 0.7 s]
         let returns = stripes.leasing.returns.load(Ordering::Relaxed);
-        Stripes::settle(&lock, &central, &gcra, (5, mark, 2), 0).unwrap();
+        Stripes::settle(&lock, &Mutex::new(()), &central, &gcra, (5, mark, 2), 0).unwrap();
         assert_eq!(
             central.tat_relaxed(),
             Some(S * 4 / 10),
@@ -796,10 +856,11 @@ mod tests {
         let now = u64::MAX - gcra.interval();
         assert!(admits(&stripes, &central, &gcra, now, 0));
         assert!(central.tat_relaxed().is_some(), "not retired");
-        // Every request there is decided, none sent round for ever (a debug build panics
-        // after `Retry::LIMIT` rounds).
+        // Every request there is answered, none sent round for ever (a debug build panics
+        // after `Retry::LIMIT` rounds): by the stripes, or handed back to decide on the word
+        // once no lease fits.
         for i in 0..20 {
-            admits(&stripes, &central, &gcra, now, i % 2);
+            let _ = stripes.acquire_from(i % 2, &central, &gcra, now);
         }
     }
 
@@ -856,7 +917,7 @@ mod tests {
             for (home, advance, give_back) in steps {
                 now += advance;
                 if give_back {
-                    striped.give_back_from(home, &central, now);
+                    striped.give_back(home, &Mutex::new(()), &central, now);
                 }
                 let before = striped.peek(&central, &gcra, now).unwrap();
                 let decision = striped.acquire_from(home, &central, &gcra, now).unwrap().decision;

@@ -23,7 +23,7 @@ pub(crate) use portable_atomic::AtomicU128;
 #[cfg(not(tollgate_loom))]
 pub(crate) use scc::Guard;
 #[cfg(not(tollgate_loom))]
-pub(crate) use std::sync::Mutex;
+pub(crate) use std::sync::{Mutex, MutexGuard};
 
 #[cfg(tollgate_loom)]
 pub(crate) use loom::sync::atomic::{fence, AtomicU64, Ordering};
@@ -31,7 +31,7 @@ pub(crate) use loom::sync::atomic::{fence, AtomicU64, Ordering};
 #[cfg(tollgate_loom)]
 pub(crate) use self::loom_shim::{AtomicU128, Backoff, Guard};
 #[cfg(tollgate_loom)]
-pub(crate) use loom::sync::Mutex;
+pub(crate) use loom::sync::{Mutex, MutexGuard};
 
 #[cfg(tollgate_loom)]
 mod loom_shim {

@@ -192,8 +192,10 @@ impl Gcra {
 /// | `0 ..= u64::MAX - 1` | live: the theoretical arrival time, ns on the limiter's clock |
 /// | `u64::MAX` | retired: never admits, never revived |
 ///
-/// Orderings: the TAT is the whole state, so every access is `Relaxed` and the
+/// Orderings: the TAT is the whole state, so a decision's accesses are `Relaxed` and the
 /// compare-and-swap loop is [`update`]'s (see `crate::engine::word` for why that is exact).
+/// The stripes of a contended key (`engine::stripes`) publish through it: their leases,
+/// give-backs and refunds write it with `AcqRel` and their refusals read it with `Acquire`.
 #[derive(Debug)]
 pub(crate) struct GcraCell {
     tat: AtomicU64,
@@ -273,7 +275,9 @@ impl GcraCell {
             // stripes' markers, as `decide` clamps (a clock would have to read 584 years for
             // it to matter).
             let end = start.saturating_add(count * gcra.interval).min(LAST_LEASED);
-            let start = start.min(end);
+            if end <= start {
+                return Some(None);
+            }
             // AcqRel: the Release half publishes the claim of the stripe the lease is for to
             // every request that reads the TAT with Acquire afterwards (`engine::stripes`).
             match self

@@ -90,3 +90,28 @@ fn time_moving_one_step_admits_what_it_gives_back_and_no_more() {
         assert_eq!(key.available(S / 2), 0);
     });
 }
+
+/// A refund races a lease taken above the reservation: the refund never moves the TAT back
+/// under the run the stripe keeps, so once time has given the key its burst back it admits
+/// the burst and not one permit more (without the floor, the word's full burst and the run
+/// would both be there).
+#[test]
+fn a_refund_racing_a_lease_never_gives_back_the_run_a_stripe_holds() {
+    loom::model(|| {
+        let key = key("4/1s", 2, 2); // T = 250 ms, B = 1 s
+        let reservation = key.reserve(0, 2).unwrap(); // (0, 2T]
+        let refund = {
+            let key = key.clone();
+            thread::spawn(move || key.cancel(0, 2, reservation))
+        };
+        // A lease above the reservation, or from where the refund left the TAT.
+        assert!(key.acquire(0, 0));
+        refund.join().unwrap();
+        let later = 2 * S / 4; // 2T on
+        let mut admitted = 0;
+        while key.acquire(later, 1) {
+            admitted += 1;
+        }
+        assert!(admitted <= 4, "{admitted} admitted at one instant, burst 4");
+    });
+}
