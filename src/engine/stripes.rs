@@ -697,6 +697,31 @@ mod tests {
     }
 
     #[test]
+    fn each_thread_has_an_index_of_its_own_and_moves_on_when_it_meets_another() {
+        let mine = std::thread::spawn(|| {
+            let first = thread_index();
+            assert_eq!(thread_index(), first, "an index stays with its thread");
+            rehome();
+            (first, thread_index())
+        })
+        .join()
+        .unwrap();
+        assert_eq!(mine.1, mine.0.wrapping_add(1), "moved to the next stripe");
+        let theirs = std::thread::spawn(thread_index).join().unwrap();
+        assert_ne!(theirs, mine.0, "another thread, another index");
+    }
+
+    #[test]
+    fn a_lease_covers_ten_microseconds_of_the_timeline_and_never_half_the_burst() {
+        let (_, fast) = parts("1000000000/1s"); // T = 1 ns
+        assert_eq!(Stripes::lease_for(&fast, 2), 10_000);
+        let (_, tight) = parts("100000/1ms"); // T = 10 ns, a burst of 100,000
+        assert_eq!(Stripes::lease_for(&tight, 64), 781, "100,000 / 128");
+        let (_, slow) = parts("10/1s"); // T = 100 ms
+        assert_eq!(Stripes::lease_for(&slow, 2), 1);
+    }
+
+    #[test]
     fn a_frozen_clock_admits_exactly_the_burst_over_every_stripe() {
         let (central, gcra) = parts("10/1s");
         let stripes = Stripes::new(4, 3);
