@@ -722,6 +722,50 @@ mod tests {
     }
 
     #[test]
+    fn the_fast_path_takes_from_the_stripe_its_thread_leased_on() {
+        let (central, gcra) = parts("10/1s");
+        let stripes = Stripes::new(2, 3);
+        INDEX.with(|index| index.set(0)); // this thread's home: stripe 0
+        assert!(
+            stripes.try_home(&central, &gcra, 0).is_none(),
+            "no lease yet"
+        );
+        let striped = stripes.acquire(&central, &gcra, 0).unwrap();
+        assert!(striped.decision.is_allowed());
+        assert_eq!(striped.home, 0);
+        assert!(stripes.try_home(&central, &gcra, 0).unwrap().is_allowed());
+        assert!(stripes.try_home(&central, &gcra, 0).unwrap().is_allowed());
+        assert!(
+            stripes.try_home(&central, &gcra, 0).is_none(),
+            "the lease is used up"
+        );
+    }
+
+    #[test]
+    fn a_clock_past_the_last_leased_instant_sends_requests_to_the_word() {
+        let (central, gcra) = parts("10/1s");
+        let stripes = Stripes::new(2, 4);
+        assert!(stripes
+            .acquire_from(0, &central, &gcra, u64::MAX - 1)
+            .is_none());
+    }
+
+    #[test]
+    fn a_look_that_changes_nothing_counts_what_only_the_stripes_hold() {
+        let (central, gcra) = parts("4/1s");
+        let stripes = Stripes::new(2, 4);
+        assert!(admits(&stripes, &central, &gcra, 0, 0)); // the whole burst leased, one used
+        let peeked = stripes.peek(&central, &gcra, 0).unwrap();
+        assert!(peeked.is_allowed());
+        assert_eq!(
+            peeked.remaining(),
+            2,
+            "three in stripe 0, one taken by the look"
+        );
+        assert_eq!(peeked.available_before(1), 3);
+    }
+
+    #[test]
     fn a_frozen_clock_admits_exactly_the_burst_over_every_stripe() {
         let (central, gcra) = parts("10/1s");
         let stripes = Stripes::new(4, 3);
