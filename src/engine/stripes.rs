@@ -312,13 +312,15 @@ impl Stripes {
         now: u64,
     ) -> Option<Striped> {
         let home = home & self.mask;
+        // The admission of a stretch ending at `slot` from a run ending at `end`.
+        let admit = |slot, end, quiet| {
+            let decision = allowed(central, gcra, now, slot, end);
+            Some(Striped::new(decision, quiet, home))
+        };
         let mut retry = Retry::new();
         loop {
             let seen = match self.take(home, true, gcra, now) {
-                Took::Slot(slot, end) => {
-                    let decision = allowed(central, gcra, now, slot, end);
-                    return Some(Striped::new(decision, false, home));
-                }
+                Took::Slot(slot, end) => return admit(slot, end, false),
                 Took::Retired => return None,
                 Took::Busy => {
                     retry.snooze();
@@ -327,11 +329,7 @@ impl Stripes {
                 Took::Empty(seen) => seen,
             };
             match self.refill(home, seen, central, gcra, now) {
-                Refill::Leased(slot, end) => {
-                    let quiet = self.note_lease(home, now);
-                    let decision = allowed(central, gcra, now, slot, end);
-                    return Some(Striped::new(decision, quiet, home));
-                }
+                Refill::Leased(slot, end) => return admit(slot, end, self.note_lease(home, now)),
                 Refill::Retired => return None,
                 Refill::Raced => {
                     retry.again();
@@ -340,10 +338,7 @@ impl Stripes {
                 Refill::Dry => {}
             }
             match self.scan(central, gcra, now)? {
-                Scan::Slot(slot, end) => {
-                    let decision = allowed(central, gcra, now, slot, end);
-                    return Some(Striped::new(decision, false, home));
-                }
+                Scan::Slot(slot, end) => return admit(slot, end, false),
                 Scan::Refused(decision) => return Some(Striped::new(decision, false, home)),
                 Scan::Again => retry.snooze(),
             }
@@ -433,8 +428,8 @@ impl Stripes {
         // Acquire: pairs with the Release increment of a give-back (module's orderings).
         let returns = self.leasing.returns.load(Ordering::Acquire);
         let tat = central.tat_acquire()?;
-        let verdict = gcra.decide(tat, now, 1);
-        if verdict_allows(&verdict) {
+        let verdict = gcra.decide(tat, now, 1).decision();
+        if verdict.is_allowed() {
             // Room in the central word: lease it. At the end of the clock's range no lease
             // fits below the markers: `None`, and the caller decides on the word alone.
             return (tat.max(now) < LAST_LEASED).then_some(Scan::Again);
@@ -456,7 +451,7 @@ impl Stripes {
         {
             return Some(Scan::Again);
         }
-        Some(Scan::Refused(verdict.decision()))
+        Some(Scan::Refused(verdict))
     }
 
     /// Notes that stripe `home` took a lease at `now`: `true` when it alone has taken leases
@@ -515,7 +510,8 @@ impl Stripes {
         {
             return;
         }
-        if central.give_back(from, end) {
+        // Only while `end` is still the TAT: nothing was handed out after this run.
+        if central.replace(end, from) {
             // Release, before the stripe is emptied: a refusal that sees it empty sees the
             // count moved (module's orderings).
             self.leasing.returns.fetch_add(1, Ordering::Release);
@@ -634,9 +630,8 @@ impl Stripes {
         let tat = central.tat_acquire()?;
         let held = self.usable(gcra, now);
         let reset = gcra.reset_after(tat, now);
-        let verdict = gcra.decide(tat, now, 1);
-        let decision = verdict.decision();
-        Some(if verdict_allows(&verdict) {
+        let decision = gcra.decide(tat, now, 1).decision();
+        Some(if decision.is_allowed() {
             Decision::allow(
                 (decision.remaining() + held).min(gcra.limit() - 1),
                 gcra.limit(),
@@ -648,10 +643,6 @@ impl Stripes {
             decision
         })
     }
-}
-
-fn verdict_allows<W>(verdict: &crate::engine::state::Verdict<W>) -> bool {
-    matches!(verdict, crate::engine::state::Verdict::Allow(..))
 }
 
 /// The admission of a stretch ending at `slot` from a run ending at `end`: what remains is

@@ -293,22 +293,13 @@ impl GcraCell {
         }
     }
 
-    /// Stores `new` if the TAT is still `current` (`AcqRel`, as a lease's): a settle on a key
-    /// with stripes (`engine::stripes`).
+    /// Stores `new` if the TAT is still `current` (`AcqRel`, as a lease's): a settle or a
+    /// give-back on a key with stripes (`engine::stripes`). `false` when another write came
+    /// first, or the state is retired.
     pub(crate) fn replace(&self, current: u64, new: u64) -> bool {
         // AcqRel: read by requests that then look at the stripes, as a lease's.
         self.tat
             .compare_exchange(current, new, Ordering::AcqRel, Ordering::Relaxed)
-            .is_ok()
-    }
-
-    /// Gives the unused end of a lease back, `(from, end]`: moves the TAT from `end` back to
-    /// `from`, only if `end` is still the TAT (nothing was handed out after it). `false`
-    /// when it is not, or the state is retired: the run stays with its stripe.
-    pub(crate) fn give_back(&self, from: u64, end: u64) -> bool {
-        // AcqRel: as a lease's, this write is read by requests that then look at the stripes.
-        self.tat
-            .compare_exchange(end, from, Ordering::AcqRel, Ordering::Relaxed)
             .is_ok()
     }
 }
