@@ -451,7 +451,7 @@ impl<C: Clock> DirectLimiter<C> {
                             match &generation.state {
                                 // A refund stops at what the stripes hold.
                                 PerAlgorithm::TokenBucket(direct) => Stripes::settle(
-                                    &generation.stripes,
+                                    || generation.stripes.get(),
                                     &generation.lowering,
                                     &direct.cell,
                                     &direct.params,

@@ -83,6 +83,8 @@ pub mod login;
 #[cfg(feature = "tower")]
 pub mod middleware;
 pub mod policy;
+#[cfg(test)]
+mod race;
 #[cfg(feature = "redis")]
 pub mod redis;
 mod reservation;

@@ -295,7 +295,7 @@ impl ModelStripes {
     /// `now`.
     pub fn cancel(&self, now: u64, held: u64, mark: u64) {
         let _ = Stripes::settle(
-            &self.stripes,
+            || self.stripes.get(),
             &self.lowering,
             &self.central,
             &self.gcra,

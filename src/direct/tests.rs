@@ -3,11 +3,12 @@
 //! threads on a frozen clock, and refunds under a stripe's lease.
 
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Barrier};
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::{DirectLimiter, STRIPED};
 use crate::clock::FakeClock;
+use crate::race::race;
 
 /// A limiter under `policy` on a frozen clock whose requests of cost 1 go to its stripes.
 fn striped(policy: &str) -> (Arc<DirectLimiter<FakeClock>>, FakeClock) {
@@ -15,23 +16,6 @@ fn striped(policy: &str) -> (Arc<DirectLimiter<FakeClock>>, FakeClock) {
     let limiter = DirectLimiter::with_clock(policy.parse().unwrap(), clock.clone());
     limiter.mode.store(STRIPED, Ordering::Relaxed);
     (Arc::new(limiter), clock)
-}
-
-/// `threads` threads started together, each running `work`; the sum of what they return.
-fn race(threads: usize, work: impl Fn() -> u64 + Send + Sync + 'static) -> u64 {
-    let (work, start) = (Arc::new(work), Arc::new(Barrier::new(threads)));
-    (0..threads)
-        .map(|_| {
-            let (work, start) = (work.clone(), start.clone());
-            std::thread::spawn(move || {
-                start.wait();
-                work()
-            })
-        })
-        .collect::<Vec<_>>()
-        .into_iter()
-        .map(|handle| handle.join().unwrap())
-        .sum()
 }
 
 #[test]

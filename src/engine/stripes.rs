@@ -523,7 +523,8 @@ impl Stripes {
     }
 
     /// Settles, at `now`, a reservation of `held` permits that left the TAT at `mark` and
-    /// really cost `actual`, on a token bucket that has (or may come to have) `stripes`: as
+    /// really cost `actual`, on a token bucket that has (or may come to have) the stripes
+    /// `stripes` finds (asked again after each read of the TAT): as
     /// `Gcra::settle`, except that a refund never moves the TAT below the end of a run a
     /// stripe still holds (those permits are not the reservation's to give back, and the
     /// central word would hand them out a second time). `None` when retired.
@@ -533,8 +534,8 @@ impl Stripes {
     /// read when the compare-and-swap comes has not changed at all, and the runs read in
     /// between are still the ones above it. Without the lock, two refunds and a lease could
     /// bring the TAT back to the value read, over a run read as absent.
-    pub(crate) fn settle(
-        stripes: &std::sync::OnceLock<Stripes>,
+    pub(crate) fn settle<'s>(
+        stripes: impl Fn() -> Option<&'s Stripes>,
         lowering: &Mutex<()>,
         central: &GcraCell,
         gcra: &Gcra,
@@ -549,7 +550,7 @@ impl Stripes {
             // before, its claim included, to this Acquire read); one taken after it makes the
             // compare-and-swap below fail.
             let tat = central.tat_acquire()?;
-            let leased = stripes.get();
+            let leased = stripes();
             let floor = match leased.map(Stripes::held_until) {
                 None => 0,
                 Some(Some(furthest)) => furthest,

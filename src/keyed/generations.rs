@@ -122,6 +122,8 @@ pub(super) struct Generations<K, C, S: BuildHasher> {
     pub(super) max_keys: usize,
     /// How many entries each new key's insertion sweeps for idle states (0: never).
     pub(super) sweep_slice: usize,
+    /// Whether a contended token bucket key may be striped (`RateLimiter::striping`).
+    pub(super) may_stripe: bool,
     /// Tells this limiter's reservations from another's.
     pub(super) id: u64,
     /// States forgotten or rebuilt so far (`reset`, a policy change): a reservation made
@@ -153,6 +155,7 @@ impl<K: Hash + Eq + Clone + 'static, C, S: BuildHasher + Clone + 'static> Genera
             config: Mutex::new(()),
             max_keys: usize::MAX,
             sweep_slice: SWEEP_PER_INSERT,
+            may_stripe: true,
             id: next_limiter_id(),
             rebuilds: Rebuilds::new(),
         }
@@ -253,8 +256,10 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
                 keyed
                     .table
                     .remove(key, |state| {
-                    KeyState::<K>::bind(state, &keyed.params).retire_with_carry(now)
-                })
+                        let carry = KeyState::<K>::bind(state, &keyed.params).retire_with_carry(now);
+                        keyed.hot.forget(state);
+                        carry
+                    })
             })
         })
         // The key keeps its place in `tracked`: the caller inserts it here.

@@ -18,6 +18,7 @@ use crate::reservation::Marks;
 
 use super::overflow::{Inherited, OneOverflow, PolicyOverflows};
 use super::rules::{Resolved, Resolver, Rules};
+use super::striped::Hot;
 use super::table::Table;
 
 /// One table per kind of state, chosen once per generation: a single predictable branch per
@@ -52,6 +53,8 @@ pub(super) struct Keys<K, St: KeyState<K>, S: BuildHasher> {
     pub(super) params: St::Params,
     /// What new keys share once the limiter tracks `max_keys` keys.
     pub(super) overflow: St::Overflow,
+    /// The keys striped (the token bucket's table only: see `keyed::striped`).
+    pub(super) hot: Hot,
 }
 
 /// What a generation's table stores per key: a state machine and how to build one for a key.
@@ -152,9 +155,15 @@ impl Settle<'_> {
     /// for a lock must not leave it stale); `None` when the state was retired. A refund on a
     /// state found after a `reset` or a policy change gives nothing back (see `Rebuilds`).
     pub(super) fn on(&self, state: impl Decides, now: u64) -> Option<()> {
+        self.apply(|held, marks, actual| state.settle(held, marks, actual, now))
+    }
+
+    /// Settles with `settle`, given what the reservation held, its marks and what it really
+    /// cost (see [`Settle::on`]).
+    pub(super) fn apply(&self, settle: impl FnOnce(u64, &Marks, u64) -> Option<()>) -> Option<()> {
         self.rebuilds
             .settle_unless_rebuilt(self.made, self.held, self.actual, || {
-                state.settle(self.held, &self.marks, self.actual, now)
+                settle(self.held, &self.marks, self.actual)
             })
     }
 }
@@ -362,6 +371,7 @@ impl<K: Hash + Eq, St: KeyState<K>, S: BuildHasher> Keys<K, St, S> {
             table: Table::with_hasher(hasher),
             overflow: St::new_overflow(&params, inherited, now),
             params,
+            hot: Hot::new(),
         }
     }
 }

@@ -48,6 +48,7 @@ mod request;
 mod rules;
 mod settle;
 mod stats;
+mod striped;
 mod sweep;
 mod table;
 
@@ -334,6 +335,37 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
         self
     }
 
+    /// Whether a key that threads keep contending for may be striped (default on).
+    ///
+    /// Striped, a key's requests of cost 1 decide on stripes, one per core, each on its own
+    /// cache line, leased in runs from the key's state, so that threads on different cores
+    /// stop writing one line and a hot key's throughput grows with them. The decisions stay
+    /// exact: a key of `N` permits admits exactly `N` on a frozen clock however many threads
+    /// race, and never more than the policy allows in any interval on a moving one (see
+    /// `docs/ARCHITECTURE.md`, "Striped hot keys"). A key is striped only once compare-and-
+    /// swaps on it keep failing, costs no memory until then, and returns to one word when it
+    /// goes quiet; up to 64 keys of a limiter are striped at once.
+    ///
+    /// Only a token bucket under one policy for every key is striped (not a per-key
+    /// resolver's keys, nor the shared overflow state). Off, every request is one
+    /// compare-and-swap on its key's word.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::RateLimiter;
+    ///
+    /// let limiter: RateLimiter<u64> = RateLimiter::new("1000000/s".parse()?).striping(false);
+    /// assert!(limiter.try_acquire(&7).is_allowed());
+    /// assert!(!limiter.is_striped(&7));
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    #[must_use]
+    pub fn striping(mut self, on: bool) -> Self {
+        self.generations.may_stripe = on;
+        self
+    }
+
     /// How many keys are tracked now.
     ///
     /// # Examples
@@ -493,6 +525,28 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
         Q: Hash + Eq + ToOwned + ?Sized,
     {
         self.generations.peek(key)
+    }
+
+    /// Whether `key`'s requests of cost 1 are now spread over stripes: the key was
+    /// contended, and has not gone quiet since (see [`striping`](RateLimiter::striping)).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::RateLimiter;
+    ///
+    /// let limiter: RateLimiter<u64> = RateLimiter::new("10/s".parse()?);
+    /// limiter.try_acquire(&1);
+    /// assert!(!limiter.is_striped(&1), "one caller: one word");
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    #[must_use]
+    pub fn is_striped<Q>(&self, key: &Q) -> bool
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        self.generations.is_striped(key)
     }
 
     /// The permits `key` has now: the largest cost `n` for which

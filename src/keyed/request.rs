@@ -86,7 +86,14 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
         let guard = Guard::new();
         let generation = self.generation(&guard);
         match &generation.keys {
-            AnyKeys::Uniform(PerAlgorithm::TokenBucket(keyed)) => self.one_in(keyed, key, &guard),
+            // The token bucket's table knows its striped keys (see `keyed::striped`).
+            AnyKeys::Uniform(PerAlgorithm::TokenBucket(keyed)) => {
+                keyed.table.read(key, &guard, |cell| {
+                    keyed
+                        .hot
+                        .acquire(cell, &keyed.params, &self.clock, self.may_stripe, &guard)
+                })
+            }
             keys => self.one_elsewhere(keys, key, &guard),
         }
     }
@@ -442,6 +449,22 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
             .is_ok()
     }
 
+    /// Whether `key` is striped in the current generation.
+    pub(super) fn is_striped<Q>(&self, key: &Q) -> bool
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let guard = Guard::new();
+        match &self.generation(&guard).keys {
+            AnyKeys::Uniform(PerAlgorithm::TokenBucket(keyed)) => keyed
+                .table
+                .read(key, &guard, |cell| Some(keyed.hot.is_striped(cell)))
+                .unwrap_or(false),
+            _ => false,
+        }
+    }
+
     /// What a request of cost 1 for `key` would get now, changing nothing and creating no
     /// state.
     pub(super) fn peek<Q>(&self, key: &Q) -> Decision
@@ -455,9 +478,17 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
             {
                 let guard = Guard::new();
                 let generation = self.generation(&guard);
-                let peeked = with_keys!(&generation.keys, keyed => {
-                    self.peek_in(generation, keyed, key, resolved.as_ref(), &guard)
-                });
+                let resolved = resolved.as_ref();
+                let peeked = match &generation.keys {
+                    // A striped key's stripes hold permits its word counts as spent.
+                    AnyKeys::Uniform(PerAlgorithm::TokenBucket(keyed)) => {
+                        let peek = |cell: &_, now| keyed.hot.peek(cell, &keyed.params, now);
+                        self.peek_in(generation, keyed, key, resolved, peek, &guard)
+                    }
+                    keys => with_keys!(keys, keyed => {
+                        self.peek_in(generation, keyed, key, resolved, peek_on(keyed), &guard)
+                    }),
+                };
                 if let Some(decision) = peeked {
                     return decision;
                 }
@@ -470,14 +501,15 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
         }
     }
 
-    /// What `key` would get now; `None` when it is not tracked and `resolved` is not the
-    /// answer of this map's resolver.
+    /// What `key` would get now, as `peek` reads a tracked state at an instant; `None` when
+    /// it is not tracked and `resolved` is not the answer of this map's resolver.
     fn peek_in<Q, St: KeyState<K>>(
         &self,
         generation: &Generation<K, S>,
         keyed: &Keys<K, St, S>,
         key: &Q,
         resolved: Option<&Resolved<K>>,
+        peek: impl Fn(&St, u64) -> Option<Decision>,
         guard: &Guard,
     ) -> Option<Decision>
     where
@@ -486,7 +518,7 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
     {
         let now = self.clock.now();
         let at_now = Fixed(now);
-        let peek = |state: &St| state.bind(&keyed.params).peek(&at_now, 1);
+        let peek = |state: &St| peek(state, now);
         // Without a lock first; then, if that found nothing, under the bucket's lock, where
         // no state is met retired (one being moved to a new generation, or removed).
         if let Some(decision) = keyed
@@ -513,4 +545,11 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
             None => unreachable!("a state just built is live"),
         }
     }
+}
+
+/// What a request of cost 1 would get from a state of `keyed` at an instant.
+fn peek_on<K, St: KeyState<K>, S: BuildHasher>(
+    keyed: &Keys<K, St, S>,
+) -> impl Fn(&St, u64) -> Option<Decision> + '_ {
+    |state, now| state.bind(&keyed.params).peek(&Fixed(now), 1)
 }

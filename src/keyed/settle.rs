@@ -7,7 +7,7 @@ use std::hash::{BuildHasher, Hash};
 use scc::Guard;
 
 use crate::clock::Clock;
-use crate::engine::dispatch::with_state;
+use crate::engine::dispatch::{with_state, PerAlgorithm};
 use crate::policy::Policy;
 use crate::reservation::{Origin, Reservation, SettleError};
 
@@ -82,16 +82,23 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
     {
         let guard = Guard::new();
         let generation = self.generation(&guard);
-        let on = |keys: &AnyKeys<K, S>, locked: bool| {
-            with_keys!(keys, keyed => {
+        let on = |keys: &AnyKeys<K, S>, locked: bool| match keys {
+            // A refund on a token bucket stops at what the key's stripes hold.
+            AnyKeys::Uniform(PerAlgorithm::TokenBucket(keyed)) => {
+                let settle = |cell: &_| {
+                    settle.apply(|held, marks, actual| {
+                        let settled = (held, marks[0], actual);
+                        keyed
+                            .hot
+                            .settle(cell, &keyed.params, settled, self.clock.now())
+                    })
+                };
+                Self::read_either(keyed, key, locked, &guard, settle)
+            }
+            keys => with_keys!(keys, keyed => {
                 let settle = |state: &_| settle.on(KeyState::<K>::bind(state, &keyed.params), self.clock.now());
-                if locked {
-                    // Under the bucket lock no state is met retired.
-                    keyed.table.read_locked(key, settle).flatten()
-                } else {
-                    keyed.table.read(key, &guard, settle)
-                }
-            })
+                Self::read_either(keyed, key, locked, &guard, settle)
+            }),
         };
         // The older generations first: a key only moves from one of them to the current
         // one, so looking there last meets it wherever it is when it moves. Without locks
@@ -102,6 +109,26 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
                 .or_else(|| on(&generation.keys, locked))
                 .is_some()
         })
+    }
+
+    /// Runs `settle` on `key`'s state in `keyed`: without a lock, or under the bucket lock,
+    /// where no state is met retired.
+    fn read_either<Q, St: KeyState<K>>(
+        keyed: &Keys<K, St, S>,
+        key: &Q,
+        locked: bool,
+        guard: &Guard,
+        settle: impl FnOnce(&St) -> Option<()>,
+    ) -> Option<()>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        if locked {
+            keyed.table.read_locked(key, settle).flatten()
+        } else {
+            keyed.table.read(key, guard, settle)
+        }
     }
 
     /// Gives back, on the shared overflow state that decided `key`'s reservation, what it did

@@ -26,8 +26,12 @@ impl<K: Hash + Eq + Clone + 'static, St: KeyState<K>, S: BuildHasher> Keys<K, St
     /// meets are either at rest or not, and only those at rest pay for the retiring CAS,
     /// which fails, keeping the state, if a request admitted in between.
     fn retire_at_rest(&self, state: &St, now: u64) -> bool {
-        let state = state.bind(&self.params);
-        state.is_at_rest(now) && state.try_retire(now)
+        let bound = state.bind(&self.params);
+        let retired = bound.is_at_rest(now) && bound.try_retire(now);
+        if retired {
+            self.hot.forget(state);
+        }
+        retired
     }
 }
 
@@ -151,7 +155,10 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
                                 // for a reservation made before (see `Rebuilds`). A reset that
                                 // finds nothing counts nothing.
                                 open = Some(self.rebuilds.begin());
-                                KeyState::<K>::bind(state, &keyed.params).retire_with_carry(now)
+                                let carry = KeyState::<K>::bind(state, &keyed.params)
+                                    .retire_with_carry(now);
+                                keyed.hot.forget(state);
+                                carry
                             })
                             .is_some(),
                     )

@@ -214,7 +214,15 @@ fn a_refund_stops_at_the_runs_the_stripes_hold() {
         assert!(admits(stripes, &central, &gcra, 0, home));
     }
     let before = central.tat_relaxed().unwrap();
-    Stripes::settle(&lock, &Mutex::new(()), &central, &gcra, (5008, mark, 0), 0).unwrap();
+    Stripes::settle(
+        || lock.get(),
+        &Mutex::new(()),
+        &central,
+        &gcra,
+        (5008, mark, 0),
+        0,
+    )
+    .unwrap();
     assert_eq!(
         central.tat_relaxed(),
         Some(before),
@@ -235,7 +243,15 @@ fn a_refund_above_every_run_gives_back_and_a_racing_refusal_looks_again() {
     assert!(admits(stripes, &central, &gcra, 0, 0)); // stripe 0: (0.1, 0.2 s]
     let (_, mark) = central.reserve_at(&gcra, 0, 5, || {}).unwrap(); // (0.2, 0.7 s]
     let returns = stripes.leasing.returns.load(Ordering::Relaxed);
-    Stripes::settle(&lock, &Mutex::new(()), &central, &gcra, (5, mark, 2), 0).unwrap();
+    Stripes::settle(
+        || lock.get(),
+        &Mutex::new(()),
+        &central,
+        &gcra,
+        (5, mark, 2),
+        0,
+    )
+    .unwrap();
     assert_eq!(
         central.tat_relaxed(),
         Some(S * 4 / 10),

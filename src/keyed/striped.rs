@@ -1,0 +1,363 @@
+//! The keyed limiter's striped hot keys: a token bucket key that threads keep meeting on is
+//! spread over stripes (`engine::stripes`), as the direct limiter's one key is.
+//!
+//! Each table of token buckets keeps a small side table of its striped keys, found by the
+//! place of the key's state (a cell that never moves while the key is tracked), so a key costs
+//! no memory until it is striped. A request reads one bit of a 64-bit filter of striped
+//! places beside the table (64 bits); only a set bit sends it to the side table and the stripes. A
+//! clear bit (the case of every key with one caller) decides on the key's word as before, and
+//! counts a lost compare-and-swap on the retry path only.
+//!
+//! **Entering and leaving.** Lost compare-and-swaps are counted per hashed place; the
+//! sixteenth stripes the key. A key leaves the side table when it goes quiet (its stripe gives
+//! its lease back first), and when its state leaves the table (evicted at rest, reset, moved
+//! to a new policy). Either way its stripes are retired before they are unlinked, so no
+//! request takes from them afterwards and no refund needs to know them: a request that meets
+//! them retired decides on the key's word, which is exact whether or not the key is striped
+//! (the stripes only ever hold runs the word handed out). Installing and removing hold one
+//! lock per table; requests never take it.
+//!
+//! **A state that leaves while it is being striped.** A removal retires the state's word
+//! before it looks for its stripes, and an installation publishes the stripes before it looks
+//! at the word; a `SeqCst` fence on each side between the two makes one of them see the other,
+//! so stripes are never left behind for a place a new key may take.
+
+use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
+use std::sync::PoisonError;
+
+use scc::{AtomicShared, Guard, Shared, Tag};
+
+use crate::clock::Clock;
+use crate::decision::Decision;
+use crate::engine::stripes::Stripes;
+use crate::engine::sync::Mutex;
+use crate::engine::token_bucket::{Gcra, GcraCell};
+
+/// Places a table may have striped at once (each probes [`PROBES`] slots from its hash).
+const SLOTS: usize = 64;
+/// Slots a place may take, from the one its hash names.
+const PROBES: usize = 4;
+/// Locks for whatever moves a key's TAT back (refunds and give-backs), shared by hash.
+const LOCKS: usize = 16;
+/// Compare-and-swaps lost on keys of one hash, counted across requests, after which the key
+/// that lost the last one is striped (the direct limiter's count).
+const LOST_BEFORE_STRIPING: u32 = 16;
+
+/// Where a state lives: its address, stable while the state is in the table.
+#[inline(always)]
+fn place_of<T>(state: &T) -> usize {
+    std::ptr::from_ref(state).addr()
+}
+
+/// Six bits of a place's hash: its bit in the filter, and where its slots start.
+#[inline(always)]
+fn spot(place: usize) -> usize {
+    // Fibonacci hashing of the address without its alignment bits.
+    ((place as u64 >> 3).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 58) as usize
+}
+
+/// A striped key: its place and its stripes.
+struct HotKey {
+    place: usize,
+    stripes: Stripes,
+}
+
+/// A table's striped keys: the filter inline, read by every request; the rest in a box of
+/// its own, read only by requests on striped keys and by the cold paths.
+pub(super) struct Hot {
+    /// One bit per [`spot`]: set while a key of that spot is striped. Read by every request,
+    /// which looks no further while it is zero (no key of the table striped).
+    marks: AtomicU64,
+    side: Box<Side>,
+}
+
+/// What [`Hot`] keeps beside its filter.
+struct Side {
+    /// The striped keys, by spot, probed linearly.
+    slots: [AtomicShared<HotKey>; SLOTS],
+    /// Compare-and-swaps lost, by spot.
+    lost: [AtomicU32; SLOTS],
+    /// Held by whatever moves a key's TAT back, by spot (see `Stripes::settle`).
+    lowering: [Mutex<()>; LOCKS],
+    /// Held to install or remove a striped key.
+    writing: std::sync::Mutex<()>,
+}
+
+impl Hot {
+    pub(super) fn new() -> Self {
+        Hot {
+            marks: AtomicU64::new(0),
+            side: Box::new(Side {
+                slots: std::array::from_fn(|_| AtomicShared::null()),
+                lost: std::array::from_fn(|_| AtomicU32::new(0)),
+                lowering: std::array::from_fn(|_| Mutex::new(())),
+                writing: std::sync::Mutex::new(()),
+            }),
+        }
+    }
+
+    /// Whether a key of `place`'s spot is striped (a snapshot).
+    #[inline(always)]
+    fn is_marked(&self, place: usize) -> bool {
+        // Relaxed: a stale bit sends a request to the key's word, or to a side table that
+        // does not have it (and then to the word): both exact.
+        let marks = self.marks.load(Ordering::Relaxed);
+        marks != 0 && marks & (1 << spot(place)) != 0
+    }
+
+    /// Decides a request of cost 1 on `cell`, a token bucket of this table found under
+    /// `guard`: on its stripes when it has them, else on its word. `None` when the state was
+    /// retired.
+    #[inline(always)]
+    pub(super) fn acquire<C: Clock>(
+        &self,
+        cell: &GcraCell,
+        gcra: &Gcra,
+        clock: &C,
+        may_stripe: bool,
+        guard: &Guard,
+    ) -> Option<Decision> {
+        let place = place_of(cell);
+        if self.is_marked(place) {
+            return self.acquire_striped(place, cell, gcra, clock, guard);
+        }
+        let now = clock.now();
+        let lost = || {
+            if may_stripe {
+                self.lost_one(place, cell, gcra);
+            }
+        };
+        cell.reserve_at(gcra, now, 1, lost)
+            .map(|(decision, _)| decision)
+    }
+
+    /// [`Hot::acquire`] for a key whose spot is marked: its home stripe's lease, else
+    /// [`Hot::acquire_rest`].
+    #[inline(never)]
+    fn acquire_striped<C: Clock>(
+        &self,
+        place: usize,
+        cell: &GcraCell,
+        gcra: &Gcra,
+        clock: &C,
+        guard: &Guard,
+    ) -> Option<Decision> {
+        let now = clock.now();
+        let hot = self.find(place, guard);
+        if let Some(decision) = hot.and_then(|hot| hot.stripes.try_home(cell, gcra, now)) {
+            return Some(decision);
+        }
+        self.acquire_rest(hot, place, cell, gcra, now)
+    }
+
+    /// A request whose home stripe had nothing at `now`: a new lease, a steal or a refusal
+    /// (`Stripes::acquire`); on the key's word when it has no stripes after all, or they
+    /// were retired.
+    #[inline(never)]
+    fn acquire_rest(
+        &self,
+        hot: Option<&HotKey>,
+        place: usize,
+        cell: &GcraCell,
+        gcra: &Gcra,
+        now: u64,
+    ) -> Option<Decision> {
+        if let Some(hot) = hot {
+            if let Some(striped) = hot.stripes.acquire(cell, gcra, now) {
+                if striped.quiet {
+                    hot.stripes
+                        .give_back(striped.home, self.lock_of(place), cell, now);
+                    self.remove(place);
+                }
+                return Some(striped.decision);
+            }
+        }
+        // The stripes or the state were retired: the word decides (or says retired).
+        cell.reserve_at(gcra, now, 1, || {})
+            .map(|(decision, _)| decision)
+    }
+
+    /// The striped key at `place`, if it is striped.
+    #[inline(always)]
+    fn find<'g>(&self, place: usize, guard: &'g Guard) -> Option<&'g HotKey> {
+        let start = spot(place);
+        (0..PROBES).find_map(|i| {
+            // Acquire: pairs with the Release swap that published the key's stripes.
+            let hot = self.side.slots[(start + i) % SLOTS].load(Ordering::Acquire, guard);
+            hot.as_ref().filter(|hot| hot.place == place)
+        })
+    }
+
+    /// The stripes of the key at `place`, if it is striped.
+    fn stripes_of<'g>(&self, place: usize, guard: &'g Guard) -> Option<&'g Stripes> {
+        if !self.is_marked(place) {
+            return None;
+        }
+        self.find(place, guard).map(|hot| &hot.stripes)
+    }
+
+    /// The lock of whatever moves the TAT of the key at `place` back.
+    fn lock_of(&self, place: usize) -> &Mutex<()> {
+        &self.side.lowering[spot(place) % LOCKS]
+    }
+
+    /// Counts a compare-and-swap lost on `cell`'s word; the last of
+    /// [`LOST_BEFORE_STRIPING`] stripes the key.
+    #[cold]
+    #[inline(never)]
+    fn lost_one(&self, place: usize, cell: &GcraCell, gcra: &Gcra) {
+        let count = &self.side.lost[spot(place) % SLOTS];
+        // Relaxed: a count for a heuristic; no memory is published through it.
+        if count.fetch_add(1, Ordering::Relaxed) + 1 >= LOST_BEFORE_STRIPING {
+            count.store(0, Ordering::Relaxed);
+            self.install(place, cell, gcra);
+        }
+    }
+
+    /// Stripes the key at `place` (whose state is `cell`), if a slot of its spot is free.
+    fn install(&self, place: usize, cell: &GcraCell, gcra: &Gcra) {
+        let guard = Guard::new();
+        {
+            let _writing = self.lock_writing();
+            let start = spot(place);
+            let mut free = None;
+            for i in 0..PROBES {
+                let slot = (start + i) % SLOTS;
+                // Acquire: as every read of a slot.
+                match self.side.slots[slot]
+                    .load(Ordering::Acquire, &guard)
+                    .as_ref()
+                {
+                    Some(hot) if hot.place == place => return,
+                    Some(_) => {}
+                    None => {
+                        free.get_or_insert(slot);
+                    }
+                }
+            }
+            // Every slot of the spot taken: the key stays on its word.
+            let Some(slot) = free else { return };
+            let hot = HotKey {
+                place,
+                stripes: Stripes::for_machine(gcra),
+            };
+            // Release: publishes the stripes to requests that find them (Acquire).
+            self.side.slots[slot].swap((Some(Shared::new(hot)), Tag::None), Ordering::Release);
+            self.mark(place, true);
+        }
+        // SeqCst: the installing side of the module's "A state that leaves" (the stripes
+        // published, then the state read; a removal does the opposite).
+        fence(Ordering::SeqCst);
+        if cell.tat_relaxed().is_none() {
+            self.remove(place);
+        }
+    }
+
+    /// Sets or clears the bit of `place`'s spot (under the writing lock).
+    fn mark(&self, place: usize, on: bool) {
+        let bit = 1 << spot(place);
+        let word = &self.marks;
+        // Relaxed: see `is_marked`; the fences of `install` and `forget` order what needs it.
+        if on {
+            word.fetch_or(bit, Ordering::Relaxed);
+        } else {
+            word.fetch_and(!bit, Ordering::Relaxed);
+        }
+    }
+
+    fn lock_writing(&self) -> std::sync::MutexGuard<'_, ()> {
+        // Nothing a panic could leave half-written is guarded: the slots are atomics.
+        self.side
+            .writing
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Forgets the stripes of `state`, which the caller has just retired (it leaves the
+    /// table): after the retiring compare-and-swap, so an installation racing it either is
+    /// seen here or sees the state retired (see the module docs).
+    pub(super) fn forget<T>(&self, state: &T) {
+        // SeqCst: the removing side of the module's "A state that leaves".
+        fence(Ordering::SeqCst);
+        let place = place_of(state);
+        if self.is_marked(place) {
+            self.remove(place);
+        }
+    }
+
+    /// Retires and unlinks the stripes of the key at `place`, if it has any; the spot's bit
+    /// stays set while another key of the spot is striped (keys of a spot sit in its
+    /// [`PROBES`] slots).
+    #[cold]
+    fn remove(&self, place: usize) {
+        let guard = Guard::new();
+        let _writing = self.lock_writing();
+        let start = spot(place);
+        let mut others = false;
+        for i in 0..PROBES {
+            let slot = &self.side.slots[(start + i) % SLOTS];
+            // Acquire: as every read of a slot.
+            match slot.load(Ordering::Acquire, &guard).as_ref() {
+                Some(hot) if hot.place == place => {
+                    hot.stripes.retire();
+                    slot.swap((None, Tag::None), Ordering::Release);
+                }
+                Some(hot) => others |= spot(hot.place) == start,
+                None => {}
+            }
+        }
+        if !others {
+            self.mark(place, false);
+        }
+    }
+
+    /// Settles a reservation on `cell` at `now` (see `Stripes::settle`): a refund stops at
+    /// what the key's stripes hold, and holds the key's lock for lowering its TAT whether
+    /// or not the key is striped now (it may be by the time the refund's compare-and-swap
+    /// comes). `None` when retired.
+    pub(super) fn settle(
+        &self,
+        cell: &GcraCell,
+        gcra: &Gcra,
+        settled: (u64, u64, u64),
+        now: u64,
+    ) -> Option<()> {
+        let guard = Guard::new();
+        let place = place_of(cell);
+        Stripes::settle(
+            || self.stripes_of(place, &guard),
+            self.lock_of(place),
+            cell,
+            gcra,
+            settled,
+            now,
+        )
+    }
+
+    /// What a request of cost 1 on `cell` would get at `now`: the key's word, with what its
+    /// stripes hold. `None` when retired.
+    pub(super) fn peek(&self, cell: &GcraCell, gcra: &Gcra, now: u64) -> Option<Decision> {
+        let guard = Guard::new();
+        match self.stripes_of(place_of(cell), &guard) {
+            Some(stripes) => stripes.peek(cell, gcra, now),
+            None => cell
+                .tat_relaxed()
+                .map(|tat| gcra.decide(tat, now, 1).decision()),
+        }
+    }
+
+    /// Whether the key whose state is `cell` is striped now.
+    pub(super) fn is_striped(&self, cell: &GcraCell) -> bool {
+        let guard = Guard::new();
+        self.stripes_of(place_of(cell), &guard).is_some()
+    }
+
+    /// Stripes the key whose state is `cell` now, as contention would.
+    #[cfg(test)]
+    pub(super) fn stripe(&self, cell: &GcraCell, gcra: &Gcra) {
+        self.install(place_of(cell), cell, gcra);
+    }
+}
+
+#[cfg(test)]
+mod tests;
