@@ -12,7 +12,8 @@
 //! stripes the contended key over per-core leases; tollgate with `striping(false)`, one word;
 //! governor's direct limiter; the same GCRA behind `parking_lot::Mutex`),
 //! `threads_one_key` (every thread on one `u64` key: the key's state word and its
-//! map bucket are shared by all) and `threads_many_keys` (100,000 `u64` keys pre-inserted,
+//! map bucket are shared by all; tollgate as it is, which stripes the contended key, and with
+//! `striping(false)`) and `threads_many_keys` (100,000 `u64` keys pre-inserted,
 //! each thread walking the same shuffled order from its own offset). The value in each
 //! benchmark id is the thread count. Contestants: tollgate (default hasher), governor keyed,
 //! the hand-written mutex version with a fast hash (`mutex_fast`: the same GCRA in one
@@ -120,16 +121,19 @@ fn one_key(c: &mut Criterion) {
     let key = 7_u64;
     let mut g = common::slow_group(c, "threads_one_key", 30);
     for threads in THREADS {
-        let tollgate: RateLimiter<u64> = RateLimiter::new(common::policy(FAST));
-        g.bench_function(BenchmarkId::new("tollgate", threads), |b| {
-            b.iter_custom(|iters| {
-                run(threads, iters, |_, iters| {
-                    for _ in 0..iters {
-                        black_box(tollgate.try_acquire(&key).is_allowed());
-                    }
+        for (name, striping) in [("tollgate", true), ("tollgate_one_word", false)] {
+            let tollgate: RateLimiter<u64> =
+                RateLimiter::new(common::policy(FAST)).striping(striping);
+            g.bench_function(BenchmarkId::new(name, threads), |b| {
+                b.iter_custom(|iters| {
+                    run(threads, iters, |_, iters| {
+                        for _ in 0..iters {
+                            black_box(tollgate.try_acquire(&key).is_allowed());
+                        }
+                    })
                 })
-            })
-        });
+            });
+        }
 
         let governor = governor::RateLimiter::<u64, _, _>::keyed(common::governor_fast());
         g.bench_function(BenchmarkId::new("governor", threads), |b| {

@@ -8,8 +8,10 @@ use scc::Guard;
 
 use crate::clock::FakeClock;
 use crate::engine::dispatch::PerAlgorithm;
-use crate::keyed::key_state::AnyKeys;
+use crate::engine::token_bucket::GcraCell;
+use crate::keyed::key_state::{AnyKeys, Keys};
 use crate::keyed::RateLimiter;
+use crate::keys::KeyHasher;
 use crate::race::race;
 
 type Limiter = RateLimiter<u64, FakeClock>;
@@ -20,20 +22,35 @@ fn limiter(policy: &str) -> (Arc<Limiter>, FakeClock) {
     (Arc::new(limiter), clock)
 }
 
-/// Stripes `key`, which must be tracked.
-fn stripe(limiter: &Limiter, key: u64) {
+/// Runs `look` on the token bucket table of `limiter`'s current generation.
+fn with_table<R>(
+    limiter: &Limiter,
+    look: impl FnOnce(&Keys<u64, GcraCell, KeyHasher>, &Guard) -> R,
+) -> R {
     let guard = Guard::new();
     let generation = limiter.generations.generation(&guard);
     let AnyKeys::Uniform(PerAlgorithm::TokenBucket(keyed)) = &generation.keys else {
         panic!("a token bucket's table");
     };
-    keyed
-        .table
-        .read(&key, &guard, |cell| {
-            keyed.hot.stripe(cell, &keyed.params);
-            Some(())
-        })
-        .expect("the key is tracked");
+    look(keyed, &guard)
+}
+
+/// Stripes `key` if it is tracked; whether it was.
+fn try_stripe(limiter: &Limiter, key: u64) -> bool {
+    with_table(limiter, |keyed, guard| {
+        keyed
+            .table
+            .read(&key, guard, |cell| {
+                keyed.hot.stripe(cell, &keyed.params);
+                Some(())
+            })
+            .is_some()
+    })
+}
+
+/// Stripes `key`, which must be tracked.
+fn stripe(limiter: &Limiter, key: u64) {
+    assert!(try_stripe(limiter, key), "key {key} is tracked");
     assert!(limiter.is_striped(&key));
 }
 
@@ -178,4 +195,41 @@ fn a_policy_change_carries_what_the_stripes_held_as_spent() {
         admitted >= 1000 - 64,
         "at most one lease per stripe lost: {admitted}"
     );
+}
+
+/// Threads stripe a key as fast as they can while another resets it over and over: an
+/// installation racing the removal of the state it is for never leaves stripes behind (a new
+/// state in the same place would decide on them), and the filter marks the striped keys'
+/// spots and nothing else.
+#[test]
+fn resets_racing_striping_leave_no_stripes_behind() {
+    for trial in 0..20 {
+        let (limiter, _) = limiter("1000/1h");
+        let roles = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let l = limiter.clone();
+        race(3, move || {
+            let resets = roles.fetch_add(1, std::sync::atomic::Ordering::Relaxed) == 0;
+            for _ in 0..2_000 {
+                if resets {
+                    l.reset(&1);
+                } else {
+                    let _ = l.try_acquire(&1);
+                    try_stripe(&l, 1);
+                }
+            }
+            0
+        });
+        limiter.reset(&1);
+        let (striped, marked) = with_table(&limiter, |keyed, _| keyed.hot.census());
+        assert_eq!(
+            striped, 0,
+            "trial {trial}: stripes left for a removed state"
+        );
+        assert!(marked, "trial {trial}: the filter marks what is striped");
+        let mut admitted = 0;
+        while limiter.try_acquire(&1).is_allowed() {
+            admitted += 1;
+        }
+        assert_eq!(admitted, 1000, "trial {trial}");
+    }
 }
