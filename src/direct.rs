@@ -307,10 +307,10 @@ impl<C: Clock> DirectLimiter<C> {
         let PerAlgorithm::TokenBucket(direct) = &generation.state else {
             return None;
         };
+        let now = self.clock.now();
         let stripes = generation
             .stripes
-            .get_or_init(|| Stripes::for_machine(&direct.params));
-        let now = self.clock.now();
+            .get_or_init(|| Stripes::for_machine(&direct.params, now));
         let striped = stripes.acquire(&direct.cell, &direct.params, now)?;
         if striped.quiet {
             // Relaxed: as when the bit is set.

@@ -60,6 +60,10 @@ pub(crate) trait RateState: Sized + Send + Sync + std::fmt::Debug + 'static {
     /// state that is its atomic words alone, else in a box of its own.
     type Cells: Cells<Self>;
 
+    /// Whether a contended state of this kind is spread over stripes (`engine::stripes`):
+    /// the token bucket's alone.
+    const STRIPED: bool = false;
+
     /// Derives the parameters from a policy whose algorithm matches this state.
     fn params(policy: &Policy) -> Self::Params;
 

@@ -58,7 +58,8 @@ const EMPTY: u64 = 0;
 /// A stripe whose lease is being taken from, or given back to, the central word: a request
 /// that meets it waits rather than refuse.
 const BUSY: u64 = u64::MAX;
-/// A stripe of a state retired by a policy change: never used again.
+/// A stripe retired: its state was retired by a policy change, or the keyed limiter unstriped
+/// the key (`keyed::striped`). Never used again.
 const RETIRED: u64 = u64::MAX - 1;
 const _: () = assert!(
     LAST_LEASED < RETIRED && RETIRED < BUSY,
@@ -254,11 +255,26 @@ pub(crate) struct Stripes {
 
 impl Stripes {
     /// As many stripes as the machine runs threads at once (a power of two, 2 to 64), with
-    /// leases sized for `gcra`.
-    pub(crate) fn for_machine(gcra: &Gcra) -> Self {
-        let cores = std::thread::available_parallelism().map_or(2, std::num::NonZero::get);
-        let count = cores.next_power_of_two().clamp(2, 64);
-        Self::new(count, Self::lease_for(gcra, count))
+    /// leases sized for `gcra`, made at `now`.
+    pub(crate) fn for_machine(gcra: &Gcra, now: u64) -> Self {
+        // Asked once: the answer reads cgroup files, and stripes are made on a request's path.
+        static COUNT: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+        let count = *COUNT.get_or_init(|| {
+            let cores = std::thread::available_parallelism().map_or(2, std::num::NonZero::get);
+            cores.next_power_of_two().clamp(2, 64)
+        });
+        let stripes = Self::new(count, Self::lease_for(gcra, count));
+        // Relaxed: not yet shared.
+        stripes.leasing.since.store(now, Ordering::Relaxed);
+        stripes
+    }
+
+    /// When the current span of watching which stripes take leases began: the stripes were
+    /// made then, or a lease was taken at most [`QUIET_SPAN`] after it. Long ago means no
+    /// lease for as long.
+    pub(crate) fn last_span(&self) -> u64 {
+        // Relaxed: a heuristic, as in `note_lease`.
+        self.leasing.since.load(Ordering::Relaxed)
     }
 
     /// How many permits a lease takes under `gcra` with `count` stripes: what [`LEASE_SPAN`]
@@ -615,9 +631,10 @@ impl Stripes {
             .sum()
     }
 
-    /// Retires every stripe, after the central word was retired by a policy change: a request
-    /// that still finds them looks the state up again. What they held was counted as spent
-    /// when the central word was retired.
+    /// Retires every stripe: after the central word was retired by a policy change (what they
+    /// held was counted as spent then), or when the keyed limiter unstripes the key (what they
+    /// held stays spent until time passes it). A request that still finds them decides on the
+    /// central word, or looks the state up again when that is retired too.
     pub(crate) fn retire(&self) {
         for stripe in &*self.stripes {
             // Release: as a lease's store; a request on this stripe now finds it retired.

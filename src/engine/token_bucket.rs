@@ -306,6 +306,7 @@ impl GcraCell {
 
 impl RateState for GcraCell {
     type Cells = Slab<Self>;
+    const STRIPED: bool = true;
     type Params = Gcra;
     type OwnParams = Gcra;
 

@@ -63,6 +63,8 @@ pub(super) trait KeyState<K>: Sized + Send + Sync + 'static {
     type Params: Send + Sync;
     /// How the table keeps states of this type.
     type Cells: Cells<Self>;
+    /// Whether a contended key's state is spread over stripes (`keyed::striped`).
+    const STRIPED: bool;
 
     /// The state bound to what it is decided under: the table's parameters for a uniform
     /// policy, its own for a per-key one.
@@ -171,6 +173,7 @@ impl Settle<'_> {
 impl<K, St: RateState> KeyState<K> for St {
     type Params = St::Params;
     type Cells = St::Cells;
+    const STRIPED: bool = St::STRIPED;
 
     type Decider<'a> = Bound<'a, St>;
 
@@ -276,6 +279,8 @@ impl<K> KeyState<K> for AnyState {
     type Params = Arc<Resolver<K>>;
     /// Keys of different policies differ in layout: one box each.
     type Cells = Boxed;
+    /// A resolver's keys are not striped: each has its own policy.
+    const STRIPED: bool = false;
 
     type Decider<'a> = &'a AnyState;
 
@@ -371,7 +376,7 @@ impl<K: Hash + Eq, St: KeyState<K>, S: BuildHasher> Keys<K, St, S> {
             table: Table::with_hasher(hasher),
             overflow: St::new_overflow(&params, inherited, now),
             params,
-            hot: Hot::new(),
+            hot: Hot::new(<St as KeyState<K>>::STRIPED),
         }
     }
 }

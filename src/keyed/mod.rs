@@ -343,12 +343,22 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
     /// exact: a key of `N` permits admits exactly `N` on a frozen clock however many threads
     /// race, and never more than the policy allows in any interval on a moving one (see
     /// `docs/ARCHITECTURE.md`, "Striped hot keys"). A key is striped only once compare-and-
-    /// swaps on it keep failing, costs no memory until then, and returns to one word when it
-    /// goes quiet; up to 64 keys of a limiter are striped at once.
+    /// swaps on it keep failing (sixteen lost within about a millisecond, counted over the
+    /// keys of one of 64 hashes), costs no memory until then, and returns to one word when
+    /// it goes quiet; up to 64 keys of a limiter are striped at once.
+    ///
+    /// What changes while a key is striped: an admission's `remaining` counts the key's word
+    /// and the deciding thread's stripe, not the others' (it may be low by one lease per
+    /// other stripe); `peek` and [`available`](RateLimiter::available) count every stripe,
+    /// but a request of cost above 1 or a reservation takes only from the key's word, so it
+    /// may be refused while stripes hold permits; a refund stops at what the stripes hold. A
+    /// lease lasts 10 µs of the policy's timeline (fewer permits for a small burst), and
+    /// what other stripes hold when the key is unstriped is lost once time passes it (one
+    /// lease per stripe at most, never an admission beyond the policy).
     ///
     /// Only a token bucket under one policy for every key is striped (not a per-key
     /// resolver's keys, nor the shared overflow state). Off, every request is one
-    /// compare-and-swap on its key's word.
+    /// compare-and-swap on its key's word, and a refund takes no lock.
     ///
     /// # Examples
     ///
@@ -561,7 +571,10 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
     /// Under a policy of several limits it is the smallest over them; for a key decided by
     /// the shared overflow state of a full limiter ([`max_keys`](RateLimiter::max_keys)), the
     /// shared state's. In shadow mode it is what the policy has (shadow mode lets requests
-    /// through, it does not add permits).
+    /// through, it does not add permits). While the key is
+    /// [striped](RateLimiter::striping), the count includes permits the stripes hold, which
+    /// only requests of cost 1 take: at most one lease per stripe of it may be out of reach of
+    /// a larger request.
     ///
     /// # Examples
     ///

@@ -83,8 +83,9 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
         let guard = Guard::new();
         let generation = self.generation(&guard);
         let on = |keys: &AnyKeys<K, S>, locked: bool| match keys {
-            // A refund on a token bucket stops at what the key's stripes hold.
-            AnyKeys::Uniform(PerAlgorithm::TokenBucket(keyed)) => {
+            // A refund on a token bucket stops at what the key's stripes hold (with striping
+            // off no key has any, and the word alone is settled, taking no lock).
+            AnyKeys::Uniform(PerAlgorithm::TokenBucket(keyed)) if self.may_stripe => {
                 let settle = |cell: &_| {
                     settle.apply(|held, marks, actual| {
                         let settled = (held, marks[0], actual);

@@ -3,45 +3,56 @@
 //!
 //! Each table of token buckets keeps a small side table of its striped keys, found by the
 //! place of the key's state (a cell that never moves while the key is tracked), so a key costs
-//! no memory until it is striped. A request reads one bit of a 64-bit filter of striped
-//! places beside the table (64 bits); only a set bit sends it to the side table and the stripes. A
-//! clear bit (the case of every key with one caller) decides on the key's word as before, and
-//! counts a lost compare-and-swap on the retry path only.
+//! no memory until it is striped. A request reads one bit of a 64-bit filter beside the table,
+//! one bit per hash of a place (its *spot*); only a set bit sends it to the side table and the
+//! stripes. A clear bit (the case of every key with one caller) decides on the key's word as
+//! before, and counts a lost compare-and-swap on the retry path only.
 //!
-//! **Entering and leaving.** Lost compare-and-swaps are counted per hashed place; the
-//! sixteenth stripes the key. A key leaves the side table when it goes quiet (its stripe gives
-//! its lease back first), and when its state leaves the table (evicted at rest, reset, moved
-//! to a new policy). Either way its stripes are retired before they are unlinked, so no
-//! request takes from them afterwards and no refund needs to know them: a request that meets
-//! them retired decides on the key's word, which is exact whether or not the key is striped
-//! (the stripes only ever hold runs the word handed out). Installing and removing hold one
-//! lock per table; requests never take it.
+//! **Entering and leaving.** Lost compare-and-swaps are counted per spot and tick (about a
+//! millisecond): the sixteenth within one tick stripes the key that lost it, if a slot of its
+//! spot is free or holds a key that has taken no lease for [`IDLE_SPAN`]. A key leaves the
+//! side table when it goes quiet (its stripe gives its lease back first), when another key
+//! takes its slot after it went idle, and when its state leaves the table (evicted at rest,
+//! reset, moved to a new policy). Either way its stripes are retired before they are
+//! unlinked, so no request takes from them afterwards and no refund needs to know them: a
+//! request that meets them retired decides on the key's word, which is exact whether or not
+//! the key is striped (the stripes only ever hold runs the word handed out). What the other
+//! stripes still held is lost once time passes it: under-admission of at most one lease per
+//! stripe, as when the direct limiter's key goes quiet. Installing and removing take one lock
+//! per table: a request takes it only when it stripes a key or finds it quiet.
 //!
 //! **A state that leaves while it is being striped.** A removal retires the state's word
 //! before it looks for its stripes, and an installation publishes the stripes before it looks
 //! at the word; a `SeqCst` fence on each side between the two makes one of them see the other,
-//! so stripes are never left behind for a place a new key may take.
+//! so stripes are never left behind for a place a new key may take. (The side table lives in
+//! `scc`'s epoch-reclaimed pointers, which loom cannot run; the race is tested by resets
+//! racing installations in `striped/tests.rs`.)
 
-use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{fence, AtomicU64, Ordering};
 use std::sync::PoisonError;
 
 use scc::{AtomicShared, Guard, Shared, Tag};
 
 use crate::clock::Clock;
 use crate::decision::Decision;
-use crate::engine::stripes::Stripes;
+use crate::engine::stripes::{Stripes, QUIET_SPAN};
 use crate::engine::sync::Mutex;
 use crate::engine::token_bucket::{Gcra, GcraCell};
 
-/// Places a table may have striped at once (each probes [`PROBES`] slots from its hash).
+/// Places a table may have striped at once (each probes [`PROBES`] slots from its spot).
 const SLOTS: usize = 64;
-/// Slots a place may take, from the one its hash names.
+/// Slots a place may take, from the one its spot names.
 const PROBES: usize = 4;
-/// Locks for whatever moves a key's TAT back (refunds and give-backs), shared by hash.
+/// Locks for whatever moves a key's TAT back (refunds and give-backs), shared by spot.
 const LOCKS: usize = 16;
-/// Compare-and-swaps lost on keys of one hash, counted across requests, after which the key
-/// that lost the last one is striped (the direct limiter's count).
-const LOST_BEFORE_STRIPING: u32 = 16;
+/// Compare-and-swaps lost on keys of one spot within one tick, after which the key that lost
+/// the last one is striped (the direct limiter's count).
+const LOST_BEFORE_STRIPING: u64 = 16;
+/// A tick of the lost count: `now >> TICK` ns, about a millisecond.
+const TICK: u32 = 20;
+/// How long a striped key may go without a lease before another key of its spot may take
+/// its slot.
+const IDLE_SPAN: u64 = 4 * QUIET_SPAN;
 
 /// Where a state lives: its address, stable while the state is in the table.
 #[inline(always)]
@@ -49,7 +60,8 @@ fn place_of<T>(state: &T) -> usize {
     std::ptr::from_ref(state).addr()
 }
 
-/// Six bits of a place's hash: its bit in the filter, and where its slots start.
+/// Six bits of a place's hash (below [`SLOTS`]): its bit in the filter, and where its slots
+/// start.
 #[inline(always)]
 fn spot(place: usize) -> usize {
     // Fibonacci hashing of the address without its alignment bits.
@@ -66,8 +78,11 @@ struct HotKey {
 /// its own, read only by requests on striped keys and by the cold paths.
 pub(super) struct Hot {
     /// One bit per [`spot`]: set while a key of that spot is striped. Read by every request,
-    /// which looks no further while it is zero (no key of the table striped).
+    /// which looks no further when its spot's bit is clear.
     marks: AtomicU64,
+    /// Whether the table's states are token buckets, the one state that is striped: the
+    /// other tables' removals skip [`Hot::forget`]'s fence.
+    buckets: bool,
     side: Box<Side>,
 }
 
@@ -75,8 +90,9 @@ pub(super) struct Hot {
 struct Side {
     /// The striped keys, by spot, probed linearly.
     slots: [AtomicShared<HotKey>; SLOTS],
-    /// Compare-and-swaps lost, by spot.
-    lost: [AtomicU32; SLOTS],
+    /// Compare-and-swaps lost, by spot: the tick of the latest (`now >> TICK`) above eight
+    /// bits of count.
+    lost: [AtomicU64; SLOTS],
     /// Held by whatever moves a key's TAT back, by spot (see `Stripes::settle`).
     lowering: [Mutex<()>; LOCKS],
     /// Held to install or remove a striped key.
@@ -84,12 +100,14 @@ struct Side {
 }
 
 impl Hot {
-    pub(super) fn new() -> Self {
+    /// The side table of a table whose states are token buckets (`buckets`) or not.
+    pub(super) fn new(buckets: bool) -> Self {
         Hot {
             marks: AtomicU64::new(0),
+            buckets,
             side: Box::new(Side {
                 slots: std::array::from_fn(|_| AtomicShared::null()),
-                lost: std::array::from_fn(|_| AtomicU32::new(0)),
+                lost: std::array::from_fn(|_| AtomicU64::new(0)),
                 lowering: std::array::from_fn(|_| Mutex::new(())),
                 writing: std::sync::Mutex::new(()),
             }),
@@ -124,7 +142,7 @@ impl Hot {
         let now = clock.now();
         let lost = || {
             if may_stripe {
-                self.lost_one(place, cell, gcra);
+                self.lost_one(place, cell, gcra, now);
             }
         };
         cell.reserve_at(gcra, now, 1, lost)
@@ -153,8 +171,9 @@ impl Hot {
     }
 
     /// A request whose home stripe had nothing at `now`: a new lease, a steal or a refusal
-    /// (`Stripes::acquire`); on the key's word when it has no stripes after all, or they
-    /// were retired.
+    /// (`Stripes::acquire`). On the key's word when the key is not striped after all (another
+    /// key of its spot is) or its stripes were retired (unstriped meanwhile), counting a lost
+    /// compare-and-swap there (the spot is marked, so striping is on).
     #[inline(never)]
     fn acquire_rest(
         &self,
@@ -169,13 +188,13 @@ impl Hot {
                 if striped.quiet {
                     hot.stripes
                         .give_back(striped.home, self.lock_of(place), cell, now);
-                    self.remove(place);
+                    self.remove(place, Some(hot));
                 }
                 return Some(striped.decision);
             }
         }
-        // The stripes or the state were retired: the word decides (or says retired).
-        cell.reserve_at(gcra, now, 1, || {})
+        // `None` when the state itself was retired: the caller looks the key up again.
+        cell.reserve_at(gcra, now, 1, || self.lost_one(place, cell, gcra, now))
             .map(|(decision, _)| decision)
     }
 
@@ -203,26 +222,35 @@ impl Hot {
         &self.side.lowering[spot(place) % LOCKS]
     }
 
-    /// Counts a compare-and-swap lost on `cell`'s word; the last of
-    /// [`LOST_BEFORE_STRIPING`] stripes the key.
+    /// Counts a compare-and-swap lost on `cell`'s word at `now`; the last of
+    /// [`LOST_BEFORE_STRIPING`] within a tick stripes the key.
     #[cold]
     #[inline(never)]
-    fn lost_one(&self, place: usize, cell: &GcraCell, gcra: &Gcra) {
-        let count = &self.side.lost[spot(place) % SLOTS];
-        // Relaxed: a count for a heuristic; no memory is published through it.
-        if count.fetch_add(1, Ordering::Relaxed) + 1 >= LOST_BEFORE_STRIPING {
-            count.store(0, Ordering::Relaxed);
-            self.install(place, cell, gcra);
+    fn lost_one(&self, place: usize, cell: &GcraCell, gcra: &Gcra, now: u64) {
+        let lost = &self.side.lost[spot(place)];
+        let tick = now >> TICK;
+        // Relaxed, here and below: a count for a heuristic; no memory is published through
+        // it. Racing updates may drop a loss or two, which only delays striping.
+        let seen = lost.load(Ordering::Relaxed);
+        if seen >> 8 != tick {
+            lost.store(tick << 8 | 1, Ordering::Relaxed);
+        } else if (seen & 0xFF) + 1 < LOST_BEFORE_STRIPING {
+            lost.fetch_add(1, Ordering::Relaxed);
+        } else {
+            lost.store(tick << 8, Ordering::Relaxed);
+            self.install(place, cell, gcra, now);
         }
     }
 
-    /// Stripes the key at `place` (whose state is `cell`), if a slot of its spot is free.
-    fn install(&self, place: usize, cell: &GcraCell, gcra: &Gcra) {
+    /// Stripes the key at `place` (whose state is `cell`) at `now`, if a slot of its spot is
+    /// free or holds a key that has taken no lease for [`IDLE_SPAN`] (which is unstriped).
+    fn install(&self, place: usize, cell: &GcraCell, gcra: &Gcra, now: u64) {
         let guard = Guard::new();
         {
             let _writing = self.lock_writing();
             let start = spot(place);
             let mut free = None;
+            let mut idle = None;
             for i in 0..PROBES {
                 let slot = (start + i) % SLOTS;
                 // Acquire: as every read of a slot.
@@ -231,39 +259,60 @@ impl Hot {
                     .as_ref()
                 {
                     Some(hot) if hot.place == place => return,
+                    Some(hot) if now.saturating_sub(hot.stripes.last_span()) > IDLE_SPAN => {
+                        idle.get_or_insert((slot, hot));
+                    }
                     Some(_) => {}
                     None => {
                         free.get_or_insert(slot);
                     }
                 }
             }
-            // Every slot of the spot taken: the key stays on its word.
-            let Some(slot) = free else { return };
+            let slot = match (free, idle) {
+                (Some(slot), _) => slot,
+                // The idle key's stripes are retired before its slot is taken (see `remove`).
+                (None, Some((slot, idle))) => {
+                    idle.stripes.retire();
+                    slot
+                }
+                // Every slot of the spot held by a key in use: this one stays on its word.
+                (None, None) => return,
+            };
             let hot = HotKey {
                 place,
-                stripes: Stripes::for_machine(gcra),
+                stripes: Stripes::for_machine(gcra, now),
             };
             // Release: publishes the stripes to requests that find them (Acquire).
             self.side.slots[slot].swap((Some(Shared::new(hot)), Tag::None), Ordering::Release);
-            self.mark(place, true);
+            self.remark(slot, &guard);
         }
         // SeqCst: the installing side of the module's "A state that leaves" (the stripes
         // published, then the state read; a removal does the opposite).
         fence(Ordering::SeqCst);
         if cell.tat_relaxed().is_none() {
-            self.remove(place);
+            self.remove(place, None);
         }
     }
 
-    /// Sets or clears the bit of `place`'s spot (under the writing lock).
-    fn mark(&self, place: usize, on: bool) {
-        let bit = 1 << spot(place);
-        let word = &self.marks;
-        // Relaxed: see `is_marked`; the fences of `install` and `forget` order what needs it.
-        if on {
-            word.fetch_or(bit, Ordering::Relaxed);
-        } else {
-            word.fetch_and(!bit, Ordering::Relaxed);
+    /// Sets the filter's bit of every spot whose window holds `slot` and still has a key
+    /// striped, and clears the others' (under the writing lock): the slot just changed hands,
+    /// and may have held the last striped key of its spot.
+    fn remark(&self, slot: usize, guard: &Guard) {
+        for spot_of in (0..PROBES).map(|back| (slot + SLOTS - back) % SLOTS) {
+            let striped = (0..PROBES).any(|i| {
+                // Acquire: as every read of a slot.
+                self.side.slots[(spot_of + i) % SLOTS]
+                    .load(Ordering::Acquire, guard)
+                    .as_ref()
+                    .is_some_and(|hot| spot(hot.place) == spot_of)
+            });
+            // Relaxed: see `is_marked`; the fences of `install` and `forget` order what
+            // needs it.
+            if striped {
+                self.marks.fetch_or(1 << spot_of, Ordering::Relaxed);
+            } else {
+                self.marks.fetch_and(!(1 << spot_of), Ordering::Relaxed);
+            }
         }
     }
 
@@ -279,44 +328,41 @@ impl Hot {
     /// table): after the retiring compare-and-swap, so an installation racing it either is
     /// seen here or sees the state retired (see the module docs).
     pub(super) fn forget<T>(&self, state: &T) {
+        if !self.buckets {
+            return;
+        }
         // SeqCst: the removing side of the module's "A state that leaves".
         fence(Ordering::SeqCst);
         let place = place_of(state);
         if self.is_marked(place) {
-            self.remove(place);
+            self.remove(place, None);
         }
     }
 
-    /// Retires and unlinks the stripes of the key at `place`, if it has any; the spot's bit
-    /// stays set while another key of the spot is striped (keys of a spot sit in its
-    /// [`PROBES`] slots).
+    /// Retires and unlinks the stripes of the key at `place`, if it has any (only `only`,
+    /// when given: a request that found those stripes quiet must not unlink newer ones).
     #[cold]
-    fn remove(&self, place: usize) {
+    fn remove(&self, place: usize, only: Option<&HotKey>) {
         let guard = Guard::new();
         let _writing = self.lock_writing();
         let start = spot(place);
-        let mut others = false;
-        for i in 0..PROBES {
-            let slot = &self.side.slots[(start + i) % SLOTS];
+        for slot in (0..PROBES).map(|i| (start + i) % SLOTS) {
+            let held = &self.side.slots[slot];
             // Acquire: as every read of a slot.
-            match slot.load(Ordering::Acquire, &guard).as_ref() {
-                Some(hot) if hot.place == place => {
+            if let Some(hot) = held.load(Ordering::Acquire, &guard).as_ref() {
+                if hot.place == place && only.is_none_or(|only| std::ptr::eq(only, hot)) {
                     hot.stripes.retire();
-                    slot.swap((None, Tag::None), Ordering::Release);
+                    held.swap((None, Tag::None), Ordering::Release);
+                    self.remark(slot, &guard);
                 }
-                Some(hot) => others |= spot(hot.place) == start,
-                None => {}
             }
-        }
-        if !others {
-            self.mark(place, false);
         }
     }
 
     /// Settles a reservation on `cell` at `now` (see `Stripes::settle`): a refund stops at
-    /// what the key's stripes hold, and holds the key's lock for lowering its TAT whether
-    /// or not the key is striped now (it may be by the time the refund's compare-and-swap
-    /// comes). `None` when retired.
+    /// what the key's stripes hold, and holds the lock of the key's spot for lowering its TAT
+    /// whether or not the key is striped now (it may be by the time the refund's
+    /// compare-and-swap comes). `None` when retired.
     pub(super) fn settle(
         &self,
         cell: &GcraCell,
@@ -337,7 +383,7 @@ impl Hot {
     }
 
     /// What a request of cost 1 on `cell` would get at `now`: the key's word, with what its
-    /// stripes hold. `None` when retired.
+    /// stripes hold (each read in turn, see `Stripes::peek`). `None` when retired.
     pub(super) fn peek(&self, cell: &GcraCell, gcra: &Gcra, now: u64) -> Option<Decision> {
         let guard = Guard::new();
         match self.stripes_of(place_of(cell), &guard) {
@@ -354,10 +400,10 @@ impl Hot {
         self.stripes_of(place_of(cell), &guard).is_some()
     }
 
-    /// Stripes the key whose state is `cell` now, as contention would.
+    /// Stripes the key whose state is `cell` at `now`, as contention would.
     #[cfg(test)]
-    pub(super) fn stripe(&self, cell: &GcraCell, gcra: &Gcra) {
-        self.install(place_of(cell), cell, gcra);
+    pub(super) fn stripe(&self, cell: &GcraCell, gcra: &Gcra, now: u64) {
+        self.install(place_of(cell), cell, gcra, now);
     }
 
     /// How many keys are striped, and whether the filter marks exactly their spots.

@@ -6,12 +6,15 @@ use std::time::Duration;
 
 use scc::Guard;
 
+use crate::clock::Clock;
 use crate::clock::FakeClock;
 use crate::engine::dispatch::PerAlgorithm;
 use crate::engine::token_bucket::GcraCell;
 use crate::keyed::key_state::{AnyKeys, Keys};
 use crate::keyed::RateLimiter;
 use crate::keys::KeyHasher;
+
+use super::{place_of, spot, IDLE_SPAN, LOST_BEFORE_STRIPING, PROBES};
 use crate::race::race;
 
 type Limiter = RateLimiter<u64, FakeClock>;
@@ -41,7 +44,9 @@ fn try_stripe(limiter: &Limiter, key: u64) -> bool {
         keyed
             .table
             .read(&key, guard, |cell| {
-                keyed.hot.stripe(cell, &keyed.params);
+                keyed
+                    .hot
+                    .stripe(cell, &keyed.params, limiter.generations.clock.now());
                 Some(())
             })
             .is_some()
@@ -82,20 +87,21 @@ fn sixteen_threads_on_a_striped_key_admit_exactly_its_permits() {
 
 #[test]
 fn a_peek_counts_what_the_stripes_hold() {
-    let (limiter, _) = limiter("1000/1h");
+    // 1,000 ns a permit: a lease holds 10 permits, which the stripe keeps after its first.
+    let (limiter, _) = limiter("10000/10ms");
     assert!(limiter.try_acquire(&1).is_allowed());
     stripe(&limiter, 1);
-    for spent in 2..=10 {
-        let decision = limiter.try_acquire(&1);
-        assert!(decision.is_allowed());
-        // The stripe leased more than it used: a peek still counts it as available.
-        assert_eq!(
-            limiter.peek(&1).remaining(),
-            1000 - spent - 1,
-            "after {spent}"
-        );
-        assert_eq!(limiter.available(&1), 1000 - spent, "after {spent}");
+    assert!(limiter.try_acquire(&1).is_allowed());
+    assert_eq!(limiter.available(&1), 9_998, "the stripe's 9 counted");
+    assert_eq!(limiter.peek(&1).remaining(), 9_997);
+    // A request of cost above 1 takes only from the key's word.
+    assert!(!limiter.try_acquire_n(&1, 9_998).unwrap().is_allowed());
+    assert!(limiter.try_acquire_n(&1, 9_989).unwrap().is_allowed());
+    for _ in 0..9 {
+        assert!(limiter.try_acquire(&1).is_allowed(), "from the stripe");
     }
+    assert!(!limiter.try_acquire(&1).is_allowed());
+    assert_eq!(limiter.available(&1), 0);
 }
 
 #[test]
@@ -178,22 +184,28 @@ fn eviction_forgets_the_stripes_of_a_key_at_rest() {
 
 #[test]
 fn a_policy_change_carries_what_the_stripes_held_as_spent() {
-    let (limiter, _) = limiter("1000/1h");
+    // Leases of 10 permits: the stripe holds runs it has not used when the policy changes.
+    let (limiter, _) = limiter("10000/10ms");
     assert!(limiter.try_acquire(&1).is_allowed());
     stripe(&limiter, 1);
-    for _ in 0..99 {
+    for _ in 0..95 {
         assert!(limiter.try_acquire(&1).is_allowed());
     }
-    limiter.set_policy("1000/1h".parse().unwrap());
-    let mut admitted = 100;
+    limiter.set_policy("10000/20ms".parse().unwrap());
+    assert_eq!(limiter.generations.linked(), 2, "a new generation");
+    let mut admitted = 96;
     while limiter.try_acquire(&1).is_allowed() {
         admitted += 1;
     }
     // What the stripe held unused was handed out by the old state: spent, never twice.
-    assert!(admitted <= 1000, "{admitted}");
+    assert!(admitted <= 10_000, "{admitted}");
     assert!(
-        admitted >= 1000 - 64,
-        "at most one lease per stripe lost: {admitted}"
+        admitted >= 10_000 - 64 * 10,
+        "at most a lease per stripe lost: {admitted}"
+    );
+    assert!(
+        !limiter.is_striped(&1),
+        "the key's new state starts on one word"
     );
 }
 
@@ -232,4 +244,118 @@ fn resets_racing_striping_leave_no_stripes_behind() {
         }
         assert_eq!(admitted, 1000, "trial {trial}");
     }
+}
+
+/// The spot of tracked `key`'s state.
+fn spot_of(limiter: &Limiter, key: u64) -> usize {
+    with_table(limiter, |keyed, guard| {
+        keyed
+            .table
+            .read(&key, guard, |cell| Some(spot(place_of(cell))))
+            .expect("tracked")
+    })
+}
+
+/// `count` tracked keys whose states share one spot.
+fn of_one_spot(limiter: &Limiter, count: usize) -> Vec<u64> {
+    let mut by_spot: std::collections::HashMap<usize, Vec<u64>> = Default::default();
+    for key in 100.. {
+        assert!(limiter.try_acquire(&key).is_allowed());
+        let keys = by_spot.entry(spot_of(limiter, key)).or_default();
+        keys.push(key);
+        if keys.len() == count {
+            return keys.clone();
+        }
+    }
+    unreachable!("keys run out")
+}
+
+/// Counts `losses` compare-and-swaps lost on `key`'s word at `now`.
+fn lose(limiter: &Limiter, key: u64, losses: u64, now: u64) {
+    with_table(limiter, |keyed, guard| {
+        keyed.table.read(&key, guard, |cell| {
+            for _ in 0..losses {
+                keyed.hot.lost_one(place_of(cell), cell, &keyed.params, now);
+            }
+            Some(())
+        })
+    });
+}
+
+/// Sixteen compare-and-swaps lost within a tick stripe a key; losses spread over ticks, or
+/// lost by other keys of its spot in another tick, do not.
+#[test]
+fn only_losses_close_together_stripe_a_key() {
+    let (limiter, _) = limiter("1000/1h");
+    let keys = of_one_spot(&limiter, 2);
+    let (a, b) = (keys[0], keys[1]);
+    let ms = 1_u64 << super::TICK;
+    lose(&limiter, b, LOST_BEFORE_STRIPING - 1, ms);
+    lose(&limiter, a, 1, 3 * ms);
+    assert!(!limiter.is_striped(&a) && !limiter.is_striped(&b));
+    lose(&limiter, a, LOST_BEFORE_STRIPING - 2, 3 * ms);
+    assert!(!limiter.is_striped(&a), "fifteen in the tick");
+    lose(&limiter, a, 1, 3 * ms);
+    assert!(limiter.is_striped(&a), "the sixteenth");
+    assert!(!limiter.is_striped(&b));
+}
+
+/// A key whose spot another striped key marks still counts its own lost compare-and-swaps
+/// (on the path that finds it has no stripes) and is striped by them.
+#[test]
+fn a_key_of_a_striped_keys_spot_is_striped_by_its_own_contention() {
+    let (limiter, _) = limiter("1000000000/1h");
+    let keys = of_one_spot(&limiter, 2);
+    let (a, b) = (keys[0], keys[1]);
+    stripe(&limiter, a);
+    for round in 0.. {
+        let l = limiter.clone();
+        race(4, move || {
+            for _ in 0..100_000 {
+                let _ = l.try_acquire(&b);
+            }
+            0
+        });
+        if limiter.is_striped(&b) {
+            break;
+        }
+        assert!(round < 50, "four threads on one key never striped it");
+    }
+    let (striped, marked) = with_table(&limiter, |keyed, _| keyed.hot.census());
+    assert!(striped >= 1 && marked, "{striped} striped");
+}
+
+/// A striped key that has taken no lease for a while gives its slot to a key of its spot
+/// that needs one (and is unstriped: its requests go to its word); while it is in use, it
+/// keeps it and the newcomer stays on its word.
+#[test]
+fn an_idle_striped_key_gives_its_slot_to_a_contended_one() {
+    let (limiter, clock) = limiter("1000/1s");
+    let keys = of_one_spot(&limiter, PROBES + 1);
+    for &key in &keys[..PROBES] {
+        stripe(&limiter, key);
+    }
+    let newcomer = keys[PROBES];
+    assert!(try_stripe(&limiter, newcomer));
+    assert!(
+        !limiter.is_striped(&newcomer),
+        "the window is full of keys in use"
+    );
+    clock.advance(Duration::from_nanos(IDLE_SPAN + 1));
+    // Three of the four take leases again: the idle one gives way.
+    for &key in &keys[1..PROBES] {
+        assert!(limiter.try_acquire(&key).is_allowed());
+    }
+    stripe(&limiter, newcomer);
+    assert!(!limiter.is_striped(&keys[0]), "the idle key was unstriped");
+    assert!(keys[1..PROBES].iter().all(|key| limiter.is_striped(key)));
+    let (striped, marked) = with_table(&limiter, |keyed, _| keyed.hot.census());
+    assert_eq!((striped, marked), (PROBES, true));
+    // The unstriped key decides on its word, exactly: idle for longer than its first permit
+    // took to come back, it has its 1,000, and not one more from its retired stripes.
+    let mut admitted = 0;
+    while limiter.try_acquire(&keys[0]).is_allowed() {
+        admitted += 1;
+    }
+    assert_eq!(admitted, 1_000);
 }
