@@ -55,6 +55,10 @@ impl Decision {
     const BAND_SHIFT: u32 = 8;
     /// The position's bits (a policy has at most `Policy::MAX_BANDS` = 4 bands).
     const BAND_MASK: u64 = 0xff << Self::BAND_SHIFT;
+    /// Where the position of the part of an `AllOf` that decided sits in `flags`.
+    const PART_SHIFT: u32 = 16;
+    /// The part's bits: up to 2^16 parts.
+    const PART_MASK: u64 = 0xffff << Self::PART_SHIFT;
 
     /// The same decision, reported by band `band` of a composite policy (its position in
     /// `Policy::bands`): the band whose `remaining` and `limit` it carries.
@@ -70,6 +74,37 @@ impl Decision {
     #[inline]
     pub(crate) const fn band(&self) -> usize {
         ((self.flags & Self::BAND_MASK) >> Self::BAND_SHIFT) as usize
+    }
+
+    /// The same decision, reported by part `part` of an `AllOf` (its position among the
+    /// parts, in the order they were added).
+    #[inline]
+    pub(crate) const fn in_part(mut self, part: usize) -> Self {
+        self.flags =
+            (self.flags & !Self::PART_MASK) | (((part as u64) & 0xffff) << Self::PART_SHIFT);
+        self
+    }
+
+    /// The part of an [`AllOf`](crate::AllOf) that decided: the refusing part with the
+    /// longest wait, or, when every part allowed, the one with the least left (its position
+    /// among the parts, in the order they were added; the first of equals). 0 for a decision
+    /// of one limiter.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::{AllOf, DirectLimiter, FakeClock};
+    ///
+    /// let roomy = DirectLimiter::with_clock("100/s".parse()?, FakeClock::new());
+    /// let tight = DirectLimiter::with_clock("2/s".parse()?, FakeClock::new());
+    /// let decision = AllOf::new().direct(&roomy).direct(&tight).try_acquire();
+    /// assert_eq!((decision.part(), decision.remaining()), (1, 1));
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    #[inline]
+    #[must_use]
+    pub const fn part(&self) -> usize {
+        ((self.flags & Self::PART_MASK) >> Self::PART_SHIFT) as usize
     }
 
     /// The same decision, marked as made by the shared overflow state.
@@ -329,6 +364,7 @@ impl std::fmt::Debug for Decision {
             // Part of equality: two decisions of one composite policy that name different
             // bands differ, and the output says why.
             .field("band", &self.band())
+            .field("part", &self.part())
             .finish()
     }
 }
@@ -355,9 +391,11 @@ mod tests {
         assert_eq!(
             format!("{denied:?}"),
             "Decision { allowed: false, remaining: 0, limit: 5, retry_after_nanos: 11, \
-             reset_after_nanos: 13, overflow: false, would_refuse: false, band: 0 }"
+             reset_after_nanos: 13, overflow: false, would_refuse: false, band: 0, part: 0 }"
         );
         assert_ne!(denied, denied.in_band(1), "the band is part of equality");
-        assert!(format!("{:?}", denied.in_band(1)).ends_with("band: 1 }"));
+        assert!(format!("{:?}", denied.in_band(1)).ends_with("band: 1, part: 0 }"));
+        assert_eq!(denied.in_band(1).in_part(300).part(), 300);
+        assert_eq!(denied.in_part(300).in_band(1).band(), 1);
     }
 }

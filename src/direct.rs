@@ -678,6 +678,40 @@ impl<C: Clock> DirectLimiter<C> {
         }
     }
 
+    /// What a request of cost `n` would get now, changing nothing: [`peek`](DirectLimiter::peek)
+    /// for a request of several permits, as [`try_acquire_n`](DirectLimiter::try_acquire_n)
+    /// would decide it at this instant.
+    ///
+    /// # Errors
+    ///
+    /// As `try_acquire_n`: [`CostError::Zero`] and [`CostError::ExceedsLimit`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let limiter = tollgate::DirectLimiter::with_clock("10/s".parse()?, tollgate::FakeClock::new());
+    /// limiter.try_acquire_n(8)?;
+    /// assert!(!limiter.peek_n(5)?.is_allowed());
+    /// assert!(limiter.peek_n(2)?.is_allowed());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn peek_n(&self, n: u64) -> Result<Decision, CostError> {
+        if n == 1 {
+            // The path that knows the stripes.
+            return Ok(self.peek());
+        }
+        CostError::nonzero(n)?;
+        let guard = Guard::new();
+        let mut retry = Retry::new();
+        loop {
+            if let Some(peeked) = self.settled(&guard).state.peek_checked(&self.clock, n) {
+                return peeked;
+            }
+            // A policy change is between retiring the old state and publishing the new one.
+            retry.snooze();
+        }
+    }
+
     /// The permits the limiter has now: the largest cost `n` for which
     /// [`try_acquire_n(n)`](DirectLimiter::try_acquire_n) would be allowed at this instant, 0
     /// when even one request would be refused. Changes nothing, as

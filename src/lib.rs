@@ -69,6 +69,7 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(rust_2018_idioms, unreachable_pub)]
 
+pub mod all_of;
 mod bounded;
 pub mod clock;
 pub mod concurrency;
@@ -131,6 +132,7 @@ struct MiddlewareDoctests;
 #[doc = include_str!("../docs/REDIS.md")]
 struct RedisDoctests;
 
+pub use all_of::AllOf;
 pub use clock::{Clock, FakeClock, SystemClock};
 pub use decision::Decision;
 pub use direct::DirectLimiter;

@@ -318,3 +318,107 @@ impl ModelStripes {
             .map_or(0, |decision| decision.available_before(1))
     }
 }
+
+/// Two per-key states decided together by an `AllOf`'s own protocol (`all_of::parts`): each
+/// part a [`ModelCell`] of this pair, taken in the order given, given back at the first
+/// refusal.
+#[derive(Debug)]
+pub struct ModelAllOf {
+    cells: [ModelCell; 2],
+}
+
+/// One cell of a [`ModelAllOf`] as a part of an `AllOf`, deciding at `clock`'s time.
+struct ModelPart<'a, C> {
+    cell: &'a ModelCell,
+    clock: &'a C,
+    cost: u64,
+}
+
+/// The origin every reservation of a [`ModelPart`] carries: the parts are told apart by
+/// which part settles, not by their reservations.
+const MODEL_ORIGIN: crate::reservation::Origin = crate::reservation::Origin {
+    limiter: 0,
+    key: 0,
+    rebuilds: 0,
+};
+
+impl<C: Clock> crate::all_of::Part for ModelPart<'_, C> {
+    fn take(&self, index: usize, tally: &mut crate::all_of::Tally) -> Option<crate::Reservation> {
+        let reserved = self
+            .cell
+            .0
+            .reserve(self.clock, self.cost)
+            .map(|(decision, marks)| {
+                crate::Reservation::new(decision, self.cost, marks, MODEL_ORIGIN)
+            });
+        crate::all_of::record(
+            index,
+            self.cost,
+            reserved.ok_or(crate::CostError::Zero),
+            tally,
+        )
+    }
+
+    fn settle(&self, held: crate::Reservation, actual: u64) -> Result<(), crate::SettleError> {
+        let taken = held.take(MODEL_ORIGIN)?;
+        let _ = self
+            .cell
+            .0
+            .settle(taken.held, &taken.marks, actual, self.clock.now());
+        Ok(())
+    }
+
+    fn look(&self, index: usize, tally: &mut crate::all_of::Tally) {
+        let peeked = self.cell.0.peek(self.clock, self.cost);
+        crate::all_of::record_look(
+            index,
+            self.cost,
+            peeked.ok_or(crate::CostError::Zero),
+            tally,
+        );
+    }
+
+    fn name(&self) -> Option<&'static str> {
+        None
+    }
+
+    fn set_name(&mut self, _: &'static str) {}
+}
+
+impl ModelAllOf {
+    /// Two fresh states of `policy`.
+    pub fn new(policy: &Policy) -> Self {
+        ModelAllOf {
+            cells: [ModelCell::new(policy), ModelCell::new(policy)],
+        }
+    }
+
+    /// Decides a request of cost 1 on both states, all or nothing, taking state `first`
+    /// first: the `AllOf` protocol on these cells.
+    pub fn try_acquire<C: Clock>(&self, clock: &C, first: usize) -> Decision {
+        use crate::all_of::Chain;
+        let part = |i: usize| ModelPart {
+            cell: &self.cells[i],
+            clock,
+            cost: 1,
+        };
+        let chain = (part(1 - first), (part(first), ()));
+        let mut tally = crate::all_of::Tally::default();
+        let _held = chain.take_all(&mut tally);
+        tally.decision()
+    }
+
+    /// Decides a request of cost 1 on state `i` alone, outside any `AllOf`.
+    pub fn try_acquire_one<C: Clock>(&self, clock: &C, i: usize) -> Decision {
+        self.cells[i]
+            .try_acquire(clock, 1)
+            .expect("a model's state is never retired")
+    }
+
+    /// What a request of 1 on state `i` alone would get now.
+    pub fn peek<C: Clock>(&self, clock: &C, i: usize) -> Decision {
+        self.cells[i]
+            .peek(clock, 1)
+            .expect("a model's state is never retired")
+    }
+}

@@ -194,6 +194,20 @@ pub(crate) trait Decides {
         self.reserve(clock, cost).map(Ok)
     }
 
+    /// [`Decides::peek`] of a cost not yet checked against the policy, as
+    /// [`Decides::reserve_checked`]. `None` when the state was retired.
+    #[inline]
+    fn peek_checked<C: Clock + ?Sized>(
+        &self,
+        clock: &C,
+        cost: u64,
+    ) -> Option<Result<Decision, CostError>> {
+        if let Err(refused) = CostError::within(cost, self.max_cost()) {
+            return Some(Err(refused));
+        }
+        self.peek(clock, cost).map(Ok)
+    }
+
     /// See [`RateState::settle`].
     fn settle(&self, held: u64, marks: &Marks, actual: u64, now: u64) -> Option<()>;
 

@@ -138,6 +138,7 @@ pub(super) trait KeyState<K>: Sized + Send + Sync + 'static {
         params: &Self::Params,
         blueprint: &Self::Blueprint,
         clock: &C,
+        cost: u64,
     ) -> Option<Decision>;
 }
 
@@ -270,8 +271,9 @@ impl<K, St: RateState> KeyState<K> for St {
         params: &St::Params,
         (): &(),
         clock: &C,
+        cost: u64,
     ) -> Option<Decision> {
-        overflow.state.peek(params, clock, 1)
+        overflow.state.peek(params, clock, cost)
     }
 }
 
@@ -365,8 +367,9 @@ impl<K> KeyState<K> for AnyState {
         _: &Self::Params,
         policy: &Policy,
         clock: &C,
+        cost: u64,
     ) -> Option<Decision> {
-        overflow.peek(policy, clock)
+        overflow.peek(policy, clock, cost)
     }
 }
 

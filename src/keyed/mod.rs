@@ -534,7 +534,44 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
         K: Borrow<Q> + From<Q::Owned>,
         Q: Hash + Eq + ToOwned + ?Sized,
     {
-        self.generations.peek(key)
+        match self.generations.peek(key, 1) {
+            Ok(decision) => decision,
+            // Every policy has at least one permit, so a cost of 1 is always acceptable.
+            Err(_) => unreachable!("a cost of 1 is within every policy"),
+        }
+    }
+
+    /// What a request of cost `n` for `key` would get now, changing nothing and creating no
+    /// state: [`peek`](RateLimiter::peek) for a request of several permits, as
+    /// [`try_acquire_n`](RateLimiter::try_acquire_n) would decide it at this instant.
+    ///
+    /// # Errors
+    ///
+    /// As `try_acquire_n`: [`CostError::Zero`] and [`CostError::ExceedsLimit`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{FakeClock, RateLimiter};
+    ///
+    /// let limiter: RateLimiter<String, FakeClock> =
+    ///     RateLimiter::with_clock("10/1s".parse()?, FakeClock::new());
+    /// limiter.try_acquire_n("alice", 8)?;
+    /// let peeked = limiter.peek_n("alice", 5)?;
+    /// assert!(!peeked.is_allowed());
+    /// assert_eq!(peeked.retry_after(), Duration::from_millis(300)); // 3 more to come back
+    /// assert!(limiter.peek_n("alice", 2)?.is_allowed());
+    /// assert!(limiter.peek_n("alice", 11).is_err()); // above the policy: never allowed
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn peek_n<Q>(&self, key: &Q, n: u64) -> Result<Decision, CostError>
+    where
+        K: Borrow<Q> + From<Q::Owned>,
+        Q: Hash + Eq + ToOwned + ?Sized,
+    {
+        CostError::nonzero(n)?;
+        self.generations.peek(key, n)
     }
 
     /// Whether `key`'s requests of cost 1 are now spread over stripes: the key was

@@ -227,10 +227,15 @@ impl PolicyOverflows {
 
     /// What a request would get from `policy`'s shared state now; `None` when a policy
     /// change retired it.
-    pub(super) fn peek<C: Clock + ?Sized>(&self, policy: &Policy, clock: &C) -> Option<Decision> {
+    pub(super) fn peek<C: Clock + ?Sized>(
+        &self,
+        policy: &Policy,
+        clock: &C,
+        cost: u64,
+    ) -> Option<Decision> {
         self.states
-            .read_sync(policy, |_, state| state.peek(clock, 1))
-            .unwrap_or_else(|| self.inherited.state(policy, clock.now()).peek(clock, 1))
+            .read_sync(policy, |_, state| state.peek(clock, cost))
+            .unwrap_or_else(|| self.inherited.state(policy, clock.now()).peek(clock, cost))
     }
 
     /// Retires every shared state at `now` and returns what they counted, policy by policy

@@ -467,7 +467,7 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
 
     /// What a request of cost 1 for `key` would get now, changing nothing and creating no
     /// state.
-    pub(super) fn peek<Q>(&self, key: &Q) -> Decision
+    pub(super) fn peek<Q>(&self, key: &Q, cost: u64) -> Result<Decision, CostError>
     where
         K: Borrow<Q> + From<Q::Owned>,
         Q: Hash + Eq + ToOwned + ?Sized,
@@ -480,17 +480,19 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
                 let generation = self.generation(&guard);
                 let resolved = resolved.as_ref();
                 let peeked = match &generation.keys {
-                    // A striped key's stripes hold permits its word counts as spent.
-                    AnyKeys::Uniform(PerAlgorithm::TokenBucket(keyed)) => {
-                        let peek = |cell: &_, now| keyed.hot.peek(cell, &keyed.params, now);
-                        self.peek_in(generation, keyed, key, resolved, peek, &guard)
+                    // A striped key's stripes hold permits its word counts as spent, for
+                    // requests of cost 1 (a larger one takes from the word alone).
+                    AnyKeys::Uniform(PerAlgorithm::TokenBucket(keyed)) if cost == 1 => {
+                        let peek = |cell: &_, now| keyed.hot.peek(cell, &keyed.params, now).map(Ok);
+                        self.peek_in(generation, keyed, key, resolved, (peek, cost), &guard)
                     }
                     keys => with_keys!(keys, keyed => {
-                        self.peek_in(generation, keyed, key, resolved, peek_on(keyed), &guard)
+                        let peek = peek_on(keyed, cost);
+                        self.peek_in(generation, keyed, key, resolved, (peek, cost), &guard)
                     }),
                 };
-                if let Some(decision) = peeked {
-                    return decision;
+                if let Some(peeked) = peeked {
+                    return peeked;
                 }
             }
             // An untracked key under a per-key resolver: ask it, outside the guard, and look
@@ -501,17 +503,21 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
         }
     }
 
-    /// What `key` would get now, as `peek` reads a tracked state at an instant; `None` when
-    /// it is not tracked and `resolved` is not the answer of this map's resolver.
+    /// What a request of `cost` for `key` would get now, as `peek` reads a tracked state at
+    /// an instant; `None` when it is not tracked and `resolved` is not the answer of this
+    /// map's resolver.
     fn peek_in<Q, St: KeyState<K>>(
         &self,
         generation: &Generation<K, S>,
         keyed: &Keys<K, St, S>,
         key: &Q,
         resolved: Option<&Resolved<K>>,
-        peek: impl Fn(&St, u64) -> Option<Decision>,
+        (peek, cost): (
+            impl Fn(&St, u64) -> Option<Result<Decision, CostError>>,
+            u64,
+        ),
         guard: &Guard,
-    ) -> Option<Decision>
+    ) -> Option<Result<Decision, CostError>>
     where
         K: Borrow<Q> + From<Q::Owned>,
         Q: Hash + Eq + ToOwned + ?Sized,
@@ -531,25 +537,30 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
         // Not tracked here: decide on the state the key's next request would create, built
         // aside and dropped.
         let blueprint = St::blueprint(&keyed.params, resolved)?;
+        if let Err(refused) = CostError::within(cost, St::max_cost_for(&keyed.params, &blueprint)) {
+            return Some(Err(refused));
+        }
         let moved = self.peek_older(generation, key, now, guard);
         if moved.is_none() && (self.len() >= self.max_keys || keyed.table.is_full()) {
             // `None` (retired by a policy change): the caller looks again.
-            return St::overflow_peek(&keyed.overflow, &keyed.params, &blueprint, &at_now)
-                .map(Decision::overflowed);
+            return St::overflow_peek(&keyed.overflow, &keyed.params, &blueprint, &at_now, cost)
+                .map(|decision| Ok(decision.overflowed()));
         }
         let carry = self.starting_carry(keyed, &blueprint, moved, now)?;
         let state = St::build(&keyed.params, &blueprint, carry.as_ref(), now);
-        let peeked = state.bind(&keyed.params).peek(&at_now, 1);
+        let peeked = state.bind(&keyed.params).peek(&at_now, cost);
         match peeked {
-            Some(decision) => Some(decision),
+            Some(decision) => Some(Ok(decision)),
             None => unreachable!("a state just built is live"),
         }
     }
 }
 
-/// What a request of cost 1 would get from a state of `keyed` at an instant.
+/// What a request of `cost` would get from a state of `keyed` at an instant (`None` when the
+/// state was retired).
 fn peek_on<K, St: KeyState<K>, S: BuildHasher>(
     keyed: &Keys<K, St, S>,
-) -> impl Fn(&St, u64) -> Option<Decision> + '_ {
-    |state, now| state.bind(&keyed.params).peek(&Fixed(now), 1)
+    cost: u64,
+) -> impl Fn(&St, u64) -> Option<Result<Decision, CostError>> + '_ {
+    move |state, now| state.bind(&keyed.params).peek_checked(&Fixed(now), cost)
 }

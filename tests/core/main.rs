@@ -14,6 +14,7 @@ mod key_cap;
 mod login;
 mod metrics_publish;
 mod policies;
+mod proptest_all_of;
 mod proptest_composite;
 mod proptest_gcra;
 mod proptest_settle;

@@ -13,6 +13,7 @@
 #[path = "../support/loom_cells.rs"]
 mod support;
 
+mod all_of;
 mod carry;
 mod composite;
 mod concurrency;

@@ -1,0 +1,357 @@
+//! Several limits in one decision, all or nothing: [`AllOf`].
+
+use std::fmt;
+use std::hash::{BuildHasher, Hash};
+
+use crate::decision::Decision;
+use crate::direct::DirectLimiter;
+use crate::error::CostError;
+use crate::keyed::RateLimiter;
+use crate::reservation::{Reservation, SettleError};
+
+pub(crate) use self::parts::Chain;
+#[cfg(tollgate_loom)]
+pub(crate) use self::parts::{record, record_look, Part};
+pub(crate) use self::tally::Tally;
+
+mod parts;
+mod tally;
+
+pub use self::parts::{DirectPart, KeyPart};
+
+/// One decision over several limits (per user, per client address, one global budget, a
+/// budget of tokens): allowed only if every part allows, and then every part has spent its
+/// permits; refused, and nothing was spent anywhere.
+///
+/// Parts are keys of [`RateLimiter`]s (of any key type, each with its own key) and
+/// [`DirectLimiter`]s, each with a cost (1 unless given):
+///
+/// ```
+/// use tollgate::{AllOf, DirectLimiter, FakeClock, RateLimiter};
+///
+/// let clock = FakeClock::new();
+/// let per_user: RateLimiter<String, FakeClock> = RateLimiter::with_clock("100/min".parse()?, clock.clone());
+/// let tokens: RateLimiter<String, FakeClock> = RateLimiter::with_clock("10000/min".parse()?, clock.clone());
+/// let per_ip: RateLimiter<u32, FakeClock> = RateLimiter::with_clock("2/min".parse()?, clock.clone());
+/// let global = DirectLimiter::with_clock("1000/s".parse()?, clock.clone());
+/// let ip = 0x0a00_0001;
+///
+/// let request = AllOf::new()
+///     .key(&per_user, "alice")
+///     .key_n(&tokens, "alice", 700)
+///     .key(&per_ip, &ip)
+///     .named("per-ip")
+///     .direct(&global);
+/// assert!(request.try_acquire().is_allowed());
+/// assert!(request.try_acquire().is_allowed());
+/// let refused = request.try_acquire(); // the third from this address in a minute
+/// assert!(!refused.is_allowed());
+/// assert_eq!(request.name(refused.part()), Some("per-ip"));
+/// // The refusal spent nothing: the user, the tokens and the global budget are as they were.
+/// assert_eq!(per_user.available("alice"), 98);
+/// assert_eq!(tokens.available("alice"), 10_000 - 1_400);
+/// assert_eq!(global.available(), 998);
+/// # Ok::<(), tollgate::PolicyError>(())
+/// ```
+///
+/// **The protocol.** The parts are taken in the order they were added, each exactly as its
+/// limiter takes a reservation (`reserve_n`); at the first refusal, the parts already taken
+/// are given back at once, the last taken first, each by a refund of every permit it took
+/// (`cancel`), and the parts after the refusing one are only looked at (`peek_n`). So a part
+/// never admits more than its own policy, under any number of racing threads, and a refused
+/// request leaves every part as it was, except for time: a request racing the refused one
+/// on a part it took and gave back may be refused in between (it saw those permits taken),
+/// at most as many permits as the refused request's cost on that part, for as long as the
+/// give-back takes (a few compare-and-swaps). Parts of one limiter and key in two places of
+/// one `AllOf` count twice, as two requests would.
+///
+/// **The answer.** Allowed: the decision of the part with the least left (its `remaining`,
+/// `limit` and `reset_after`). Refused: the `retry_after` of the refusing part with the
+/// longest wait, and as `remaining` the least any part has available. Either way
+/// [`Decision::part`] says which part decided (its position, in the order added), and
+/// [`AllOf::name`] its name if [`named`](AllOf::named) gave one.
+///
+/// **Costs.** A cost no state of its part's policy could admit (0, or above the policy's
+/// permits) is bad input: [`check`](AllOf::check) and [`reserve`](AllOf::reserve) return it
+/// as a [`PartError`] naming the part; [`try_acquire`](AllOf::try_acquire) and
+/// [`peek`](AllOf::peek) refuse such a request, spending nothing, with a `retry_after` of
+/// `u64::MAX` nanoseconds (never) and [`Decision::part`] naming the part. Check costs that
+/// come from input with `check` or `reserve`.
+///
+/// An `AllOf` borrows its limiters and keys and allocates nothing to decide; build one per
+/// request. With no part it allows everything.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct AllOf<P = ()> {
+    /// The parts, the last added first: `(C, (B, (A, ())))`.
+    parts: P,
+}
+
+/// The parts an [`AllOf`] holds: nested pairs, made by its builder methods (sealed).
+pub trait Parts: Chain {}
+
+impl<T: Chain> Parts for T {}
+
+impl AllOf {
+    /// No part yet.
+    #[must_use]
+    pub fn new() -> Self {
+        AllOf { parts: () }
+    }
+}
+
+impl<P: Parts> AllOf<P> {
+    /// Adds `limiter`'s `key`, at a cost of 1.
+    #[must_use]
+    pub fn key<'a, K, C, S, Q>(
+        self,
+        limiter: &'a RateLimiter<K, C, S>,
+        key: &'a Q,
+    ) -> AllOf<(KeyPart<'a, K, C, S, Q>, P)>
+    where
+        K: Hash + Eq + Clone + std::borrow::Borrow<Q> + From<Q::Owned> + 'static,
+        C: crate::clock::Clock,
+        S: BuildHasher + Clone + 'static,
+        Q: Hash + Eq + ToOwned + ?Sized,
+    {
+        self.key_n(limiter, key, 1)
+    }
+
+    /// Adds `limiter`'s `key`, at a cost of `n` permits.
+    #[must_use]
+    pub fn key_n<'a, K, C, S, Q>(
+        self,
+        limiter: &'a RateLimiter<K, C, S>,
+        key: &'a Q,
+        n: u64,
+    ) -> AllOf<(KeyPart<'a, K, C, S, Q>, P)>
+    where
+        K: Hash + Eq + Clone + std::borrow::Borrow<Q> + From<Q::Owned> + 'static,
+        C: crate::clock::Clock,
+        S: BuildHasher + Clone + 'static,
+        Q: Hash + Eq + ToOwned + ?Sized,
+    {
+        AllOf {
+            parts: (KeyPart::new(limiter, key, n), self.parts),
+        }
+    }
+
+    /// Adds `limiter`, at a cost of 1.
+    #[must_use]
+    pub fn direct<C: crate::clock::Clock>(
+        self,
+        limiter: &DirectLimiter<C>,
+    ) -> AllOf<(DirectPart<'_, C>, P)> {
+        self.direct_n(limiter, 1)
+    }
+
+    /// Adds `limiter`, at a cost of `n` permits.
+    #[must_use]
+    pub fn direct_n<C: crate::clock::Clock>(
+        self,
+        limiter: &DirectLimiter<C>,
+        n: u64,
+    ) -> AllOf<(DirectPart<'_, C>, P)> {
+        AllOf {
+            parts: (DirectPart::new(limiter, n), self.parts),
+        }
+    }
+
+    /// How many parts.
+    #[must_use]
+    pub const fn len(&self) -> usize {
+        P::LEN
+    }
+
+    /// Whether there is no part (such an `AllOf` allows everything).
+    #[must_use]
+    pub const fn is_empty(&self) -> bool {
+        P::LEN == 0
+    }
+
+    /// The name of part `part` (its position, in the order added), if it was
+    /// [`named`](AllOf::named).
+    #[must_use]
+    pub fn name(&self, part: usize) -> Option<&'static str> {
+        self.parts.name_of(part)
+    }
+
+    /// Decides a request on every part at once: allowed, with every part's permits spent, or
+    /// refused, with nothing spent (see the type's docs for the answer's fields).
+    pub fn try_acquire(&self) -> Decision {
+        let mut tally = Tally::default();
+        // An admission keeps its permits: what each part holds is dropped unsettled.
+        let _held = self.parts.take_all(&mut tally);
+        tally.decision()
+    }
+
+    /// What [`try_acquire`](AllOf::try_acquire) would decide now, changing nothing: each part
+    /// looked at in turn (a snapshot of each, not of all at one instant).
+    pub fn peek(&self) -> Decision {
+        let mut tally = Tally::default();
+        self.parts.look_all(&mut tally);
+        tally.decision()
+    }
+
+    /// Whether every part's cost is one its policy could ever admit, changing nothing.
+    ///
+    /// # Errors
+    ///
+    /// The first part whose cost is 0 or above its policy's permits, with its name.
+    pub fn check(&self) -> Result<(), PartError> {
+        let mut tally = Tally::default();
+        self.parts.look_all(&mut tally);
+        self.error(&tally)
+    }
+
+    /// Takes every part's permits now, for a request whose real costs are known only after
+    /// it ran (the tokens an LLM call really used), all or nothing as
+    /// [`try_acquire`](AllOf::try_acquire); [`settle`](AllOf::settle) then gives back what a
+    /// part did not use, or charges what it used on top.
+    ///
+    /// # Errors
+    ///
+    /// As [`check`](AllOf::check); nothing is spent.
+    pub fn reserve(&self) -> Result<AllOfReservation, PartError> {
+        let mut tally = Tally::default();
+        let held = self.parts.take_all(&mut tally);
+        self.error(&tally)?;
+        let mut parts = Vec::with_capacity(P::LEN);
+        if let Some(held) = held {
+            P::flatten(held, &mut parts);
+        }
+        Ok(AllOfReservation {
+            decision: tally.decision(),
+            parts,
+        })
+    }
+
+    /// Settles `reservation` at what each part really cost: `actual[i]` for part `i` (a part
+    /// with no entry cost what it reserved), each part as its limiter's `settle`, the last
+    /// added first.
+    ///
+    /// # Errors
+    ///
+    /// [`SettleError::Refused`] for a refused reservation, which holds nothing;
+    /// [`SettleError::OtherLimiter`] or [`SettleError::OtherKey`] for one made by an `AllOf`
+    /// of other parts (the parts before the one that failed are settled).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::{AllOf, FakeClock, RateLimiter};
+    ///
+    /// let clock = FakeClock::new();
+    /// let requests: RateLimiter<String, FakeClock> = RateLimiter::with_clock("10/min".parse()?, clock.clone());
+    /// let tokens: RateLimiter<String, FakeClock> = RateLimiter::with_clock("10000/min".parse()?, clock);
+    /// let call = AllOf::new().key(&requests, "alice").key_n(&tokens, "alice", 700);
+    /// let reservation = call.reserve()?;
+    /// assert!(reservation.decision().is_allowed());
+    /// call.settle(reservation, &[1, 250])?; // the call used 250 tokens: 450 come back
+    /// assert_eq!(tokens.available("alice"), 9_750);
+    /// assert_eq!(requests.available("alice"), 9);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn settle(&self, reservation: AllOfReservation, actual: &[u64]) -> Result<(), SettleError> {
+        if !reservation.decision.is_allowed() {
+            return Err(SettleError::Refused);
+        }
+        let mut parts = reservation.parts;
+        self.parts.settle_all(&mut parts, actual)
+    }
+
+    /// Gives back every permit of `reservation`: [`settle`](AllOf::settle) at 0 on every part.
+    ///
+    /// # Errors
+    ///
+    /// As [`settle`](AllOf::settle).
+    pub fn cancel(&self, reservation: AllOfReservation) -> Result<(), SettleError> {
+        self.settle(reservation, &vec![0; P::LEN])
+    }
+
+    fn error(&self, tally: &Tally) -> Result<(), PartError> {
+        match tally.error() {
+            Some((part, error)) => Err(PartError {
+                part,
+                name: self.name(part),
+                error,
+            }),
+            None => Ok(()),
+        }
+    }
+}
+
+impl<X, R> AllOf<(X, R)>
+where
+    (X, R): Parts,
+{
+    /// Names the part added last, for [`AllOf::name`] and [`PartError`] (the limiter's
+    /// role: "per-ip", "tokens").
+    #[must_use]
+    pub fn named(mut self, name: &'static str) -> Self {
+        self.parts.name_last(name);
+        self
+    }
+}
+
+/// The permits an [`AllOf::reserve`] took on every part, until [`AllOf::settle`] or
+/// [`AllOf::cancel`]; dropped unsettled, they stay spent.
+#[must_use = "an AllOfReservation holds permits until it is settled or cancelled"]
+#[derive(Debug)]
+pub struct AllOfReservation {
+    decision: Decision,
+    /// Each part's reservation, in the order added; empty when refused.
+    parts: Vec<Reservation>,
+}
+
+impl AllOfReservation {
+    /// The decision, as [`AllOf::try_acquire`] would have made it.
+    pub const fn decision(&self) -> Decision {
+        self.decision
+    }
+}
+
+/// A part of an [`AllOf`] whose cost no state of its policy could admit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PartError {
+    part: usize,
+    name: Option<&'static str>,
+    error: CostError,
+}
+
+impl PartError {
+    /// The part's position, in the order the parts were added.
+    #[must_use]
+    pub const fn part(&self) -> usize {
+        self.part
+    }
+
+    /// The part's name, if it was [`named`](AllOf::named).
+    #[must_use]
+    pub const fn name(&self) -> Option<&'static str> {
+        self.name
+    }
+
+    /// What is wrong with the part's cost.
+    #[must_use]
+    pub const fn error(&self) -> CostError {
+        self.error
+    }
+}
+
+impl fmt::Display for PartError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.name {
+            Some(name) => write!(f, "part {} ({name:?}): {}", self.part, self.error),
+            None => write!(f, "part {}: {}", self.part, self.error),
+        }
+    }
+}
+
+impl std::error::Error for PartError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.error)
+    }
+}
+
+#[cfg(test)]
+mod tests;

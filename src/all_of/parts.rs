@@ -1,0 +1,280 @@
+//! The parts of an [`AllOf`](super::AllOf) and the one protocol that decides them together:
+//! take each part in the order it was added, and at the first refusal give back, newest
+//! first, what the parts before it took.
+//!
+//! A chain of parts is a nested pair, the part added last first: `(C, (B, (A, ())))`. Deciding
+//! it recurses to `A`, so the parts are taken in the order they were added, and each level
+//! keeps what its part holds on the stack until the whole chain is decided: nothing is
+//! allocated. A part that refuses ends the taking; the parts after it are only looked at
+//! (a peek, for the longest wait), and the parts before it are given back from the newest
+//! one down, the order in which a refund of each is exact (see `Gcra::settle`).
+
+use std::borrow::Borrow;
+use std::hash::{BuildHasher, Hash};
+
+use crate::clock::Clock;
+use crate::decision::Decision;
+use crate::direct::DirectLimiter;
+use crate::error::CostError;
+use crate::keyed::RateLimiter;
+use crate::reservation::{Reservation, SettleError};
+
+use super::tally::Tally;
+
+/// One limit of an [`AllOf`](super::AllOf): a limiter, the key it decides (for a keyed
+/// limiter) and the cost.
+pub(crate) trait Part {
+    /// Takes the part's permits, recording its decision in `tally` as part `index`: the
+    /// reservation that holds them when the part allowed.
+    fn take(&self, index: usize, tally: &mut Tally) -> Option<Reservation>;
+    /// Settles `held`, what `take` took, at `actual` permits: 0 gives every permit back.
+    fn settle(&self, held: Reservation, actual: u64) -> Result<(), SettleError>;
+    /// Records in `tally`, as part `index`, what `take` would decide now, taking nothing.
+    fn look(&self, index: usize, tally: &mut Tally);
+    /// The name given with `AllOf::named`.
+    fn name(&self) -> Option<&'static str>;
+    /// Gives the part a name.
+    fn set_name(&mut self, name: &'static str);
+}
+
+/// Records the outcome of a reservation of part `index` of cost `cost` in `tally`: the
+/// reservation when it holds permits.
+pub(crate) fn record(
+    index: usize,
+    cost: u64,
+    reserved: Result<Reservation, CostError>,
+    tally: &mut Tally,
+) -> Option<Reservation> {
+    match reserved {
+        Ok(reservation) => {
+            let decision = reservation.decision();
+            tally.decided(index, decision, cost);
+            decision.is_allowed().then_some(reservation)
+        }
+        Err(error) => {
+            tally.failed(index, error);
+            None
+        }
+    }
+}
+
+/// Records a peek of part `index` of cost `cost` in `tally`.
+pub(crate) fn record_look(
+    index: usize,
+    cost: u64,
+    peeked: Result<Decision, CostError>,
+    tally: &mut Tally,
+) {
+    match peeked {
+        Ok(decision) => tally.decided(index, decision, cost),
+        Err(error) => tally.failed(index, error),
+    }
+}
+
+/// A key of a [`RateLimiter`] with its cost: made by [`AllOf::key`](super::AllOf::key) and
+/// [`AllOf::key_n`](super::AllOf::key_n).
+pub struct KeyPart<'a, K, C, S: BuildHasher, Q: ?Sized> {
+    limiter: &'a RateLimiter<K, C, S>,
+    key: &'a Q,
+    cost: u64,
+    name: Option<&'static str>,
+}
+
+impl<'a, K, C, S: BuildHasher, Q: ?Sized> KeyPart<'a, K, C, S, Q> {
+    pub(super) fn new(limiter: &'a RateLimiter<K, C, S>, key: &'a Q, cost: u64) -> Self {
+        KeyPart {
+            limiter,
+            key,
+            cost,
+            name: None,
+        }
+    }
+}
+
+impl<K, C, S, Q> Part for KeyPart<'_, K, C, S, Q>
+where
+    K: Hash + Eq + Clone + Borrow<Q> + From<Q::Owned> + 'static,
+    C: Clock,
+    S: BuildHasher + Clone + 'static,
+    Q: Hash + Eq + ToOwned + ?Sized,
+{
+    fn take(&self, index: usize, tally: &mut Tally) -> Option<Reservation> {
+        let reserved = self.limiter.reserve_n(self.key, self.cost);
+        record(index, self.cost, reserved, tally)
+    }
+
+    fn settle(&self, held: Reservation, actual: u64) -> Result<(), SettleError> {
+        self.limiter.settle(self.key, held, actual)
+    }
+
+    fn look(&self, index: usize, tally: &mut Tally) {
+        record_look(
+            index,
+            self.cost,
+            self.limiter.peek_n(self.key, self.cost),
+            tally,
+        );
+    }
+
+    fn name(&self) -> Option<&'static str> {
+        self.name
+    }
+
+    fn set_name(&mut self, name: &'static str) {
+        self.name = Some(name);
+    }
+}
+
+/// A [`DirectLimiter`] with its cost: made by [`AllOf::direct`](super::AllOf::direct) and
+/// [`AllOf::direct_n`](super::AllOf::direct_n).
+pub struct DirectPart<'a, C> {
+    limiter: &'a DirectLimiter<C>,
+    cost: u64,
+    name: Option<&'static str>,
+}
+
+impl<'a, C> DirectPart<'a, C> {
+    pub(super) fn new(limiter: &'a DirectLimiter<C>, cost: u64) -> Self {
+        DirectPart {
+            limiter,
+            cost,
+            name: None,
+        }
+    }
+}
+
+impl<C: Clock> Part for DirectPart<'_, C> {
+    fn take(&self, index: usize, tally: &mut Tally) -> Option<Reservation> {
+        record(index, self.cost, self.limiter.reserve_n(self.cost), tally)
+    }
+
+    fn settle(&self, held: Reservation, actual: u64) -> Result<(), SettleError> {
+        self.limiter.settle(held, actual)
+    }
+
+    fn look(&self, index: usize, tally: &mut Tally) {
+        record_look(index, self.cost, self.limiter.peek_n(self.cost), tally);
+    }
+
+    fn name(&self) -> Option<&'static str> {
+        self.name
+    }
+
+    fn set_name(&mut self, name: &'static str) {
+        self.name = Some(name);
+    }
+}
+
+/// What deciding a chain of parts needs (see the module docs). Public in name only, for the
+/// bound of the sealed `all_of::Parts`; nothing outside the crate can name it.
+#[allow(unreachable_pub)]
+pub trait Chain {
+    /// How many parts.
+    const LEN: usize;
+    /// What the parts hold once all of them took their permits, the last added first.
+    type Held;
+
+    /// Takes every part in the order added, recording each decision in `tally`; `None`, with
+    /// nothing held anywhere, when one refused (the parts after it only looked at).
+    fn take_all(&self, tally: &mut Tally) -> Option<Self::Held>;
+    /// Gives back what `take_all` took, the last added first.
+    fn give_back_all(&self, held: Self::Held);
+    /// Records what every part would decide now, taking nothing.
+    fn look_all(&self, tally: &mut Tally);
+    /// What every part holds, in the order added.
+    fn flatten(held: Self::Held, into: &mut Vec<Reservation>);
+    /// Settles the reservation of each part in `held` (in the order added, popped from the
+    /// end) at `actual[index]`, the last added first; a part with no entry keeps what it
+    /// reserved. See `AllOf::settle`.
+    fn settle_all(&self, held: &mut Vec<Reservation>, actual: &[u64]) -> Result<(), SettleError>;
+    /// The name of part `index`.
+    fn name_of(&self, index: usize) -> Option<&'static str>;
+    /// Names the part added last.
+    fn name_last(&mut self, name: &'static str);
+}
+
+impl Chain for () {
+    const LEN: usize = 0;
+    type Held = ();
+
+    fn take_all(&self, _: &mut Tally) -> Option<()> {
+        Some(())
+    }
+
+    fn give_back_all(&self, (): ()) {}
+
+    fn look_all(&self, _: &mut Tally) {}
+
+    fn flatten((): (), _: &mut Vec<Reservation>) {}
+
+    fn settle_all(&self, _: &mut Vec<Reservation>, _: &[u64]) -> Result<(), SettleError> {
+        Ok(())
+    }
+
+    fn name_of(&self, _: usize) -> Option<&'static str> {
+        None
+    }
+
+    fn name_last(&mut self, _: &'static str) {}
+}
+
+impl<X: Part, R: Chain> Chain for (X, R) {
+    const LEN: usize = R::LEN + 1;
+    type Held = (Reservation, R::Held);
+
+    fn take_all(&self, tally: &mut Tally) -> Option<Self::Held> {
+        let (part, earlier) = self;
+        let index = R::LEN;
+        let Some(before) = earlier.take_all(tally) else {
+            // An earlier part refused: this one is only looked at, for the longest wait.
+            part.look(index, tally);
+            return None;
+        };
+        match part.take(index, tally) {
+            Some(held) => Some((held, before)),
+            None => {
+                earlier.give_back_all(before);
+                None
+            }
+        }
+    }
+
+    fn give_back_all(&self, (held, before): Self::Held) {
+        // The reservation is this part's own and holds permits: a settle fails only for
+        // another limiter's or key's, or for a refused one.
+        let _ = self.0.settle(held, 0);
+        self.1.give_back_all(before);
+    }
+
+    fn look_all(&self, tally: &mut Tally) {
+        self.1.look_all(tally);
+        self.0.look(R::LEN, tally);
+    }
+
+    fn flatten((held, before): Self::Held, into: &mut Vec<Reservation>) {
+        R::flatten(before, into);
+        into.push(held);
+    }
+
+    fn settle_all(&self, held: &mut Vec<Reservation>, actual: &[u64]) -> Result<(), SettleError> {
+        // The last added first, as a refund of the newest reservation first is exact.
+        if let Some(reservation) = held.pop() {
+            if let Some(&actual) = actual.get(R::LEN) {
+                self.0.settle(reservation, actual)?;
+            }
+        }
+        self.1.settle_all(held, actual)
+    }
+
+    fn name_of(&self, index: usize) -> Option<&'static str> {
+        if index == R::LEN {
+            self.0.name()
+        } else {
+            self.1.name_of(index)
+        }
+    }
+
+    fn name_last(&mut self, name: &'static str) {
+        self.0.set_name(name);
+    }
+}

@@ -1,0 +1,294 @@
+//! `AllOf` on real limiters: all or nothing, the combined answer, bad costs, peek,
+//! reservations, racing threads on a frozen clock.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::clock::FakeClock;
+use crate::error::CostError;
+use crate::race::race;
+use crate::reservation::SettleError;
+use crate::{AllOf, DirectLimiter, RateLimiter};
+
+use super::PartError;
+
+type Keyed = RateLimiter<String, FakeClock>;
+
+fn keyed(policy: &str, clock: &FakeClock) -> Keyed {
+    RateLimiter::with_clock(policy.parse().unwrap(), clock.clone())
+}
+
+fn direct(policy: &str, clock: &FakeClock) -> DirectLimiter<FakeClock> {
+    DirectLimiter::with_clock(policy.parse().unwrap(), clock.clone())
+}
+
+#[test]
+fn an_admission_spends_every_part_and_reports_the_tightest() {
+    let clock = FakeClock::new();
+    let (user, tokens, global) = (
+        keyed("10/1s", &clock),
+        keyed("1000/1s", &clock),
+        direct("5/1s", &clock),
+    );
+    let all = AllOf::new()
+        .key(&user, "alice")
+        .key_n(&tokens, "alice", 300)
+        .direct(&global);
+    assert_eq!(all.len(), 3);
+    let decision = all.try_acquire();
+    assert!(decision.is_allowed());
+    // Left: 9 of 10, 700 of 1000, 4 of 5: the global part is tightest.
+    assert_eq!(
+        (decision.part(), decision.remaining(), decision.limit()),
+        (2, 4, 5)
+    );
+    assert_eq!(user.available("alice"), 9);
+    assert_eq!(tokens.available("alice"), 700);
+    assert_eq!(global.available(), 4);
+    let decision = all.try_acquire();
+    // Left: 8, 400, 3: still the global part.
+    assert_eq!((decision.part(), decision.remaining()), (2, 3));
+    let decision = all.try_acquire();
+    // Left: 7, 100, 2: the least left is the global part's 2.
+    assert_eq!(
+        (decision.part(), decision.remaining(), decision.limit()),
+        (2, 2, 5)
+    );
+    // 300 tokens asked, 100 left: refused by the tokens, for 200 ms; the least any part has
+    // is the global part's 2.
+    let refused = all.try_acquire();
+    assert!(!refused.is_allowed());
+    assert_eq!((refused.part(), refused.remaining()), (1, 2));
+    assert_eq!(refused.retry_after(), Duration::from_millis(200));
+}
+
+#[test]
+fn a_refusal_by_one_part_leaves_every_other_part_as_it_was() {
+    let clock = FakeClock::new();
+    let (user, per_ip, global) = (
+        keyed("10/1s", &clock),
+        keyed("2/1s", &clock),
+        direct("100/1s", &clock),
+    );
+    let all = AllOf::new()
+        .key(&user, "alice")
+        .key(&per_ip, "10.0.0.1")
+        .named("per-ip")
+        .direct(&global)
+        .named("global");
+    assert!(all.try_acquire().is_allowed());
+    assert!(all.try_acquire().is_allowed());
+    for _ in 0..3 {
+        let refused = all.try_acquire();
+        assert!(!refused.is_allowed());
+        assert_eq!(refused.part(), 1);
+        assert_eq!(all.name(refused.part()), Some("per-ip"));
+        assert_eq!(refused.retry_after(), Duration::from_millis(500));
+        assert_eq!(refused.remaining(), 0);
+        assert_eq!(refused.limit(), 2);
+    }
+    // Nothing spent by the refusals, on the parts before the refusing one or after it.
+    assert_eq!(user.available("alice"), 8);
+    assert_eq!(global.available(), 98);
+    assert_eq!(all.name(0), None);
+    assert_eq!(all.name(2), Some("global"));
+    assert_eq!(all.name(3), None);
+}
+
+#[test]
+fn a_refusal_waits_for_the_slowest_refusing_part_and_counts_the_least_available() {
+    let clock = FakeClock::new();
+    // A part that refuses for 100 ms, one that refuses for 1 s, one with 3 left.
+    let (fast, slow, roomy) = (
+        direct("10/1s", &clock),
+        direct("1/1s", &clock),
+        direct("5/1s", &clock),
+    );
+    assert!(fast.try_acquire_n(10).unwrap().is_allowed());
+    assert!(slow.try_acquire().is_allowed());
+    assert!(roomy.try_acquire_n(2).unwrap().is_allowed());
+    let refused = AllOf::new()
+        .direct(&roomy)
+        .direct(&fast)
+        .direct(&slow)
+        .try_acquire();
+    assert!(!refused.is_allowed());
+    assert_eq!(refused.part(), 2);
+    assert_eq!(refused.retry_after(), Duration::from_secs(1));
+    assert_eq!(refused.remaining(), 0);
+    assert_eq!(roomy.available(), 3, "taken and given back");
+}
+
+#[test]
+fn a_cost_no_policy_could_admit_is_refused_and_spends_nothing() {
+    let clock = FakeClock::new();
+    let (user, tokens) = (keyed("10/1s", &clock), keyed("1000/1s", &clock));
+    for (cost, error) in [
+        (
+            1001,
+            CostError::ExceedsLimit {
+                cost: 1001,
+                limit: 1000,
+            },
+        ),
+        (0, CostError::Zero),
+    ] {
+        let all = AllOf::new()
+            .key(&user, "alice")
+            .key_n(&tokens, "alice", cost)
+            .named("tokens");
+        let expected = PartError {
+            part: 1,
+            name: Some("tokens"),
+            error,
+        };
+        assert_eq!(all.check(), Err(expected));
+        assert_eq!(all.reserve().unwrap_err(), expected);
+        let refused = all.try_acquire();
+        assert!(!refused.is_allowed());
+        assert_eq!(refused.part(), 1);
+        assert_eq!(refused.retry_after(), Duration::from_nanos(u64::MAX));
+        assert!(!all.peek().is_allowed());
+        assert_eq!(user.available("alice"), 10, "cost {cost}: nothing spent");
+        assert_eq!(tokens.available("alice"), 1000);
+    }
+    let message = AllOf::new()
+        .key_n(&tokens, "bob", 0)
+        .named("tokens")
+        .check();
+    assert_eq!(
+        message.unwrap_err().to_string(),
+        "part 0 (\"tokens\"): cost must be at least 1, got 0"
+    );
+}
+
+#[test]
+fn a_peek_is_what_try_acquire_would_decide_and_spends_nothing() {
+    let clock = FakeClock::new();
+    let (user, tokens) = (keyed("3/1s", &clock), keyed("1000/1s", &clock));
+    let all = AllOf::new()
+        .key(&user, "alice")
+        .key_n(&tokens, "alice", 400);
+    for _ in 0..2 {
+        let peeked = all.peek();
+        assert_eq!(peeked, all.peek(), "a peek changes nothing");
+        assert_eq!(peeked, all.try_acquire());
+    }
+    // 200 tokens left: a third request of 400 is refused, as the peek says.
+    let peeked = all.peek();
+    assert!(!peeked.is_allowed());
+    assert_eq!(peeked.part(), 1);
+    assert_eq!(peeked, all.try_acquire());
+    assert_eq!(user.available("alice"), 1);
+    assert!(AllOf::new().peek().is_allowed(), "no part: nothing limits");
+    assert!(AllOf::new().try_acquire().is_allowed());
+}
+
+#[test]
+fn a_reservation_settles_each_part_at_what_it_really_cost() {
+    let clock = FakeClock::new();
+    let (requests, tokens, global) = (
+        keyed("10/1h", &clock),
+        keyed("10000/1h", &clock),
+        direct("100/1h", &clock),
+    );
+    let call = AllOf::new()
+        .key(&requests, "alice")
+        .key_n(&tokens, "alice", 700)
+        .direct(&global);
+    let reservation = call.reserve().unwrap();
+    assert!(reservation.decision().is_allowed());
+    assert_eq!(tokens.available("alice"), 9_300);
+    call.settle(reservation, &[1, 250]).unwrap(); // the global part keeps what it reserved
+    assert_eq!(tokens.available("alice"), 9_750);
+    assert_eq!(requests.available("alice"), 9);
+    assert_eq!(global.available(), 99);
+    // A charge above the reservation.
+    let reservation = call.reserve().unwrap();
+    call.settle(reservation, &[1, 900, 1]).unwrap();
+    assert_eq!(tokens.available("alice"), 8_850);
+    // Cancelled: every part as it was.
+    let reservation = call.reserve().unwrap();
+    call.cancel(reservation).unwrap();
+    assert_eq!(
+        (
+            requests.available("alice"),
+            tokens.available("alice"),
+            global.available()
+        ),
+        (8, 8_850, 98)
+    );
+    // Refused reservations hold nothing; another AllOf's cannot be settled here.
+    let greedy = AllOf::new().key_n(&tokens, "alice", 9_000);
+    let refused = greedy.reserve().unwrap();
+    assert!(!refused.decision().is_allowed());
+    assert_eq!(greedy.settle(refused, &[0]), Err(SettleError::Refused));
+    let bob = AllOf::new().key(&requests, "bob");
+    let of_bob = bob.reserve().unwrap();
+    assert_eq!(
+        AllOf::new().key(&requests, "carol").settle(of_bob, &[0]),
+        Err(SettleError::OtherKey)
+    );
+    assert_eq!(
+        requests.available("bob"),
+        9,
+        "bob's reservation keeps its permit"
+    );
+}
+
+/// Threads racing `AllOf`s over two shared parts (in both orders) and each a part of its own,
+/// on a frozen clock: no part ever admits more than its capacity, and every refusal gives
+/// back all it took, so the admissions are exactly what the tightest shared part holds and
+/// each part has exactly its capacity less the admissions left.
+#[test]
+fn racing_all_ofs_spend_exactly_what_they_admit() {
+    for trial in 0..10 {
+        let clock = FakeClock::new();
+        let shared = Arc::new((keyed("300/1h", &clock), direct("500/1h", &clock)));
+        let own: Arc<Vec<DirectLimiter<FakeClock>>> =
+            Arc::new((0..8).map(|_| direct("1000/1h", &clock)).collect());
+        let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let (s, o, n) = (shared.clone(), own.clone(), next.clone());
+        let admitted = race(8, move || {
+            let me = n.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let (per_key, global) = &*s;
+            let mut admitted = 0;
+            let mut refused_in_a_row = 0;
+            while refused_in_a_row < 200 {
+                let decision = if me % 2 == 0 {
+                    AllOf::new()
+                        .key(per_key, "k")
+                        .direct(global)
+                        .direct(&o[me])
+                        .try_acquire()
+                } else {
+                    AllOf::new()
+                        .direct(&o[me])
+                        .direct(global)
+                        .key(per_key, "k")
+                        .try_acquire()
+                };
+                if decision.is_allowed() {
+                    admitted += 1;
+                    refused_in_a_row = 0;
+                } else {
+                    refused_in_a_row += 1;
+                }
+            }
+            admitted
+        });
+        let (per_key, global) = &*shared;
+        assert_eq!(
+            admitted, 300,
+            "trial {trial}: the tightest shared part's capacity"
+        );
+        assert_eq!(per_key.available("k"), 0, "trial {trial}");
+        assert_eq!(
+            global.available(),
+            500 - admitted,
+            "trial {trial}: every refusal gave back"
+        );
+        let own_left: u64 = own.iter().map(DirectLimiter::available).sum();
+        assert_eq!(own_left, 8 * 1000 - admitted, "trial {trial}");
+    }
+}
