@@ -217,7 +217,7 @@ impl<P: Parts> AllOf<P> {
         self.error(&tally)?;
         let mut parts = Vec::with_capacity(P::LEN);
         if let Some(held) = held {
-            P::flatten(held, &mut parts);
+            self.parts.flatten(held, &mut parts);
         }
         Ok(AllOfReservation {
             decision: tally.decision(),

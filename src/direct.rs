@@ -17,7 +17,7 @@ use crate::engine::stripes::Stripes;
 use crate::engine::sync;
 use crate::error::CostError;
 use crate::policy::Policy;
-use crate::reservation::{next_limiter_id, Marks, Origin, Reservation, SettleError};
+use crate::reservation::{next_limiter_id, Marks, Origin, PartHeld, Reservation, SettleError};
 use crate::reservation_guard::ReservationGuard;
 use crate::wait::Wait;
 
@@ -374,12 +374,8 @@ impl<C: Clock> DirectLimiter<C> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn reserve_n(&self, n: u64) -> Result<Reservation, CostError> {
-        CostError::nonzero(n)?;
-        // The origin first: its count of policy changes must not be newer than the state
-        // the reservation is decided on.
-        let origin = self.origin();
-        let (decision, marks) = self.reserve_cost(n)?;
-        Ok(Reservation::new(decision, n, marks, origin))
+        let (decision, held) = self.take_part(n)?;
+        Ok(self.part_reservation(decision, n, held))
     }
 
     /// [`reserve_n`](DirectLimiter::reserve_n), guarded: the [`ReservationGuard`] cancels the
@@ -492,6 +488,36 @@ impl<C: Clock> DirectLimiter<C> {
     }
 
     /// What a reservation made here is marked with.
+    /// A request of `cost` decided as [`reserve_n`](DirectLimiter::reserve_n) decides it, for
+    /// a part of an `AllOf`: the decision and what a reservation of it keeps.
+    #[inline]
+    pub(crate) fn take_part(&self, cost: u64) -> Result<(Decision, PartHeld), CostError> {
+        CostError::nonzero(cost)?;
+        // Read before the decision, as `reserve_n`'s origin.
+        let made = self.rebuilds.read();
+        let (decision, marks) = self.reserve_cost(cost)?;
+        let held = PartHeld {
+            marks,
+            made,
+            overflow: None,
+        };
+        Ok((decision, held))
+    }
+
+    /// The reservation that [`DirectLimiter::take_part`] took, `decision` on `cost`.
+    pub(crate) fn part_reservation(
+        &self,
+        decision: Decision,
+        cost: u64,
+        held: PartHeld,
+    ) -> Reservation {
+        let origin = Origin {
+            rebuilds: held.made,
+            ..self.origin()
+        };
+        Reservation::new(decision, cost, held.marks, origin)
+    }
+
     fn origin(&self) -> Origin {
         Origin {
             limiter: self.id,

@@ -343,20 +343,24 @@ const MODEL_ORIGIN: crate::reservation::Origin = crate::reservation::Origin {
 };
 
 impl<C: Clock> crate::all_of::Part for ModelPart<'_, C> {
-    fn take(&self, index: usize, tally: &mut crate::all_of::Tally) -> Option<crate::Reservation> {
-        let reserved = self
-            .cell
-            .0
-            .reserve(self.clock, self.cost)
-            .map(|(decision, marks)| {
-                crate::Reservation::new(decision, self.cost, marks, MODEL_ORIGIN)
-            });
+    type Held = (Decision, crate::reservation::Marks);
+
+    fn take(&self, index: usize, tally: &mut crate::all_of::Tally) -> Option<Self::Held> {
+        let reserved = self.cell.0.reserve(self.clock, self.cost);
         crate::all_of::record(
             index,
             self.cost,
             reserved.ok_or(crate::CostError::Zero),
             tally,
         )
+    }
+
+    fn give_back(&self, held: Self::Held) {
+        let _ = self.settle(self.reservation(held), 0);
+    }
+
+    fn reservation(&self, (decision, marks): Self::Held) -> crate::Reservation {
+        crate::Reservation::new(decision, self.cost, marks, MODEL_ORIGIN)
     }
 
     fn settle(&self, held: crate::Reservation, actual: u64) -> Result<(), crate::SettleError> {

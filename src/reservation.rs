@@ -105,6 +105,20 @@ pub struct Reservation {
     token: u64,
 }
 
+/// What a reservation taken for an `AllOf` part keeps until it is given back or becomes a
+/// [`Reservation`]: the reservation less its decision, cost and key, which the part has.
+/// Public in name only, as the parts' trait.
+#[derive(Debug)]
+#[allow(unreachable_pub)]
+pub struct PartHeld {
+    /// Where the admission stands in each band.
+    pub(crate) marks: Marks,
+    /// The limiter's count of rebuilds, read before the decision (as `Origin::rebuilds`).
+    pub(crate) made: u64,
+    /// As `Reservation::overflow`.
+    pub(crate) overflow: Option<Box<Policy>>,
+}
+
 impl Reservation {
     /// A reservation of `cost` permits that `decision` admitted, the bands' admissions standing
     /// at `marks`.
@@ -127,10 +141,10 @@ impl Reservation {
     }
 
     /// This reservation, decided by the shared overflow state of `policy` (a per-key policy's).
-    pub(crate) fn decided_by_overflow_of(self, policy: Option<Policy>) -> Self {
+    pub(crate) fn decided_by_overflow_of(self, policy: Option<Box<Policy>>) -> Self {
         Reservation {
             // Boxed: only these few reservations pay for a policy's size.
-            overflow: policy.map(Box::new),
+            overflow: policy,
             ..self
         }
     }

@@ -18,6 +18,7 @@
 //! | `evict` | `evict_1m` |
 //! | `cached_clock` | `cached_clock_direct`, `cached_clock_keyed_hot_str`: both on their opt-in cached clocks |
 //! | `primitives` | `primitives`, `maps_hot_u64`: the parts, timed alone |
+//! | `all_of` | `all_of`: three hot parts in one `AllOf`, beside three calls |
 //!
 //! Contestant names are the same everywhere: `tollgate`, `tollgate_foldhash`, `governor`,
 //! `std_mutex`, `parking_lot` (the same GCRA behind a lock, keyed ones in a SipHash
@@ -26,6 +27,7 @@
 //! (one clock read, one load, one compare-and-swap). See docs/BENCHMARKS.md for the results.
 
 mod algorithms;
+mod all_of;
 mod baseline;
 mod cached_clock;
 mod common;
@@ -45,6 +47,7 @@ criterion::criterion_group!(
     algorithms::bench,
     evict::bench,
     cached_clock::bench,
-    primitives::bench
+    primitives::bench,
+    all_of::bench
 );
 criterion::criterion_main!(limiters);

@@ -17,16 +17,24 @@ use crate::decision::Decision;
 use crate::direct::DirectLimiter;
 use crate::error::CostError;
 use crate::keyed::RateLimiter;
-use crate::reservation::{Reservation, SettleError};
+use crate::reservation::{PartHeld, Reservation, SettleError};
 
 use super::tally::Tally;
 
 /// One limit of an [`AllOf`](super::AllOf): a limiter, the key it decides (for a keyed
-/// limiter) and the cost.
-pub(crate) trait Part {
-    /// Takes the part's permits, recording its decision in `tally` as part `index`: the
-    /// reservation that holds them when the part allowed.
-    fn take(&self, index: usize, tally: &mut Tally) -> Option<Reservation>;
+/// limiter) and the cost. Public in name only, as [`Chain`].
+#[allow(unreachable_pub)]
+pub trait Part {
+    /// What the part keeps of permits it took, until they are given back or settled.
+    type Held;
+
+    /// Takes the part's permits, recording its decision in `tally` as part `index`: what
+    /// holds them when the part allowed.
+    fn take(&self, index: usize, tally: &mut Tally) -> Option<Self::Held>;
+    /// Gives back every permit of `held` (a refund of all of them, as `cancel`).
+    fn give_back(&self, held: Self::Held);
+    /// `held` as the reservation it is, for `AllOf::reserve`.
+    fn reservation(&self, held: Self::Held) -> Reservation;
     /// Settles `held`, what `take` took, at `actual` permits: 0 gives every permit back.
     fn settle(&self, held: Reservation, actual: u64) -> Result<(), SettleError>;
     /// Records in `tally`, as part `index`, what `take` would decide now, taking nothing.
@@ -39,17 +47,18 @@ pub(crate) trait Part {
 
 /// Records the outcome of a reservation of part `index` of cost `cost` in `tally`: the
 /// reservation when it holds permits.
-pub(crate) fn record(
+#[inline(always)]
+pub(crate) fn record<H>(
     index: usize,
     cost: u64,
-    reserved: Result<Reservation, CostError>,
+    taken: Result<(Decision, H), CostError>,
     tally: &mut Tally,
-) -> Option<Reservation> {
-    match reserved {
-        Ok(reservation) => {
-            let decision = reservation.decision();
+) -> Option<(Decision, H)> {
+    match taken {
+        Ok((decision, held)) => {
             tally.decided(index, decision, cost);
-            decision.is_allowed().then_some(reservation)
+            // Shadow mode lets a refusal through, but nothing was spent for it.
+            (decision.is_allowed() && !decision.would_refuse()).then_some((decision, held))
         }
         Err(error) => {
             tally.failed(index, error);
@@ -98,9 +107,23 @@ where
     S: BuildHasher + Clone + 'static,
     Q: Hash + Eq + ToOwned + ?Sized,
 {
-    fn take(&self, index: usize, tally: &mut Tally) -> Option<Reservation> {
-        let reserved = self.limiter.reserve_n(self.key, self.cost);
-        record(index, self.cost, reserved, tally)
+    type Held = (Decision, PartHeld);
+
+    #[inline]
+    fn take(&self, index: usize, tally: &mut Tally) -> Option<Self::Held> {
+        let taken = self.limiter.take_part(self.key, self.cost);
+        record(index, self.cost, taken, tally)
+    }
+
+    fn give_back(&self, held: Self::Held) {
+        // The reservation is this part's own and holds permits: a settle fails only for
+        // another limiter's or key's, or for a refused one.
+        let _ = self.limiter.cancel(self.key, self.reservation(held));
+    }
+
+    fn reservation(&self, (decision, held): Self::Held) -> Reservation {
+        self.limiter
+            .part_reservation(self.key, decision, self.cost, held)
     }
 
     fn settle(&self, held: Reservation, actual: u64) -> Result<(), SettleError> {
@@ -144,8 +167,20 @@ impl<'a, C> DirectPart<'a, C> {
 }
 
 impl<C: Clock> Part for DirectPart<'_, C> {
-    fn take(&self, index: usize, tally: &mut Tally) -> Option<Reservation> {
-        record(index, self.cost, self.limiter.reserve_n(self.cost), tally)
+    type Held = (Decision, PartHeld);
+
+    #[inline]
+    fn take(&self, index: usize, tally: &mut Tally) -> Option<Self::Held> {
+        record(index, self.cost, self.limiter.take_part(self.cost), tally)
+    }
+
+    fn give_back(&self, held: Self::Held) {
+        // As for a key's part.
+        let _ = self.limiter.cancel(self.reservation(held));
+    }
+
+    fn reservation(&self, (decision, held): Self::Held) -> Reservation {
+        self.limiter.part_reservation(decision, self.cost, held)
     }
 
     fn settle(&self, held: Reservation, actual: u64) -> Result<(), SettleError> {
@@ -181,8 +216,8 @@ pub trait Chain {
     fn give_back_all(&self, held: Self::Held);
     /// Records what every part would decide now, taking nothing.
     fn look_all(&self, tally: &mut Tally);
-    /// What every part holds, in the order added.
-    fn flatten(held: Self::Held, into: &mut Vec<Reservation>);
+    /// What every part holds, as reservations in the order added.
+    fn flatten(&self, held: Self::Held, into: &mut Vec<Reservation>);
     /// Settles the reservation of each part in `held` (in the order added, popped from the
     /// end) at `actual[index]`, the last added first; a part with no entry keeps what it
     /// reserved. See `AllOf::settle`.
@@ -205,7 +240,7 @@ impl Chain for () {
 
     fn look_all(&self, _: &mut Tally) {}
 
-    fn flatten((): (), _: &mut Vec<Reservation>) {}
+    fn flatten(&self, (): (), _: &mut Vec<Reservation>) {}
 
     fn settle_all(&self, _: &mut Vec<Reservation>, _: &[u64]) -> Result<(), SettleError> {
         Ok(())
@@ -220,8 +255,9 @@ impl Chain for () {
 
 impl<X: Part, R: Chain> Chain for (X, R) {
     const LEN: usize = R::LEN + 1;
-    type Held = (Reservation, R::Held);
+    type Held = (X::Held, R::Held);
 
+    #[inline]
     fn take_all(&self, tally: &mut Tally) -> Option<Self::Held> {
         let (part, earlier) = self;
         let index = R::LEN;
@@ -240,9 +276,7 @@ impl<X: Part, R: Chain> Chain for (X, R) {
     }
 
     fn give_back_all(&self, (held, before): Self::Held) {
-        // The reservation is this part's own and holds permits: a settle fails only for
-        // another limiter's or key's, or for a refused one.
-        let _ = self.0.settle(held, 0);
+        self.0.give_back(held);
         self.1.give_back_all(before);
     }
 
@@ -251,9 +285,9 @@ impl<X: Part, R: Chain> Chain for (X, R) {
         self.0.look(R::LEN, tally);
     }
 
-    fn flatten((held, before): Self::Held, into: &mut Vec<Reservation>) {
-        R::flatten(before, into);
-        into.push(held);
+    fn flatten(&self, (held, before): Self::Held, into: &mut Vec<Reservation>) {
+        self.1.flatten(before, into);
+        into.push(self.0.reservation(held));
     }
 
     fn settle_all(&self, held: &mut Vec<Reservation>, actual: &[u64]) -> Result<(), SettleError> {

@@ -20,6 +20,7 @@ pub struct Tally {
 
 impl Tally {
     /// Part `index` decided `decision` on a request of `cost`.
+    #[inline]
     pub(crate) fn decided(&mut self, index: usize, decision: Decision, cost: u64) {
         let available = decision.available_before(cost);
         self.least_available = Some(
@@ -53,6 +54,7 @@ impl Tally {
 
     /// The combined decision: a refusal when a part refused or had a cost no state could
     /// admit, else the admission of the part with the least left (see `AllOf`).
+    #[inline]
     pub(crate) fn decision(&self) -> Decision {
         if let Some((index, error)) = self.error {
             let limit = match error {

@@ -31,7 +31,7 @@ use crate::decision::Decision;
 use crate::error::CostError;
 use crate::keys::KeyHasher;
 use crate::policy::Policy;
-use crate::reservation::{Reservation, SettleError};
+use crate::reservation::{Origin, PartHeld, Reservation, SettleError};
 use crate::reservation_guard::ReservationGuard;
 use crate::stats::{Counters, Stats};
 use crate::wait::Wait;
@@ -654,6 +654,45 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
         })
     }
 
+    /// A request of `cost` for `key` decided as [`reserve_n`](RateLimiter::reserve_n) decides
+    /// it, for a part of an `AllOf`: the decision and what a reservation of it keeps, less
+    /// the key's hash, which only a give-back needs ([`RateLimiter::part_reservation`]).
+    #[inline]
+    pub(crate) fn take_part<Q>(&self, key: &Q, cost: u64) -> Result<(Decision, PartHeld), CostError>
+    where
+        K: Borrow<Q> + From<Q::Owned>,
+        Q: Hash + Eq + ToOwned + ?Sized,
+    {
+        CostError::nonzero(cost)?;
+        // Read before the decision, as `reserve_n`'s origin.
+        let made = self.generations.rebuilds.read();
+        let decided = self.reserve_cost(key, cost)?;
+        let held = PartHeld {
+            marks: decided.marks,
+            made,
+            overflow: decided.overflow,
+        };
+        Ok((decided.decision, held))
+    }
+
+    /// The reservation of `key` that [`RateLimiter::take_part`] took, `decision` on `cost`.
+    pub(crate) fn part_reservation<Q>(
+        &self,
+        key: &Q,
+        decision: Decision,
+        cost: u64,
+        held: PartHeld,
+    ) -> Reservation
+    where
+        Q: Hash + ?Sized,
+    {
+        let origin = Origin {
+            rebuilds: held.made,
+            ..self.generations.origin(key)
+        };
+        Reservation::new(decision, cost, held.marks, origin).decided_by_overflow_of(held.overflow)
+    }
+
     /// Takes `n` permits for `key` now, for a request whose real cost is known only after it
     /// ran: the tokens an LLM call really used, an order that may fail. Decided exactly as
     /// [`try_acquire_n`](RateLimiter::try_acquire_n); the [`Reservation`] remembers where its
@@ -687,13 +726,8 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
         K: Borrow<Q> + From<Q::Owned>,
         Q: Hash + Eq + ToOwned + ?Sized,
     {
-        CostError::nonzero(n)?;
-        // The origin first: its count of rebuilds must not be newer than the state the
-        // reservation is decided on (see `rebuilds`).
-        let origin = self.generations.origin(key);
-        let decided = self.reserve_cost(key, n)?;
-        Ok(Reservation::new(decided.decision, n, decided.marks, origin)
-            .decided_by_overflow_of(decided.overflow))
+        let (decision, held) = self.take_part(key, n)?;
+        Ok(self.part_reservation(key, decision, n, held))
     }
 
     /// [`reserve_n`](RateLimiter::reserve_n), guarded: the [`ReservationGuard`] cancels the

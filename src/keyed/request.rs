@@ -29,7 +29,8 @@ use super::table::TableEntry;
 pub(super) struct Decided {
     pub(super) decision: Decision,
     pub(super) marks: Marks,
-    pub(super) overflow: Option<Policy>,
+    /// Boxed: a policy is 200 bytes, and every decision moves a `Decided` about.
+    pub(super) overflow: Option<Box<Policy>>,
 }
 
 impl Decided {
@@ -369,7 +370,7 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
             Some(shared) => Attempt::Done(shared.map(|(decision, marks)| Decided {
                 decision: decision.overflowed(),
                 marks,
-                overflow: St::blueprint_policy(blueprint),
+                overflow: St::blueprint_policy(blueprint).map(Box::new),
             })),
             None => Attempt::Stale,
         }
