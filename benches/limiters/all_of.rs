@@ -26,7 +26,7 @@ pub fn bench(c: &mut Criterion) {
                 & black_box(
                     tokens
                         .try_acquire_n(user, 100)
-                        .map_or(false, |d| d.is_allowed()),
+                        .is_ok_and(|d| d.is_allowed()),
                 )
                 & black_box(global.try_acquire().is_allowed())
         })
