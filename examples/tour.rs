@@ -12,6 +12,8 @@
 //! 6. One second of decisions on the real clock, and on the opt-in cached clock.
 //! 7. Login protection with escalating lockouts; per-key concurrency limits.
 //! 8. Reserve now, settle later: an LLM token budget settled lower and higher than reserved.
+//! 9. Several limits in one decision: per user, per client address, global and tokens, all or
+//!    nothing.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Barrier};
@@ -19,7 +21,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use tollgate::clock::CoarseClock;
-use tollgate::{Decision, DirectLimiter, FakeClock, Policy, RateLimiter};
+use tollgate::{AllOf, Decision, DirectLimiter, FakeClock, Policy, RateLimiter};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     trace()?;
@@ -30,6 +32,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     throughput()?;
     login_and_concurrency()?;
     reserve_and_settle()?;
+    all_or_nothing()?;
     Ok(())
 }
 
@@ -440,5 +443,51 @@ fn reserve_and_settle() -> Result<(), Box<dyn std::error::Error>> {
         "  the model call failed, cancel: available {:>5} again",
         available(&tokens)
     );
+    Ok(())
+}
+
+/// An API limited per user, per client address and globally, with a budget of tokens per user:
+/// one decision over all four, so a request the per-address limit refuses spends nothing of
+/// the user's, the tokens or the global budget.
+fn all_or_nothing() -> Result<(), Box<dyn std::error::Error>> {
+    heading("9. Several limits in one decision: all or nothing");
+    let clock = FakeClock::new();
+    let per_user: RateLimiter<String, FakeClock> =
+        RateLimiter::with_clock("100/min".parse()?, clock.clone());
+    let tokens: RateLimiter<String, FakeClock> =
+        RateLimiter::with_clock("10000/min".parse()?, clock.clone());
+    let per_ip: RateLimiter<std::net::IpAddr, FakeClock> =
+        RateLimiter::with_clock("3/min".parse()?, clock.clone());
+    let global = DirectLimiter::with_clock("1000/s".parse()?, clock.clone());
+    let ip: std::net::IpAddr = "203.0.113.7".parse()?;
+    let budgets = || {
+        format!(
+            "user {:>3}, tokens {:>5}, address {}, global {:>4}",
+            per_user.available("alice"),
+            tokens.available("alice"),
+            per_ip.available(&ip),
+            global.available()
+        )
+    };
+    println!("before:             {}", budgets());
+    for request in 1..=5 {
+        let all = AllOf::new()
+            .key(&per_user, "alice")
+            .named("per-user")
+            .key_n(&tokens, "alice", 700)
+            .named("tokens")
+            .key(&per_ip, &ip)
+            .named("per-ip")
+            .direct(&global)
+            .named("global");
+        let decision = all.try_acquire();
+        let by = all.name(decision.part()).unwrap_or("?");
+        println!(
+            "request {request}: {:<28} (tightest: {by:<8}) {}",
+            describe(&decision),
+            budgets()
+        );
+    }
+    println!("the refusals by the address limit left the user's, the tokens' and the global budget as they were");
     Ok(())
 }
