@@ -343,7 +343,7 @@ const MODEL_ORIGIN: crate::reservation::Origin = crate::reservation::Origin {
 };
 
 impl<C: Clock> crate::all_of::Part for ModelPart<'_, C> {
-    type Held = (Decision, crate::reservation::Marks);
+    type Held = crate::reservation::Marks;
 
     fn take(&self, index: usize, tally: &mut crate::all_of::Tally) -> Option<Self::Held> {
         let reserved = self.cell.0.reserve(self.clock, self.cost);
@@ -359,8 +359,8 @@ impl<C: Clock> crate::all_of::Part for ModelPart<'_, C> {
         let _ = self.settle(self.reservation(held), 0);
     }
 
-    fn reservation(&self, (decision, marks): Self::Held) -> crate::Reservation {
-        crate::Reservation::new(decision, self.cost, marks, MODEL_ORIGIN)
+    fn reservation(&self, marks: Self::Held) -> crate::Reservation {
+        crate::Reservation::new(Decision::allow(0, 0, 0), self.cost, marks, MODEL_ORIGIN)
     }
 
     fn settle(&self, held: crate::Reservation, actual: u64) -> Result<(), crate::SettleError> {

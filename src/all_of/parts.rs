@@ -53,12 +53,12 @@ pub(crate) fn record<H>(
     cost: u64,
     taken: Result<(Decision, H), CostError>,
     tally: &mut Tally,
-) -> Option<(Decision, H)> {
+) -> Option<H> {
     match taken {
         Ok((decision, held)) => {
-            tally.decided(index, decision, cost);
+            tally.decided(index, &decision, cost);
             // Shadow mode lets a refusal through, but nothing was spent for it.
-            (decision.is_allowed() && !decision.would_refuse()).then_some((decision, held))
+            (decision.is_allowed() && !decision.would_refuse()).then_some(held)
         }
         Err(error) => {
             tally.failed(index, error);
@@ -66,6 +66,10 @@ pub(crate) fn record<H>(
         }
     }
 }
+
+/// The decision a part's reservation carries: an admission (what it holds is its cost). The
+/// part's own decision went into the tally; only the whole's is ever shown.
+const TOOK: Decision = Decision::allow(0, 0, 0);
 
 /// Records a peek of part `index` of cost `cost` in `tally`.
 pub(crate) fn record_look(
@@ -75,7 +79,7 @@ pub(crate) fn record_look(
     tally: &mut Tally,
 ) {
     match peeked {
-        Ok(decision) => tally.decided(index, decision, cost),
+        Ok(decision) => tally.decided(index, &decision, cost),
         Err(error) => tally.failed(index, error),
     }
 }
@@ -107,7 +111,7 @@ where
     S: BuildHasher + Clone + 'static,
     Q: Hash + Eq + ToOwned + ?Sized,
 {
-    type Held = (Decision, PartHeld);
+    type Held = PartHeld;
 
     #[inline]
     fn take(&self, index: usize, tally: &mut Tally) -> Option<Self::Held> {
@@ -121,9 +125,9 @@ where
         let _ = self.limiter.cancel(self.key, self.reservation(held));
     }
 
-    fn reservation(&self, (decision, held): Self::Held) -> Reservation {
+    fn reservation(&self, held: Self::Held) -> Reservation {
         self.limiter
-            .part_reservation(self.key, decision, self.cost, held)
+            .part_reservation(self.key, TOOK, self.cost, held)
     }
 
     fn settle(&self, held: Reservation, actual: u64) -> Result<(), SettleError> {
@@ -167,7 +171,7 @@ impl<'a, C> DirectPart<'a, C> {
 }
 
 impl<C: Clock> Part for DirectPart<'_, C> {
-    type Held = (Decision, PartHeld);
+    type Held = PartHeld;
 
     #[inline]
     fn take(&self, index: usize, tally: &mut Tally) -> Option<Self::Held> {
@@ -179,8 +183,8 @@ impl<C: Clock> Part for DirectPart<'_, C> {
         let _ = self.limiter.cancel(self.reservation(held));
     }
 
-    fn reservation(&self, (decision, held): Self::Held) -> Reservation {
-        self.limiter.part_reservation(decision, self.cost, held)
+    fn reservation(&self, held: Self::Held) -> Reservation {
+        self.limiter.part_reservation(TOOK, self.cost, held)
     }
 
     fn settle(&self, held: Reservation, actual: u64) -> Result<(), SettleError> {

@@ -21,7 +21,7 @@ pub struct Tally {
 impl Tally {
     /// Part `index` decided `decision` on a request of `cost`.
     #[inline]
-    pub(crate) fn decided(&mut self, index: usize, decision: Decision, cost: u64) {
+    pub(crate) fn decided(&mut self, index: usize, decision: &Decision, cost: u64) {
         let available = decision.available_before(cost);
         self.least_available = Some(
             self.least_available
@@ -32,13 +32,13 @@ impl Tally {
                 .least_left
                 .is_none_or(|(_, least)| decision.remaining() < least.remaining())
             {
-                self.least_left = Some((index, decision));
+                self.least_left = Some((index, *decision));
             }
         } else if self
             .longest
             .is_none_or(|(_, longest)| decision.retry_after_nanos() > longest.retry_after_nanos())
         {
-            self.longest = Some((index, decision));
+            self.longest = Some((index, *decision));
         }
     }
 
