@@ -62,8 +62,25 @@ pub use self::parts::{DirectPart, KeyPart};
 /// request leaves every part as it was, except for time: a request racing the refused one
 /// on a part it took and gave back may be refused in between (it saw those permits taken),
 /// at most as many permits as the refused request's cost on that part, for as long as the
-/// give-back takes (a few compare-and-swaps). Parts of one limiter and key in two places of
-/// one `AllOf` count twice, as two requests would.
+/// give-back takes (a few compare-and-swaps).
+///
+/// **Where a give-back falls short.** The last part is never given back (when it allows,
+/// every part has), so put last the part most likely to be hot or to change: a global
+/// limit, a key that threads contend for. A refund is the limiter's own, with its limits:
+/// - a key spread over stripes (a hot, contended key: see `RateLimiter::striping`) gives back
+///   nothing above a run a stripe leased after the part was taken, so a refusal may leave
+///   that part's cost spent until time returns it;
+/// - a `reset` of any key of the limiter, or a policy change, between the take and the
+///   give-back voids the refund (the state may be another by then), as for any reservation;
+/// - a token bucket charged above its burst by another reservation's settle in between gets
+///   back less (a refund never gives back time the bucket no longer owes).
+///
+/// Each of these spends less than a refusal should have left, never more than a policy
+/// allows. A part in shadow mode that would refuse lets the request through and spends
+/// nothing; the whole decision is then that refusal, let through (`would_refuse`). Each
+/// limiter's stats count its part's own decision: an admission later given back counts as
+/// one. One limiter and key in two places of one `AllOf` count twice, as two requests would
+/// (a `peek` looks at each alone, so it may allow what `try_acquire` refuses).
 ///
 /// **The answer.** Allowed: the decision of the part with the least left (its `remaining`,
 /// `limit` and `reset_after`). Refused: the `retry_after` of the refusing part with the
@@ -219,6 +236,10 @@ impl<P: Parts> AllOf<P> {
         if let Some(held) = held {
             self.parts.flatten(held, &mut parts);
         }
+        let parts = Parted {
+            reservations: parts,
+            len: P::LEN,
+        };
         Ok(AllOfReservation {
             decision: tally.decision(),
             parts,
@@ -227,13 +248,14 @@ impl<P: Parts> AllOf<P> {
 
     /// Settles `reservation` at what each part really cost: `actual[i]` for part `i` (a part
     /// with no entry cost what it reserved), each part as its limiter's `settle`, the last
-    /// added first.
+    /// added first. Every part is checked first: a settle that fails changes nothing.
     ///
     /// # Errors
     ///
     /// [`SettleError::Refused`] for a refused reservation, which holds nothing;
-    /// [`SettleError::OtherLimiter`] or [`SettleError::OtherKey`] for one made by an `AllOf`
-    /// of other parts (the parts before the one that failed are settled).
+    /// [`SettleError::Parts`] for more costs than parts, or a reservation of an `AllOf` of
+    /// another number of parts; [`SettleError::OtherLimiter`] or [`SettleError::OtherKey`]
+    /// for one made by an `AllOf` of other parts.
     ///
     /// # Examples
     ///
@@ -252,11 +274,28 @@ impl<P: Parts> AllOf<P> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn settle(&self, reservation: AllOfReservation, actual: &[u64]) -> Result<(), SettleError> {
+        let Parted {
+            mut reservations,
+            len,
+        } = reservation.parts;
+        if len != P::LEN {
+            return Err(SettleError::Parts {
+                parts: len,
+                given: P::LEN,
+            });
+        }
+        if actual.len() > len {
+            return Err(SettleError::Parts {
+                parts: len,
+                given: actual.len(),
+            });
+        }
         if !reservation.decision.is_allowed() {
             return Err(SettleError::Refused);
         }
-        let mut parts = reservation.parts;
-        self.parts.settle_all(&mut parts, actual)
+        // Every part checked before any is settled: a settle that fails changes nothing.
+        self.parts.owns_all(&reservations)?;
+        self.parts.settle_all(&mut reservations, actual)
     }
 
     /// Gives back every permit of `reservation`: [`settle`](AllOf::settle) at 0 on every part.
@@ -299,8 +338,15 @@ where
 #[derive(Debug)]
 pub struct AllOfReservation {
     decision: Decision,
-    /// Each part's reservation, in the order added; empty when refused.
-    parts: Vec<Reservation>,
+    parts: Parted,
+}
+
+/// Each part's reservation of an [`AllOfReservation`], in the order added (`None` for a part
+/// that spent nothing; none at all when refused), and how many parts its `AllOf` had.
+#[derive(Debug)]
+struct Parted {
+    reservations: Vec<Option<Reservation>>,
+    len: usize,
 }
 
 impl AllOfReservation {

@@ -129,11 +129,25 @@ impl Decision {
     /// refusal let through by shadow mode took nothing either.
     #[inline]
     pub(crate) const fn available_before(&self, cost: u64) -> u64 {
-        if self.is_allowed() && !self.would_refuse() {
+        if self.spent() {
             self.remaining.saturating_add(cost)
         } else {
             self.remaining
         }
+    }
+
+    /// Whether the request's permits were spent: admitted, and not a refusal that shadow mode
+    /// let through (which spends nothing).
+    #[inline]
+    pub(crate) const fn spent(&self) -> bool {
+        self.is_allowed() && !self.would_refuse()
+    }
+
+    /// The same decision with `remaining` replaced.
+    #[inline]
+    pub(crate) const fn with_remaining(mut self, remaining: u64) -> Self {
+        self.remaining = remaining;
+        self
     }
 
     /// The retry_after in nanoseconds.

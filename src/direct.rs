@@ -487,7 +487,6 @@ impl<C: Clock> DirectLimiter<C> {
         self.settle(reservation, 0)
     }
 
-    /// What a reservation made here is marked with.
     /// A request of `cost` decided as [`reserve_n`](DirectLimiter::reserve_n) decides it, for
     /// a part of an `AllOf`: the decision and what a reservation of it keeps.
     #[inline]
@@ -518,6 +517,18 @@ impl<C: Clock> DirectLimiter<C> {
         Reservation::new(decision, cost, held.marks, origin)
     }
 
+    /// Whether `reservation` holds permits of this limiter, without settling it.
+    pub(crate) fn owns(&self, reservation: &Reservation) -> Result<(), SettleError> {
+        reservation.check(self.origin())
+    }
+
+    /// Stripes the key now, as contention would.
+    #[cfg(test)]
+    pub(crate) fn stripe_now(&self) {
+        self.mode.store(STRIPED, Ordering::Relaxed);
+    }
+
+    /// What a reservation made here is marked with.
     fn origin(&self) -> Origin {
         Origin {
             limiter: self.id,
@@ -726,6 +737,12 @@ impl<C: Clock> DirectLimiter<C> {
             // The path that knows the stripes.
             return Ok(self.peek());
         }
+        self.peek_part(n)
+    }
+
+    /// What [`DirectLimiter::take_part`] would decide now, changing nothing: the state's word
+    /// alone, as a reservation takes from it.
+    pub(crate) fn peek_part(&self, n: u64) -> Result<Decision, CostError> {
         CostError::nonzero(n)?;
         let guard = Guard::new();
         let mut retry = Retry::new();

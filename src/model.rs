@@ -345,7 +345,7 @@ const MODEL_ORIGIN: crate::reservation::Origin = crate::reservation::Origin {
 impl<C: Clock> crate::all_of::Part for ModelPart<'_, C> {
     type Held = crate::reservation::Marks;
 
-    fn take(&self, index: usize, tally: &mut crate::all_of::Tally) -> Option<Self::Held> {
+    fn take(&self, index: usize, tally: &mut crate::all_of::Tally) -> Option<Option<Self::Held>> {
         let reserved = self.cell.0.reserve(self.clock, self.cost);
         crate::all_of::record(
             index,
@@ -361,6 +361,10 @@ impl<C: Clock> crate::all_of::Part for ModelPart<'_, C> {
 
     fn reservation(&self, marks: Self::Held) -> crate::Reservation {
         crate::Reservation::new(Decision::allow(0, 0, 0), self.cost, marks, MODEL_ORIGIN)
+    }
+
+    fn owns(&self, held: &crate::Reservation) -> Result<(), crate::SettleError> {
+        held.check(MODEL_ORIGIN)
     }
 
     fn settle(&self, held: crate::Reservation, actual: u64) -> Result<(), crate::SettleError> {

@@ -124,11 +124,7 @@ impl Reservation {
     /// at `marks`.
     pub(crate) fn new(decision: Decision, cost: u64, marks: Marks, origin: Origin) -> Self {
         // Shadow mode lets a refusal through, but the policy spent nothing for it.
-        let held = if decision.is_allowed() && !decision.would_refuse() {
-            cost
-        } else {
-            0
-        };
+        let held = if decision.spent() { cost } else { 0 };
         Reservation {
             decision,
             held,
@@ -196,9 +192,9 @@ impl Reservation {
         self.held
     }
 
-    /// The permits held and the bands' marks, once `origin` is checked to be where the
-    /// reservation was made; consumes it.
-    pub(crate) fn take(self, origin: Origin) -> Result<Taken, SettleError> {
+    /// Whether this reservation holds permits and was made where `origin` says (its limiter
+    /// and key), without settling it.
+    pub(crate) fn check(&self, origin: Origin) -> Result<(), SettleError> {
         if self.origin.limiter != origin.limiter {
             return Err(SettleError::OtherLimiter);
         }
@@ -208,6 +204,13 @@ impl Reservation {
         if self.held == 0 {
             return Err(SettleError::Refused);
         }
+        Ok(())
+    }
+
+    /// The permits held and the bands' marks, once `origin` is checked to be where the
+    /// reservation was made; consumes it.
+    pub(crate) fn take(self, origin: Origin) -> Result<Taken, SettleError> {
+        self.check(origin)?;
         Ok(Taken {
             held: self.held,
             marks: self.marks,
@@ -254,6 +257,14 @@ pub enum SettleError {
     OtherKey,
     /// The reservation was made by another limiter.
     OtherLimiter,
+    /// An `AllOf`'s reservation settled with more costs than it has parts, or on an `AllOf`
+    /// of another number of parts.
+    Parts {
+        /// The parts of the reservation.
+        parts: usize,
+        /// The costs given, or the parts of the `AllOf` it was settled on.
+        given: usize,
+    },
 }
 
 impl fmt::Display for SettleError {
@@ -262,6 +273,12 @@ impl fmt::Display for SettleError {
             SettleError::Refused => "reservation: it was refused, so it holds no permits to settle",
             SettleError::OtherKey => "key: the reservation was made for another key",
             SettleError::OtherLimiter => "limiter: the reservation was made by another limiter",
+            SettleError::Parts { parts, given } => {
+                return write!(
+                    f,
+                    "parts: the reservation has {parts} parts, {given} were given"
+                );
+            }
         })
     }
 }

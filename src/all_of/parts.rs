@@ -10,6 +10,7 @@
 //! one down, the order in which a refund of each is exact (see `Gcra::settle`).
 
 use std::borrow::Borrow;
+use std::fmt;
 use std::hash::{BuildHasher, Hash};
 
 use crate::clock::Clock;
@@ -25,16 +26,20 @@ use super::tally::Tally;
 /// limiter) and the cost. Public in name only, as [`Chain`].
 #[allow(unreachable_pub)]
 pub trait Part {
-    /// What the part keeps of permits it took, until they are given back or settled.
+    /// What the part keeps of permits it took, until they are given back or settled: `None`
+    /// when it let the request through without spending (a refusal of a limiter in shadow
+    /// mode).
     type Held;
 
     /// Takes the part's permits, recording its decision in `tally` as part `index`: what
-    /// holds them when the part allowed.
-    fn take(&self, index: usize, tally: &mut Tally) -> Option<Self::Held>;
+    /// holds them when the part let the request through, `None` when it refused.
+    fn take(&self, index: usize, tally: &mut Tally) -> Option<Option<Self::Held>>;
     /// Gives back every permit of `held` (a refund of all of them, as `cancel`).
     fn give_back(&self, held: Self::Held);
     /// `held` as the reservation it is, for `AllOf::reserve`.
     fn reservation(&self, held: Self::Held) -> Reservation;
+    /// Whether `held` is a reservation of this part, without settling it.
+    fn owns(&self, held: &Reservation) -> Result<(), SettleError>;
     /// Settles `held`, what `take` took, at `actual` permits: 0 gives every permit back.
     fn settle(&self, held: Reservation, actual: u64) -> Result<(), SettleError>;
     /// Records in `tally`, as part `index`, what `take` would decide now, taking nothing.
@@ -45,20 +50,22 @@ pub trait Part {
     fn set_name(&mut self, name: &'static str);
 }
 
-/// Records the outcome of a reservation of part `index` of cost `cost` in `tally`: the
-/// reservation when it holds permits.
+/// Records what part `index`'s request of `cost` was `taken` as in `tally`: `None` for a
+/// refusal (or a cost no state could admit), else what holds the permits, `None` inside when
+/// nothing was spent (shadow mode let a refusal through).
 #[inline(always)]
 pub(crate) fn record<H>(
     index: usize,
     cost: u64,
     taken: Result<(Decision, H), CostError>,
     tally: &mut Tally,
-) -> Option<H> {
+) -> Option<Option<H>> {
     match taken {
         Ok((decision, held)) => {
             tally.decided(index, &decision, cost);
-            // Shadow mode lets a refusal through, but nothing was spent for it.
-            (decision.is_allowed() && !decision.would_refuse()).then_some(held)
+            decision
+                .is_allowed()
+                .then(|| decision.spent().then_some(held))
         }
         Err(error) => {
             tally.failed(index, error);
@@ -104,6 +111,24 @@ impl<'a, K, C, S: BuildHasher, Q: ?Sized> KeyPart<'a, K, C, S, Q> {
     }
 }
 
+impl<K, C, S: BuildHasher, Q: ?Sized> Clone for KeyPart<'_, K, C, S, Q> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<K, C, S: BuildHasher, Q: ?Sized> Copy for KeyPart<'_, K, C, S, Q> {}
+
+/// The part's name and cost (a limiter's `Debug` says more than a part needs).
+impl<K, C, S: BuildHasher, Q: ?Sized> fmt::Debug for KeyPart<'_, K, C, S, Q> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KeyPart")
+            .field("name", &self.name)
+            .field("cost", &self.cost)
+            .finish_non_exhaustive()
+    }
+}
+
 impl<K, C, S, Q> Part for KeyPart<'_, K, C, S, Q>
 where
     K: Hash + Eq + Clone + Borrow<Q> + From<Q::Owned> + 'static,
@@ -114,20 +139,24 @@ where
     type Held = PartHeld;
 
     #[inline]
-    fn take(&self, index: usize, tally: &mut Tally) -> Option<Self::Held> {
+    fn take(&self, index: usize, tally: &mut Tally) -> Option<Option<PartHeld>> {
         let taken = self.limiter.take_part(self.key, self.cost);
         record(index, self.cost, taken, tally)
     }
 
-    fn give_back(&self, held: Self::Held) {
+    fn give_back(&self, held: PartHeld) {
         // The reservation is this part's own and holds permits: a settle fails only for
         // another limiter's or key's, or for a refused one.
         let _ = self.limiter.cancel(self.key, self.reservation(held));
     }
 
-    fn reservation(&self, held: Self::Held) -> Reservation {
+    fn reservation(&self, held: PartHeld) -> Reservation {
         self.limiter
             .part_reservation(self.key, TOOK, self.cost, held)
+    }
+
+    fn owns(&self, held: &Reservation) -> Result<(), SettleError> {
+        self.limiter.owns(self.key, held)
     }
 
     fn settle(&self, held: Reservation, actual: u64) -> Result<(), SettleError> {
@@ -135,12 +164,8 @@ where
     }
 
     fn look(&self, index: usize, tally: &mut Tally) {
-        record_look(
-            index,
-            self.cost,
-            self.limiter.peek_n(self.key, self.cost),
-            tally,
-        );
+        let peeked = self.limiter.peek_part(self.key, self.cost);
+        record_look(index, self.cost, peeked, tally);
     }
 
     fn name(&self) -> Option<&'static str> {
@@ -170,21 +195,43 @@ impl<'a, C> DirectPart<'a, C> {
     }
 }
 
+impl<C> Clone for DirectPart<'_, C> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<C> Copy for DirectPart<'_, C> {}
+
+/// The part's name and cost, as [`KeyPart`]'s.
+impl<C> fmt::Debug for DirectPart<'_, C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DirectPart")
+            .field("name", &self.name)
+            .field("cost", &self.cost)
+            .finish_non_exhaustive()
+    }
+}
+
 impl<C: Clock> Part for DirectPart<'_, C> {
     type Held = PartHeld;
 
     #[inline]
-    fn take(&self, index: usize, tally: &mut Tally) -> Option<Self::Held> {
+    fn take(&self, index: usize, tally: &mut Tally) -> Option<Option<PartHeld>> {
         record(index, self.cost, self.limiter.take_part(self.cost), tally)
     }
 
-    fn give_back(&self, held: Self::Held) {
+    fn give_back(&self, held: PartHeld) {
         // As for a key's part.
         let _ = self.limiter.cancel(self.reservation(held));
     }
 
-    fn reservation(&self, held: Self::Held) -> Reservation {
+    fn reservation(&self, held: PartHeld) -> Reservation {
         self.limiter.part_reservation(TOOK, self.cost, held)
+    }
+
+    fn owns(&self, held: &Reservation) -> Result<(), SettleError> {
+        self.limiter.owns(held)
     }
 
     fn settle(&self, held: Reservation, actual: u64) -> Result<(), SettleError> {
@@ -192,7 +239,7 @@ impl<C: Clock> Part for DirectPart<'_, C> {
     }
 
     fn look(&self, index: usize, tally: &mut Tally) {
-        record_look(index, self.cost, self.limiter.peek_n(self.cost), tally);
+        record_look(index, self.cost, self.limiter.peek_part(self.cost), tally);
     }
 
     fn name(&self) -> Option<&'static str> {
@@ -210,7 +257,7 @@ impl<C: Clock> Part for DirectPart<'_, C> {
 pub trait Chain {
     /// How many parts.
     const LEN: usize;
-    /// What the parts hold once all of them took their permits, the last added first.
+    /// What the parts hold once all of them let the request through, the last added first.
     type Held;
 
     /// Takes every part in the order added, recording each decision in `tally`; `None`, with
@@ -220,12 +267,19 @@ pub trait Chain {
     fn give_back_all(&self, held: Self::Held);
     /// Records what every part would decide now, taking nothing.
     fn look_all(&self, tally: &mut Tally);
-    /// What every part holds, as reservations in the order added.
-    fn flatten(&self, held: Self::Held, into: &mut Vec<Reservation>);
+    /// What every part holds, as reservations in the order added (`None` for a part that
+    /// spent nothing).
+    fn flatten(&self, held: Self::Held, into: &mut Vec<Option<Reservation>>);
+    /// Whether every reservation of `held` (in the order added) belongs to its part.
+    fn owns_all(&self, held: &[Option<Reservation>]) -> Result<(), SettleError>;
     /// Settles the reservation of each part in `held` (in the order added, popped from the
     /// end) at `actual[index]`, the last added first; a part with no entry keeps what it
     /// reserved. See `AllOf::settle`.
-    fn settle_all(&self, held: &mut Vec<Reservation>, actual: &[u64]) -> Result<(), SettleError>;
+    fn settle_all(
+        &self,
+        held: &mut Vec<Option<Reservation>>,
+        actual: &[u64],
+    ) -> Result<(), SettleError>;
     /// The name of part `index`.
     fn name_of(&self, index: usize) -> Option<&'static str>;
     /// Names the part added last.
@@ -244,9 +298,13 @@ impl Chain for () {
 
     fn look_all(&self, _: &mut Tally) {}
 
-    fn flatten(&self, (): (), _: &mut Vec<Reservation>) {}
+    fn flatten(&self, (): (), _: &mut Vec<Option<Reservation>>) {}
 
-    fn settle_all(&self, _: &mut Vec<Reservation>, _: &[u64]) -> Result<(), SettleError> {
+    fn owns_all(&self, _: &[Option<Reservation>]) -> Result<(), SettleError> {
+        Ok(())
+    }
+
+    fn settle_all(&self, _: &mut Vec<Option<Reservation>>, _: &[u64]) -> Result<(), SettleError> {
         Ok(())
     }
 
@@ -259,7 +317,7 @@ impl Chain for () {
 
 impl<X: Part, R: Chain> Chain for (X, R) {
     const LEN: usize = R::LEN + 1;
-    type Held = (X::Held, R::Held);
+    type Held = (Option<X::Held>, R::Held);
 
     #[inline]
     fn take_all(&self, tally: &mut Tally) -> Option<Self::Held> {
@@ -280,7 +338,9 @@ impl<X: Part, R: Chain> Chain for (X, R) {
     }
 
     fn give_back_all(&self, (held, before): Self::Held) {
-        self.0.give_back(held);
+        if let Some(held) = held {
+            self.0.give_back(held);
+        }
         self.1.give_back_all(before);
     }
 
@@ -289,17 +349,26 @@ impl<X: Part, R: Chain> Chain for (X, R) {
         self.0.look(R::LEN, tally);
     }
 
-    fn flatten(&self, (held, before): Self::Held, into: &mut Vec<Reservation>) {
+    fn flatten(&self, (held, before): Self::Held, into: &mut Vec<Option<Reservation>>) {
         self.1.flatten(before, into);
-        into.push(self.0.reservation(held));
+        into.push(held.map(|held| self.0.reservation(held)));
     }
 
-    fn settle_all(&self, held: &mut Vec<Reservation>, actual: &[u64]) -> Result<(), SettleError> {
+    fn owns_all(&self, held: &[Option<Reservation>]) -> Result<(), SettleError> {
+        if let Some(reservation) = &held[R::LEN] {
+            self.0.owns(reservation)?;
+        }
+        self.1.owns_all(held)
+    }
+
+    fn settle_all(
+        &self,
+        held: &mut Vec<Option<Reservation>>,
+        actual: &[u64],
+    ) -> Result<(), SettleError> {
         // The last added first, as a refund of the newest reservation first is exact.
-        if let Some(reservation) = held.pop() {
-            if let Some(&actual) = actual.get(R::LEN) {
-                self.0.settle(reservation, actual)?;
-            }
+        if let (Some(Some(reservation)), Some(&actual)) = (held.pop(), actual.get(R::LEN)) {
+            self.0.settle(reservation, actual)?;
         }
         self.1.settle_all(held, actual)
     }

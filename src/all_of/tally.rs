@@ -8,7 +8,8 @@ use crate::error::CostError;
 #[derive(Debug, Default)]
 #[allow(unreachable_pub)]
 pub struct Tally {
-    /// The allowing part with the least remaining (the first of equals).
+    /// The allowing part with the least remaining (the first of equals), or the first part
+    /// whose refusal shadow mode let through (the whole is then such a refusal).
     least_left: Option<(usize, Decision)>,
     /// The refusing part with the longest wait (the first of equals).
     longest: Option<(usize, Decision)>,
@@ -28,10 +29,11 @@ impl Tally {
                 .map_or(available, |least| least.min(available)),
         );
         if decision.is_allowed() {
-            if self
-                .least_left
-                .is_none_or(|(_, least)| decision.remaining() < least.remaining())
-            {
+            let reported = self.least_left.is_none_or(|(_, least)| {
+                !least.would_refuse()
+                    && (decision.would_refuse() || decision.remaining() < least.remaining())
+            });
+            if reported {
                 self.least_left = Some((index, *decision));
             }
         } else if self
@@ -66,13 +68,9 @@ impl Tally {
         }
         let least_available = self.least_available.unwrap_or(u64::MAX);
         match (self.longest, self.least_left) {
-            (Some((index, refusal)), _) => Decision::deny(
-                least_available.min(refusal.remaining()),
-                refusal.limit(),
-                refusal.retry_after_nanos(),
-                refusal.reset_after_nanos(),
-            )
-            .in_part(index),
+            // The refusal as its part made it (its limit, band and flags), with the least any
+            // part has as `remaining` (the refusing part's own remaining is among them).
+            (Some((index, refusal)), _) => refusal.with_remaining(least_available).in_part(index),
             (None, Some((index, admission))) => admission.in_part(index),
             // No part: nothing limits the request.
             (None, None) => Decision::allow(u64::MAX, u64::MAX, 0),

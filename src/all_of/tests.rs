@@ -292,3 +292,114 @@ fn racing_all_ofs_spend_exactly_what_they_admit() {
         assert_eq!(own_left, 8 * 1000 - admitted, "trial {trial}");
     }
 }
+
+/// A part in shadow mode that would refuse lets the request through and spends nothing, and
+/// the other parts still enforce their limits: shadow mode turns off one limit, not all.
+#[test]
+fn a_shadow_part_lets_through_only_what_the_others_allow() {
+    let clock = FakeClock::new();
+    let enforced = direct("5/1h", &clock);
+    let shadowed: Keyed = keyed("1/1h", &clock).shadow();
+    for first in [true, false] {
+        let enforced = direct("5/1h", &clock);
+        let mut admitted = 0;
+        for _ in 0..20 {
+            let decision = if first {
+                AllOf::new()
+                    .key(&shadowed, "a")
+                    .direct(&enforced)
+                    .try_acquire()
+            } else {
+                AllOf::new()
+                    .direct(&enforced)
+                    .key(&shadowed, "a")
+                    .try_acquire()
+            };
+            if decision.is_allowed() {
+                admitted += 1;
+                assert!(admitted == 1 || decision.would_refuse(), "{decision:?}");
+            }
+        }
+        assert_eq!(admitted, 5, "the enforced part's 5");
+        assert_eq!(enforced.available(), 0);
+    }
+    let all = AllOf::new().direct(&enforced).key(&shadowed, "a");
+    let reservation = all.reserve().unwrap();
+    assert!(reservation.decision().would_refuse());
+    assert_eq!(enforced.available(), 4);
+    all.settle(reservation, &[3, 3]).unwrap(); // the shadow part held nothing to settle
+    assert_eq!(enforced.available(), 2);
+}
+
+/// A refusal reports its part's own flags and band: a key of a full limiter decided by its
+/// shared overflow state says so.
+#[test]
+fn a_refusal_keeps_the_refusing_parts_flags() {
+    let clock = FakeClock::new();
+    let full: Keyed = keyed("1/1h", &clock).max_keys(1);
+    let _ = full.try_acquire("tracked");
+    assert!(full.try_acquire("newcomer").is_overflow());
+    let global = direct("10/1h", &clock);
+    let refused = AllOf::new()
+        .direct(&global)
+        .key(&full, "another")
+        .try_acquire();
+    assert!(!refused.is_allowed());
+    assert!(refused.is_overflow(), "{refused:?}");
+    assert_eq!(global.available(), 10);
+}
+
+/// A settle checks the whole reservation first: more costs than parts, a reservation of an
+/// `AllOf` of another number of parts or of other parts are refused, and nothing is settled.
+#[test]
+fn a_settle_that_fails_settles_nothing() {
+    let clock = FakeClock::new();
+    let (x, y) = (keyed("10/1h", &clock), keyed("10/1h", &clock));
+    let two = AllOf::new().key(&x, "alice").key(&y, "alice");
+    let reservation = two.reserve().unwrap();
+    assert_eq!(
+        two.settle(reservation, &[0, 0, 0]),
+        Err(SettleError::Parts { parts: 2, given: 3 })
+    );
+    let reservation = two.reserve().unwrap();
+    let three = AllOf::new()
+        .key(&x, "alice")
+        .key(&y, "alice")
+        .key(&y, "bob");
+    assert_eq!(
+        three.settle(reservation, &[0, 0]),
+        Err(SettleError::Parts { parts: 2, given: 3 })
+    );
+    let reservation = two.reserve().unwrap();
+    let other = AllOf::new().key(&x, "bob").key(&y, "alice");
+    assert_eq!(
+        other.settle(reservation, &[0, 0]),
+        Err(SettleError::OtherKey)
+    );
+    // Three reservations of one permit on each part, none given back.
+    assert_eq!((x.available("alice"), y.available("alice")), (7, 7));
+}
+
+/// On a striped key, a part's look and its take both read the key's word: a peek of the
+/// whole says what `try_acquire` then decides.
+#[test]
+fn a_striped_part_is_peeked_as_it_is_taken() {
+    let clock = FakeClock::new();
+    // 5 µs a permit: a lease takes 2, and the stripe keeps the one its request did not use.
+    let hot = direct("1000/5ms", &clock);
+    hot.stripe_now();
+    assert!(hot.try_acquire().is_allowed());
+    assert!(hot.try_acquire_n(998).unwrap().is_allowed());
+    assert_eq!(hot.available(), 1, "the stripe's permit");
+    let all = AllOf::new().direct(&hot);
+    let peeked = all.peek();
+    assert!(
+        !peeked.is_allowed(),
+        "a part takes from the word, which is empty"
+    );
+    assert_eq!(peeked, all.try_acquire());
+    assert!(
+        hot.try_acquire().is_allowed(),
+        "the stripe's permit, for a request of its own"
+    );
+}

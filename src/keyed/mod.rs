@@ -534,7 +534,7 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
         K: Borrow<Q> + From<Q::Owned>,
         Q: Hash + Eq + ToOwned + ?Sized,
     {
-        match self.generations.peek(key, 1) {
+        match self.generations.peek(key, 1, true) {
             Ok(decision) => decision,
             // Every policy has at least one permit, so a cost of 1 is always acceptable.
             Err(_) => unreachable!("a cost of 1 is within every policy"),
@@ -571,7 +571,27 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
         Q: Hash + Eq + ToOwned + ?Sized,
     {
         CostError::nonzero(n)?;
-        self.generations.peek(key, n)
+        self.generations.peek(key, n, true)
+    }
+
+    /// What [`RateLimiter::take_part`] would decide now, changing nothing: the key's word
+    /// alone, as a reservation takes from it.
+    pub(crate) fn peek_part<Q>(&self, key: &Q, cost: u64) -> Result<Decision, CostError>
+    where
+        K: Borrow<Q> + From<Q::Owned>,
+        Q: Hash + Eq + ToOwned + ?Sized,
+    {
+        CostError::nonzero(cost)?;
+        self.generations.peek(key, cost, false)
+    }
+
+    /// Whether `reservation` holds permits of this limiter's `key`, without settling it.
+    pub(crate) fn owns<Q: Hash + ?Sized>(
+        &self,
+        key: &Q,
+        reservation: &Reservation,
+    ) -> Result<(), SettleError> {
+        reservation.check(self.generations.origin(key))
     }
 
     /// Whether `key`'s requests of cost 1 are now spread over stripes: the key was

@@ -466,9 +466,15 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
         }
     }
 
-    /// What a request of cost 1 for `key` would get now, changing nothing and creating no
-    /// state.
-    pub(super) fn peek<Q>(&self, key: &Q, cost: u64) -> Result<Decision, CostError>
+    /// What a request of `cost` for `key` would get now, changing nothing and creating no
+    /// state; `with_stripes`, a request of cost 1 counts what a striped key's stripes hold
+    /// (as `try_acquire` takes from them), else only the key's word (as a reservation).
+    pub(super) fn peek<Q>(
+        &self,
+        key: &Q,
+        cost: u64,
+        with_stripes: bool,
+    ) -> Result<Decision, CostError>
     where
         K: Borrow<Q> + From<Q::Owned>,
         Q: Hash + Eq + ToOwned + ?Sized,
@@ -483,7 +489,9 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
                 let peeked = match &generation.keys {
                     // A striped key's stripes hold permits its word counts as spent, for
                     // requests of cost 1 (a larger one takes from the word alone).
-                    AnyKeys::Uniform(PerAlgorithm::TokenBucket(keyed)) if cost == 1 => {
+                    AnyKeys::Uniform(PerAlgorithm::TokenBucket(keyed))
+                        if cost == 1 && with_stripes =>
+                    {
                         let peek = |cell: &_, now| keyed.hot.peek(cell, &keyed.params, now).map(Ok);
                         self.peek_in(generation, keyed, key, resolved, (peek, cost), &guard)
                     }
