@@ -686,13 +686,14 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
         CostError::nonzero(cost)?;
         // Read before the decision, as `reserve_n`'s origin.
         let made = self.generations.rebuilds.read();
-        let decided = self.reserve_cost(key, cost)?;
-        let held = PartHeld {
-            marks: decided.marks,
-            made,
-            overflow: decided.overflow,
-        };
-        Ok((decided.decision, held))
+        self.generations.decide_with(key, cost, |decided| {
+            let held = PartHeld {
+                marks: decided.marks,
+                made,
+                overflow: decided.overflow,
+            };
+            (self.finish(decided.decision), held)
+        })
     }
 
     /// The reservation of `key` that [`RateLimiter::take_part`] took, `decision` on `cost`.

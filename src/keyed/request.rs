@@ -135,54 +135,69 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
         K: Borrow<Q> + From<Q::Owned>,
         Q: Hash + Eq + ToOwned + ?Sized,
     {
-        match self.hit(key, cost) {
-            Some(result) => result,
-            None => self.miss(key, Job::Decide(cost)),
-        }
+        self.decide_with(key, cost, |decided| decided)
     }
 
-    /// [`Generations::hit_of_cost_one`] for any cost: the cost is checked against the key's
-    /// policy first.
+    /// [`Generations::decide`], handing the result to `on` where it is made: the caller
+    /// keeps only what `on` returns, and the decision and its marks are not moved through the
+    /// path's results (an `AllOf`'s part keeps both; moved, they cost it store-forwarding
+    /// stalls). The token bucket's table inline; the others out of line, so the default's
+    /// hit is compiled alone, with no other algorithm's code (and registers) around it.
     #[inline(always)]
-    fn hit<Q>(&self, key: &Q, cost: u64) -> Option<Result<Decided, CostError>>
+    pub(super) fn decide_with<Q, R>(
+        &self,
+        key: &Q,
+        cost: u64,
+        on: impl FnOnce(Decided) -> R,
+    ) -> Result<R, CostError>
     where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ?Sized,
+        K: Borrow<Q> + From<Q::Owned>,
+        Q: Hash + Eq + ToOwned + ?Sized,
     {
+        let mut on = Some(on);
         let guard = Guard::new();
         let generation = self.generation(&guard);
-        // The default algorithm's table inline; the others out of line, so the default's hit
-        // is compiled alone, with no other algorithm's code (and registers) around it.
-        match &generation.keys {
+        let hit = match &generation.keys {
             AnyKeys::Uniform(PerAlgorithm::TokenBucket(keyed)) => {
-                self.hit_in(keyed, key, &guard, cost)
+                self.hit_in(keyed, key, &guard, cost, &mut on)
             }
-            keys => self.hit_elsewhere(keys, key, &guard, cost),
+            keys => self.hit_elsewhere(keys, key, &guard, cost).map(|result| {
+                result.map(|decided| on.take().map(|on| on(decided)).expect("decided once"))
+            }),
+        };
+        drop(guard);
+        match hit {
+            Some(result) => result,
+            None => self
+                .miss(key, Job::Decide(cost))
+                .map(|decided| on.take().map(|on| on(decided)).expect("decided once")),
         }
     }
 
-    /// [`Generations::hit`] on `keyed`'s table.
+    /// The request of `decide_with` on `keyed`'s table, found without a lock, its result
+    /// handed to `on`; `None` for a key not in the table or a state retired under us. The
+    /// cost is checked against the key's policy first: a cost above a state's limit counts
+    /// only from a live state (one retired under us, by a reset moving the key to another
+    /// tier, sends the request to the state that replaces it).
     #[inline(always)]
-    fn hit_in<Q, St: KeyState<K>>(
+    fn hit_in<Q, St: KeyState<K>, R>(
         &self,
         keyed: &Keys<K, St, S>,
         key: &Q,
         guard: &Guard,
         cost: u64,
-    ) -> Option<Result<Decided, CostError>>
+        on: &mut Option<impl FnOnce(Decided) -> R>,
+    ) -> Option<Result<R, CostError>>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
         keyed.table.read(key, guard, |state| {
-            // A cost above a state's limit counts only from a live state: one retired under us
-            // (a reset moving the key to another tier) sends the request to the state that
-            // replaces it.
             match state
                 .bind(&keyed.params)
                 .reserve_checked(&self.clock, cost)?
             {
-                Ok(decided) => Some(Ok(Decided::own(decided))),
+                Ok(decided) => Some(Ok(on.take()?(Decided::own(decided)))),
                 Err(refused) => state
                     .bind(&keyed.params)
                     .peek(&self.clock, 1)
@@ -204,7 +219,7 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        with_keys!(keys, keyed => self.hit_in(keyed, key, guard, cost))
+        with_keys!(keys, keyed => self.hit_in(keyed, key, guard, cost, &mut Some(|decided| decided)))
     }
 
     /// A key not in the current generation's map: straight to the map's entry API, which
