@@ -254,7 +254,11 @@ fn racing_all_ofs_spend_exactly_what_they_admit() {
             let (per_key, global) = &*s;
             let mut admitted = 0;
             let mut refused_in_a_row = 0;
-            while refused_in_a_row < 200 {
+            // Bounded: an `AllOf` that admitted without end would fail below, not hang.
+            for _ in 0..100_000 {
+                if refused_in_a_row == 200 {
+                    break;
+                }
                 let decision = if me % 2 == 0 {
                     AllOf::new()
                         .key(per_key, "k")
