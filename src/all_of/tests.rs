@@ -407,3 +407,42 @@ fn a_striped_part_is_peeked_as_it_is_taken() {
         "the stripe's permit, for a request of its own"
     );
 }
+
+/// A direct part checks its reservation too: one of another direct limiter is refused, and
+/// nothing is settled.
+#[test]
+fn a_direct_part_refuses_another_limiters_reservation() {
+    let clock = FakeClock::new();
+    let (x, a, b) = (
+        keyed("10/1h", &clock),
+        direct("10/1h", &clock),
+        direct("10/1h", &clock),
+    );
+    let on_a = AllOf::new().key(&x, "alice").direct(&a);
+    let reservation = on_a.reserve().unwrap();
+    let on_b = AllOf::new().key(&x, "alice").direct(&b);
+    assert_eq!(
+        on_b.settle(reservation, &[0, 0]),
+        Err(SettleError::OtherLimiter)
+    );
+    assert_eq!(
+        (x.available("alice"), a.available(), b.available()),
+        (9, 9, 10)
+    );
+}
+
+/// `Debug` shows each part's name and cost (not its limiter's whole state).
+#[test]
+fn debug_shows_each_parts_name_and_cost() {
+    let clock = FakeClock::new();
+    let (x, a) = (keyed("10/1h", &clock), direct("10/1h", &clock));
+    let all = AllOf::new()
+        .key_n(&x, "alice", 3)
+        .named("tokens")
+        .direct(&a);
+    assert_eq!(
+        format!("{all:?}"),
+        "AllOf { parts: (DirectPart { name: None, cost: 1, .. }, \
+         (KeyPart { name: Some(\"tokens\"), cost: 3, .. }, ())) }"
+    );
+}
