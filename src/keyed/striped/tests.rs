@@ -359,3 +359,34 @@ fn an_idle_striped_key_gives_its_slot_to_a_contended_one() {
     }
     assert_eq!(admitted, 1_000);
 }
+
+/// Places spread over the spots: 64 keys take many of them, so one striped key's bit sends
+/// few others to the side table.
+#[test]
+fn places_spread_over_the_spots() {
+    let (limiter, _) = limiter("10/1s");
+    let spots: std::collections::HashSet<usize> = (0..64)
+        .map(|key| {
+            assert!(limiter.try_acquire(&key).is_allowed());
+            spot_of(&limiter, key)
+        })
+        .collect();
+    assert!(spots.len() >= 24, "{} spots for 64 keys", spots.len());
+}
+
+/// A striped key keeps its slot while it has taken a lease within the idle span, even when
+/// the window is full and another key of its spot is contended.
+#[test]
+fn a_striped_key_in_use_keeps_its_slot() {
+    let (limiter, clock) = limiter("1000/1s");
+    let keys = of_one_spot(&limiter, PROBES + 1);
+    for &key in &keys[..PROBES] {
+        stripe(&limiter, key);
+    }
+    // Two milliseconds: idle for a while, not for the idle span.
+    clock.advance(Duration::from_millis(2));
+    let newcomer = keys[PROBES];
+    assert!(try_stripe(&limiter, newcomer));
+    assert!(!limiter.is_striped(&newcomer));
+    assert!(keys[..PROBES].iter().all(|key| limiter.is_striped(key)));
+}
