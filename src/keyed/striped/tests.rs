@@ -298,6 +298,29 @@ fn only_losses_close_together_stripe_a_key() {
     lose(&limiter, a, 1, 3 * ms);
     assert!(limiter.is_striped(&a), "the sixteenth");
     assert!(!limiter.is_striped(&b));
+    // Losses a few microseconds apart, within one tick, count together.
+    let tick = 5 * ms;
+    lose(&limiter, b, LOST_BEFORE_STRIPING / 2, tick);
+    lose(&limiter, b, LOST_BEFORE_STRIPING / 2, tick + 3_000);
+    assert!(limiter.is_striped(&b), "sixteen within a tick");
+}
+
+/// A key's refunds and give-backs meet on one lock, whichever of them takes it.
+#[test]
+fn a_place_has_one_lowering_lock() {
+    let (limiter, _) = limiter("10/1s");
+    assert!(limiter.try_acquire(&1).is_allowed());
+    with_table(&limiter, |keyed, guard| {
+        keyed.table.read(&1, guard, |cell| {
+            let place = place_of(cell);
+            assert!(std::ptr::eq(
+                keyed.hot.lock_of(place),
+                keyed.hot.lock_of(place)
+            ));
+            Some(())
+        })
+    })
+    .unwrap();
 }
 
 /// A key whose spot another striped key marks still counts its own lost compare-and-swaps
