@@ -411,5 +411,20 @@ fn a_striped_key_in_use_keeps_its_slot() {
     let newcomer = keys[PROBES];
     assert!(try_stripe(&limiter, newcomer));
     assert!(!limiter.is_striped(&newcomer));
+    // Idle for exactly the idle span: not longer than it, still in use.
+    clock.set(Duration::from_nanos(IDLE_SPAN));
+    assert!(try_stripe(&limiter, newcomer));
+    assert!(!limiter.is_striped(&newcomer));
     assert!(keys[..PROBES].iter().all(|key| limiter.is_striped(key)));
+}
+
+/// Striping a key twice keeps one set of stripes in one slot.
+#[test]
+fn a_key_is_striped_once() {
+    let (limiter, _) = limiter("10/1s");
+    assert!(limiter.try_acquire(&1).is_allowed());
+    stripe(&limiter, 1);
+    stripe(&limiter, 1);
+    let (striped, marked) = with_table(&limiter, |keyed, _| keyed.hot.census());
+    assert_eq!((striped, marked), (1, true));
 }
