@@ -14,9 +14,10 @@
 use std::time::Duration;
 
 use proptest::prelude::*;
-use proptest::test_runner::FileFailurePersistence;
 use tollgate::all_of::Parts;
 use tollgate::{AllOf, Decision, DirectLimiter, FakeClock, RateLimiter};
+
+use crate::proptest_settle::config;
 
 /// The three parts' limiters, on one clock.
 struct Limiters {
@@ -224,19 +225,6 @@ fn step() -> impl Strategy<Value = Step> {
             order: orders[order],
             costs,
         })
-}
-
-fn config(cases: u32) -> ProptestConfig {
-    let cases = std::env::var("PROPTEST_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(cases);
-    ProptestConfig {
-        failure_persistence: Some(Box::new(FileFailurePersistence::WithSource(
-            "proptest-regressions",
-        ))),
-        ..ProptestConfig::with_cases(cases)
-    }
 }
 
 proptest! {

@@ -419,10 +419,11 @@ fn check(scenario: &Scenario) -> Result<(), TestCaseError> {
     Ok(())
 }
 
-/// 160 cases per algorithm and 256 of composites (a second or two in all), or
-/// `PROPTEST_CASES` for a longer soak. A failing case is saved to
-/// `tests/core/proptest_settle.proptest-regressions` and replayed first on every later run.
-fn config(cases: u32) -> ProptestConfig {
+/// `cases` cases (here 160 per algorithm and 256 of composites, a second or two in all), or
+/// `PROPTEST_CASES` for a longer soak. A failing case is saved beside the calling test's
+/// source (`tests/core/<file>.proptest-regressions`) and replayed first on every later run.
+/// `proptest_all_of` runs with it too.
+pub(crate) fn config(cases: u32) -> ProptestConfig {
     let cases = std::env::var("PROPTEST_CASES")
         .ok()
         .and_then(|v| v.parse().ok())
