@@ -365,6 +365,10 @@ pub struct PartError {
 }
 
 impl PartError {
+    pub(crate) const fn new(part: usize, name: Option<&'static str>, error: CostError) -> Self {
+        PartError { part, name, error }
+    }
+
     /// The part's position, in the order the parts were added.
     #[must_use]
     pub const fn part(&self) -> usize {

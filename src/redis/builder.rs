@@ -77,6 +77,8 @@ pub struct RedisLimiterBuilder {
     lease: Option<u64>,
     /// Set only by `test_clock` (feature `test-util`).
     test_clock: Option<Arc<dyn Clock>>,
+    /// The one hash tag of every key (`None`: each key's own).
+    hash_tag: Option<String>,
 }
 
 impl RedisLimiterBuilder {
@@ -98,6 +100,7 @@ impl RedisLimiterBuilder {
             deny_cache: 100_000,
             lease: None,
             test_clock: None,
+            hash_tag: None,
         }
     }
 
@@ -113,6 +116,28 @@ impl RedisLimiterBuilder {
     /// ```
     pub fn prefix(mut self, prefix: &str) -> Self {
         prefix.clone_into(&mut self.prefix);
+        self
+    }
+
+    /// Puts every key of this limiter in one Redis Cluster slot, that of the hash tag `tag`:
+    /// keys are then named `<prefix>:{<tag>}:{<key>}:<band>`. For a
+    /// [`RedisAllOf`](super::RedisAllOf) on a cluster, whose parts must all be in one slot:
+    /// give each of its limiters the same tag. By default each key has its own tag (its own
+    /// slot), which spreads keys over the cluster's nodes; with one tag, the node holding
+    /// that slot decides every key of the limiter, and bounds its throughput. A single Redis
+    /// server has no slots: the tag only renames the keys.
+    ///
+    /// An empty tag, or one with `{` or `}`, is refused at connect
+    /// ([`BackendError::InvalidSetting`]).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let builder = tollgate::redis::RedisLimiter::builder("100/min".parse()?).hash_tag("api");
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    pub fn hash_tag(mut self, tag: &str) -> Self {
+        self.hash_tag = Some(tag.to_owned());
         self
     }
 
@@ -310,7 +335,8 @@ impl RedisLimiterBuilder {
         let manager = tokio::time::timeout(self.connect_timeout, connecting)
             .await
             .map_err(|_| BackendError::Timeout(self.connect_timeout))??;
-        self.finish(Conn::Single(manager), bands).await
+        let script = Script::load(Conn::Single(manager), self.connect_timeout).await?;
+        Ok(self.finish(script, bands))
     }
 
     /// Connects to a Redis Cluster through any of its `nodes`, loads the script on every
@@ -327,7 +353,15 @@ impl RedisLimiterBuilder {
         let conn = tokio::time::timeout(self.connect_timeout, connecting)
             .await
             .map_err(|_| BackendError::Timeout(self.connect_timeout))??;
-        self.finish(Conn::Cluster(conn), bands).await
+        let script = Script::load(Conn::Cluster(conn), self.connect_timeout).await?;
+        Ok(self.finish(script, bands))
+    }
+
+    /// Builds what the limiter shares on `other`'s connection and script (see
+    /// [`connect_shared`](RedisLimiterBuilder::connect_shared)).
+    pub(super) fn open_shared(self, other: &Shared) -> Result<Arc<Shared>, BackendError> {
+        let bands = self.validate()?;
+        Ok(self.finish(other.script.clone(), bands))
     }
 
     fn validate(&self) -> Result<Bands, BackendError> {
@@ -335,6 +369,15 @@ impl RedisLimiterBuilder {
             return Err(BackendError::InvalidPrefix {
                 prefix: self.prefix.clone(),
             });
+        }
+        if let Some(tag) = &self.hash_tag {
+            if tag.is_empty() || tag.contains(['{', '}']) {
+                return Err(BackendError::InvalidSetting {
+                    setting: "hash_tag",
+                    value: format!("{tag:?}"),
+                    reason: "a hash tag is not empty and has no `{` or `}` (Redis hashes a key by what its first `{...}` holds)",
+                });
+            }
         }
         let zero = |setting, value: Duration, reason| {
             if value.is_zero() {
@@ -386,8 +429,16 @@ impl RedisLimiterBuilder {
         Bands::new(&self.policy)
     }
 
-    async fn finish(self, conn: Conn, bands: Bands) -> Result<Arc<Shared>, BackendError> {
-        let script = Script::load(conn, self.connect_timeout).await?;
+    /// The limiter's shared state on `script`, its sweeper of leases started (on the
+    /// running tokio runtime).
+    fn finish(self, script: Script, bands: Bands) -> Arc<Shared> {
+        // With one hash tag, it follows the prefix: `<prefix>:{<tag>}:{<key>}:<band>`, the
+        // slot being that of the first `{...}`.
+        let prefix = match &self.hash_tag {
+            Some(tag) if self.prefix.is_empty() => format!("{{{tag}}}"),
+            Some(tag) => format!("{}:{{{tag}}}", self.prefix),
+            None => self.prefix.clone(),
+        };
         let clock: Arc<dyn Clock> = match &self.test_clock {
             Some(clock) => Arc::clone(clock),
             None => Arc::new(SystemClock::new()),
@@ -414,7 +465,7 @@ impl RedisLimiterBuilder {
             let returner = Returner::new(
                 script.clone(),
                 bands.clone(),
-                self.prefix.clone(),
+                prefix.clone(),
                 instance.clone(),
                 self.timeout,
             );
@@ -428,7 +479,7 @@ impl RedisLimiterBuilder {
             script,
             policy: self.policy,
             bands,
-            prefix: self.prefix,
+            prefix,
             timeout: self.timeout,
             failure: self.failure,
             breaker: Breaker::new(self.probe_interval),
@@ -447,7 +498,7 @@ impl RedisLimiterBuilder {
             let sweeper = sweeper(Arc::downgrade(&shared), leases.sweep_period());
             leases.set_sweeper(tokio::spawn(sweeper).abort_handle());
         }
-        Ok(shared)
+        shared
     }
 }
 
@@ -463,6 +514,7 @@ impl fmt::Debug for RedisLimiterBuilder {
             .field("deny_cache", &self.deny_cache)
             .field("lease", &self.lease)
             .field("test_clock", &self.test_clock.is_some())
+            .field("hash_tag", &self.hash_tag)
             .finish()
     }
 }

@@ -10,6 +10,8 @@ use ::redis::cluster_async::ClusterConnection;
 use ::redis::cluster_routing::SingleNodeRoutingInfo;
 use ::redis::{Cmd, ErrorKind, RedisError, ServerErrorKind, Value};
 
+use crate::reservation::next_limiter_id;
+
 use super::error::BackendError;
 use super::failure::bump;
 use super::script::SOURCE;
@@ -104,6 +106,9 @@ pub(super) struct Script {
     conn: Conn,
     /// The SHA-1 of [`SOURCE`], for `EVALSHA`.
     sha: String,
+    /// Names the connection: the same for every clone of this script, different for every
+    /// other load.
+    id: u64,
 }
 
 impl Script {
@@ -120,7 +125,16 @@ impl Script {
             Value::BulkString(bytes) if bytes.as_slice() == sha.as_bytes() => {}
             other => return Err(BackendError::Reply(format!("SCRIPT LOAD: {other:?}"))),
         }
-        Ok(Script { conn, sha })
+        Ok(Script {
+            conn,
+            sha,
+            id: next_limiter_id(),
+        })
+    }
+
+    /// Whether `other` is this script on the same connection (a clone of it).
+    pub(super) fn same_connection(&self, other: &Script) -> bool {
+        self.id == other.id
     }
 
     /// The connection, for the commands that are not the script (a reset's `DEL`).

@@ -71,6 +71,35 @@ pub enum BackendError {
     /// A [`Reservation`](crate::Reservation) could not be settled: it was refused, or made
     /// for another key or by another limiter. Nothing was sent to Redis.
     Settle(SettleError),
+    /// A part of a [`RedisAllOf`](super::RedisAllOf) has a limiter on another connection
+    /// than the first part's: one script call cannot decide both. Build the limiters with
+    /// [`connect_shared`](super::RedisLimiterBuilder::connect_shared). Nothing was sent.
+    OtherConnection {
+        /// The part's position, in the order added.
+        part: usize,
+    },
+    /// A part of a [`RedisAllOf`](super::RedisAllOf) names a Redis key that an earlier part
+    /// names too (the same limiter and key twice, or two limiters with one prefix and a band
+    /// in common, for one key): a script reads every key before it writes any, so it would
+    /// spend that state once for two parts. Nothing was sent.
+    SharedKey {
+        /// The part's position, in the order added.
+        part: usize,
+        /// The Redis key.
+        key: String,
+    },
+    /// On a Redis Cluster, a part of a [`RedisAllOf`](super::RedisAllOf) has a key in another
+    /// slot than the first part's: one script call runs on one node, over one slot. Give
+    /// every limiter of the `RedisAllOf` the same
+    /// [`hash_tag`](super::RedisLimiterBuilder::hash_tag). Nothing was sent.
+    CrossSlot {
+        /// The part's position, in the order added.
+        part: usize,
+        /// The part's Redis key in another slot.
+        key: String,
+        /// The first part's Redis key, in the slot the others must share.
+        first: String,
+    },
 }
 
 impl fmt::Display for BackendError {
@@ -102,6 +131,18 @@ impl fmt::Display for BackendError {
             ),
             BackendError::Reply(reply) => write!(f, "unexpected reply from redis: {reply}"),
             BackendError::Settle(err) => err.fmt(f),
+            BackendError::OtherConnection { part } => write!(
+                f,
+                "part {part}'s limiter is on another connection than part 0's: one script call cannot decide both (build it with `connect_shared`)"
+            ),
+            BackendError::SharedKey { part, key } => write!(
+                f,
+                "part {part} decides redis key `{key}`, which an earlier part decides too: use another prefix for one of the limiters"
+            ),
+            BackendError::CrossSlot { part, key, first } => write!(
+                f,
+                "part {part}'s redis key `{key}` is in another cluster slot than part 0's `{first}`: give the limiters one `hash_tag`"
+            ),
         }
     }
 }

@@ -9,7 +9,8 @@
 //! | type | role |
 //! |---|---|
 //! | [`RedisLimiter`] | `try_acquire`, `try_acquire_n`, `peek`, `reserve_n`/`settle`/`cancel` against Redis, `close`; cheap to clone |
-//! | [`RedisLimiterBuilder`] | prefix, timeout, failure policy, deny cache, probe interval, leases for hot keys |
+//! | [`RedisLimiterBuilder`] | prefix, hash tag, timeout, failure policy, deny cache, probe interval, leases for hot keys, a shared connection |
+//! | [`RedisAllOf`] | several keys of several limiters in one decision, all or nothing, in one script call |
 //! | [`FailurePolicy`] | what decides while Redis is slow or down: error, open, closed, local limiter |
 //! | [`BackendStats`] | decisions by source, switches, timeouts, script reloads |
 //! | [`BackendError`] | why a decision could not be made |
@@ -67,10 +68,12 @@
 //! | `lease` | the lease map: each hot key's lease, its size and hold time, claims and waits |
 //! | `shared` | what the clones share, and the path of a decision: deny cache, Redis, failure policy; a key's reset |
 //! | `reserve` | reserving and settling on Redis |
+//! | `all_of` | [`RedisAllOf`]: several keys in one script call, and the failure policies' decision of them |
 //! | `leased` | requests decided from leases; taking, replacing and giving back leases, the sweeper, closing |
 //! | `builder` | [`RedisLimiterBuilder`]: the settings, their checks, the connection and shared state they build |
 //! | this one | [`RedisLimiter`]: every public method, over the modules above; the builder's `connect` and `connect_cluster` |
 
+mod all_of;
 mod builder;
 mod cache;
 mod conn;
@@ -90,6 +93,7 @@ use crate::decision::Decision;
 use crate::policy::Policy;
 use crate::reservation::Reservation;
 
+pub use self::all_of::RedisAllOf;
 pub use self::builder::RedisLimiterBuilder;
 pub use self::error::BackendError;
 pub use self::failure::{BackendStats, FailurePolicy};
@@ -601,6 +605,21 @@ impl RedisLimiter {
     }
 }
 
+// The parts of a `RedisAllOf` are limiters' keys; it decides them in `all_of`.
+impl<'a> RedisAllOf<'a> {
+    /// Adds `limiter`'s `key`, at a cost of 1.
+    #[must_use]
+    pub fn key(self, limiter: &'a RedisLimiter, key: &'a str) -> Self {
+        self.key_n(limiter, key, 1)
+    }
+
+    /// Adds `limiter`'s `key`, at a cost of `n` permits.
+    #[must_use]
+    pub fn key_n(self, limiter: &'a RedisLimiter, key: &'a str, n: u64) -> Self {
+        self.push(&limiter.shared, key, n)
+    }
+}
+
 // The builder's last step, which makes the limiter; its settings are in `builder`.
 impl RedisLimiterBuilder {
     /// Connects to one Redis server at `url` (`redis://host:port/db`, `rediss://` for TLS
@@ -654,6 +673,39 @@ impl RedisLimiterBuilder {
     pub async fn connect_cluster(self, nodes: &[&str]) -> Result<RedisLimiter, BackendError> {
         Ok(RedisLimiter {
             shared: self.open_cluster(nodes).await?,
+        })
+    }
+
+    /// Builds the limiter on `other`'s connection (one Redis server or cluster, with the
+    /// script already loaded): no new connection is made. Limiters whose keys one
+    /// [`RedisAllOf`] decides must share a connection so.
+    ///
+    /// Async, as `connect` is, because a limiter with [leases](RedisLimiterBuilder::lease)
+    /// starts its sweeper on the running tokio runtime.
+    ///
+    /// # Errors
+    ///
+    /// [`BackendError::UnsupportedPolicy`], [`BackendError::InvalidPrefix`] and
+    /// [`BackendError::InvalidSetting`] as for [`connect`](RedisLimiterBuilder::connect).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+    /// use tollgate::redis::RedisLimiter;
+    ///
+    /// let per_user = RedisLimiter::connect("redis://127.0.0.1:6379", "100/min".parse()?).await?;
+    /// let per_ip = RedisLimiter::builder("20/min".parse()?)
+    ///     .prefix("ip")
+    ///     .connect_shared(&per_user)
+    ///     .await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[allow(clippy::unused_async)]
+    pub async fn connect_shared(self, other: &RedisLimiter) -> Result<RedisLimiter, BackendError> {
+        Ok(RedisLimiter {
+            shared: self.open_shared(&other.shared)?,
         })
     }
 }

@@ -1,9 +1,11 @@
 //! The Lua script, the arguments it takes for a policy, the key names, and its reply.
 //!
 //! One script decides every policy: `lua/decide.lua` loops over the bands, each decided by
-//! its algorithm's file (`lua/gcra.lua`, `lua/counter.lua`, `lua/log.lua`) with the helpers of
-//! `lua/arith.lua`. They are concatenated at compile time into one source, so one `EVALSHA`
-//! decides a whole composite policy, all or nothing.
+//! its algorithm's file (`lua/gcra.lua`, `lua/counter.lua`, `lua/log.lua`, dispatched and
+//! merged by `lua/band.lua`) with the helpers of `lua/arith.lua`; `lua/parts.lua` decides
+//! several keys, each under its own policy, all or nothing. They are concatenated at compile
+//! time into one source, so one `EVALSHA` decides a whole composite policy, or a whole
+//! [`RedisAllOf`](super::RedisAllOf).
 
 use std::fmt::Write as _;
 use std::time::Duration;
@@ -14,7 +16,7 @@ use crate::reservation::Marks;
 
 use super::error::BackendError;
 
-/// The script Redis runs: the four files in order (each defines what the next ones use).
+/// The script Redis runs: the files in order (each defines what the next ones use).
 pub(super) const SOURCE: &str = concat!(
     include_str!("lua/arith.lua"),
     "\n",
@@ -23,6 +25,10 @@ pub(super) const SOURCE: &str = concat!(
     include_str!("lua/counter.lua"),
     "\n",
     include_str!("lua/log.lua"),
+    "\n",
+    include_str!("lua/band.lua"),
+    "\n",
+    include_str!("lua/parts.lua"),
     "\n",
     include_str!("lua/decide.lua"),
 );
@@ -304,6 +310,73 @@ impl Bands {
     pub(super) fn count(&self) -> usize {
         self.bands.len()
     }
+
+    /// One part's arguments of a call deciding several keys (`lua/parts.lua`): its `cost`,
+    /// how many bands, and each band's four.
+    pub(super) fn part_args(&self, cost: u64, args: &mut Vec<String>) {
+        args.push(cost.to_string());
+        args.push(self.bands.len().to_string());
+        for band in &self.bands {
+            args.extend(band.args.iter().cloned());
+        }
+    }
+}
+
+/// The arguments that open a call deciding `parts` keys at once (`lua/parts.lua`): `now`
+/// (in us, `None` for Redis TIME), `parts-peek` for a `peek` else `parts`, and the count;
+/// each part's follow ([`Bands::part_args`]).
+pub(super) fn parts_args(now_micros: Option<u64>, peek: bool, parts: usize) -> Vec<String> {
+    let now = now_micros.map_or_else(String::new, |micros| micros.to_string());
+    let op = if peek { "parts-peek" } else { "parts" };
+    vec![now, op.to_owned(), parts.to_string()]
+}
+
+/// The reply to a call deciding `parts` keys at once, `[allowed, then for each part allowed,
+/// remaining, limit, retry_after_us, reset_after_us]`, as whether the whole was admitted
+/// and each part's decision of its own cost.
+///
+/// # Errors
+///
+/// [`BackendError::Reply`] when the reply has another shape, or its parts' decisions do not
+/// agree with the whole's (admitted only if every part admits).
+pub(super) fn parts_decisions(
+    reply: &::redis::Value,
+    parts: usize,
+) -> Result<(bool, Vec<Decision>), BackendError> {
+    let bad = || BackendError::Reply(format!("{reply:?}"));
+    let ::redis::Value::Array(items) = reply else {
+        return Err(bad());
+    };
+    if items.len() != 1 + 5 * parts {
+        return Err(bad());
+    }
+    let mut numbers = Vec::with_capacity(items.len());
+    for item in items {
+        match item {
+            ::redis::Value::Int(n) => numbers.push(u64::try_from(*n).map_err(|_| bad())?),
+            _ => return Err(bad()),
+        }
+    }
+    let all = match numbers[0] {
+        0 => false,
+        1 => true,
+        _ => return Err(bad()),
+    };
+    let nanos = |micros: u64| micros.saturating_mul(1_000);
+    let mut decisions = Vec::with_capacity(parts);
+    for part in numbers[1..].chunks_exact(5) {
+        let [allowed, remaining, limit, retry, reset] =
+            [part[0], part[1], part[2], part[3], part[4]];
+        decisions.push(match allowed {
+            1 => Decision::allow(remaining, limit, nanos(reset)),
+            0 => Decision::deny(remaining, limit, nanos(retry), nanos(reset)),
+            _ => return Err(bad()),
+        });
+    }
+    if all != decisions.iter().all(Decision::is_allowed) {
+        return Err(bad());
+    }
+    Ok((all, decisions))
 }
 
 /// `{<key>}`, escaped (see [`Bands::keys`]).

@@ -189,7 +189,7 @@ impl Shared {
 
     /// A call to Redis failed with `err`: the failure policy decides from now on, until a
     /// probe succeeds.
-    fn switch_to_failure(&self, err: &BackendError) {
+    pub(super) fn switch_to_failure(&self, err: &BackendError) {
         if self.breaker.failed() {
             bump(&self.counters.switches_to_failure);
             log::warn!(
@@ -212,25 +212,33 @@ impl Shared {
         bump(&self.counters.failure_decisions);
         // Open and Closed read no band's state: they report the shortest window's permits.
         let limit = self.policy.first_band().permits();
-        let wait = u64::try_from(self.breaker.probe_interval().as_nanos()).unwrap_or(u64::MAX);
         let decision = match &self.failure {
             FailurePolicy::Error => return Err(err),
             FailurePolicy::Open => Decision::allow(0, limit, 0),
-            FailurePolicy::Closed => Decision::deny(0, limit, wait, 0),
+            FailurePolicy::Closed => self.fallback_refusal(),
             FailurePolicy::Local(local) => match ask {
                 Ask::Peek => local.peek(key),
                 Ask::Acquire(cost) | Ask::Reserve { cost, .. } => local
                     .try_acquire_n(key, cost)
-                    .unwrap_or(Decision::deny(0, limit, wait, 0)),
+                    .unwrap_or_else(|_| self.fallback_refusal()),
                 // A lease's request alone: no lease while the failure policy decides.
                 Ask::Lease { .. } => local
                     .try_acquire_n(key, 1)
-                    .unwrap_or(Decision::deny(0, limit, wait, 0)),
+                    .unwrap_or_else(|_| self.fallback_refusal()),
                 // Settles never reach the failure policy.
                 Ask::Refund { .. } | Ask::Charge { .. } | Ask::Return { .. } => return Err(err),
             },
         };
         Ok((decision, NOT_IN_REDIS, 0))
+    }
+
+    /// The failure policy's refusal without a state to read (`Closed`, or a cost the `Local`
+    /// limiter's policy cannot admit): the shortest window's permits as the limit, and the
+    /// probe interval as the wait.
+    pub(super) fn fallback_refusal(&self) -> Decision {
+        let limit = self.policy.first_band().permits();
+        let wait = u64::try_from(self.breaker.probe_interval().as_nanos()).unwrap_or(u64::MAX);
+        Decision::deny(0, limit, wait, 0)
     }
 
     /// A settle (or a lease given back) failed with `err`: counted, but the limiter does not

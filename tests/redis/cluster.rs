@@ -1,14 +1,16 @@
 //! The Redis backend on a 3-node Redis Cluster started by the test: composite policies
 //! decided in one script call per key without CROSSSLOT errors, keys spread over every
 //! node, exact limits per key, one global limit across instances, script reloads after
-//! `SCRIPT FLUSH` on every node, and leases.
+//! `SCRIPT FLUSH` on every node, leases, and several keys in one decision (`RedisAllOf`)
+//! with one hash tag, refused without it.
 //!
 //! Needs `redis-server` and `redis-cli` on PATH (`scripts/install-redis.sh`); without them
 //! the test fails saying so.
 
 use std::time::Duration;
 
-use tollgate::redis::RedisLimiter;
+use redis::cluster_routing::Slot;
+use tollgate::redis::{BackendError, RedisAllOf, RedisLimiter};
 use tollgate::FakeClock;
 
 use crate::hammer::hammer;
@@ -132,6 +134,77 @@ async fn composite_policies_on_a_three_node_cluster() {
     let d = view.peek("hot").await.unwrap();
     let available = d.remaining() + u64::from(d.is_allowed());
     assert_eq!(available, 600 - admitted, "{d:?}");
+
+    // 6. Several keys in one decision: limiters with one hash tag keep every key in one
+    //    slot, so one call decides them, all or nothing; without it the keys are spread, and
+    //    the call is refused before it is sent, naming the part.
+    let urls = cluster.urls();
+    let nodes: Vec<&str> = urls.iter().map(String::as_str).collect();
+    let tagged = |policy: &str, prefix: &str| {
+        RedisLimiter::builder(policy.parse().unwrap())
+            .prefix(prefix)
+            .hash_tag("api")
+            .test_clock(clock.clone())
+            .deny_cache(0)
+            .timeout(Duration::from_secs(10))
+    };
+    let per_user = tagged("5/1h", "all-user")
+        .connect_cluster(&nodes)
+        .await
+        .unwrap();
+    let per_ip = tagged("3/1h", "all-ip")
+        .connect_shared(&per_user)
+        .await
+        .unwrap();
+    for i in 0..3 {
+        let user = format!("user-{i}");
+        let request = RedisAllOf::new()
+            .key(&per_user, &user)
+            .key(&per_ip, "10.0.0.1");
+        assert!(request.try_acquire().await.unwrap().is_allowed(), "{user}");
+    }
+    let refused = RedisAllOf::new()
+        .key(&per_user, "user-0")
+        .key(&per_ip, "10.0.0.1")
+        .try_acquire()
+        .await
+        .unwrap();
+    assert!(!refused.is_allowed() && refused.part() == 1, "{refused:?}");
+    assert_eq!(
+        per_user.available("user-0").await.unwrap(),
+        4,
+        "the refusal spent nothing"
+    );
+    let spread = connect(&cluster, "3/1h", "all-spread", Some(&clock)).await;
+    let other = RedisLimiter::builder("5/1h".parse().unwrap())
+        .prefix("all-spread-user")
+        .test_clock(clock.clone())
+        .connect_shared(&spread)
+        .await
+        .unwrap();
+    // Keys whose own tags land in different slots (most pairs do; these are found so).
+    let apart = (0..100)
+        .map(|i| format!("user-{i}"))
+        .find(|user| {
+            Slot::for_key(&other.redis_keys(user)[0])
+                != Slot::for_key(&spread.redis_keys("10.0.0.1")[0])
+        })
+        .unwrap();
+    let err = RedisAllOf::new()
+        .key(&spread, "10.0.0.1")
+        .key(&other, &apart)
+        .try_acquire()
+        .await
+        .unwrap_err();
+    match err {
+        BackendError::CrossSlot { part, key, first } => {
+            assert_eq!(part, 1);
+            assert_eq!(key, other.redis_keys(&apart)[0]);
+            assert_eq!(first, spread.redis_keys("10.0.0.1")[0]);
+        }
+        other => panic!("{other}"),
+    }
+    assert_eq!(spread.stats().redis_decisions, 0, "nothing was sent");
 }
 
 /// A slot migrating between nodes (resharding): once the key has moved to the importing

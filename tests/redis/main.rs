@@ -1,6 +1,6 @@
 //! The Redis backend (feature `redis`) against real `redis-server` processes that each test
 //! starts on free loopback ports: one test binary, a module per scenario (`standalone`,
-//! `reserve`, `lease`, `settings`, `tokens`, `cluster`, `faults`, `middleware`,
+//! `reserve`, `all_of`, `lease`, `settings`, `tokens`, `cluster`, `faults`, `middleware`,
 //! `throughput`), the server harness, the limiters on a test clock (`clocked`) and the
 //! instance in a process that dies (`dying`) compiled once.
 //! The harness needs feature `test-util` too (`standalone` and `cluster` drive time with
@@ -23,6 +23,7 @@ mod http_support;
 #[path = "../support/redis_server.rs"]
 mod redis_server;
 
+mod all_of;
 mod clocked;
 mod cluster;
 mod dying;

@@ -1,6 +1,7 @@
 -- tollgate: one decision for one key under a whole policy, all bands at once
--- (src/engine/composite.rs for how the bands merge), or the settling of a reservation. Preceded by
--- arith.lua, gcra.lua, counter.lua and log.lua in the script Redis runs.
+-- (src/engine/composite.rs for how the bands merge), the settling of a reservation, or several
+-- keys at once (parts.lua). Preceded by arith.lua, gcra.lua, counter.lua, log.lua, band.lua
+-- and parts.lua in the script Redis runs.
 --
 -- KEYS[i]      band i's key; every key of one call shares a {hash tag}, so one slot holds
 --              them all in a Redis Cluster.
@@ -16,6 +17,7 @@
 --                         has (a request of cost 1 decides whether there is a lease at all);
 --                         the reply carries each band's mark and k;
 --              'return'   as 'refund', only while the lease's token names the lease.
+--              'parts', 'parts-peek'  several keys at once, all or nothing: see parts.lua.
 -- ARGV[4 + 4(i - 1) ...]  band i: algorithm ('tb', 'sl' or 'sc'), permits N, window W (us),
 --              interval T (us; the token bucket's, rounded up; 0 for the others).
 -- ARGV[3 + 4 B + i]       ('refund', 'charge' and 'return') band i's mark, from the
@@ -59,6 +61,10 @@ else
 end
 local op = ARGV[2]
 local amount = tonumber(ARGV[3])
+
+if op == 'parts' or op == 'parts-peek' then
+  return decide_parts(now, expire, op == 'parts-peek')
+end
 
 -- A token's value (a lease's or a reservation's) is '<serial>:<deadline>': the serial number
 -- of the lease or reservation it names, and the instant (us) from which it is no longer
@@ -222,14 +228,8 @@ local function decide_all(cost)
   local all = true
   for i = 1, nb do
     local algorithm, N, W, T = spec(i)
-    local band
-    if algorithm == 'tb' then
-      band = gcra_band(KEYS[i], N, T, now, cost)
-    elseif algorithm == 'sc' then
-      band = counter_band(KEYS[i], N, W, now, cost)
-    elseif algorithm == 'sl' then
-      band = log_band(KEYS[i], N, W, now, cost)
-    else
+    local band = band_decide(KEYS[i], algorithm, N, W, T, now, cost)
+    if not band then
       return nil, 'tollgate: unknown algorithm ' .. tostring(algorithm)
     end
     bands[i] = band
@@ -261,30 +261,13 @@ if lease and all then
   end
 end
 
--- The merge (src/composite.rs): the smallest remaining (the first band wins a tie) and its
--- limit, the longest retry_after, the longest reset_after.
-local remaining, limit, retry, reset = INF, 0, 0, 0
-local function merge(r, l, t, s)
-  if r < remaining then
-    remaining, limit = r, l
-  end
-  if t > retry then
-    retry = t
-  end
-  if s > reset then
-    reset = s
-  end
-end
-
+local reply = band_verdict(bands, all, cost)
 if all then
-  for i = 1, #bands do
-    local band = bands[i]
-    if not peek then
-      band.write(expire)
+  if not peek then
+    for i = 1, #bands do
+      bands[i].write(expire)
     end
-    merge(band.remaining, band.limit, 0, band.reset)
   end
-  local reply = { 1, remaining, limit, 0, reset }
   if reserve then
     for i = 1, #bands do
       reply[5 + i] = bands[i].mark
@@ -318,16 +301,6 @@ if all then
   return reply
 end
 
-for i = 1, #bands do
-  local band = bands[i]
-  if band.ok then
-    -- Available now, unspent: what the admission would have left plus what it would take.
-    merge(band.remaining + cost, band.limit, 0, band.reset_now)
-  else
-    merge(band.remaining, band.limit, band.retry, band.reset)
-  end
-end
-local reply = { 0, remaining, limit, retry, reset }
 if reserve then
   for i = 1, #bands do
     reply[5 + i] = 0

@@ -1,0 +1,373 @@
+//! Several keys of Redis-backed limiters in one decision, all or nothing: [`RedisAllOf`].
+
+use std::collections::HashSet;
+use std::fmt;
+
+use ::redis::cluster_routing::Slot;
+
+use crate::all_of::{PartError, Tally};
+use crate::decision::Decision;
+use crate::reservation::Reservation;
+
+use super::conn::{self, Conn};
+use super::error::BackendError;
+use super::failure::{bump, FailurePolicy};
+use super::script;
+use super::shared::Shared;
+
+/// One decision over keys of several [`RedisLimiter`](super::RedisLimiter)s (per user, per client address, one
+/// global key, a budget of tokens), in **one script call**: allowed only if every part
+/// allows, and then every part has spent its permits; refused, and nothing was spent
+/// anywhere. The Redis counterpart of [`AllOf`](crate::AllOf), with the same answer.
+///
+/// ```no_run
+/// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+/// use tollgate::redis::{RedisAllOf, RedisLimiter};
+///
+/// let per_user = RedisLimiter::builder("100/min".parse()?)
+///     .prefix("user")
+///     .connect("redis://127.0.0.1:6379")
+///     .await?;
+/// // On the same connection, so that one script call decides both.
+/// let per_ip = RedisLimiter::builder("20/min".parse()?)
+///     .prefix("ip")
+///     .connect_shared(&per_user)
+///     .await?;
+/// let tokens = RedisLimiter::builder("10000/min".parse()?)
+///     .prefix("tokens")
+///     .connect_shared(&per_user)
+///     .await?;
+///
+/// let decision = RedisAllOf::new()
+///     .key(&per_user, "alice")
+///     .key(&per_ip, "203.0.113.9")
+///     .named("per-ip")
+///     .key_n(&tokens, "alice", 700)
+///     .try_acquire()
+///     .await?;
+/// if !decision.is_allowed() {
+///     println!("429, Retry-After: {}", decision.retry_after_secs());
+/// }
+/// # Ok(())
+/// # }
+/// ```
+///
+/// **One round trip, atomic.** The script reads and decides every band of every part's key
+/// before it writes any, and writes only when every part admits; Redis runs it alone, so
+/// no other decision interleaves, and there is no give-back and no window in which a racing
+/// request sees permits taken that a refusal will return. What it takes:
+/// - every part's limiter on one connection: the first part's limiter and those built from
+///   it with [`connect_shared`](super::RedisLimiterBuilder::connect_shared)
+///   ([`BackendError::OtherConnection`] otherwise);
+/// - on a Redis Cluster, every key in one slot: give the limiters one
+///   [`hash_tag`](super::RedisLimiterBuilder::hash_tag) ([`BackendError::CrossSlot`]
+///   otherwise, checked before anything is sent);
+/// - no Redis key named by two parts ([`BackendError::SharedKey`]): the same limiter and key
+///   twice, or two limiters with one prefix and a band in common, for one key.
+///
+/// The call runs with the first part's limiter's settings: its timeout, its clock (a test
+/// clock), its counters of script reloads. Each part's limiter counts one decision by Redis
+/// (`BackendStats::redis_decisions`).
+///
+/// **The answer** is that of [`AllOf`](crate::AllOf): allowed, the decision of the part with
+/// the least left; refused, the `retry_after` of the refusing part with the longest wait and,
+/// as `remaining`, the least any part has available. [`Decision::part`] says which part
+/// decided, [`RedisAllOf::name`] its name. A cost no state of its part's policy could admit is
+/// refused without a round trip, as `AllOf` refuses it (`retry_after` `u64::MAX`
+/// nanoseconds); [`check`](RedisAllOf::check) names it.
+///
+/// **Leases and deny caches.** The decision is Redis's, on the state in Redis: a lease a
+/// part's limiter holds counts there as spent (so it may refuse what the lease would admit,
+/// never the other way), and no part's deny cache is read or filled. An admission drops each
+/// part's key from its limiter's deny cache, as its own admissions do.
+///
+/// **While Redis is slow or down**, each part is decided by its limiter's
+/// [`FailurePolicy`]: if any part's is [`Error`](FailurePolicy::Error), the call fails with
+/// the error; otherwise an [`Open`](FailurePolicy::Open) part allows, a
+/// [`Closed`](FailurePolicy::Closed) part refuses, and the [`Local`](FailurePolicy::Local)
+/// limiters decide their parts all or nothing in process, as an [`AllOf`](crate::AllOf)
+/// does (taken in order, given back at the first refusal). The switch to the failure policy
+/// and back, and the probes, follow the first part's limiter, and every part's limiter is
+/// switched with it.
+///
+/// Reservations of several keys on Redis are not offered: reserve on each limiter, or use
+/// [`AllOf::reserve`](crate::AllOf::reserve) in process.
+#[derive(Clone, Default)]
+pub struct RedisAllOf<'a> {
+    parts: Vec<RedisPart<'a>>,
+}
+
+/// One part: a limiter's key at a cost.
+#[derive(Clone)]
+struct RedisPart<'a> {
+    /// What the limiter's clones share.
+    shared: &'a Shared,
+    key: &'a str,
+    cost: u64,
+    name: Option<&'static str>,
+}
+
+impl<'a> RedisAllOf<'a> {
+    /// No part yet (it allows everything).
+    #[must_use]
+    pub fn new() -> Self {
+        RedisAllOf { parts: Vec::new() }
+    }
+
+    /// Adds the key `key` of the limiter whose shared state is `shared`, at a cost of `n`
+    /// (for `RedisAllOf::key_n`, with the limiter's methods in the parent module).
+    pub(super) fn push(mut self, shared: &'a Shared, key: &'a str, n: u64) -> Self {
+        self.parts.push(RedisPart {
+            shared,
+            key,
+            cost: n,
+            name: None,
+        });
+        self
+    }
+
+    /// Names the part added last, for [`RedisAllOf::name`] and [`PartError`] (the limiter's
+    /// role: "per-ip", "tokens"). With no part yet, names nothing.
+    #[must_use]
+    pub fn named(mut self, name: &'static str) -> Self {
+        if let Some(part) = self.parts.last_mut() {
+            part.name = Some(name);
+        }
+        self
+    }
+
+    /// How many parts.
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.parts.len()
+    }
+
+    /// Whether there is no part (such a `RedisAllOf` allows everything).
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.parts.is_empty()
+    }
+
+    /// The name of part `part` (its position, in the order added), if it was
+    /// [`named`](RedisAllOf::named).
+    #[must_use]
+    pub fn name(&self, part: usize) -> Option<&'static str> {
+        self.parts.get(part).and_then(|part| part.name)
+    }
+
+    /// Whether every part's cost is one its policy could ever admit, changing nothing and
+    /// sending nothing.
+    ///
+    /// # Errors
+    ///
+    /// The first part whose cost is 0 or above its policy's smallest band's permits.
+    pub fn check(&self) -> Result<(), PartError> {
+        for (index, part) in self.parts.iter().enumerate() {
+            if let Err(error) = part.shared.check_cost(part.cost) {
+                return Err(PartError::new(index, part.name, error));
+            }
+        }
+        Ok(())
+    }
+
+    /// Decides a request on every part at once, in one script call: allowed, with every
+    /// part's permits spent, or refused, with nothing spent (see the type's docs).
+    ///
+    /// # Errors
+    ///
+    /// [`BackendError::OtherConnection`], [`BackendError::SharedKey`] and
+    /// [`BackendError::CrossSlot`] for parts one call cannot decide (nothing is sent); while
+    /// Redis is slow or down, as a part's [`FailurePolicy`] says; otherwise as
+    /// [`RedisLimiter::try_acquire`](super::RedisLimiter::try_acquire).
+    pub async fn try_acquire(&self) -> Result<Decision, BackendError> {
+        self.decide(false).await
+    }
+
+    /// What [`try_acquire`](RedisAllOf::try_acquire) would decide now, changing nothing: one
+    /// script call that decides every part and writes nothing (a snapshot of all the parts at
+    /// one instant).
+    ///
+    /// # Errors
+    ///
+    /// As [`try_acquire`](RedisAllOf::try_acquire).
+    pub async fn peek(&self) -> Result<Decision, BackendError> {
+        self.decide(true).await
+    }
+
+    async fn decide(&self, peek: bool) -> Result<Decision, BackendError> {
+        let Some(first) = self.parts.first() else {
+            return Ok(Tally::default().decision());
+        };
+        if let Err(error) = self.check() {
+            // Refused as `AllOf` refuses a cost no state admits: never, with nothing sent.
+            let mut tally = Tally::default();
+            tally.failed(error.part(), error.error());
+            return Ok(tally.decision());
+        }
+        let lead = first.shared;
+        let keys = self.keys(lead)?;
+        if !lead.breaker.should_try() {
+            return self.fallback(peek, BackendError::Unavailable);
+        }
+        let now_micros = lead.test_micros()?;
+        let mut args = script::parts_args(now_micros, peek, self.parts.len());
+        for part in &self.parts {
+            part.shared.bands.part_args(part.cost, &mut args);
+        }
+        let call = lead.script.call(
+            &keys,
+            &args,
+            &lead.counters.script_reloads,
+            true,
+            lead.timeout,
+        );
+        match call.await {
+            Ok(Ok(reply)) => {
+                let (admitted, decisions) = script::parts_decisions(&reply, self.parts.len())?;
+                self.each_shared(Shared::recovered);
+                let mut tally = Tally::default();
+                for (index, (part, decision)) in self.parts.iter().zip(&decisions).enumerate() {
+                    let shared = part.shared;
+                    bump(&shared.counters.redis_decisions);
+                    if admitted && !peek {
+                        if let Some(cache) = &shared.cache {
+                            // An admission may lengthen a cached refusal of another cost.
+                            cache.remove(part.key);
+                        }
+                    }
+                    tally.decided(index, decision, part.cost);
+                }
+                Ok(tally.decision())
+            }
+            Ok(Err(err)) if conn::is_unavailable(&err) => {
+                self.each_shared(|shared| bump(&shared.counters.unavailable));
+                self.failed(peek, BackendError::Redis(err))
+            }
+            Ok(Err(err)) => {
+                // Redis answered: it is up, and the error is about this call.
+                self.each_shared(Shared::recovered);
+                Err(BackendError::Redis(err))
+            }
+            Err(_) => {
+                self.each_shared(|shared| bump(&shared.counters.timeouts));
+                self.failed(peek, BackendError::Timeout(lead.timeout))
+            }
+        }
+    }
+
+    /// Every part's Redis keys, part after part, once it is known one call on `lead`'s
+    /// connection can decide them all.
+    fn keys(&self, lead: &Shared) -> Result<Vec<String>, BackendError> {
+        let mut keys: Vec<String> = Vec::new();
+        let mut seen = HashSet::new();
+        let cluster = matches!(lead.script.conn(), Conn::Cluster(_));
+        for (part, each) in self.parts.iter().enumerate() {
+            let shared = each.shared;
+            if !shared.script.same_connection(&lead.script) {
+                return Err(BackendError::OtherConnection { part });
+            }
+            for key in shared.bands.keys(&shared.prefix, each.key) {
+                if !seen.insert(key.clone()) {
+                    return Err(BackendError::SharedKey { part, key });
+                }
+                if let Some(first) = keys.first().filter(|_| cluster) {
+                    if Slot::for_key(&key) != Slot::for_key(first) {
+                        let first = first.clone();
+                        return Err(BackendError::CrossSlot { part, key, first });
+                    }
+                }
+                keys.push(key);
+            }
+        }
+        Ok(keys)
+    }
+
+    /// Runs `f` on each part's limiter's shared state, once per limiter.
+    fn each_shared(&self, mut f: impl FnMut(&Shared)) {
+        for (index, part) in self.parts.iter().enumerate() {
+            let shared = part.shared;
+            let repeated = self.parts[..index]
+                .iter()
+                .any(|earlier| std::ptr::eq(earlier.shared, shared));
+            if !repeated {
+                f(shared);
+            }
+        }
+    }
+
+    /// The call failed with `err`: every part's limiter switches to its failure policy, and
+    /// the failure policies decide.
+    fn failed(&self, peek: bool, err: BackendError) -> Result<Decision, BackendError> {
+        self.each_shared(|shared| shared.switch_to_failure(&err));
+        self.fallback(peek, err)
+    }
+
+    /// Each part decided by its limiter's failure policy, all or nothing (see the type's
+    /// docs); `err` for a part whose policy is `Error`.
+    fn fallback(&self, peek: bool, err: BackendError) -> Result<Decision, BackendError> {
+        let error = self
+            .parts
+            .iter()
+            .any(|part| matches!(part.shared.failure, FailurePolicy::Error));
+        if error {
+            return Err(err);
+        }
+        let mut tally = Tally::default();
+        let mut taken: Vec<(&RedisPart<'_>, Reservation)> = Vec::new();
+        let mut refused = false;
+        for (index, part) in self.parts.iter().enumerate() {
+            let shared = part.shared;
+            bump(&shared.counters.failure_decisions);
+            let decision = match &shared.failure {
+                FailurePolicy::Local(local) if peek || refused => local
+                    .peek_n(part.key, part.cost)
+                    .unwrap_or_else(|_| shared.fallback_refusal()),
+                FailurePolicy::Local(local) => match local.reserve_n(part.key, part.cost) {
+                    Ok(reservation) => {
+                        let decision = reservation.decision();
+                        if decision.is_allowed() {
+                            taken.push((part, reservation));
+                        }
+                        decision
+                    }
+                    // A cost the local policy cannot admit.
+                    Err(_) => shared.fallback_refusal(),
+                },
+                FailurePolicy::Closed => shared.fallback_refusal(),
+                // `Error` returned above.
+                FailurePolicy::Open | FailurePolicy::Error => {
+                    Decision::allow(0, shared.policy.first_band().permits(), 0)
+                }
+            };
+            refused |= !decision.is_allowed();
+            tally.decided(index, &decision, part.cost);
+        }
+        if refused {
+            // Given back at once, the last taken first, as `AllOf` does.
+            while let Some((part, reservation)) = taken.pop() {
+                if let FailurePolicy::Local(local) = &part.shared.failure {
+                    // A refund of what was just taken, on the limiter that took it: only a
+                    // reset or policy change in between can void it, as for any reservation.
+                    let _ = local.cancel(part.key, reservation);
+                }
+            }
+        }
+        Ok(tally.decision())
+    }
+}
+
+impl fmt::Debug for RedisAllOf<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut list = f.debug_list();
+        for part in &self.parts {
+            list.entry(&format_args!(
+                "{:?} {:?} x{}{}",
+                part.shared.prefix,
+                part.key,
+                part.cost,
+                part.name.map_or(String::new(), |name| format!(" ({name})"))
+            ));
+        }
+        list.finish()
+    }
+}

@@ -1,0 +1,67 @@
+-- tollgate: several keys decided at once, all or nothing (src/redis/all_of.rs): each key (a
+-- part) under its own policy and at its own cost. Every band of every part is read and
+-- decided before anything is written, and only an admission by every part writes: a refusal
+-- changes nothing anywhere. Preceded by band.lua; decide.lua calls it.
+--
+-- KEYS         every part's band keys, part after part, each part's in its band order. A key
+--              may appear once only (the Rust side checks): one named twice would be read
+--              twice before either write, and spent once.
+-- ARGV[1]      as for decide.lua (now, or '' for Redis TIME).
+-- ARGV[2]      'parts' (decide, and spend when every part admits) or 'parts-peek' (decide,
+--              write nothing).
+-- ARGV[3]      P, the number of parts; then for each part its cost c >= 1, its number of
+--              bands b, and each band's four arguments as decide.lua takes them.
+--
+-- Reply: { allowed (0 or 1), then for each part its own decision of its cost: allowed,
+-- remaining, limit, retry_after (us), reset_after (us) } (decide.lua's first five). A part
+-- that admits reports what it would leave, whether or not the whole admits.
+
+local function decide_parts(now, expire, peek)
+  local count = tonumber(ARGV[3])
+  if not count or count < 1 then
+    return redis.error_reply('tollgate: number of parts out of range: ' .. tostring(ARGV[3]))
+  end
+  local at, key = 4, 1
+  local parts = {}
+  local all = true
+  for p = 1, count do
+    local cost, nb = tonumber(ARGV[at]), tonumber(ARGV[at + 1])
+    if not cost or cost < 1 or not nb or nb < 1 then
+      return redis.error_reply('tollgate: part ' .. p .. ' has no cost or no band')
+    end
+    at = at + 2
+    local bands, ok = {}, true
+    for i = 1, nb do
+      local algorithm = ARGV[at]
+      local band = band_decide(KEYS[key], algorithm, tonumber(ARGV[at + 1]),
+        tonumber(ARGV[at + 2]), tonumber(ARGV[at + 3]), now, cost)
+      if not band then
+        return redis.error_reply('tollgate: unknown algorithm ' .. tostring(algorithm))
+      end
+      bands[i] = band
+      ok = ok and band.ok
+      at = at + 4
+      key = key + 1
+    end
+    parts[p] = { bands = bands, ok = ok, cost = cost }
+    all = all and ok
+  end
+  if key ~= #KEYS + 1 or at ~= #ARGV + 1 then
+    return redis.error_reply('tollgate: the parts name ' .. (key - 1) .. ' keys and '
+      .. (at - 1) .. ' arguments, the call ' .. #KEYS .. ' and ' .. #ARGV)
+  end
+  local reply = { all and 1 or 0 }
+  for p = 1, count do
+    local part = parts[p]
+    if all and not peek then
+      for i = 1, #part.bands do
+        part.bands[i].write(expire)
+      end
+    end
+    local verdict = band_verdict(part.bands, part.ok, part.cost)
+    for j = 1, 5 do
+      reply[#reply + 1] = verdict[j]
+    end
+  end
+  return reply
+end
