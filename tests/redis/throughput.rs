@@ -1,7 +1,7 @@
 //! Throughput of the Redis backend against a local `redis-server`, side by side in one run:
 //! decisions per second with and without the deny cache under one hammering key, admissions
 //! of one hot key with and without leases, and for comparison admissions over many keys, a
-//! composite policy, and the in-process limiter.
+//! composite policy, several keys in one decision (`RedisAllOf`), and the in-process limiter.
 //! The figures in `docs/BENCHMARKS.md` ("Redis backend") come from this run:
 //!
 //! ```text
@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tollgate::redis::RedisLimiter;
+use tollgate::redis::{RedisAllOf, RedisLimiter};
 use tollgate::RateLimiter;
 
 use crate::redis_server::RedisServer;
@@ -191,6 +191,64 @@ async fn redis_throughput() {
         );
         server.command(&["FLUSHALL"]);
     }
+
+    // Several keys in one decision, every call admitted: a user's key, an address's key and
+    // one global key in one script call, beside one key of the same policy alone.
+    let policy = "1000000/1s";
+    let single = limiter(&server, policy, "single", true).await;
+    let alone = measure(64, move |task, i| {
+        let single = single.clone();
+        async move {
+            let key = format!("user-{}", (task as u64 * 7919 + i) % 10_000);
+            single.try_acquire(&key).await.unwrap().is_allowed()
+        }
+    })
+    .await;
+    row(
+        "distinct keys, token bucket, one key (admissions)",
+        64,
+        alone,
+    );
+    let user = limiter(&server, policy, "all-user", true).await;
+    let parts = (
+        user.clone(),
+        RedisLimiter::builder(policy.parse().unwrap())
+            .prefix("all-ip")
+            .connect_shared(&user)
+            .await
+            .unwrap(),
+        RedisLimiter::builder("1000000000/1h".parse().unwrap())
+            .prefix("all-global")
+            .connect_shared(&user)
+            .await
+            .unwrap(),
+    );
+    let three = measure(64, move |task, i| {
+        let (user, ip, global) = parts.clone();
+        async move {
+            let n = (task as u64 * 7919 + i) % 10_000;
+            let (key, address) = (format!("user-{n}"), format!("10.0.{}.{}", n / 250, n % 250));
+            RedisAllOf::new()
+                .key(&user, &key)
+                .key(&ip, &address)
+                .key(&global, "all")
+                .try_acquire()
+                .await
+                .unwrap()
+                .is_allowed()
+        }
+    })
+    .await;
+    row(
+        "distinct keys, RedisAllOf of 3 parts (admissions)",
+        64,
+        three,
+    );
+    println!(
+        "<!-- RedisAllOf of 3 parts: {:.2}x the admissions per second of one key -->",
+        three.0 / alone.0
+    );
+    server.command(&["FLUSHALL"]);
 
     // The same hot key in process, for scale.
     let local: Arc<RateLimiter<String>> = Arc::new(RateLimiter::new(hot.parse().unwrap()));
