@@ -2,18 +2,19 @@
 
 use std::collections::HashSet;
 use std::fmt;
+use std::sync::atomic::Ordering;
 
 use ::redis::cluster_routing::Slot;
 
 use crate::all_of::{PartError, Tally};
 use crate::decision::Decision;
-use crate::reservation::Reservation;
+use crate::reservation::{Origin, Reservation, SettleError};
 
 use super::conn::{self, Conn};
 use super::error::BackendError;
 use super::failure::{bump, FailurePolicy};
-use super::script;
-use super::shared::Shared;
+use super::script::{self, Bands, PartsAsk};
+use super::shared::{Shared, NOT_IN_REDIS};
 
 /// One decision over keys of several [`RedisLimiter`](super::RedisLimiter)s (per user, per client address, one
 /// global key, a budget of tokens), in **one script call**: allowed only if every part
@@ -90,8 +91,8 @@ use super::shared::Shared;
 /// and back, and the probes, follow the first part's limiter, and every part's limiter is
 /// switched with it.
 ///
-/// Reservations of several keys on Redis are not offered: reserve on each limiter, or use
-/// [`AllOf::reserve`](crate::AllOf::reserve) in process.
+/// [`reserve`](RedisAllOf::reserve) takes every part's cost in one call, as reservations
+/// that [`settle`](RedisAllOf::settle) settles part by part from the real costs.
 #[derive(Clone, Default)]
 pub struct RedisAllOf<'a> {
     parts: Vec<RedisPart<'a>>,
@@ -180,7 +181,7 @@ impl<'a> RedisAllOf<'a> {
     /// Redis is slow or down, as a part's [`FailurePolicy`] says; otherwise as
     /// [`RedisLimiter::try_acquire`](super::RedisLimiter::try_acquire).
     pub async fn try_acquire(&self) -> Result<Decision, BackendError> {
-        self.decide(false).await
+        Ok(self.decide(PartsAsk::Acquire).await?.0)
     }
 
     /// What [`try_acquire`](RedisAllOf::try_acquire) would decide now, changing nothing: one
@@ -191,31 +192,136 @@ impl<'a> RedisAllOf<'a> {
     ///
     /// As [`try_acquire`](RedisAllOf::try_acquire).
     pub async fn peek(&self) -> Result<Decision, BackendError> {
-        self.decide(true).await
+        Ok(self.decide(PartsAsk::Peek).await?.0)
     }
 
-    async fn decide(&self, peek: bool) -> Result<Decision, BackendError> {
+    /// Takes every part's permits now, for a request whose real costs are known only after
+    /// it ran, all or nothing as [`try_acquire`](RedisAllOf::try_acquire) and in one script
+    /// call; [`settle`](RedisAllOf::settle) then gives back what a part did not use, or
+    /// charges what it used on top. Each part is a reservation of its limiter, as its
+    /// [`reserve_n`](super::RedisLimiter::reserve_n) makes one (its token written next to its
+    /// key's state by the same call).
+    ///
+    /// # Errors
+    ///
+    /// [`BackendError::Part`] for a part whose cost no state of its policy could admit
+    /// (nothing is sent); otherwise as [`try_acquire`](RedisAllOf::try_acquire).
+    pub async fn reserve(&self) -> Result<RedisAllOfReservation, BackendError> {
+        if let Err(error) = self.check() {
+            return Err(BackendError::Part(error));
+        }
+        let (decision, parts) = self.decide(PartsAsk::Reserve).await?;
+        Ok(RedisAllOfReservation {
+            decision,
+            parts,
+            len: self.parts.len(),
+        })
+    }
+
+    /// Settles `reservation` at what each part really cost: `actual[i]` for part `i` (a part
+    /// with no entry cost what it reserved), each part as its limiter's
+    /// [`settle`](super::RedisLimiter::settle) settles it: one script call per part whose
+    /// cost changed. Every part is checked before any is settled.
+    ///
+    /// # Errors
+    ///
+    /// [`BackendError::Settle`] with [`SettleError::Refused`] for a refused reservation,
+    /// [`SettleError::Parts`] for more costs than parts or a reservation of a `RedisAllOf`
+    /// of another number of parts, [`SettleError::OtherLimiter`] or
+    /// [`SettleError::OtherKey`] for one made by other parts: nothing is sent. When Redis
+    /// cannot be reached, the first part's error, once every other part was settled (a part
+    /// whose settle failed keeps its permits spent, as its limiter's `settle` does).
+    pub async fn settle(
+        &self,
+        reservation: RedisAllOfReservation,
+        actual: &[u64],
+    ) -> Result<(), BackendError> {
+        let RedisAllOfReservation {
+            decision,
+            parts,
+            len,
+        } = reservation;
+        if len != self.parts.len() || actual.len() > len {
+            let given = if len == self.parts.len() {
+                actual.len()
+            } else {
+                self.parts.len()
+            };
+            return Err(SettleError::Parts { parts: len, given }.into());
+        }
+        if !decision.is_allowed() {
+            return Err(SettleError::Refused.into());
+        }
+        for (part, reservation) in self.parts.iter().zip(&parts) {
+            reservation.check(part.shared.origin(part.key))?;
+        }
+        let mut first = None;
+        for (index, (part, reservation)) in self.parts.iter().zip(parts).enumerate() {
+            let actual = actual.get(index).copied().unwrap_or(reservation.held());
+            if let Err(err) = part.shared.settle(part.key, reservation, actual).await {
+                first.get_or_insert(err);
+            }
+        }
+        first.map_or(Ok(()), Err)
+    }
+
+    /// Gives back every permit of `reservation`: [`settle`](RedisAllOf::settle) at 0 on every
+    /// part.
+    ///
+    /// # Errors
+    ///
+    /// As [`settle`](RedisAllOf::settle).
+    pub async fn cancel(&self, reservation: RedisAllOfReservation) -> Result<(), BackendError> {
+        self.settle(reservation, &vec![0; self.parts.len()]).await
+    }
+
+    /// The decision of `ask` on every part, and when it is an admitted reservation each
+    /// part's reservation (none otherwise).
+    async fn decide(&self, ask: PartsAsk) -> Result<(Decision, Vec<Reservation>), BackendError> {
         let Some(first) = self.parts.first() else {
-            return Ok(Tally::default().decision());
+            return Ok((Tally::default().decision(), Vec::new()));
         };
         if let Err(error) = self.check() {
             // Refused as `AllOf` refuses a cost no state admits: never, with nothing sent.
             let mut tally = Tally::default();
             tally.failed(error.part(), error.error());
-            return Ok(tally.decision());
+            return Ok((tally.decision(), Vec::new()));
         }
         let lead = first.shared;
-        let keys = self.keys(lead)?;
+        let mut keys = self.keys(lead)?;
+        // Where each part's reservation comes from and its serial number: the origin first,
+        // as for one key (its count of resets must not be newer than the state decided on).
+        let reserving: Vec<(Origin, u64)> = if ask == PartsAsk::Reserve {
+            self.parts
+                .iter()
+                .map(|part| {
+                    let origin = part.shared.origin(part.key);
+                    // Relaxed: only uniqueness matters (see `Shared::reserve`).
+                    let serial = part.shared.reservations.fetch_add(1, Ordering::Relaxed) + 1;
+                    (origin, serial)
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
         if !lead.breaker.should_try() {
-            return self.fallback(peek, BackendError::Unavailable);
+            return self.fallback(ask, &reserving, BackendError::Unavailable);
         }
         let now_micros = lead.test_micros()?;
-        let mut args = script::parts_args(now_micros, peek, self.parts.len());
-        for part in &self.parts {
+        let mut args = script::parts_args(now_micros, ask, self.parts.len());
+        let mut with_tokens = Vec::with_capacity(keys.len() + reserving.len());
+        for (index, part) in self.parts.iter().enumerate() {
+            let bands = part.shared.bands.count();
             part.shared.bands.part_args(part.cost, &mut args);
+            with_tokens.extend(keys.drain(..bands));
+            if let Some((_, serial)) = reserving.get(index) {
+                args.push(serial.to_string());
+                args.push(part.shared.instance.clone());
+                with_tokens.push(Bands::reserve_key(&part.shared.prefix, part.key));
+            }
         }
         let call = lead.script.call(
-            &keys,
+            &with_tokens,
             &args,
             &lead.counters.script_reloads,
             true,
@@ -223,25 +329,35 @@ impl<'a> RedisAllOf<'a> {
         );
         match call.await {
             Ok(Ok(reply)) => {
-                let (admitted, decisions) = script::parts_decisions(&reply, self.parts.len())?;
+                let bands: Vec<usize> = self.parts.iter().map(|p| p.shared.bands.count()).collect();
+                let reserve = ask == PartsAsk::Reserve;
+                let (admitted, decided) = script::parts_decisions(&reply, &bands, reserve)?;
                 self.each_shared(Shared::recovered);
                 let mut tally = Tally::default();
-                for (index, (part, decision)) in self.parts.iter().zip(&decisions).enumerate() {
+                let mut reservations = Vec::new();
+                for (index, (part, (decision, marks))) in self.parts.iter().zip(decided).enumerate()
+                {
                     let shared = part.shared;
                     bump(&shared.counters.redis_decisions);
-                    if admitted && !peek {
-                        if let Some(cache) = &shared.cache {
-                            // An admission may lengthen a cached refusal of another cost.
-                            cache.remove(part.key);
-                        }
+                    tally.decided(index, &decision, part.cost);
+                    if !admitted || ask == PartsAsk::Peek {
+                        continue;
                     }
-                    tally.decided(index, decision, part.cost);
+                    if let Some(cache) = &shared.cache {
+                        // An admission may lengthen a cached refusal of another cost.
+                        cache.remove(part.key);
+                    }
+                    if let Some(&(origin, serial)) = reserving.get(index) {
+                        reservations.push(
+                            Reservation::new(decision, part.cost, marks, origin).with_token(serial),
+                        );
+                    }
                 }
-                Ok(tally.decision())
+                Ok((tally.decision(), reservations))
             }
             Ok(Err(err)) if conn::is_unavailable(&err) => {
                 self.each_shared(|shared| bump(&shared.counters.unavailable));
-                self.failed(peek, BackendError::Redis(err))
+                self.failed(ask, &reserving, BackendError::Redis(err))
             }
             Ok(Err(err)) => {
                 // Redis answered: it is up, and the error is about this call.
@@ -250,7 +366,7 @@ impl<'a> RedisAllOf<'a> {
             }
             Err(_) => {
                 self.each_shared(|shared| bump(&shared.counters.timeouts));
-                self.failed(peek, BackendError::Timeout(lead.timeout))
+                self.failed(ask, &reserving, BackendError::Timeout(lead.timeout))
             }
         }
     }
@@ -285,26 +401,37 @@ impl<'a> RedisAllOf<'a> {
     /// Runs `f` on each part's limiter's shared state, once per limiter.
     fn each_shared(&self, mut f: impl FnMut(&Shared)) {
         for (index, part) in self.parts.iter().enumerate() {
-            let shared = part.shared;
             let repeated = self.parts[..index]
                 .iter()
-                .any(|earlier| std::ptr::eq(earlier.shared, shared));
+                .any(|earlier| std::ptr::eq(earlier.shared, part.shared));
             if !repeated {
-                f(shared);
+                f(part.shared);
             }
         }
     }
 
     /// The call failed with `err`: every part's limiter switches to its failure policy, and
     /// the failure policies decide.
-    fn failed(&self, peek: bool, err: BackendError) -> Result<Decision, BackendError> {
+    fn failed(
+        &self,
+        ask: PartsAsk,
+        reserving: &[(Origin, u64)],
+        err: BackendError,
+    ) -> Result<(Decision, Vec<Reservation>), BackendError> {
         self.each_shared(|shared| shared.switch_to_failure(&err));
-        self.fallback(peek, err)
+        self.fallback(ask, reserving, err)
     }
 
     /// Each part decided by its limiter's failure policy, all or nothing (see the type's
-    /// docs); `err` for a part whose policy is `Error`.
-    fn fallback(&self, peek: bool, err: BackendError) -> Result<Decision, BackendError> {
+    /// docs); `err` for a part whose policy is `Error`. An admitted reservation's parts hold
+    /// nothing in Redis: settling them changes nothing there (a `Local` limiter keeps its
+    /// permits spent), as for one key.
+    fn fallback(
+        &self,
+        ask: PartsAsk,
+        reserving: &[(Origin, u64)],
+        err: BackendError,
+    ) -> Result<(Decision, Vec<Reservation>), BackendError> {
         let error = self
             .parts
             .iter()
@@ -314,12 +441,13 @@ impl<'a> RedisAllOf<'a> {
         }
         let mut tally = Tally::default();
         let mut taken: Vec<(&RedisPart<'_>, Reservation)> = Vec::new();
+        let mut decisions = Vec::with_capacity(self.parts.len());
         let mut refused = false;
         for (index, part) in self.parts.iter().enumerate() {
             let shared = part.shared;
             bump(&shared.counters.failure_decisions);
             let decision = match &shared.failure {
-                FailurePolicy::Local(local) if peek || refused => local
+                FailurePolicy::Local(local) if ask == PartsAsk::Peek || refused => local
                     .peek_n(part.key, part.cost)
                     .unwrap_or_else(|_| shared.fallback_refusal()),
                 FailurePolicy::Local(local) => match local.reserve_n(part.key, part.cost) {
@@ -341,6 +469,7 @@ impl<'a> RedisAllOf<'a> {
             };
             refused |= !decision.is_allowed();
             tally.decided(index, &decision, part.cost);
+            decisions.push(decision);
         }
         if refused {
             // Given back at once, the last taken first, as `AllOf` does.
@@ -351,8 +480,37 @@ impl<'a> RedisAllOf<'a> {
                     let _ = local.cancel(part.key, reservation);
                 }
             }
+            return Ok((tally.decision(), Vec::new()));
         }
-        Ok(tally.decision())
+        let reservations = self
+            .parts
+            .iter()
+            .zip(decisions)
+            .zip(reserving)
+            .map(|((part, decision), &(origin, serial))| {
+                Reservation::new(decision, part.cost, NOT_IN_REDIS, origin).with_token(serial)
+            })
+            .collect();
+        Ok((tally.decision(), reservations))
+    }
+}
+
+/// The permits a [`RedisAllOf::reserve`] took on every part, until
+/// [`RedisAllOf::settle`] or [`RedisAllOf::cancel`]; dropped unsettled, they stay spent.
+#[must_use = "a RedisAllOfReservation holds permits until it is settled or cancelled"]
+#[derive(Debug)]
+pub struct RedisAllOfReservation {
+    decision: Decision,
+    /// Each part's reservation, in the order added; none when refused.
+    parts: Vec<Reservation>,
+    /// How many parts its `RedisAllOf` had.
+    len: usize,
+}
+
+impl RedisAllOfReservation {
+    /// The decision, as [`RedisAllOf::try_acquire`] would have made it.
+    pub const fn decision(&self) -> Decision {
+        self.decision
     }
 }
 

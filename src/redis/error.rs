@@ -3,6 +3,7 @@
 use std::fmt;
 use std::time::Duration;
 
+use crate::all_of::PartError;
 use crate::error::CostError;
 use crate::policy::Band;
 use crate::reservation::SettleError;
@@ -71,6 +72,9 @@ pub enum BackendError {
     /// A [`Reservation`](crate::Reservation) could not be settled: it was refused, or made
     /// for another key or by another limiter. Nothing was sent to Redis.
     Settle(SettleError),
+    /// A part of a [`RedisAllOf`](super::RedisAllOf) has a cost no state of its policy could
+    /// admit (from [`RedisAllOf::reserve`](super::RedisAllOf::reserve)). Nothing was sent.
+    Part(PartError),
     /// A part of a [`RedisAllOf`](super::RedisAllOf) has a limiter on another connection
     /// than the first part's: one script call cannot decide both. Build the limiters with
     /// [`connect_shared`](super::RedisLimiterBuilder::connect_shared). Nothing was sent.
@@ -131,6 +135,7 @@ impl fmt::Display for BackendError {
             ),
             BackendError::Reply(reply) => write!(f, "unexpected reply from redis: {reply}"),
             BackendError::Settle(err) => err.fmt(f),
+            BackendError::Part(err) => err.fmt(f),
             BackendError::OtherConnection { part } => write!(
                 f,
                 "part {part}'s limiter is on another connection than part 0's: one script call cannot decide both (build it with `connect_shared`)"
@@ -153,6 +158,7 @@ impl std::error::Error for BackendError {
             BackendError::Cost(err) => Some(err),
             BackendError::Redis(err) => Some(err),
             BackendError::Settle(err) => Some(err),
+            BackendError::Part(err) => Some(err),
             _ => None,
         }
     }

@@ -93,7 +93,7 @@ use crate::decision::Decision;
 use crate::policy::Policy;
 use crate::reservation::Reservation;
 
-pub use self::all_of::RedisAllOf;
+pub use self::all_of::{RedisAllOf, RedisAllOfReservation};
 pub use self::builder::RedisLimiterBuilder;
 pub use self::error::BackendError;
 pub use self::failure::{BackendStats, FailurePolicy};

@@ -28,6 +28,8 @@ pub(super) const SOURCE: &str = concat!(
     "\n",
     include_str!("lua/band.lua"),
     "\n",
+    include_str!("lua/tokens.lua"),
+    "\n",
     include_str!("lua/parts.lua"),
     "\n",
     include_str!("lua/decide.lua"),
@@ -322,18 +324,41 @@ impl Bands {
     }
 }
 
-/// The arguments that open a call deciding `parts` keys at once (`lua/parts.lua`): `now`
-/// (in us, `None` for Redis TIME), `parts-peek` for a `peek` else `parts`, and the count;
-/// each part's follow ([`Bands::part_args`]).
-pub(super) fn parts_args(now_micros: Option<u64>, peek: bool, parts: usize) -> Vec<String> {
-    let now = now_micros.map_or_else(String::new, |micros| micros.to_string());
-    let op = if peek { "parts-peek" } else { "parts" };
-    vec![now, op.to_owned(), parts.to_string()]
+/// What a call deciding several keys at once asks (`lua/parts.lua`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum PartsAsk {
+    /// Decide, and spend every part's cost when every part admits.
+    Acquire,
+    /// Decide, write nothing.
+    Peek,
+    /// As `Acquire`, each part a reservation: its token written next to its key's state,
+    /// its bands' marks in the reply.
+    Reserve,
 }
 
-/// The reply to a call deciding `parts` keys at once, `[allowed, then for each part allowed,
-/// remaining, limit, retry_after_us, reset_after_us]`, as whether the whole was admitted
-/// and each part's decision of its own cost.
+impl PartsAsk {
+    /// The script's name for it (ARGV[2]).
+    const fn op(self) -> &'static str {
+        match self {
+            PartsAsk::Acquire => "parts",
+            PartsAsk::Peek => "parts-peek",
+            PartsAsk::Reserve => "parts-reserve",
+        }
+    }
+}
+
+/// The arguments that open a call deciding `parts` keys at once (`lua/parts.lua`): `now`
+/// (in us, `None` for Redis TIME), what is asked, and the count; each part's follow
+/// ([`Bands::part_args`]).
+pub(super) fn parts_args(now_micros: Option<u64>, ask: PartsAsk, parts: usize) -> Vec<String> {
+    let now = now_micros.map_or_else(String::new, |micros| micros.to_string());
+    vec![now, ask.op().to_owned(), parts.to_string()]
+}
+
+/// The reply to a call deciding several keys at once whose parts have `bands[i]` bands each,
+/// `[allowed, then for each part allowed, remaining, limit, retry_after_us, reset_after_us,
+/// and when `marks` one mark per band]`, as whether the whole was admitted and each part's
+/// decision of its own cost, with its marks (all 0 without).
 ///
 /// # Errors
 ///
@@ -341,13 +366,17 @@ pub(super) fn parts_args(now_micros: Option<u64>, peek: bool, parts: usize) -> V
 /// agree with the whole's (admitted only if every part admits).
 pub(super) fn parts_decisions(
     reply: &::redis::Value,
-    parts: usize,
-) -> Result<(bool, Vec<Decision>), BackendError> {
+    bands: &[usize],
+    marks: bool,
+) -> Result<(bool, Vec<(Decision, Marks)>), BackendError> {
     let bad = || BackendError::Reply(format!("{reply:?}"));
     let ::redis::Value::Array(items) = reply else {
         return Err(bad());
     };
-    if items.len() != 1 + 5 * parts {
+    let each = |bands: usize| 5 + if marks { bands } else { 0 };
+    if items.len() != 1 + bands.iter().map(|&b| each(b)).sum::<usize>()
+        || bands.iter().any(|&b| b > Policy::MAX_BANDS)
+    {
         return Err(bad());
     }
     let mut numbers = Vec::with_capacity(items.len());
@@ -363,20 +392,26 @@ pub(super) fn parts_decisions(
         _ => return Err(bad()),
     };
     let nanos = |micros: u64| micros.saturating_mul(1_000);
-    let mut decisions = Vec::with_capacity(parts);
-    for part in numbers[1..].chunks_exact(5) {
-        let [allowed, remaining, limit, retry, reset] =
-            [part[0], part[1], part[2], part[3], part[4]];
-        decisions.push(match allowed {
+    let mut parts = Vec::with_capacity(bands.len());
+    let mut at = 1;
+    for &count in bands {
+        let [allowed, remaining, limit, retry, reset] = [0, 1, 2, 3, 4].map(|i| numbers[at + i]);
+        let decision = match allowed {
             1 => Decision::allow(remaining, limit, nanos(reset)),
             0 => Decision::deny(remaining, limit, nanos(retry), nanos(reset)),
             _ => return Err(bad()),
-        });
+        };
+        let mut out = [0; Policy::MAX_BANDS];
+        if marks {
+            out[..count].copy_from_slice(&numbers[at + 5..at + 5 + count]);
+        }
+        parts.push((decision, out));
+        at += each(count);
     }
-    if all != decisions.iter().all(Decision::is_allowed) {
+    if all != parts.iter().all(|(decision, _)| decision.is_allowed()) {
         return Err(bad());
     }
-    Ok((all, decisions))
+    Ok((all, parts))
 }
 
 /// `{<key>}`, escaped (see [`Bands::keys`]).

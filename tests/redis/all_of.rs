@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tollgate::redis::{BackendError, FailurePolicy, RedisAllOf, RedisLimiter};
-use tollgate::{AllOf, CostError, Decision, FakeClock, RateLimiter};
+use tollgate::{AllOf, CostError, Decision, FakeClock, RateLimiter, SettleError};
 
 use crate::clocked::{at, limiter_at};
 use crate::redis_server::RedisServer;
@@ -364,4 +364,104 @@ async fn while_redis_is_down_the_failure_policies_decide_all_or_nothing() {
     );
     let d = RedisAllOf::new().key(&lead, "j").peek().await.unwrap();
     assert_eq!(d.remaining(), 9, "an error spends nothing locally");
+}
+
+/// A reservation of every part in one call, settled part by part from the real costs: what a
+/// part did not use comes back, what it used on top is charged; a cancel gives everything
+/// back; a refused one holds nothing; settles that cannot apply are refused, sending nothing.
+#[tokio::test]
+async fn reserve_then_settle_each_part() {
+    let server = RedisServer::start();
+    let clock = FakeClock::new();
+    at(&clock, T0);
+    let requests = limiter_at(&server, "10/1min", "r-requests", &clock).await;
+    let tokens = shared_at(
+        &requests,
+        "10000/1min & sliding-counter 20000/1h",
+        "r-tokens",
+        &clock,
+    )
+    .await;
+    let call = RedisAllOf::new()
+        .key(&requests, "alice")
+        .key_n(&tokens, "alice", 700)
+        .named("tokens");
+
+    let r = call.reserve().await.unwrap();
+    assert!(r.decision().is_allowed());
+    assert_eq!(requests.available("alice").await.unwrap(), 9);
+    assert_eq!(tokens.available("alice").await.unwrap(), 9_300);
+    call.settle(r, &[1, 250]).await.unwrap();
+    assert_eq!(
+        tokens.available("alice").await.unwrap(),
+        9_750,
+        "450 came back"
+    );
+    assert_eq!(requests.available("alice").await.unwrap(), 9);
+
+    let r = call.reserve().await.unwrap();
+    call.settle(r, &[1, 900]).await.unwrap();
+    assert_eq!(
+        tokens.available("alice").await.unwrap(),
+        8_850,
+        "200 charged on top"
+    );
+    let r = call.reserve().await.unwrap();
+    call.cancel(r).await.unwrap();
+    assert_eq!(requests.available("alice").await.unwrap(), 8);
+    assert_eq!(tokens.available("alice").await.unwrap(), 8_850);
+
+    // A settle that changed a part deleted its token; one at what it held sent nothing
+    // (the requests part twice), and its token stays until its deadline, as for one key.
+    let tokens_of = |prefix: &str| {
+        server
+            .command(&["HLEN", &format!("{prefix}:{{alice}}:reserved")])
+            .int()
+    };
+    assert_eq!(tokens_of("r-tokens"), 0);
+    assert_eq!(tokens_of("r-requests"), 2);
+
+    // Refused by the tokens part: nothing held anywhere, and settling it is refused.
+    let greedy = RedisAllOf::new()
+        .key(&requests, "alice")
+        .key_n(&tokens, "alice", 9_000);
+    let refused = greedy.reserve().await.unwrap();
+    assert!(!refused.decision().is_allowed());
+    assert_eq!(refused.decision().part(), 1);
+    assert!(matches!(
+        greedy.settle(refused, &[]).await,
+        Err(BackendError::Settle(SettleError::Refused))
+    ));
+    assert_eq!(requests.available("alice").await.unwrap(), 8);
+
+    let r = call.reserve().await.unwrap();
+    assert!(matches!(
+        call.settle(r, &[1, 2, 3]).await,
+        Err(BackendError::Settle(SettleError::Parts {
+            parts: 2,
+            given: 3
+        }))
+    ));
+    let r = call.reserve().await.unwrap();
+    let other = RedisAllOf::new().key(&requests, "bob").key(&tokens, "bob");
+    assert!(matches!(
+        other.settle(r, &[0, 0]).await,
+        Err(BackendError::Settle(SettleError::OtherKey))
+    ));
+    assert_eq!(
+        tokens.available("alice").await.unwrap(),
+        8_850 - 1_400,
+        "both kept spent"
+    );
+
+    let err = RedisAllOf::new()
+        .key_n(&requests, "alice", 11)
+        .named("requests")
+        .reserve()
+        .await
+        .unwrap_err();
+    match err {
+        BackendError::Part(part) => assert_eq!((part.part(), part.name()), (0, Some("requests"))),
+        other => panic!("{other}"),
+    }
 }

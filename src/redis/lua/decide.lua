@@ -1,7 +1,7 @@
 -- tollgate: one decision for one key under a whole policy, all bands at once
 -- (src/engine/composite.rs for how the bands merge), the settling of a reservation, or several
--- keys at once (parts.lua). Preceded by arith.lua, gcra.lua, counter.lua, log.lua, band.lua
--- and parts.lua in the script Redis runs.
+-- keys at once (parts.lua). Preceded by arith.lua, gcra.lua, counter.lua, log.lua, band.lua,
+-- tokens.lua and parts.lua in the script Redis runs.
 --
 -- KEYS[i]      band i's key; every key of one call shares a {hash tag}, so one slot holds
 --              them all in a Redis Cluster.
@@ -17,7 +17,8 @@
 --                         has (a request of cost 1 decides whether there is a lease at all);
 --                         the reply carries each band's mark and k;
 --              'return'   as 'refund', only while the lease's token names the lease.
---              'parts', 'parts-peek'  several keys at once, all or nothing: see parts.lua.
+--              'parts', 'parts-peek', 'parts-reserve'  several keys at once, all or
+--                         nothing: see parts.lua.
 -- ARGV[4 + 4(i - 1) ...]  band i: algorithm ('tb', 'sl' or 'sc'), permits N, window W (us),
 --              interval T (us; the token bucket's, rounded up; 0 for the others).
 -- ARGV[3 + 4 B + i]       ('refund', 'charge' and 'return') band i's mark, from the
@@ -62,73 +63,8 @@ end
 local op = ARGV[2]
 local amount = tonumber(ARGV[3])
 
-if op == 'parts' or op == 'parts-peek' then
-  return decide_parts(now, expire, op == 'parts-peek')
-end
-
--- A token's value (a lease's or a reservation's) is '<serial>:<deadline>': the serial number
--- of the lease or reservation it names, and the instant (us) from which it is no longer
--- needed. The serial of `value` (nil for a missing field, which Redis gives as false).
-local function token_serial(value)
-  if not value then
-    return nil
-  end
-  return string.match(value, '^(%d+)')
-end
-
--- The field of a hash of tokens that keeps where the walk of `reclaim_tokens` is.
-local TOKEN_CURSOR = '#'
-
--- Drops the tokens of `token` (a key's hash of lease or reservation tokens) whose deadline is
--- at or before `now`, and any value it cannot read: one HSCAN step of about 16 fields per
--- call, resumed where the previous call stopped (the cursor is kept in the hash), so that
--- every token is looked at within a bounded number of calls. A small hash (Redis's compact
--- encoding, up to 128 fields by default) is returned whole by one step.
-local function reclaim_tokens(token, now)
-  local cursor = redis.call('HGET', token, TOKEN_CURSOR) or '0'
-  local scan = redis.call('HSCAN', token, cursor, 'COUNT', 16)
-  local items = scan[2]
-  for j = 1, #items, 2 do
-    if items[j] ~= TOKEN_CURSOR then
-      local deadline = tonumber(string.match(items[j + 1], ':(%d+)$'))
-      if not deadline or deadline <= now then
-        redis.call('HDEL', token, items[j])
-      end
-    end
-  end
-  if scan[1] == '0' then
-    redis.call('HDEL', token, TOKEN_CURSOR)
-  else
-    redis.call('HSET', token, TOKEN_CURSOR, scan[1])
-  end
-end
-
--- Writes the token `field` = '<serial>:<deadline>' into `token` (a key's hash of lease or
--- reservation tokens), needed for `life` us from now: first drops expired tokens (a bounded
--- number), then sets the field, and on Redis TIME lets the hash live as long as its
--- longest-lived token (extended, never shortened).
-local function write_token(token, field, serial, life)
-  reclaim_tokens(token, now)
-  local ttl = idiv(life + 999, 1000)
-  -- Read before the field is set: -2 when the hash does not exist yet.
-  local before = expire and redis.call('PTTL', token)
-  redis.call('HSET', token, field, serial .. ':' .. fmt(now + life))
-  if expire then
-    if before == -2 or (before >= 0 and before < ttl) then
-      redis.call('PEXPIRE', token, fmt(ttl))
-    end
-  else
-    -- Injected time: Redis's own expiry does not follow it; the deadlines do.
-    redis.call('PERSIST', token)
-  end
-end
-
--- Deletes the token `field` of `token`, and the hash when only the walk's cursor is left.
-local function delete_token(token, field)
-  redis.call('HDEL', token, field)
-  if redis.call('HLEN', token) == 1 then
-    redis.call('HDEL', token, TOKEN_CURSOR)
-  end
+if op == 'parts' or op == 'parts-peek' or op == 'parts-reserve' then
+  return decide_parts(now, expire, op)
 end
 
 -- The number of bands: a hash of tokens follows their keys for these.
@@ -282,12 +218,11 @@ if all then
       -- token with the state, so no lease taken before it is given back to the fresh one.
       -- Tokens of instances that are gone (closed with their lease spent, or dead) are
       -- dropped once their deadline has passed, a bounded number per call.
-      write_token(KEYS[nb + 1], ARGV[6 + 4 * nb], ARGV[4 + 4 * nb], token_ttl * 1000)
+      write_token(KEYS[nb + 1], ARGV[6 + 4 * nb], ARGV[4 + 4 * nb], token_ttl * 1000, now, expire)
     end
   elseif reserve then
     -- The reservation's token: a refund applies only while it is there, so never to a state
-    -- that lost the reservation. No band counts the reservation two longest windows after it
-    -- (a bucket's debt is at most 2B, a log forgets after W, a counter after 2W).
+    -- that lost the reservation.
     local longest = 0
     for i = 1, nb do
       local _, _, W = spec(i)
@@ -296,7 +231,8 @@ if all then
       end
     end
     local serial = ARGV[4 + 4 * nb]
-    write_token(KEYS[nb + 1], ARGV[5 + 4 * nb] .. ':' .. serial, serial, 2 * longest + 1000000)
+    write_token(KEYS[nb + 1], ARGV[5 + 4 * nb] .. ':' .. serial, serial, reservation_life(longest),
+      now, expire)
   end
   return reply
 end

@@ -1,22 +1,27 @@
 -- tollgate: several keys decided at once, all or nothing (src/redis/all_of.rs): each key (a
 -- part) under its own policy and at its own cost. Every band of every part is read and
 -- decided before anything is written, and only an admission by every part writes: a refusal
--- changes nothing anywhere. Preceded by band.lua; decide.lua calls it.
+-- changes nothing anywhere. Preceded by band.lua and tokens.lua; decide.lua calls it.
 --
--- KEYS         every part's band keys, part after part, each part's in its band order. A key
---              may appear once only (the Rust side checks): one named twice would be read
---              twice before either write, and spent once.
+-- KEYS         every part's band keys, part after part, each part's in its band order, and
+--              for 'parts-reserve' the part's hash of reservation tokens after its bands'. A
+--              band key may appear once only (the Rust side checks): one named twice would be
+--              read twice before either write, and spent once.
 -- ARGV[1]      as for decide.lua (now, or '' for Redis TIME).
--- ARGV[2]      'parts' (decide, and spend when every part admits) or 'parts-peek' (decide,
---              write nothing).
+-- ARGV[2]      'parts' (decide, and spend when every part admits), 'parts-peek' (decide,
+--              write nothing) or 'parts-reserve' (as 'parts', each part a reservation).
 -- ARGV[3]      P, the number of parts; then for each part its cost c >= 1, its number of
---              bands b, and each band's four arguments as decide.lua takes them.
+--              bands b, each band's four arguments as decide.lua takes them, and for
+--              'parts-reserve' the reservation's serial and the instance, as decide.lua's
+--              'reserve' takes them (the token's field is '<instance>:<serial>').
 --
 -- Reply: { allowed (0 or 1), then for each part its own decision of its cost: allowed,
--- remaining, limit, retry_after (us), reset_after (us) } (decide.lua's first five). A part
--- that admits reports what it would leave, whether or not the whole admits.
+-- remaining, limit, retry_after (us), reset_after (us) (decide.lua's first five), and for
+-- 'parts-reserve' one mark per band (0 unless the whole admits) }. A part that admits reports
+-- what it would leave, whether or not the whole admits.
 
-local function decide_parts(now, expire, peek)
+local function decide_parts(now, expire, op)
+  local peek, reserve = op == 'parts-peek', op == 'parts-reserve'
   local count = tonumber(ARGV[3])
   if not count or count < 1 then
     return redis.error_reply('tollgate: number of parts out of range: ' .. tostring(ARGV[3]))
@@ -30,20 +35,30 @@ local function decide_parts(now, expire, peek)
       return redis.error_reply('tollgate: part ' .. p .. ' has no cost or no band')
     end
     at = at + 2
-    local bands, ok = {}, true
+    local bands, ok, longest = {}, true, 0
     for i = 1, nb do
-      local algorithm = ARGV[at]
-      local band = band_decide(KEYS[key], algorithm, tonumber(ARGV[at + 1]),
-        tonumber(ARGV[at + 2]), tonumber(ARGV[at + 3]), now, cost)
+      local algorithm, W = ARGV[at], tonumber(ARGV[at + 2])
+      local band = band_decide(KEYS[key], algorithm, tonumber(ARGV[at + 1]), W,
+        tonumber(ARGV[at + 3]), now, cost)
       if not band then
         return redis.error_reply('tollgate: unknown algorithm ' .. tostring(algorithm))
+      end
+      if W > longest then
+        longest = W
       end
       bands[i] = band
       ok = ok and band.ok
       at = at + 4
       key = key + 1
     end
-    parts[p] = { bands = bands, ok = ok, cost = cost }
+    local part = { bands = bands, ok = ok, cost = cost }
+    if reserve then
+      part.token, part.serial, part.instance = KEYS[key], ARGV[at], ARGV[at + 1]
+      part.life = reservation_life(longest)
+      at = at + 2
+      key = key + 1
+    end
+    parts[p] = part
     all = all and ok
   end
   if key ~= #KEYS + 1 or at ~= #ARGV + 1 then
@@ -61,6 +76,15 @@ local function decide_parts(now, expire, peek)
     local verdict = band_verdict(part.bands, part.ok, part.cost)
     for j = 1, 5 do
       reply[#reply + 1] = verdict[j]
+    end
+    if reserve then
+      for i = 1, #part.bands do
+        reply[#reply + 1] = all and part.bands[i].mark or 0
+      end
+      if all then
+        write_token(part.token, part.instance .. ':' .. part.serial, part.serial, part.life,
+          now, expire)
+      end
     end
   end
   return reply
