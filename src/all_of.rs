@@ -365,6 +365,7 @@ pub struct PartError {
 }
 
 impl PartError {
+    #[cfg(feature = "redis")]
     pub(crate) const fn new(part: usize, name: Option<&'static str>, error: CostError) -> Self {
         PartError { part, name, error }
     }

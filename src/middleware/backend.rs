@@ -25,6 +25,7 @@ pub(super) trait Local: Send + Sync {
         actual: u64,
     ) -> Result<(), SettleError>;
     fn peek(&self, key: &LimitKey) -> Decision;
+    fn peek_n(&self, key: &LimitKey, cost: u64) -> Result<Decision, CostError>;
     fn policy(&self) -> Option<Policy>;
 }
 
@@ -57,6 +58,10 @@ where
 
     fn peek(&self, key: &LimitKey) -> Decision {
         RateLimiter::peek(self, key)
+    }
+
+    fn peek_n(&self, key: &LimitKey, cost: u64) -> Result<Decision, CostError> {
+        RateLimiter::peek_n(self, key, cost)
     }
 
     fn policy(&self) -> Option<Policy> {
@@ -102,6 +107,12 @@ pub(super) enum Limiter {
 }
 
 impl Limiter {
+    /// Whether this limiter and `other` decide in the same place (both in process, or both
+    /// on Redis), as the rules one route decides together must.
+    pub(super) fn same_kind(&self, other: &Limiter) -> bool {
+        std::mem::discriminant(self) == std::mem::discriminant(other)
+    }
+
     pub(super) fn policy(&self) -> Option<Policy> {
         match self {
             Limiter::Local(limiter) => limiter.policy(),

@@ -129,6 +129,14 @@ pub enum ConfigError {
         /// The cost asked for.
         cost: u64,
     },
+    /// A [`Limit`](super::Limit) that cannot be decided together with the rules of the route
+    /// it was added to ([`RateLimitLayer::and`](super::RateLimitLayer::and)).
+    CannotCombine {
+        /// The limit's name, or the layer's when it has none.
+        limit: String,
+        /// Why.
+        reason: &'static str,
+    },
 }
 
 impl fmt::Display for ConfigError {
@@ -152,6 +160,12 @@ impl fmt::Display for ConfigError {
             ),
             ConfigError::InvalidCost { cost } => {
                 write!(f, "a route's cost must be at least 1 permit, got {cost}")
+            }
+            ConfigError::CannotCombine { limit, reason } => {
+                write!(
+                    f,
+                    "limit {limit} cannot be combined with the route: {reason}"
+                )
             }
         }
     }

@@ -79,6 +79,40 @@ pub(crate) struct Fields {
 }
 
 impl Fields {
+    /// The draft `RateLimit-Policy` value among these fields, if any.
+    pub(crate) fn policy(&self) -> Option<&HeaderValue> {
+        self.items
+            .iter()
+            .flatten()
+            .find(|(name, _)| *name == RATELIMIT_POLICY)
+            .map(|(_, value)| value)
+    }
+
+    /// These fields with `policies` (each a draft `RateLimit-Policy` value, several rules
+    /// decided together) as one `RateLimit-Policy` list; unchanged for other styles.
+    pub(crate) fn with_policies<'a>(
+        mut self,
+        policies: impl Iterator<Item = &'a HeaderValue>,
+    ) -> Self {
+        let Some((_, value)) = self
+            .items
+            .iter_mut()
+            .flatten()
+            .find(|(name, _)| *name == RATELIMIT_POLICY)
+        else {
+            return self;
+        };
+        let mut list = Vec::new();
+        for policy in policies {
+            if !list.is_empty() {
+                list.extend_from_slice(b", ");
+            }
+            list.extend_from_slice(policy.as_bytes());
+        }
+        *value = header_value(list);
+        self
+    }
+
     /// Adds the fields to `headers`.
     pub(crate) fn apply(self, headers: &mut HeaderMap) {
         headers.reserve(self.items.iter().flatten().count());

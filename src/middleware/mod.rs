@@ -80,5 +80,5 @@ pub use key::{GlobalKey, KeyExtractor, LimitKey, RequestHead};
 pub use login::{LoginLayer, LoginOutcome};
 pub use missing_key::MissingKey;
 pub use peer::PeerIp;
-pub use rate::{RateLimitLayer, Route};
+pub use rate::{Limit, RateLimitLayer, Route};
 pub use refusal::{Refusal, Refused};

@@ -181,7 +181,7 @@ impl<'a> RedisAllOf<'a> {
     /// Redis is slow or down, as a part's [`FailurePolicy`] says; otherwise as
     /// [`RedisLimiter::try_acquire`](super::RedisLimiter::try_acquire).
     pub async fn try_acquire(&self) -> Result<Decision, BackendError> {
-        Ok(self.decide(PartsAsk::Acquire).await?.0)
+        Ok(self.decide(PartsAsk::Acquire).await?.decision)
     }
 
     /// What [`try_acquire`](RedisAllOf::try_acquire) would decide now, changing nothing: one
@@ -192,7 +192,7 @@ impl<'a> RedisAllOf<'a> {
     ///
     /// As [`try_acquire`](RedisAllOf::try_acquire).
     pub async fn peek(&self) -> Result<Decision, BackendError> {
-        Ok(self.decide(PartsAsk::Peek).await?.0)
+        Ok(self.decide(PartsAsk::Peek).await?.decision)
     }
 
     /// Takes every part's permits now, for a request whose real costs are known only after
@@ -210,10 +210,10 @@ impl<'a> RedisAllOf<'a> {
         if let Err(error) = self.check() {
             return Err(BackendError::Part(error));
         }
-        let (decision, parts) = self.decide(PartsAsk::Reserve).await?;
+        let decided = self.decide(PartsAsk::Reserve).await?;
         Ok(RedisAllOfReservation {
-            decision,
-            parts,
+            decision: decided.decision,
+            parts: decided.reservations,
             len: self.parts.len(),
         })
     }
@@ -265,6 +265,26 @@ impl<'a> RedisAllOf<'a> {
         first.map_or(Ok(()), Err)
     }
 
+    /// As [`try_acquire`](RedisAllOf::try_acquire), or when `reserve` as
+    /// [`reserve`](RedisAllOf::reserve) (costs already checked), with each part's own
+    /// decision too: for the HTTP layer's fields, which report a rule's own budget.
+    #[cfg(feature = "tower")]
+    pub(crate) async fn decide_each(
+        &self,
+        reserve: bool,
+    ) -> Result<(Decided, Option<RedisAllOfReservation>), BackendError> {
+        if !reserve {
+            return Ok((self.decide(PartsAsk::Acquire).await?, None));
+        }
+        let mut decided = self.decide(PartsAsk::Reserve).await?;
+        let reservation = RedisAllOfReservation {
+            decision: decided.decision,
+            parts: std::mem::take(&mut decided.reservations),
+            len: self.parts.len(),
+        };
+        Ok((decided, Some(reservation)))
+    }
+
     /// Gives back every permit of `reservation`: [`settle`](RedisAllOf::settle) at 0 on every
     /// part.
     ///
@@ -277,15 +297,15 @@ impl<'a> RedisAllOf<'a> {
 
     /// The decision of `ask` on every part, and when it is an admitted reservation each
     /// part's reservation (none otherwise).
-    async fn decide(&self, ask: PartsAsk) -> Result<(Decision, Vec<Reservation>), BackendError> {
+    async fn decide(&self, ask: PartsAsk) -> Result<Decided, BackendError> {
         let Some(first) = self.parts.first() else {
-            return Ok((Tally::default().decision(), Vec::new()));
+            return Ok(Decided::from(Tally::default(), Vec::new()));
         };
         if let Err(error) = self.check() {
             // Refused as `AllOf` refuses a cost no state admits: never, with nothing sent.
             let mut tally = Tally::default();
             tally.failed(error.part(), error.error());
-            return Ok((tally.decision(), Vec::new()));
+            return Ok(Decided::from(tally, Vec::new()));
         }
         let lead = first.shared;
         let mut keys = self.keys(lead)?;
@@ -334,12 +354,14 @@ impl<'a> RedisAllOf<'a> {
                 let (admitted, decided) = script::parts_decisions(&reply, &bands, reserve)?;
                 self.each_shared(Shared::recovered);
                 let mut tally = Tally::default();
+                let mut each = Vec::with_capacity(self.parts.len());
                 let mut reservations = Vec::new();
                 for (index, (part, (decision, marks))) in self.parts.iter().zip(decided).enumerate()
                 {
                     let shared = part.shared;
                     bump(&shared.counters.redis_decisions);
                     tally.decided(index, &decision, part.cost);
+                    each.push(decision);
                     if !admitted || ask == PartsAsk::Peek {
                         continue;
                     }
@@ -353,7 +375,11 @@ impl<'a> RedisAllOf<'a> {
                         );
                     }
                 }
-                Ok((tally.decision(), reservations))
+                Ok(Decided {
+                    decision: tally.decision(),
+                    each,
+                    reservations,
+                })
             }
             Ok(Err(err)) if conn::is_unavailable(&err) => {
                 self.each_shared(|shared| bump(&shared.counters.unavailable));
@@ -417,7 +443,7 @@ impl<'a> RedisAllOf<'a> {
         ask: PartsAsk,
         reserving: &[(Origin, u64)],
         err: BackendError,
-    ) -> Result<(Decision, Vec<Reservation>), BackendError> {
+    ) -> Result<Decided, BackendError> {
         self.each_shared(|shared| shared.switch_to_failure(&err));
         self.fallback(ask, reserving, err)
     }
@@ -431,7 +457,7 @@ impl<'a> RedisAllOf<'a> {
         ask: PartsAsk,
         reserving: &[(Origin, u64)],
         err: BackendError,
-    ) -> Result<(Decision, Vec<Reservation>), BackendError> {
+    ) -> Result<Decided, BackendError> {
         let error = self
             .parts
             .iter()
@@ -480,18 +506,45 @@ impl<'a> RedisAllOf<'a> {
                     let _ = local.cancel(part.key, reservation);
                 }
             }
-            return Ok((tally.decision(), Vec::new()));
+            return Ok(Decided::from(tally, decisions));
         }
         let reservations = self
             .parts
             .iter()
-            .zip(decisions)
+            .zip(&decisions)
             .zip(reserving)
-            .map(|((part, decision), &(origin, serial))| {
+            .map(|((part, &decision), &(origin, serial))| {
                 Reservation::new(decision, part.cost, NOT_IN_REDIS, origin).with_token(serial)
             })
             .collect();
-        Ok((tally.decision(), reservations))
+        Ok(Decided {
+            decision: tally.decision(),
+            each: decisions,
+            reservations,
+        })
+    }
+}
+
+/// What the parts decided: the whole's decision, each part's own (none when a cost was
+/// refused before anything was sent), and for an admitted reservation each part's.
+pub(crate) struct Decided {
+    pub(crate) decision: Decision,
+    #[cfg_attr(
+        not(feature = "tower"),
+        allow(dead_code, reason = "read by the HTTP layer's fields")
+    )]
+    pub(crate) each: Vec<Decision>,
+    reservations: Vec<Reservation>,
+}
+
+impl Decided {
+    /// The decision `tally` makes, with each part's own (`each`) and no reservation.
+    fn from(tally: Tally, each: Vec<Decision>) -> Self {
+        Decided {
+            decision: tally.decision(),
+            each,
+            reservations: Vec::new(),
+        }
     }
 }
 

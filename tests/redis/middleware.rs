@@ -15,7 +15,7 @@ use axum::extract::ConnectInfo;
 use axum::routing::get;
 use axum::Router;
 use http::Method;
-use tollgate::middleware::{HeaderKey, LimitKey, PeerIp, RateLimitLayer, Route};
+use tollgate::middleware::{HeaderKey, Limit, LimitKey, PeerIp, RateLimitLayer, Route};
 use tollgate::redis::{FailurePolicy, RedisLimiter};
 use tollgate::RateLimiter;
 
@@ -259,6 +259,88 @@ async fn computed_costs_reach_redis_and_settling_routes_settle_there() {
         let reply = send(addr, "GET", "/settled", &[("x-weight", "80")]);
         assert_eq!(reply.status, 429, "{reply:?}");
         assert_eq!(limiter.peek(&key).await.unwrap().remaining(), 65);
+    })
+    .await;
+}
+
+/// A route decided by several rules on Redis (`RateLimitLayer::and`), in one script call:
+/// requests and tokens per address, the tokens reserved and settled from the response; a
+/// refusal by the tokens spends no request; in-process and Redis rules do not mix.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn several_rules_on_redis_decide_in_one_call_and_settle() {
+    bounded(async {
+        let server = RedisServer::start();
+        let requests = redis_limiter(&server, "10/1h", "all-req", FailurePolicy::Error).await;
+        let tokens = RedisLimiter::builder("1000/1h".parse().unwrap())
+            .prefix("all-tok")
+            .timeout(Duration::from_millis(300))
+            .connect_shared(&requests)
+            .await
+            .unwrap();
+        let weight = |head: &tollgate::middleware::RequestHead<'_>| {
+            head.headers()["x-max"].to_str().unwrap().parse().unwrap()
+        };
+        let used = |parts: &http::response::Parts| {
+            parts.headers.get("x-used")?.to_str().ok()?.parse().ok()
+        };
+        let layer = RateLimitLayer::new(requests.clone())
+            .key(peer())
+            .policy_name("requests")
+            .unwrap()
+            .and(
+                Limit::new(tokens.clone())
+                    .key(peer())
+                    .name("tokens")
+                    .unwrap()
+                    .cost_with(weight)
+                    .settle_with(used),
+            )
+            .unwrap();
+        let addr = serve(
+            Router::new()
+                .route("/", get(|| async { ([("x-used", "100")], "ok") }))
+                .layer(layer),
+        );
+        let key = LimitKey::Ip(LOOPBACK).to_string();
+        let available = |limiter: &RedisLimiter| {
+            let (limiter, key) = (limiter.clone(), key.clone());
+            async move { limiter.available(&key).await.unwrap() }
+        };
+
+        // 600 reserved, 100 used: 500 come back, on a task of the settle's own.
+        let reply = send(addr, "GET", "/", &[("x-max", "600")]);
+        assert_eq!(reply.status, 200, "{reply:?}");
+        assert_eq!(
+            reply.header("ratelimit-policy"),
+            Some("\"requests\";q=10;w=3600, \"tokens\";q=1000;w=3600")
+        );
+        assert_eq!(reply.header("ratelimit"), Some("\"requests\";r=9;t=360"));
+        while available(&tokens).await != 900 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(available(&requests).await, 9);
+
+        // 950 asked for, 900 left: refused by the tokens, and no request is spent.
+        let reply = send(addr, "GET", "/", &[("x-max", "950")]);
+        assert_eq!(reply.status, 429, "{reply:?}");
+        assert!(
+            reply
+                .header("ratelimit")
+                .unwrap()
+                .starts_with("\"tokens\";r=900;"),
+            "{reply:?}"
+        );
+        assert_eq!(available(&requests).await, 9);
+        assert_eq!(available(&tokens).await, 900);
+
+        let local: RateLimiter<LimitKey> = RateLimiter::new("5/min".parse().unwrap());
+        let err = RateLimitLayer::new(requests.clone())
+            .and(Limit::new(local).name("local").unwrap())
+            .unwrap_err();
+        assert!(
+            err.to_string().contains("all in process or all on Redis"),
+            "{err}"
+        );
     })
     .await;
 }

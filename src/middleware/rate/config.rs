@@ -9,11 +9,12 @@ use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode};
 
 use super::route::Route;
-use super::rule::Rule;
-use super::settlement::{Holder, Settlement};
+use super::rule::{joined_fields, Rule};
+use super::settlement::{Held, Ruled, Settlement};
+use crate::all_of::Tally;
 use crate::decision::Decision;
 use crate::error::CostError;
-use crate::middleware::backend::Limiter;
+use crate::middleware::backend::{Limiter, Local};
 use crate::middleware::headers::{self, Fields, HeaderStyle};
 use crate::middleware::key::{KeyExtractor, LimitKey, RequestHead};
 use crate::middleware::missing_key::KeyTaker;
@@ -24,13 +25,15 @@ use crate::reservation::Reservation;
 #[derive(Clone)]
 pub(super) enum Target {
     Exempt,
-    Limit(Arc<Rule>),
+    /// Its rules, decided together (all or nothing) when there are several.
+    Limit(Vec<Arc<Rule>>),
 }
 
 /// Everything a [`RateLimit`](super::RateLimit) service needs, shared by all its clones.
 #[derive(Clone)]
 pub(super) struct Config {
-    pub(super) default: Arc<Rule>,
+    /// The rules of requests no route takes.
+    pub(super) default: Vec<Arc<Rule>>,
     pub(super) routes: Vec<(Route, Target)>,
     pub(super) extractor: Arc<dyn KeyExtractor>,
     /// The layer's policy name, quoted.
@@ -70,13 +73,11 @@ impl From<Handling> for Outcome {
     }
 }
 
-/// A request whose rule is decided by Redis: everything [`Config::decide_remote`] needs.
+/// A request whose rules are decided by Redis: everything [`Config::decide_remote`] needs.
 #[cfg(feature = "redis")]
 pub(super) struct Remote {
-    rule: Arc<Rule>,
-    limiter: crate::redis::RedisLimiter,
-    key: LimitKey,
-    cost: u64,
+    /// Each rule with its limiter, the request's key and cost.
+    parts: Vec<(Arc<Rule>, crate::redis::RedisLimiter, LimitKey, u64)>,
     grpc: bool,
 }
 
@@ -151,43 +152,76 @@ impl Config {
             .routes
             .iter_mut()
             .filter_map(|(_, target)| match target {
-                Target::Limit(rule) => Some(rule),
+                Target::Limit(rules) => Some(rules),
                 Target::Exempt => None,
             });
-        std::iter::once(&mut self.default).chain(routes)
+        std::iter::once(&mut self.default).chain(routes).flatten()
     }
 
-    /// Decides `request`: matches its rule, extracts its key, asks an in-process limiter at
-    /// once (reserving the cost when the rule settles it from the response), or hands the
-    /// key to the response future for Redis.
+    /// Decides `request`: matches its rules, extracts their keys, asks in-process limiters at
+    /// once (reserving the cost when a rule settles it from the response, or when several
+    /// rules decide together), or hands the keys to the response future for Redis.
     pub(super) fn decide<B>(&self, request: &Request<B>) -> Outcome {
         let method = request.method();
         if self.exempt_options && method == Method::OPTIONS {
             return Handling::Pass(None, Fields::default(), None).into();
         }
-        let rule = match self.route_for(method, request.uri().path()) {
+        let rules = match self.route_for(method, request.uri().path()) {
             Some(i) => match &self.routes[i].1 {
                 Target::Exempt => return Handling::Pass(None, Fields::default(), None).into(),
-                Target::Limit(rule) => rule,
+                Target::Limit(rules) => rules,
             },
             None => &self.default,
         };
-        let extractor = rule.extractor.as_deref().unwrap_or(&*self.extractor);
         let grpc = self.grpc && headers::is_grpc(request.headers());
         let head = RequestHead::new(request);
-        let key = match self.keys.key(extractor, &head, grpc) {
-            Ok(Some(key)) => key,
-            Ok(None) => return Handling::Pass(None, Fields::default(), None).into(),
-            Err(response) => return Handling::Respond(response).into(),
-        };
-        let cost = rule.cost_of(&head);
+        if let [rule] = rules.as_slice() {
+            let extractor = rule.extractor.as_deref().unwrap_or(&*self.extractor);
+            let key = match self.keys.key(extractor, &head, grpc) {
+                Ok(Some(key)) => key,
+                Ok(None) => return Handling::Pass(None, Fields::default(), None).into(),
+                Err(response) => return Handling::Respond(response).into(),
+            };
+            let cost = rule.cost_of(&head);
+            return self.decide_one(rule, key, cost, grpc);
+        }
+        let mut parts = Vec::with_capacity(rules.len());
+        for rule in rules {
+            let extractor = rule.extractor.as_deref().unwrap_or(&*self.extractor);
+            match self.keys.key(extractor, &head, grpc) {
+                Ok(Some(key)) => parts.push((Arc::clone(rule), key, rule.cost_of(&head))),
+                // Passed without a key: this rule does not limit the request.
+                Ok(None) => {}
+                Err(response) => return Handling::Respond(response).into(),
+            }
+        }
+        match parts.as_slice() {
+            [] => Handling::Pass(None, Fields::default(), None).into(),
+            [(rule, key, cost)] => self.decide_one(rule, *key, *cost, grpc),
+            _ => self.decide_several(parts, grpc),
+        }
+    }
+
+    /// Decides a request by one rule.
+    fn decide_one(&self, rule: &Arc<Rule>, key: LimitKey, cost: u64, grpc: bool) -> Outcome {
         match &rule.limiter {
             Limiter::Local(limiter) if rule.settle.is_some() => {
                 let reserved = limiter
                     .reserve_n(&key, cost)
                     .map_err(|error| Failure::of_cost(rule, error));
-                let holder = Holder::Local(Arc::clone(limiter));
-                self.hold(rule, reserved, holder, key, grpc).into()
+                let reservation = match reserved {
+                    Ok(reservation) => reservation,
+                    Err(failure) => return self.conclude(rule, Err(failure), grpc).into(),
+                };
+                let decision = reservation.decision();
+                let held = Held::Local(vec![(0, Arc::clone(limiter), reservation)]);
+                let rules = vec![Ruled {
+                    rule: Arc::clone(rule),
+                    key,
+                    decision,
+                    cost,
+                }];
+                self.hold(rules, decision, held, grpc).into()
             }
             Limiter::Local(limiter) => {
                 let decided = if cost == 1 {
@@ -201,59 +235,175 @@ impl Config {
             }
             #[cfg(feature = "redis")]
             Limiter::Redis(limiter) => Outcome::Remote(Remote {
-                rule: Arc::clone(rule),
-                limiter: limiter.clone(),
-                key,
-                cost,
+                parts: vec![(Arc::clone(rule), limiter.clone(), key, cost)],
                 grpc,
             }),
         }
     }
 
-    /// Decides a request by Redis: its key's [`Display`](fmt::Display) form is the Redis key.
-    #[cfg(feature = "redis")]
-    pub(super) async fn decide_remote(&self, remote: Remote) -> Handling {
-        use crate::redis::BackendError;
-
-        let Remote {
-            rule,
-            limiter,
-            key,
-            cost,
-            grpc,
-        } = remote;
-        let failure = |error| match error {
-            BackendError::Cost(error) => Failure::of_cost(&rule, error),
-            error => Failure::Backend(error),
-        };
-        let redis_key = key.to_string();
-        if rule.settle.is_none() {
-            let decided = limiter.try_acquire_n(&redis_key, cost).await;
-            return self.conclude(&rule, decided.map_err(failure), grpc);
+    /// Decides a request by several rules at once, all or nothing: in process, each rule's
+    /// cost reserved in order, and at the first refusal (or a cost no policy admits) those
+    /// taken given back, the last first, and the rest only looked at; on Redis, one call for
+    /// them all. The layer refuses to combine in-process and Redis limiters in one route.
+    #[cfg_attr(
+        not(feature = "redis"),
+        allow(
+            clippy::infallible_destructuring_match,
+            reason = "with feature redis a limiter has a second kind"
+        )
+    )]
+    fn decide_several(&self, parts: Vec<(Arc<Rule>, LimitKey, u64)>, grpc: bool) -> Outcome {
+        #[cfg(feature = "redis")]
+        if let Limiter::Redis(_) = &parts[0].0.limiter {
+            let parts = parts
+                .into_iter()
+                .filter_map(|(rule, key, cost)| match &rule.limiter {
+                    Limiter::Redis(limiter) => {
+                        let limiter = limiter.clone();
+                        Some((rule, limiter, key, cost))
+                    }
+                    // Refused when the layer was built (`RateLimitLayer::and`).
+                    Limiter::Local(_) => None,
+                })
+                .collect();
+            return Outcome::Remote(Remote { parts, grpc });
         }
-        let reserved = limiter.reserve_n(&redis_key, cost).await.map_err(failure);
-        self.hold(&rule, reserved, Holder::Redis(limiter), key, grpc)
+        let mut tally = Tally::default();
+        let mut taken = Vec::new();
+        let mut decisions = Vec::with_capacity(parts.len());
+        let mut refused = false;
+        for (index, (rule, key, cost)) in parts.iter().enumerate() {
+            let limiter = match &rule.limiter {
+                Limiter::Local(limiter) => limiter,
+                // Refused when the layer was built (`RateLimitLayer::and`).
+                #[cfg(feature = "redis")]
+                Limiter::Redis(_) => continue,
+            };
+            let decided = if refused {
+                limiter.peek_n(key, *cost)
+            } else {
+                limiter.reserve_n(key, *cost).map(|reservation| {
+                    let decision = reservation.decision();
+                    if reservation.held() > 0 {
+                        taken.push((index, Arc::clone(limiter), reservation));
+                    }
+                    decision
+                })
+            };
+            let decision = match decided {
+                Ok(decision) => decision,
+                Err(error) => {
+                    give_back(&parts, taken);
+                    let failure = Failure::of_cost(rule, error);
+                    return self.conclude(rule, Err(failure), grpc).into();
+                }
+            };
+            refused |= !decision.is_allowed();
+            tally.decided(index, &decision, *cost);
+            decisions.push(decision);
+        }
+        if refused {
+            give_back(&parts, std::mem::take(&mut taken));
+        }
+        let decision = tally.decision();
+        let rules: Vec<Ruled> = parts
+            .into_iter()
+            .zip(decisions)
+            .map(|((rule, key, cost), decision)| Ruled {
+                rule,
+                key,
+                decision,
+                cost,
+            })
+            .collect();
+        let settles = rules.iter().any(|ruled| ruled.rule.settle.is_some());
+        if settles && !taken.is_empty() {
+            return self.hold(rules, decision, Held::Local(taken), grpc).into();
+        }
+        // What was taken stays spent: the reservations are dropped unsettled.
+        self.conclude_several(&rules, Ok(decision), grpc).into()
     }
 
-    /// Concludes a reservation as a decision is concluded; an allowed one goes with the
-    /// request, to be settled from its response (or cancelled when it ends without one).
-    fn hold(
-        &self,
-        rule: &Arc<Rule>,
-        reserved: Result<Reservation, Failure>,
-        holder: Holder,
-        key: LimitKey,
-        grpc: bool,
-    ) -> Handling {
-        let reservation = match reserved {
-            Ok(reservation) => reservation,
-            Err(failure) => return self.conclude(rule, Err(failure), grpc),
+    /// Decides a request by Redis: each key's [`Display`](fmt::Display) form is its Redis
+    /// key; several rules in one call ([`RedisAllOf`](crate::redis::RedisAllOf)).
+    #[cfg(feature = "redis")]
+    pub(super) async fn decide_remote(&self, remote: Remote) -> Handling {
+        use crate::redis::{BackendError, RedisAllOf};
+
+        let Remote { mut parts, grpc } = remote;
+        if parts.len() == 1 {
+            let Some((rule, limiter, key, cost)) = parts.pop() else {
+                return Handling::Pass(None, Fields::default(), None);
+            };
+            let failure = |error| match error {
+                BackendError::Cost(error) => Failure::of_cost(&rule, error),
+                error => Failure::Backend(error),
+            };
+            let redis_key = key.to_string();
+            if rule.settle.is_none() {
+                let decided = limiter.try_acquire_n(&redis_key, cost).await;
+                return self.conclude(&rule, decided.map_err(failure), grpc);
+            }
+            let reservation = match limiter.reserve_n(&redis_key, cost).await {
+                Ok(reservation) => reservation,
+                Err(error) => return self.conclude(&rule, Err(failure(error)), grpc),
+            };
+            let decision = reservation.decision();
+            let rules = vec![Ruled {
+                rule,
+                key,
+                decision,
+                cost,
+            }];
+            return self.hold(rules, decision, Held::Redis(limiter, reservation), grpc);
+        }
+        let keys: Vec<String> = parts.iter().map(|(_, _, key, _)| key.to_string()).collect();
+        let all = parts
+            .iter()
+            .zip(&keys)
+            .fold(RedisAllOf::new(), |all, ((_, limiter, _, cost), key)| {
+                all.key_n(limiter, key, *cost)
+            });
+        if let Err(error) = all.check() {
+            let rule = &parts[error.part()].0;
+            return self.conclude(rule, Err(Failure::of_cost(rule, error.error())), grpc);
+        }
+        let settles = parts.iter().any(|(rule, ..)| rule.settle.is_some());
+        let limiters: Vec<_> = parts
+            .iter()
+            .map(|(_, limiter, ..)| limiter.clone())
+            .collect();
+        let (decided, reservation) = match all.decide_each(settles).await {
+            Ok(decided) => decided,
+            Err(error) => return self.conclude(&parts[0].0, Err(Failure::Backend(error)), grpc),
         };
-        match self.conclude(rule, Ok(reservation.decision()), grpc) {
+        let decision = decided.decision;
+        let rules: Vec<Ruled> = parts
+            .into_iter()
+            .zip(decided.each)
+            .map(|((rule, _, key, cost), decision)| Ruled {
+                rule,
+                key,
+                decision,
+                cost,
+            })
+            .collect();
+        match reservation {
+            Some(reservation) if decision.is_allowed() => {
+                self.hold(rules, decision, Held::RedisAll(limiters, reservation), grpc)
+            }
+            _ => self.conclude_several(&rules, Ok(decision), grpc),
+        }
+    }
+
+    /// Concludes an admitted reservation (of one rule or several: `rules`, deciding
+    /// `decision`) as a decision is concluded; allowed, it goes with the request, to be
+    /// settled from its response (or cancelled when it ends without one).
+    fn hold(&self, rules: Vec<Ruled>, decision: Decision, held: Held, grpc: bool) -> Handling {
+        match self.conclude_several(&rules, Ok(decision), grpc) {
             // A refusal holds nothing (nor does a limiter's shadow pass): nothing to settle.
-            Handling::Pass(decision, fields, None) if reservation.held() > 0 => {
-                let settlement =
-                    Settlement::new(Arc::clone(rule), self.shadow, holder, key, reservation);
+            Handling::Pass(decision, fields, None) if holds(&held) => {
+                let settlement = Settlement::new(self.shadow, rules, held);
                 Handling::Pass(decision, fields, Some(Box::new(settlement)))
             }
             verdict => verdict,
@@ -262,6 +412,36 @@ impl Config {
 
     /// What a rule's limiter said becomes the answer: pass with the fields, or refuse.
     fn conclude(&self, rule: &Rule, decided: Result<Decision, Failure>, grpc: bool) -> Handling {
+        self.answer(rule, decided, grpc, |decision| rule.fields(decision))
+    }
+
+    /// What several rules decided together (`rules`, each with its own decision) becomes the
+    /// answer: the deciding rule's ([`Decision::part`]), with every rule's policy in the
+    /// fields.
+    fn conclude_several(
+        &self,
+        rules: &[Ruled],
+        decided: Result<Decision, Failure>,
+        grpc: bool,
+    ) -> Handling {
+        let deciding = decided.as_ref().map_or(0, Decision::part);
+        let Some(rule) = rules.get(deciding) else {
+            return Handling::Pass(None, Fields::default(), None);
+        };
+        let each = || rules.iter().map(|ruled| (&*ruled.rule, &ruled.decision));
+        self.answer(&rule.rule, decided, grpc, |_| {
+            joined_fields(each(), deciding)
+        })
+    }
+
+    /// The answer to `decided`, `rule`'s decision, with the `fields` it puts on the response.
+    fn answer(
+        &self,
+        rule: &Rule,
+        decided: Result<Decision, Failure>,
+        grpc: bool,
+        fields: impl FnOnce(&Decision) -> Fields,
+    ) -> Handling {
         let decision = match decided {
             Ok(decision) => decision,
             // Shadow mode refuses nothing: a misconfigured cost or a failed backend included.
@@ -271,7 +451,7 @@ impl Config {
         if self.shadow {
             return Handling::Pass(Some(decision), Fields::default(), None);
         }
-        let fields = rule.fields(&decision);
+        let fields = fields(&decision);
         if decision.is_allowed() {
             return Handling::Pass(Some(decision), fields, None);
         }
@@ -282,6 +462,30 @@ impl Config {
         let mut response = self.on_refusal.answer(&Refusal::new(refused, grpc));
         fields.apply(response.headers_mut());
         Handling::Respond(response)
+    }
+}
+
+/// Whether `held` holds permits to settle.
+fn holds(held: &Held) -> bool {
+    match held {
+        Held::Local(reservations) => reservations.iter().any(|(_, _, r)| r.held() > 0),
+        #[cfg(feature = "redis")]
+        Held::Redis(_, reservation) => reservation.held() > 0,
+        #[cfg(feature = "redis")]
+        Held::RedisAll(..) => true,
+    }
+}
+
+/// Gives back what the first rules of a combined decision took (`taken`, each with its
+/// rule's position in `parts`), the last taken first.
+fn give_back(
+    parts: &[(Arc<Rule>, LimitKey, u64)],
+    taken: Vec<(usize, Arc<dyn Local>, Reservation)>,
+) {
+    for (index, limiter, reservation) in taken.into_iter().rev() {
+        // A refund of what was just taken, on the limiter that took it: only a reset or a
+        // policy change in between can void it, as for any reservation.
+        let _ = limiter.settle(&parts[index].1, reservation, 0);
     }
 }
 

@@ -10,6 +10,7 @@ use bytes::Bytes;
 use http::Response;
 
 use super::config::{Config, Target};
+use super::limit::Limit;
 use super::route::Route;
 use super::rule::Rule;
 use super::service::RateLimit;
@@ -105,7 +106,7 @@ impl RateLimitLayer {
         let style = HeaderStyle::default();
         RateLimitLayer {
             config: Arc::new(Config {
-                default: Arc::new(Rule::new(limiter.into().0, &name, style)),
+                default: vec![Arc::new(Rule::new(limiter.into().0, &name, style))],
                 routes: Vec::new(),
                 extractor: Arc::new(PeerIp::new()),
                 name,
@@ -163,9 +164,80 @@ impl RateLimitLayer {
     #[must_use]
     pub fn route(mut self, route: Route, limiter: impl Into<Backend>) -> Self {
         let config = self.config();
-        let rule = Rule::for_route(&route, limiter.into().0, &config.name, config.style);
-        config.routes.push((route, Target::Limit(Arc::new(rule))));
+        let rule = Rule::with_terms(&route.terms, limiter.into().0, &config.name, config.style);
+        config
+            .routes
+            .push((route, Target::Limit(vec![Arc::new(rule)])));
         self
+    }
+
+    /// Adds `limit` to the rules of the route added last (or, before any route, of the
+    /// layer's default rule): the route's requests are then decided by all its limiters at
+    /// once, **all or nothing**. Per user, per client address and one global budget; requests
+    /// and tokens.
+    ///
+    /// * Allowed only if every rule allows, and then every rule has spent its cost. Refused
+    ///   by one, nothing is spent anywhere: in process, the rules are taken in order and, at
+    ///   the first refusal, those taken are given back at once (see
+    ///   [`AllOf`](crate::AllOf)); on Redis, one script call decides them all
+    ///   ([`RedisAllOf`](crate::redis::RedisAllOf)).
+    /// * The answer is that of the tightest rule: the refusing rule with the longest wait
+    ///   (its `Retry-After`, its name in the refusal), or, allowed, the rule with the least
+    ///   left; its `RateLimit` item reports it, and `RateLimit-Policy` lists every rule's
+    ///   policy (draft style).
+    /// * Each rule takes its own key ([`Limit::key`], else the layer's): a rule whose key is
+    ///   missing follows [`on_missing_key`](RateLimitLayer::on_missing_key), and a rule a
+    ///   missing key lets through does not limit the request.
+    /// * A rule with [`settle_with`](Limit::settle_with) reserves its cost and is settled
+    ///   from the response; the others keep their cost spent, answered or not.
+    ///
+    /// The rules of one route are all in process or all on Redis (on one connection, see
+    /// [`RedisAllOf`](crate::redis::RedisAllOf)); put the most contended rule (a global
+    /// limit) last.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::CannotCombine`] when the route added last is exempt, or when `limit`'s
+    /// limiter is in process and the route's on Redis, or the other way round.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use http::Method;
+    /// use tollgate::middleware::{ClientIp, HeaderKey, Limit, LimitKey, RateLimitLayer, Route};
+    /// use tollgate::RateLimiter;
+    ///
+    /// let per_user: RateLimiter<LimitKey> = RateLimiter::new("60/min".parse()?);
+    /// let per_ip: RateLimiter<LimitKey> = RateLimiter::new("100/min".parse()?);
+    /// let layer = RateLimitLayer::new(RateLimiter::new("1000/min".parse()?))
+    ///     .route(Route::new(Method::POST, "/v1/chat").key(HeaderKey::bearer()).name("per-user")?, per_user)
+    ///     .and(Limit::new(per_ip).key(ClientIp::trusted_hops(1)).name("per-ip")?)?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn and(mut self, limit: Limit) -> Result<Self, ConfigError> {
+        let config = self.config();
+        let (name, style) = (config.name.clone(), config.style);
+        let rules = match config.routes.last_mut() {
+            None => &mut config.default,
+            Some((_, Target::Limit(rules))) => rules,
+            Some((_, Target::Exempt)) => {
+                return Err(cannot_combine(
+                    &limit,
+                    &name,
+                    "the route added last is exempt",
+                ));
+            }
+        };
+        if !rules
+            .iter()
+            .all(|first| first.limiter.same_kind(&limit.backend.0))
+        {
+            let reason = "one route's rules are all in process or all on Redis";
+            return Err(cannot_combine(&limit, &name, reason));
+        }
+        let rule = Rule::with_terms(&limit.terms, limit.backend.0, &name, style);
+        rules.push(Arc::new(rule));
+        Ok(self)
     }
 
     /// Lets requests matching `route` through unlimited, without fields or a `Decision`
@@ -375,5 +447,14 @@ impl fmt::Debug for RateLimitLayer {
         f.debug_struct("RateLimitLayer")
             .field("config", &self.config)
             .finish()
+    }
+}
+
+/// The error of a `limit` that [`RateLimitLayer::and`] cannot add, named by its own name or
+/// the layer's (`layer_name`, quoted).
+fn cannot_combine(limit: &Limit, layer_name: &str, reason: &'static str) -> ConfigError {
+    ConfigError::CannotCombine {
+        limit: limit.terms.name.as_deref().unwrap_or(layer_name).to_owned(),
+        reason,
     }
 }

@@ -40,14 +40,62 @@ pub(super) type SettleFn = dyn Fn(&response::Parts) -> Option<u64> + Send + Sync
 pub struct Route {
     pub(super) method: Option<Method>,
     pub(super) prefix: String,
+    /// The rule's name, key, cost and settle.
+    pub(super) terms: Terms,
+}
+
+/// How a rule keys, costs, names and settles its requests: a [`Route`]'s, or a
+/// [`Limit`](super::Limit)'s decided with it. Each setter checks its value here, once.
+#[derive(Clone)]
+pub(super) struct Terms {
     pub(super) name: Option<String>,
     pub(super) extractor: Option<Arc<dyn KeyExtractor>>,
-    /// Permits each request spends (1 unless [`Route::cost`] says otherwise).
+    /// Permits each request spends (1 unless `cost` says otherwise).
     pub(super) cost: u64,
-    /// The cost computed from each request instead of `cost` ([`Route::cost_with`]).
+    /// The cost computed from each request instead of `cost`.
     pub(super) cost_with: Option<Arc<CostFn>>,
-    /// Settles each request's cost from its response ([`Route::settle_with`]).
+    /// Settles each request's cost from its response.
     pub(super) settle: Option<Arc<SettleFn>>,
+}
+
+impl Default for Terms {
+    fn default() -> Self {
+        Terms {
+            name: None,
+            extractor: None,
+            cost: 1,
+            cost_with: None,
+            settle: None,
+        }
+    }
+}
+
+impl Terms {
+    pub(super) fn name(&mut self, name: &str) -> Result<(), ConfigError> {
+        self.name = Some(headers::sf_string(name)?);
+        Ok(())
+    }
+
+    pub(super) fn cost(&mut self, permits: u64) -> Result<(), ConfigError> {
+        if permits == 0 {
+            return Err(ConfigError::InvalidCost { cost: permits });
+        }
+        self.cost = permits;
+        self.cost_with = None;
+        Ok(())
+    }
+}
+
+impl fmt::Debug for Terms {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Terms")
+            .field("name", &self.name)
+            .field("custom_key", &self.extractor.is_some())
+            .field("cost", &self.cost)
+            .field("cost_with", &self.cost_with.is_some())
+            .field("settles", &self.settle.is_some())
+            .finish()
+    }
 }
 
 impl Route {
@@ -95,11 +143,7 @@ impl Route {
         Route {
             method: None,
             prefix,
-            name: None,
-            extractor: None,
-            cost: 1,
-            cost_with: None,
-            settle: None,
+            terms: Terms::default(),
         }
     }
 
@@ -117,7 +161,7 @@ impl Route {
     /// # Ok::<(), tollgate::middleware::ConfigError>(())
     /// ```
     pub fn name(mut self, name: &str) -> Result<Self, ConfigError> {
-        self.name = Some(headers::sf_string(name)?);
+        self.terms.name(name)?;
         Ok(self)
     }
 
@@ -132,7 +176,7 @@ impl Route {
     /// ```
     #[must_use]
     pub fn key(mut self, extractor: impl KeyExtractor) -> Self {
-        self.extractor = Some(Arc::new(extractor));
+        self.terms.extractor = Some(Arc::new(extractor));
         self
     }
 
@@ -168,11 +212,7 @@ impl Route {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn cost(mut self, permits: u64) -> Result<Self, ConfigError> {
-        if permits == 0 {
-            return Err(ConfigError::InvalidCost { cost: permits });
-        }
-        self.cost = permits;
-        self.cost_with = None;
+        self.terms.cost(permits)?;
         Ok(self)
     }
 
@@ -213,7 +253,7 @@ impl Route {
         mut self,
         cost: impl Fn(&RequestHead<'_>) -> u64 + Send + Sync + 'static,
     ) -> Self {
-        self.cost_with = Some(Arc::new(cost));
+        self.terms.cost_with = Some(Arc::new(cost));
         self
     }
 
@@ -274,7 +314,7 @@ impl Route {
         mut self,
         actual: impl Fn(&response::Parts) -> Option<u64> + Send + Sync + 'static,
     ) -> Self {
-        self.settle = Some(Arc::new(actual));
+        self.terms.settle = Some(Arc::new(actual));
         self
     }
 
@@ -297,11 +337,7 @@ impl fmt::Debug for Route {
         f.debug_struct("Route")
             .field("method", &self.method)
             .field("prefix", &self.prefix)
-            .field("name", &self.name)
-            .field("custom_key", &self.extractor.is_some())
-            .field("cost", &self.cost)
-            .field("cost_with", &self.cost_with.is_some())
-            .field("settles", &self.settle.is_some())
+            .field("terms", &self.terms)
             .finish()
     }
 }

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use super::route::{CostFn, Route, SettleFn};
+use super::route::{CostFn, SettleFn, Terms};
 use crate::decision::Decision;
 use crate::middleware::backend::Limiter;
 use crate::middleware::headers::{self, Fields, HeaderStyle, Rendered};
@@ -46,19 +46,19 @@ impl Rule {
         }
     }
 
-    /// The rule `route` makes with `limiter`.
-    pub(super) fn for_route(
-        route: &Route,
+    /// The rule `terms` (a route's, or a limit's) make with `limiter`.
+    pub(super) fn with_terms(
+        terms: &Terms,
         limiter: Limiter,
         layer_name: &str,
         style: HeaderStyle,
     ) -> Self {
-        let mut rule = Rule::new(limiter, route.name.as_deref().unwrap_or(layer_name), style);
-        rule.own_name = route.name.is_some();
-        rule.extractor.clone_from(&route.extractor);
-        rule.cost = route.cost;
-        rule.cost_with.clone_from(&route.cost_with);
-        rule.settle.clone_from(&route.settle);
+        let mut rule = Rule::new(limiter, terms.name.as_deref().unwrap_or(layer_name), style);
+        rule.own_name = terms.name.is_some();
+        rule.extractor.clone_from(&terms.extractor);
+        rule.cost = terms.cost;
+        rule.cost_with.clone_from(&terms.cost_with);
+        rule.settle.clone_from(&terms.settle);
         rule
     }
 
@@ -107,4 +107,24 @@ impl Rule {
             headers::fields(self.style, &Rendered::new(&self.name, policy), decision)
         }
     }
+}
+
+/// The fields of several rules decided together, each with its own decision: those of the
+/// rule at `deciding` (the tightest), with every rule's policy in `RateLimit-Policy` (draft
+/// style; the other styles hold one rule's values).
+pub(super) fn joined_fields<'a>(
+    rules: impl Iterator<Item = (&'a Rule, &'a Decision)> + Clone,
+    deciding: usize,
+) -> Fields {
+    let Some((rule, decision)) = rules.clone().nth(deciding) else {
+        return Fields::default();
+    };
+    let fields = rule.fields(decision);
+    if fields.policy().is_none() {
+        return fields;
+    }
+    let each: Vec<Fields> = rules
+        .map(|(rule, decision)| rule.fields(decision))
+        .collect();
+    fields.with_policies(each.iter().filter_map(Fields::policy))
 }

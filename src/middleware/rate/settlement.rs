@@ -1,107 +1,167 @@
-//! [`Settlement`]: a route's reservation on its way through the inner service, settled at
-//! what the response says it cost, or given back when no response comes.
+//! [`Settlement`]: a route's reservations on their way through the inner service, settled at
+//! what the response says each cost, or given back when no response comes.
 
 use std::fmt;
 use std::sync::Arc;
 
 use http::response;
 
-use super::rule::Rule;
+use super::rule::{joined_fields, Rule};
 use crate::decision::Decision;
 use crate::middleware::backend::Local;
 use crate::middleware::headers::Fields;
 use crate::middleware::key::LimitKey;
 use crate::reservation::Reservation;
 
-/// The limiter a reservation was made on.
-pub(super) enum Holder {
-    /// An in-process limiter: settled at once, and the response's fields say the budget left.
-    Local(Arc<dyn Local>),
-    /// A Redis limiter: settled by a task of its own (a response is never held back for a
-    /// round trip); the response's fields stay those decided at the request.
-    #[cfg(feature = "redis")]
-    Redis(crate::redis::RedisLimiter),
+/// One rule of the request's route: the key it decided and what it decided (for the fields
+/// after a settle), and the cost it reserved.
+pub(super) struct Ruled {
+    pub(super) rule: Arc<Rule>,
+    pub(super) key: LimitKey,
+    pub(super) decision: Decision,
+    #[cfg_attr(
+        not(feature = "redis"),
+        allow(dead_code, reason = "read by the settles on Redis")
+    )]
+    pub(super) cost: u64,
 }
 
-/// An allowed reservation on its way through the inner service: settled at what the response
-/// says ([`Settlement::settle`]), or cancelled when dropped unsettled (the inner service
-/// failed, or the response future was dropped before the response).
+/// The reservations a request holds, and the limiters they were made on.
+pub(super) enum Held {
+    /// In-process reservations, each with the position of its rule: settled at once, and the
+    /// response's fields say the budget left.
+    Local(Vec<(usize, Arc<dyn Local>, Reservation)>),
+    /// One Redis reservation, of the route's one rule: settled by a task of its own (a
+    /// response is never held back for a round trip); the response's fields stay those
+    /// decided at the request.
+    #[cfg(feature = "redis")]
+    Redis(crate::redis::RedisLimiter, Reservation),
+    /// The reservation of every rule of the route on Redis, made in one call: settled as
+    /// `Redis` is, one call per rule whose cost changed.
+    #[cfg(feature = "redis")]
+    RedisAll(
+        Vec<crate::redis::RedisLimiter>,
+        crate::redis::RedisAllOfReservation,
+    ),
+}
+
+/// An allowed request's reservations on their way through the inner service: settled at
+/// what the response says ([`Settlement::settle`]), or cancelled when dropped unsettled (the
+/// inner service failed, or the response future was dropped before the response).
 pub(crate) struct Settlement {
-    /// The rule whose `settle_with` reads the response, and whose fields it gets.
-    rule: Arc<Rule>,
     /// The layer is in shadow mode: settle, but add no fields.
     shadow: bool,
-    holder: Holder,
-    key: LimitKey,
+    /// Every rule of the route, in order.
+    rules: Vec<Ruled>,
     /// `None` once settled (or kept spent).
-    reservation: Option<Reservation>,
+    held: Option<Held>,
 }
 
 impl Settlement {
-    pub(super) fn new(
-        rule: Arc<Rule>,
-        shadow: bool,
-        holder: Holder,
-        key: LimitKey,
-        reservation: Reservation,
-    ) -> Self {
+    pub(super) fn new(shadow: bool, rules: Vec<Ruled>, held: Held) -> Self {
         Settlement {
-            rule,
             shadow,
-            holder,
-            key,
-            reservation: Some(reservation),
+            rules,
+            held: Some(held),
         }
     }
 
-    /// Settles the reservation at what `response` says it cost; the fields the response
-    /// should carry instead of those decided at the request, when the settle changed them.
-    /// A response that says nothing keeps the estimate spent.
+    /// Settles each reservation at what `response` says its rule cost; the fields the
+    /// response should carry instead of those decided at the request, when a settle changed
+    /// them. A rule whose response says nothing (or without `settle_with`) keeps its
+    /// estimate spent.
     #[cfg_attr(
         not(feature = "redis"),
         allow(
             clippy::infallible_destructuring_match,
-            reason = "with feature redis the holder has a second kind"
+            reason = "with feature redis the reservations have more kinds"
         )
     )]
     pub(crate) fn settle(mut self, response: &response::Parts) -> Option<Fields> {
-        let reservation = self.reservation.take()?;
-        let actual = self.rule.settle.as_ref()?;
-        // `None`: dropping the reservation keeps its permits spent.
-        let actual = actual(response)?;
-        let limiter = match &self.holder {
-            Holder::Local(limiter) => limiter,
+        let held = self.held.take()?;
+        let actual = |rule: &Rule| rule.settle.as_ref().and_then(|actual| actual(response));
+        let reservations = match held {
+            Held::Local(reservations) => reservations,
             #[cfg(feature = "redis")]
-            Holder::Redis(limiter) => {
-                settle_in_background(limiter.clone(), self.key.to_string(), reservation, actual);
+            Held::Redis(limiter, reservation) => {
+                // `None`: dropping the reservation keeps its permits spent.
+                let actual = actual(&self.rules[0].rule)?;
+                let key = self.rules[0].key.to_string();
+                settle_in_background(
+                    async move { limiter.settle(&key, reservation, actual).await },
+                );
+                return None;
+            }
+            #[cfg(feature = "redis")]
+            Held::RedisAll(limiters, reservation) => {
+                let costs: Vec<u64> = self
+                    .rules
+                    .iter()
+                    .map(|ruled| actual(&ruled.rule).unwrap_or(ruled.cost))
+                    .collect();
+                let keys: Vec<String> = self.rules.iter().map(|r| r.key.to_string()).collect();
+                settle_all_in_background(limiters, keys, reservation, costs);
                 return None;
             }
         };
-        // A settle fails only for a reservation made elsewhere, which this one is not.
-        limiter.settle(&self.key, reservation, actual).ok()?;
-        if self.shadow {
+        let mut changed = false;
+        for (index, limiter, reservation) in reservations {
+            let ruled = &mut self.rules[index];
+            let Some(actual) = actual(&ruled.rule) else {
+                continue;
+            };
+            // A settle fails only for a reservation made elsewhere, which this one is not.
+            if limiter.settle(&ruled.key, reservation, actual).is_ok() {
+                ruled.decision = budget(limiter.peek(&ruled.key));
+                changed = true;
+            }
+        }
+        if self.shadow || !changed {
             return None;
         }
-        Some(self.rule.fields(&budget(limiter.peek(&self.key))))
+        // The tightest rule now: the least left, the first of equals.
+        let tightest = (0..self.rules.len())
+            .min_by_key(|&i| self.rules[i].decision.remaining())
+            .unwrap_or(0);
+        let rules = self.rules.iter().map(|r| (&*r.rule, &r.decision));
+        Some(joined_fields(rules, tightest))
     }
 }
 
-/// Settles a Redis reservation on a task of its own, on the runtime the response runs on.
-/// Without one (a response polled outside tokio) the reservation is dropped: its permits
-/// stay spent, which never admits more than the policy.
+/// Settles a Redis reservation by `settle` on a task of its own, on the runtime the response
+/// runs on. Without one (a response polled outside tokio) the reservation is dropped: its
+/// permits stay spent, which never admits more than the policy.
 #[cfg(feature = "redis")]
-fn settle_in_background(
-    limiter: crate::redis::RedisLimiter,
-    key: String,
-    reservation: Reservation,
-    actual: u64,
-) {
+fn settle_in_background<F>(settle: F)
+where
+    F: std::future::Future<Output = Result<(), crate::redis::BackendError>> + Send + 'static,
+{
     if let Ok(runtime) = tokio::runtime::Handle::try_current() {
         runtime.spawn(async move {
             // A settle that cannot reach Redis leaves the permits spent (the backend's rule).
-            let _ = limiter.settle(&key, reservation, actual).await;
+            let _ = settle.await;
         });
     }
+}
+
+/// Settles the reservation of every rule of a route on Redis at `costs`, one per rule, on a
+/// task of its own (see [`settle_in_background`]).
+#[cfg(feature = "redis")]
+fn settle_all_in_background(
+    limiters: Vec<crate::redis::RedisLimiter>,
+    keys: Vec<String>,
+    reservation: crate::redis::RedisAllOfReservation,
+    costs: Vec<u64>,
+) {
+    settle_in_background(async move {
+        let all = limiters
+            .iter()
+            .zip(&keys)
+            .fold(crate::redis::RedisAllOf::new(), |all, (limiter, key)| {
+                all.key(limiter, key)
+            });
+        all.settle(reservation, &costs).await
+    });
 }
 
 /// The budget a key has left now, from `peek`: what a request of 1 would get. Allowed, it
@@ -119,16 +179,35 @@ fn budget(peek: Decision) -> Decision {
 
 impl Drop for Settlement {
     fn drop(&mut self) {
-        if let Some(reservation) = self.reservation.take() {
-            // No response to settle from: everything comes back.
-            match &self.holder {
-                Holder::Local(limiter) => {
-                    let _ = limiter.settle(&self.key, reservation, 0);
+        // No response to settle from: what a rule with `settle_with` reserved comes back; a
+        // rule without keeps its cost spent, as it would alone (it counts requests, answered
+        // or not).
+        let settles = |ruled: &Ruled| ruled.rule.settle.is_some();
+        match self.held.take() {
+            None => {}
+            Some(Held::Local(reservations)) => {
+                // The last taken first, as a refusal gives them back.
+                for (index, limiter, reservation) in reservations.into_iter().rev() {
+                    let ruled = &self.rules[index];
+                    if settles(ruled) {
+                        let _ = limiter.settle(&ruled.key, reservation, 0);
+                    }
                 }
-                #[cfg(feature = "redis")]
-                Holder::Redis(limiter) => {
-                    settle_in_background(limiter.clone(), self.key.to_string(), reservation, 0);
-                }
+            }
+            #[cfg(feature = "redis")]
+            Some(Held::Redis(limiter, reservation)) => {
+                let key = self.rules[0].key.to_string();
+                settle_in_background(async move { limiter.cancel(&key, reservation).await });
+            }
+            #[cfg(feature = "redis")]
+            Some(Held::RedisAll(limiters, reservation)) => {
+                let costs: Vec<u64> = self
+                    .rules
+                    .iter()
+                    .map(|ruled| if settles(ruled) { 0 } else { ruled.cost })
+                    .collect();
+                let keys: Vec<String> = self.rules.iter().map(|r| r.key.to_string()).collect();
+                settle_all_in_background(limiters, keys, reservation, costs);
             }
         }
     }
@@ -137,8 +216,11 @@ impl Drop for Settlement {
 impl fmt::Debug for Settlement {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Settlement")
-            .field("key", &self.key)
-            .field("reservation", &self.reservation)
+            .field(
+                "keys",
+                &self.rules.iter().map(|r| &r.key).collect::<Vec<_>>(),
+            )
+            .field("settled", &self.held.is_none())
             .finish_non_exhaustive()
     }
 }
