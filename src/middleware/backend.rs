@@ -107,10 +107,18 @@ pub(super) enum Limiter {
 }
 
 impl Limiter {
-    /// Whether this limiter and `other` decide in the same place (both in process, or both
-    /// on Redis), as the rules one route decides together must.
-    pub(super) fn same_kind(&self, other: &Limiter) -> bool {
-        std::mem::discriminant(self) == std::mem::discriminant(other)
+    /// Why this limiter and `other` cannot decide one route's requests together, if they
+    /// cannot: one in process and one on Redis, or two on Redis on different connections.
+    pub(super) fn apart_from(&self, other: &Limiter) -> Option<&'static str> {
+        match (self, other) {
+            (Limiter::Local(_), Limiter::Local(_)) => None,
+            #[cfg(feature = "redis")]
+            (Limiter::Redis(one), Limiter::Redis(other)) => (!one.same_connection(other)).then_some(
+                "one route's Redis limiters share one connection (RedisLimiterBuilder::connect_shared)",
+            ),
+            #[cfg(feature = "redis")]
+            _ => Some("one route's rules are all in process or all on Redis"),
+        }
     }
 
     pub(super) fn policy(&self) -> Option<Policy> {

@@ -93,6 +93,9 @@ use super::shared::{Shared, NOT_IN_REDIS};
 ///
 /// [`reserve`](RedisAllOf::reserve) takes every part's cost in one call, as reservations
 /// that [`settle`](RedisAllOf::settle) settles part by part from the real costs.
+///
+/// [`Decision::part`] counts parts in 16 bits: build no `RedisAllOf` of more than 65,535
+/// parts.
 #[derive(Clone, Default)]
 pub struct RedisAllOf<'a> {
     parts: Vec<RedisPart<'a>>,
@@ -181,7 +184,7 @@ impl<'a> RedisAllOf<'a> {
     /// Redis is slow or down, as a part's [`FailurePolicy`] says; otherwise as
     /// [`RedisLimiter::try_acquire`](super::RedisLimiter::try_acquire).
     pub async fn try_acquire(&self) -> Result<Decision, BackendError> {
-        Ok(self.decide(PartsAsk::Acquire).await?.decision)
+        Ok(self.decide(PartsAsk::Acquire, None).await?.decision)
     }
 
     /// What [`try_acquire`](RedisAllOf::try_acquire) would decide now, changing nothing: one
@@ -192,7 +195,7 @@ impl<'a> RedisAllOf<'a> {
     ///
     /// As [`try_acquire`](RedisAllOf::try_acquire).
     pub async fn peek(&self) -> Result<Decision, BackendError> {
-        Ok(self.decide(PartsAsk::Peek).await?.decision)
+        Ok(self.decide(PartsAsk::Peek, None).await?.decision)
     }
 
     /// Takes every part's permits now, for a request whose real costs are known only after
@@ -210,7 +213,7 @@ impl<'a> RedisAllOf<'a> {
         if let Err(error) = self.check() {
             return Err(BackendError::Part(error));
         }
-        let decided = self.decide(PartsAsk::Reserve).await?;
+        let decided = self.decide(PartsAsk::Reserve, None).await?;
         Ok(RedisAllOfReservation {
             decision: decided.decision,
             parts: decided.reservations,
@@ -229,8 +232,9 @@ impl<'a> RedisAllOf<'a> {
     /// [`SettleError::Parts`] for more costs than parts or a reservation of a `RedisAllOf`
     /// of another number of parts, [`SettleError::OtherLimiter`] or
     /// [`SettleError::OtherKey`] for one made by other parts: nothing is sent. When Redis
-    /// cannot be reached, the first part's error, once every other part was settled (a part
-    /// whose settle failed keeps its permits spent, as its limiter's `settle` does).
+    /// cannot be reached, the error of the first part whose settle failed, once every other
+    /// part was settled (a part whose settle failed keeps its permits spent, as its
+    /// limiter's `settle` does).
     pub async fn settle(
         &self,
         reservation: RedisAllOfReservation,
@@ -252,11 +256,22 @@ impl<'a> RedisAllOf<'a> {
         if !decision.is_allowed() {
             return Err(SettleError::Refused.into());
         }
-        for (part, reservation) in self.parts.iter().zip(&parts) {
-            reservation.check(part.shared.origin(part.key))?;
+        // Parts that hold nothing (a part a shadow-mode `Local` failure policy let through,
+        // one the HTTP layer only spent) have nothing to settle, as in `AllOf`.
+        let held: Vec<Option<Reservation>> = parts
+            .into_iter()
+            .map(|r| r.filter(|r| r.held() > 0))
+            .collect();
+        for (part, reservation) in self.parts.iter().zip(&held) {
+            if let Some(reservation) = reservation {
+                reservation.check(part.shared.origin(part.key))?;
+            }
         }
         let mut first = None;
-        for (index, (part, reservation)) in self.parts.iter().zip(parts).enumerate() {
+        for (index, (part, reservation)) in self.parts.iter().zip(held).enumerate() {
+            let Some(reservation) = reservation else {
+                continue;
+            };
             let actual = actual.get(index).copied().unwrap_or(reservation.held());
             if let Err(err) = part.shared.settle(part.key, reservation, actual).await {
                 first.get_or_insert(err);
@@ -265,18 +280,20 @@ impl<'a> RedisAllOf<'a> {
         first.map_or(Ok(()), Err)
     }
 
-    /// As [`try_acquire`](RedisAllOf::try_acquire), or when `reserve` as
-    /// [`reserve`](RedisAllOf::reserve) (costs already checked), with each part's own
-    /// decision too: for the HTTP layer's fields, which report a rule's own budget.
+    /// As [`try_acquire`](RedisAllOf::try_acquire), or when some part is to be reserved
+    /// (`reserve[i]` for part `i`) as [`reserve`](RedisAllOf::reserve) of those parts alone
+    /// (the others spent, with no token left in Redis), with each part's own decision too:
+    /// for the HTTP layer, whose fields report a rule's own budget and whose rules without a
+    /// settle are never settled.
     #[cfg(feature = "tower")]
     pub(crate) async fn decide_each(
         &self,
-        reserve: bool,
+        reserve: &[bool],
     ) -> Result<(Decided, Option<RedisAllOfReservation>), BackendError> {
-        if !reserve {
-            return Ok((self.decide(PartsAsk::Acquire).await?, None));
+        if !reserve.contains(&true) {
+            return Ok((self.decide(PartsAsk::Acquire, None).await?, None));
         }
-        let mut decided = self.decide(PartsAsk::Reserve).await?;
+        let mut decided = self.decide(PartsAsk::Reserve, Some(reserve)).await?;
         let reservation = RedisAllOfReservation {
             decision: decided.decision,
             parts: std::mem::take(&mut decided.reservations),
@@ -296,8 +313,9 @@ impl<'a> RedisAllOf<'a> {
     }
 
     /// The decision of `ask` on every part, and when it is an admitted reservation each
-    /// part's reservation (none otherwise).
-    async fn decide(&self, ask: PartsAsk) -> Result<Decided, BackendError> {
+    /// part's reservation (none otherwise); with `only`, only the parts it marks are
+    /// reserved.
+    async fn decide(&self, ask: PartsAsk, only: Option<&[bool]>) -> Result<Decided, BackendError> {
         let Some(first) = self.parts.first() else {
             return Ok(Decided::from(Tally::default(), Vec::new()));
         };
@@ -311,14 +329,18 @@ impl<'a> RedisAllOf<'a> {
         let mut keys = self.keys(lead)?;
         // Where each part's reservation comes from and its serial number: the origin first,
         // as for one key (its count of resets must not be newer than the state decided on).
-        let reserving: Vec<(Origin, u64)> = if ask == PartsAsk::Reserve {
+        let reserving: Vec<Option<(Origin, u64)>> = if ask == PartsAsk::Reserve {
             self.parts
                 .iter()
-                .map(|part| {
+                .enumerate()
+                .map(|(index, part)| {
+                    if only.is_some_and(|only| !only.get(index).copied().unwrap_or(false)) {
+                        return None;
+                    }
                     let origin = part.shared.origin(part.key);
                     // Relaxed: only uniqueness matters (see `Shared::reserve`).
                     let serial = part.shared.reservations.fetch_add(1, Ordering::Relaxed) + 1;
-                    (origin, serial)
+                    Some((origin, serial))
                 })
                 .collect()
         } else {
@@ -334,10 +356,15 @@ impl<'a> RedisAllOf<'a> {
             let bands = part.shared.bands.count();
             part.shared.bands.part_args(part.cost, &mut args);
             with_tokens.extend(keys.drain(..bands));
-            if let Some((_, serial)) = reserving.get(index) {
-                args.push(serial.to_string());
-                args.push(part.shared.instance.clone());
-                with_tokens.push(Bands::reserve_key(&part.shared.prefix, part.key));
+            match reserving.get(index) {
+                Some(Some((_, serial))) => {
+                    args.push(serial.to_string());
+                    args.push(part.shared.instance.clone());
+                    with_tokens.push(Bands::reserve_key(&part.shared.prefix, part.key));
+                }
+                // Spent, not reserved: an empty serial, no token.
+                Some(None) => args.extend([String::new(), String::new()]),
+                None => {}
             }
         }
         let call = lead.script.call(
@@ -369,10 +396,10 @@ impl<'a> RedisAllOf<'a> {
                         // An admission may lengthen a cached refusal of another cost.
                         cache.remove(part.key);
                     }
-                    if let Some(&(origin, serial)) = reserving.get(index) {
-                        reservations.push(
-                            Reservation::new(decision, part.cost, marks, origin).with_token(serial),
-                        );
+                    if let Some(&reserved) = reserving.get(index) {
+                        reservations.push(reserved.map(|(origin, serial)| {
+                            Reservation::new(decision, part.cost, marks, origin).with_token(serial)
+                        }));
                     }
                 }
                 Ok(Decided {
@@ -441,7 +468,7 @@ impl<'a> RedisAllOf<'a> {
     fn failed(
         &self,
         ask: PartsAsk,
-        reserving: &[(Origin, u64)],
+        reserving: &[Option<(Origin, u64)>],
         err: BackendError,
     ) -> Result<Decided, BackendError> {
         self.each_shared(|shared| shared.switch_to_failure(&err));
@@ -455,7 +482,7 @@ impl<'a> RedisAllOf<'a> {
     fn fallback(
         &self,
         ask: PartsAsk,
-        reserving: &[(Origin, u64)],
+        reserving: &[Option<(Origin, u64)>],
         err: BackendError,
     ) -> Result<Decided, BackendError> {
         let error = self
@@ -463,6 +490,8 @@ impl<'a> RedisAllOf<'a> {
             .iter()
             .any(|part| matches!(part.shared.failure, FailurePolicy::Error));
         if error {
+            // Counted as the failure policy's decision, as for one key.
+            self.each_shared(|shared| bump(&shared.counters.failure_decisions));
             return Err(err);
         }
         let mut tally = Tally::default();
@@ -488,9 +517,12 @@ impl<'a> RedisAllOf<'a> {
                     Err(_) => shared.fallback_refusal(),
                 },
                 FailurePolicy::Closed => shared.fallback_refusal(),
-                // `Error` returned above.
+                // Reading no state, an `Open` part reports its whole limit left, so that a
+                // part that does read one (a `Local` limiter) gives the answer. `Error`
+                // returned above.
                 FailurePolicy::Open | FailurePolicy::Error => {
-                    Decision::allow(0, shared.policy.first_band().permits(), 0)
+                    let limit = shared.policy.first_band().permits();
+                    Decision::allow(limit, limit, 0)
                 }
             };
             refused |= !decision.is_allowed();
@@ -513,8 +545,10 @@ impl<'a> RedisAllOf<'a> {
             .iter()
             .zip(&decisions)
             .zip(reserving)
-            .map(|((part, &decision), &(origin, serial))| {
-                Reservation::new(decision, part.cost, NOT_IN_REDIS, origin).with_token(serial)
+            .map(|((part, &decision), reserved)| {
+                reserved.map(|(origin, serial)| {
+                    Reservation::new(decision, part.cost, NOT_IN_REDIS, origin).with_token(serial)
+                })
             })
             .collect();
         Ok(Decided {
@@ -534,7 +568,8 @@ pub(crate) struct Decided {
         allow(dead_code, reason = "read by the HTTP layer's fields")
     )]
     pub(crate) each: Vec<Decision>,
-    reservations: Vec<Reservation>,
+    /// Each part's reservation (`None` for a part only spent); none at all unless admitted.
+    reservations: Vec<Option<Reservation>>,
 }
 
 impl Decided {
@@ -554,8 +589,9 @@ impl Decided {
 #[derive(Debug)]
 pub struct RedisAllOfReservation {
     decision: Decision,
-    /// Each part's reservation, in the order added; none when refused.
-    parts: Vec<Reservation>,
+    /// Each part's reservation, in the order added (`None` for a part only spent); none when
+    /// refused.
+    parts: Vec<Option<Reservation>>,
     /// How many parts its `RedisAllOf` had.
     len: usize,
 }

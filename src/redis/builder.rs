@@ -106,7 +106,8 @@ impl RedisLimiterBuilder {
 
     /// The prefix of every Redis key this limiter writes (default `"tollgate"`); an empty
     /// prefix writes keys that start with the `{key}` hash tag. Limiters share state exactly
-    /// when they share the Redis, the prefix and the policy's bands.
+    /// when they share the Redis, the prefix, the [`hash_tag`](RedisLimiterBuilder::hash_tag)
+    /// (or its absence) and the policy's bands.
     ///
     /// # Examples
     ///
@@ -120,7 +121,10 @@ impl RedisLimiterBuilder {
     }
 
     /// Puts every key of this limiter in one Redis Cluster slot, that of the hash tag `tag`:
-    /// keys are then named `<prefix>:{<tag>}:{<key>}:<band>`. For a
+    /// keys are then named `<prefix>:{<tag>}:{<key>}:<band>`. **This renames every key**:
+    /// limiters with and without the tag (or with different tags) count in different keys,
+    /// so setting or changing it starts every key afresh, and during a rolling deploy old and
+    /// new servers each admit a whole budget. For a
     /// [`RedisAllOf`](super::RedisAllOf) on a cluster, whose parts must all be in one slot:
     /// give each of its limiters the same tag. By default each key has its own tag (its own
     /// slot), which spreads keys over the cluster's nodes; with one tag, the node holding

@@ -392,6 +392,13 @@ impl RedisLimiter {
         self.shared.bands.keys(&self.shared.prefix, key)
     }
 
+    /// Whether `other` decides on this limiter's connection (one was built from the other
+    /// with `connect_shared`, or both from a third): one script call can decide both.
+    #[cfg(feature = "tower")]
+    pub(crate) fn same_connection(&self, other: &RedisLimiter) -> bool {
+        self.shared.script.same_connection(&other.shared.script)
+    }
+
     /// The policy this limiter enforces.
     ///
     /// # Examples

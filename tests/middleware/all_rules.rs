@@ -243,4 +243,21 @@ fn the_builder_refuses_what_it_cannot_combine() {
             .cost(0)
             .is_err()
     );
+
+    // Rules decided together need distinct names, or RateLimit-Policy could not tell them
+    // apart: two unnamed rules share the layer's, and a rename onto a limit's name collides.
+    let limiter = || RateLimiter::<LimitKey>::new("5/min".parse().unwrap());
+    let unnamed = RateLimitLayer::new(limiter()).and(Limit::new(limiter()));
+    assert!(
+        matches!(unnamed, Err(ConfigError::CannotCombine { ref limit, .. }) if limit == "\"default\""),
+        "{unnamed:?}"
+    );
+    let renamed = RateLimitLayer::new(limiter())
+        .and(Limit::new(limiter()).name("extra").unwrap())
+        .unwrap()
+        .policy_name("extra");
+    assert!(
+        matches!(renamed, Err(ConfigError::CannotCombine { .. })),
+        "{renamed:?}"
+    );
 }

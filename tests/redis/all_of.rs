@@ -335,6 +335,11 @@ async fn while_redis_is_down_the_failure_policies_decide_all_or_nothing() {
     server.kill();
     let first = request.try_acquire().await.unwrap();
     assert!(first.is_allowed(), "{first:?}");
+    assert_eq!(
+        (first.part(), first.remaining()),
+        (2, 0),
+        "a part that reads a state answers, not the open one"
+    );
     assert!(lead.is_failing() && second.is_failing() && open.is_failing());
     let refused = request.try_acquire().await.unwrap();
     assert!(!refused.is_allowed());
@@ -361,6 +366,11 @@ async fn while_redis_is_down_the_failure_policies_decide_all_or_nothing() {
             BackendError::Unavailable | BackendError::Redis(_) | BackendError::Timeout(_)
         ),
         "{err}"
+    );
+    assert_eq!(
+        failing.stats().failure_decisions,
+        1,
+        "an error is the failure policy's decision, counted"
     );
     let d = RedisAllOf::new().key(&lead, "j").peek().await.unwrap();
     assert_eq!(d.remaining(), 9, "an error spends nothing locally");

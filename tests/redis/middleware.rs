@@ -332,6 +332,32 @@ async fn several_rules_on_redis_decide_in_one_call_and_settle() {
         );
         assert_eq!(available(&requests).await, 9);
         assert_eq!(available(&tokens).await, 900);
+        // Only the settling rule was reserved: no reservation token waits next to the
+        // requests' key for a settle that never comes.
+        let tokens_of = |prefix: &str| format!("{prefix}:{{{key}}}:reserved");
+        assert_eq!(server.command(&["EXISTS", &tokens_of("all-req")]).int(), 0);
+
+        // The same limiter and key twice name one Redis key: a configuration error, 500.
+        let twice = RateLimitLayer::new(requests.clone())
+            .key(peer())
+            .and(
+                Limit::new(requests.clone())
+                    .key(peer())
+                    .name("again")
+                    .unwrap(),
+            )
+            .unwrap();
+        let addr = serve(ok_router().layer(twice));
+        let reply = get_path(addr, "/");
+        assert_eq!(reply.status, 500, "{reply:?}");
+        assert_eq!(available(&requests).await, 9, "nothing spent");
+
+        // Limiters on different connections cannot be decided in one call.
+        let apart = redis_limiter(&server, "5/1h", "apart", FailurePolicy::Error).await;
+        let err = RateLimitLayer::new(requests.clone())
+            .and(Limit::new(apart).name("apart").unwrap())
+            .unwrap_err();
+        assert!(err.to_string().contains("connect_shared"), "{err}");
 
         let local: RateLimiter<LimitKey> = RateLimiter::new("5/min".parse().unwrap());
         let err = RateLimitLayer::new(requests.clone())

@@ -85,6 +85,9 @@ pub(super) struct Remote {
 enum Failure {
     /// The rule's cost can never be admitted: a configuration error (500).
     Cost(CostError),
+    /// The route's rules cannot be decided together (why, for the log): a configuration
+    /// error (500).
+    Config(String),
     /// The cost computed from the request can never be admitted: the request's fault (400).
     Demand(CostError),
     /// Redis could not decide and its failure policy let the error through (503).
@@ -113,6 +116,14 @@ impl Failure {
                 StatusCode::BAD_REQUEST,
                 format!("this request's cost cannot be admitted: {error}"),
             ),
+            Failure::Config(why) => {
+                // The cause names the store's keys: for the operator's log, not the client.
+                log::error!("rate limit rules misconfigured, answering 500: {why}");
+                (
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "this route's rate limits cannot be decided together".to_owned(),
+                )
+            }
             #[cfg(feature = "redis")]
             Failure::Backend(error) => {
                 // The cause (an OS error, a cluster node's address) is for the operator's log,
@@ -144,6 +155,26 @@ impl Config {
             .then(|| first(true))
             .flatten()
             .or_else(|| first(false))
+    }
+
+    /// A name two rules of one route share (the default's rules or a route's), if any: their
+    /// `RateLimit-Policy` items could not be told apart.
+    pub(super) fn shared_name(&self) -> Option<String> {
+        let routes = self.routes.iter().filter_map(|(_, target)| match target {
+            Target::Limit(rules) => Some(rules),
+            Target::Exempt => None,
+        });
+        std::iter::once(&self.default)
+            .chain(routes)
+            .find_map(|rules| {
+                rules.iter().enumerate().find_map(|(i, rule)| {
+                    let name = rule.policy_name();
+                    rules[..i]
+                        .iter()
+                        .any(|earlier| earlier.policy_name() == name)
+                        .then(|| format!("\"{name}\""))
+                })
+            })
     }
 
     /// Every rule, the default's first.
@@ -368,13 +399,27 @@ impl Config {
             let rule = &parts[error.part()].0;
             return self.conclude(rule, Err(Failure::of_cost(rule, error.error())), grpc);
         }
-        let settles = parts.iter().any(|(rule, ..)| rule.settle.is_some());
+        // Only the rules that settle are reserved: the others are spent, with no token left
+        // in Redis for a settle that never comes.
+        let reserve: Vec<bool> = parts
+            .iter()
+            .map(|(rule, ..)| rule.settle.is_some())
+            .collect();
         let limiters: Vec<_> = parts
             .iter()
             .map(|(_, limiter, ..)| limiter.clone())
             .collect();
-        let (decided, reservation) = match all.decide_each(settles).await {
+        let (decided, reservation) = match all.decide_each(&reserve).await {
             Ok(decided) => decided,
+            Err(
+                error @ (BackendError::OtherConnection { .. }
+                | BackendError::SharedKey { .. }
+                | BackendError::CrossSlot { .. }),
+            ) => {
+                // The rules cannot be decided together: the configuration's fault.
+                let failure = Failure::Config(error.to_string());
+                return self.conclude(&parts[0].0, Err(failure), grpc);
+            }
             Err(error) => return self.conclude(&parts[0].0, Err(Failure::Backend(error)), grpc),
         };
         let decision = decided.decision;
@@ -426,7 +471,9 @@ impl Config {
     ) -> Handling {
         let deciding = decided.as_ref().map_or(0, Decision::part);
         let Some(rule) = rules.get(deciding) else {
-            return Handling::Pass(None, Fields::default(), None);
+            // Never: a decision names one of its parts. Refused rather than let through.
+            let failure = Failure::Config(format!("no rule {deciding} of {}", rules.len()));
+            return Handling::Respond(failure.response(grpc));
         };
         let each = || rules.iter().map(|ruled| (&*ruled.rule, &ruled.decision));
         self.answer(&rule.rule, decided, grpc, |_| {

@@ -27,11 +27,12 @@ use crate::middleware::refusal::{Refusal, RefusalHandler};
 /// A tower [`Layer`] that rate-limits requests before they reach the service it wraps, for
 /// axum, hyper, tonic or any tower stack.
 ///
-/// Each request is matched to a rule (the first matching [`route`](RateLimitLayer::route),
-/// else the default limiter given to [`new`](RateLimitLayer::new)), keyed by the rule's
-/// [`KeyExtractor`] ([`PeerIp`] unless set), and decided by the rule's limiter: at once by
-/// an in-process `RateLimiter<LimitKey>`, or by one Redis call awaited in the response
-/// future for a `RedisLimiter` ([`Backend`]). There is no waiting for permits and no
+/// Each request is matched to its rules (the first matching [`route`](RateLimitLayer::route),
+/// else the default limiter given to [`new`](RateLimitLayer::new), each with the limiters
+/// [`and`](RateLimitLayer::and) added to it, decided all or nothing), keyed by each rule's
+/// [`KeyExtractor`] ([`PeerIp`] unless set), and decided by the rules' limiters: at once by
+/// in-process `RateLimiter<LimitKey>`s, or by one Redis call awaited in the response
+/// future for `RedisLimiter`s ([`Backend`]). There is no waiting for permits and no
 /// backpressure through `poll_ready`.
 ///
 /// * **Allowed**: the request goes on with its [`Decision`] in its extensions, and the
@@ -191,14 +192,23 @@ impl RateLimitLayer {
     /// * A rule with [`settle_with`](Limit::settle_with) reserves its cost and is settled
     ///   from the response; the others keep their cost spent, answered or not.
     ///
-    /// The rules of one route are all in process or all on Redis (on one connection, see
-    /// [`RedisAllOf`](crate::redis::RedisAllOf)); put the most contended rule (a global
-    /// limit) last.
+    /// The rules of one route are all in process or all on Redis (on one connection and, on
+    /// a cluster, one slot: see [`RedisAllOf`](crate::redis::RedisAllOf)); put the most
+    /// contended rule (a global limit) last.
     ///
     /// # Errors
     ///
-    /// [`ConfigError::CannotCombine`] when the route added last is exempt, or when `limit`'s
-    /// limiter is in process and the route's on Redis, or the other way round.
+    /// [`ConfigError::CannotCombine`] when the route added last is exempt; when `limit`'s
+    /// limiter is in process and the route's on Redis, or the other way round, or both on
+    /// Redis but on different connections; when `limit` has the name of a rule of the route
+    /// already (each rule but one needs its own name: [`Limit::name`]).
+    ///
+    /// Some combinations show only on a request, and are answered `500` with the cause in the
+    /// log: on Redis, rules whose keys name one Redis key (the same limiter and key twice),
+    /// and, on a Redis Cluster, rules whose keys are in different slots (give their limiters
+    /// one [`hash_tag`](crate::redis::RedisLimiterBuilder::hash_tag)). A combination the
+    /// layer cannot decide is never let through silently, except in shadow mode, which lets
+    /// every request through.
     ///
     /// # Examples
     ///
@@ -222,20 +232,24 @@ impl RateLimitLayer {
             Some((_, Target::Limit(rules))) => rules,
             Some((_, Target::Exempt)) => {
                 return Err(cannot_combine(
-                    &limit,
+                    limit.terms.name.as_deref(),
                     &name,
                     "the route added last is exempt",
                 ));
             }
         };
-        if !rules
+        if let Some(reason) = rules
             .iter()
-            .all(|first| first.limiter.same_kind(&limit.backend.0))
+            .find_map(|r| r.limiter.apart_from(&limit.backend.0))
         {
-            let reason = "one route's rules are all in process or all on Redis";
-            return Err(cannot_combine(&limit, &name, reason));
+            return Err(cannot_combine(limit.terms.name.as_deref(), &name, reason));
         }
+        let limit_name = limit.terms.name.clone();
         let rule = Rule::with_terms(&limit.terms, limit.backend.0, &name, style);
+        if rules.iter().any(|r| r.policy_name() == rule.policy_name()) {
+            let reason = "one route's rules have distinct names, so that RateLimit-Policy tells them apart (Limit::name)";
+            return Err(cannot_combine(limit_name.as_deref(), &name, reason));
+        }
         rules.push(Arc::new(rule));
         Ok(self)
     }
@@ -287,7 +301,9 @@ impl RateLimitLayer {
     ///
     /// # Errors
     ///
-    /// [`ConfigError::InvalidPolicyName`] unless `name` is non-empty printable ASCII.
+    /// [`ConfigError::InvalidPolicyName`] unless `name` is non-empty printable ASCII;
+    /// [`ConfigError::CannotCombine`] when a rule added with [`and`](RateLimitLayer::and) has
+    /// this name already, beside a rule that takes the layer's name.
     ///
     /// # Examples
     ///
@@ -305,6 +321,12 @@ impl RateLimitLayer {
             Arc::make_mut(rule).rename(&name);
         }
         config.name = name;
+        if let Some(shared) = config.shared_name() {
+            return Err(ConfigError::CannotCombine {
+                limit: shared,
+                reason: "a rule added with `and` has this name already: rules decided together need distinct names",
+            });
+        }
         Ok(self)
     }
 
@@ -450,11 +472,11 @@ impl fmt::Debug for RateLimitLayer {
     }
 }
 
-/// The error of a `limit` that [`RateLimitLayer::and`] cannot add, named by its own name or
-/// the layer's (`layer_name`, quoted).
-fn cannot_combine(limit: &Limit, layer_name: &str, reason: &'static str) -> ConfigError {
+/// The error of a limit that [`RateLimitLayer::and`] cannot add, named by its own name
+/// (`limit`) or the layer's (`layer_name`), quoted.
+fn cannot_combine(limit: Option<&str>, layer_name: &str, reason: &'static str) -> ConfigError {
     ConfigError::CannotCombine {
-        limit: limit.terms.name.as_deref().unwrap_or(layer_name).to_owned(),
+        limit: limit.unwrap_or(layer_name).to_owned(),
         reason,
     }
 }

@@ -4,16 +4,17 @@
 -- changes nothing anywhere. Preceded by band.lua and tokens.lua; decide.lua calls it.
 --
 -- KEYS         every part's band keys, part after part, each part's in its band order, and
---              for 'parts-reserve' the part's hash of reservation tokens after its bands'. A
---              band key may appear once only (the Rust side checks): one named twice would be
---              read twice before either write, and spent once.
+--              for a part 'parts-reserve' reserves, its hash of reservation tokens after its
+--              bands'. A band key may appear once only (the Rust side checks): one named
+--              twice would be read twice before either write, and spent once.
 -- ARGV[1]      as for decide.lua (now, or '' for Redis TIME).
 -- ARGV[2]      'parts' (decide, and spend when every part admits), 'parts-peek' (decide,
 --              write nothing) or 'parts-reserve' (as 'parts', each part a reservation).
 -- ARGV[3]      P, the number of parts; then for each part its cost c >= 1, its number of
 --              bands b, each band's four arguments as decide.lua takes them, and for
 --              'parts-reserve' the reservation's serial and the instance, as decide.lua's
---              'reserve' takes them (the token's field is '<instance>:<serial>').
+--              'reserve' takes them (the token's field is '<instance>:<serial>'); an empty
+--              serial: the part is only spent, not reserved (no token, no token key).
 --
 -- Reply: { allowed (0 or 1), then for each part its own decision of its cost: allowed,
 -- remaining, limit, retry_after (us), reset_after (us) (decide.lua's first five), and for
@@ -53,10 +54,13 @@ local function decide_parts(now, expire, op)
     end
     local part = { bands = bands, ok = ok, cost = cost }
     if reserve then
-      part.token, part.serial, part.instance = KEYS[key], ARGV[at], ARGV[at + 1]
-      part.life = reservation_life(longest)
+      local serial, instance = ARGV[at], ARGV[at + 1]
       at = at + 2
-      key = key + 1
+      if serial ~= '' then
+        part.token, part.serial, part.instance = KEYS[key], serial, instance
+        part.life = reservation_life(longest)
+        key = key + 1
+      end
     end
     parts[p] = part
     all = all and ok
@@ -81,7 +85,7 @@ local function decide_parts(now, expire, op)
       for i = 1, #part.bands do
         reply[#reply + 1] = all and part.bands[i].mark or 0
       end
-      if all then
+      if all and part.token then
         write_token(part.token, part.instance .. ':' .. part.serial, part.serial, part.life,
           now, expire)
       end
