@@ -55,9 +55,13 @@ pub use self::parts::{DirectPart, KeyPart};
 /// ```
 ///
 /// **The protocol.** The parts are taken in the order they were added, each exactly as its
-/// limiter takes a reservation (`reserve_n`); at the first refusal, the parts already taken
-/// are given back at once, the last taken first, each by a refund of every permit it took
-/// (`cancel`), and the parts after the refusing one are only looked at (`peek_n`). So a part
+/// limiter takes a reservation (`reserve_n`), but the part added last, which is never given
+/// back: [`try_acquire`](AllOf::try_acquire) decides it as its limiter decides a request
+/// alone (`try_acquire_n`, the faster path, which counts a contended key's stripes), and
+/// [`peek`](AllOf::peek) looks at it as its limiter's `peek` does. At the first refusal, the
+/// parts already taken are given back at once, the last taken first, each by a refund of
+/// every permit it took (`cancel`), and the parts after the refusing one are only looked at
+/// (`peek_n`). So a part
 /// never admits more than its own policy, under any number of racing threads, and a refused
 /// request leaves every part as it was, except for time: a request racing the refused one
 /// on a part it took and gave back may be refused in between (it saw those permits taken),
@@ -66,7 +70,8 @@ pub use self::parts::{DirectPart, KeyPart};
 ///
 /// **Where a give-back falls short.** The last part is never given back (when it allows,
 /// every part has), so put last the part most likely to be hot or to change: a global
-/// limit, a key that threads contend for. A refund is the limiter's own, with its limits:
+/// limit, a key that threads contend for (its stripes then serve it, as they serve its
+/// limiter's own requests). A refund is the limiter's own, with its limits:
 /// - a key spread over stripes (a hot, contended key: see `RateLimiter::striping`) gives back
 ///   nothing above a run a stripe leased after the part was taken, so a refusal may leave
 ///   that part's cost spent until time returns it;
@@ -197,7 +202,7 @@ impl<P: Parts> AllOf<P> {
     pub fn try_acquire(&self) -> Decision {
         let mut tally = Tally::default();
         // An admission keeps its permits: what each part holds is dropped unsettled.
-        let _held = self.parts.take_all(&mut tally);
+        self.parts.acquire_all(&mut tally);
         tally.decision()
     }
 
@@ -205,7 +210,7 @@ impl<P: Parts> AllOf<P> {
     /// looked at in turn (a snapshot of each, not of all at one instant).
     pub fn peek(&self) -> Decision {
         let mut tally = Tally::default();
-        self.parts.look_all(&mut tally);
+        self.parts.peek_all(&mut tally);
         tally.decision()
     }
 

@@ -412,7 +412,7 @@ impl ModelAllOf {
         };
         let chain = (part(1 - first), (part(first), ()));
         let mut tally = crate::all_of::Tally::default();
-        let _held = chain.take_all(&mut tally);
+        chain.acquire_all(&mut tally);
         tally.decision()
     }
 

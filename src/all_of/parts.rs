@@ -34,6 +34,18 @@ pub trait Part {
     /// Takes the part's permits, recording its decision in `tally` as part `index`: what
     /// holds them when the part let the request through, `None` when it refused.
     fn take(&self, index: usize, tally: &mut Tally) -> Option<Option<Self::Held>>;
+    /// Spends the part's permits for good, recording its decision in `tally` as part
+    /// `index`: whether it let the request through. For the part added last, which is never
+    /// given back: by the limiter's own request path, which is faster than a reservation's
+    /// (and spreads a contended key over stripes).
+    fn acquire(&self, index: usize, tally: &mut Tally) -> bool {
+        self.take(index, tally).is_some()
+    }
+    /// Records in `tally`, as part `index`, what `acquire` would decide now, taking nothing:
+    /// by the limiter's own peek (which counts a striped key's stripes for a cost of 1).
+    fn look_own(&self, index: usize, tally: &mut Tally) {
+        self.look(index, tally);
+    }
     /// Gives back every permit of `held` (a refund of all of them, as `cancel`).
     fn give_back(&self, held: Self::Held);
     /// `held` as the reservation it is, for `AllOf::reserve`.
@@ -144,6 +156,25 @@ where
         record(index, self.cost, taken, tally)
     }
 
+    #[inline]
+    fn acquire(&self, index: usize, tally: &mut Tally) -> bool {
+        let decided = if self.cost == 1 {
+            Ok(self.limiter.try_acquire(self.key))
+        } else {
+            self.limiter.try_acquire_n(self.key, self.cost)
+        };
+        record(index, self.cost, decided.map(|d| (d, ())), tally).is_some()
+    }
+
+    fn look_own(&self, index: usize, tally: &mut Tally) {
+        let peeked = if self.cost == 1 {
+            Ok(self.limiter.peek(self.key))
+        } else {
+            self.limiter.peek_n(self.key, self.cost)
+        };
+        record_look(index, self.cost, peeked, tally);
+    }
+
     fn give_back(&self, held: PartHeld) {
         // The reservation is this part's own and holds permits: a settle fails only for
         // another limiter's or key's, or for a refused one.
@@ -221,6 +252,25 @@ impl<C: Clock> Part for DirectPart<'_, C> {
         record(index, self.cost, self.limiter.take_part(self.cost), tally)
     }
 
+    #[inline]
+    fn acquire(&self, index: usize, tally: &mut Tally) -> bool {
+        let decided = if self.cost == 1 {
+            Ok(self.limiter.try_acquire())
+        } else {
+            self.limiter.try_acquire_n(self.cost)
+        };
+        record(index, self.cost, decided.map(|d| (d, ())), tally).is_some()
+    }
+
+    fn look_own(&self, index: usize, tally: &mut Tally) {
+        let peeked = if self.cost == 1 {
+            Ok(self.limiter.peek())
+        } else {
+            self.limiter.peek_n(self.cost)
+        };
+        record_look(index, self.cost, peeked, tally);
+    }
+
     fn give_back(&self, held: PartHeld) {
         // As for a key's part.
         let _ = self.limiter.cancel(self.reservation(held));
@@ -263,10 +313,17 @@ pub trait Chain {
     /// Takes every part in the order added, recording each decision in `tally`; `None`, with
     /// nothing held anywhere, when one refused (the parts after it only looked at).
     fn take_all(&self, tally: &mut Tally) -> Option<Self::Held>;
+    /// As `take_all`, spending for good: the part added last by its limiter's own request
+    /// path (`Part::acquire`), as nothing ever gives it back. Whether every part let the
+    /// request through.
+    fn acquire_all(&self, tally: &mut Tally) -> bool;
     /// Gives back what `take_all` took, the last added first.
     fn give_back_all(&self, held: Self::Held);
     /// Records what every part would decide now, taking nothing.
     fn look_all(&self, tally: &mut Tally);
+    /// As `look_all`, the part added last looked at as `acquire_all` decides it
+    /// (`Part::look_own`).
+    fn peek_all(&self, tally: &mut Tally);
     /// What every part holds, as reservations in the order added (`None` for a part that
     /// spent nothing).
     fn flatten(&self, held: Self::Held, into: &mut Vec<Option<Reservation>>);
@@ -294,9 +351,15 @@ impl Chain for () {
         Some(())
     }
 
+    fn acquire_all(&self, _: &mut Tally) -> bool {
+        true
+    }
+
     fn give_back_all(&self, (): ()) {}
 
     fn look_all(&self, _: &mut Tally) {}
+
+    fn peek_all(&self, _: &mut Tally) {}
 
     fn flatten(&self, (): (), _: &mut Vec<Option<Reservation>>) {}
 
@@ -337,6 +400,23 @@ impl<X: Part, R: Chain> Chain for (X, R) {
         }
     }
 
+    #[inline]
+    fn acquire_all(&self, tally: &mut Tally) -> bool {
+        let (part, earlier) = self;
+        let index = R::LEN;
+        let Some(before) = earlier.take_all(tally) else {
+            part.look_own(index, tally);
+            return false;
+        };
+        if part.acquire(index, tally) {
+            // What the earlier parts hold stays spent.
+            true
+        } else {
+            earlier.give_back_all(before);
+            false
+        }
+    }
+
     fn give_back_all(&self, (held, before): Self::Held) {
         if let Some(held) = held {
             self.0.give_back(held);
@@ -347,6 +427,11 @@ impl<X: Part, R: Chain> Chain for (X, R) {
     fn look_all(&self, tally: &mut Tally) {
         self.1.look_all(tally);
         self.0.look(R::LEN, tally);
+    }
+
+    fn peek_all(&self, tally: &mut Tally) {
+        self.1.look_all(tally);
+        self.0.look_own(R::LEN, tally);
     }
 
     fn flatten(&self, (held, before): Self::Held, into: &mut Vec<Option<Reservation>>) {

@@ -384,28 +384,38 @@ fn a_settle_that_fails_settles_nothing() {
     assert_eq!((x.available("alice"), y.available("alice")), (7, 7));
 }
 
-/// On a striped key, a part's look and its take both read the key's word: a peek of the
-/// whole says what `try_acquire` then decides.
+/// On a striped key, a part taken before others reads the key's word (it may be given
+/// back), and the part added last is decided as its limiter decides alone (it never is),
+/// stripes included: a peek of the whole says what `try_acquire` then decides, either way.
 #[test]
 fn a_striped_part_is_peeked_as_it_is_taken() {
     let clock = FakeClock::new();
     // 5 µs a permit: a lease takes 2, and the stripe keeps the one its request did not use.
     let hot = direct("1000/5ms", &clock);
+    let other = direct("10/1h", &clock);
     hot.stripe_now();
     assert!(hot.try_acquire().is_allowed());
     assert!(hot.try_acquire_n(998).unwrap().is_allowed());
     assert_eq!(hot.available(), 1, "the stripe's permit");
-    let all = AllOf::new().direct(&hot);
-    let peeked = all.peek();
+
+    let first = AllOf::new().direct(&hot).direct(&other);
+    let peeked = first.peek();
     assert!(
         !peeked.is_allowed(),
-        "a part takes from the word, which is empty"
+        "a part taken first takes from the word, which is empty"
     );
-    assert_eq!(peeked, all.try_acquire());
+    assert_eq!(peeked, first.try_acquire());
+    assert_eq!(other.available(), 10, "the refusal spent nothing");
+
+    let last = AllOf::new().direct(&other).direct(&hot);
+    let peeked = last.peek();
+    assert!(peeked.is_allowed(), "the part added last counts the stripe");
+    assert_eq!(peeked, last.try_acquire());
     assert!(
-        hot.try_acquire().is_allowed(),
-        "the stripe's permit, for a request of its own"
+        !hot.try_acquire().is_allowed(),
+        "the stripe's permit went to the AllOf"
     );
+    assert_eq!(other.available(), 9);
 }
 
 /// A direct part checks its reservation too: one of another direct limiter is refused, and
