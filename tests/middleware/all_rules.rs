@@ -21,6 +21,7 @@ use tollgate::middleware::{
 use tollgate::{FakeClock, RateLimiter};
 
 use crate::http_support::{send, serve, Reply};
+use crate::settle::{max_tokens, tokens_used};
 
 type Limiter = Arc<RateLimiter<LimitKey, FakeClock>>;
 
@@ -124,24 +125,6 @@ fn user_key(user: &str) -> LimitKey {
         .unwrap()
         .extract(&RequestHead::new(&request))
         .unwrap()
-}
-
-/// The estimate: the request's `x-max-tokens`, 100 when it does not say.
-fn max_tokens(head: &RequestHead<'_>) -> u64 {
-    head.headers()
-        .get("x-max-tokens")
-        .map_or(100, |v| v.to_str().unwrap().parse().unwrap())
-}
-
-/// What the response says the request used: its `x-tokens-used`, if any.
-fn tokens_used(response: &http::response::Parts) -> Option<u64> {
-    response
-        .headers
-        .get("x-tokens-used")?
-        .to_str()
-        .ok()?
-        .parse()
-        .ok()
 }
 
 /// The upstream: reports the tokens it used (the request's `x-use`).

@@ -37,14 +37,14 @@ fn frozen(policy: &str, clock: &FakeClock) -> Limiter {
 
 /// The estimate: the request's `x-max-tokens` (standing in for the `max_tokens` of a JSON
 /// body), 100 when it does not say.
-fn max_tokens(head: &RequestHead<'_>) -> u64 {
+pub fn max_tokens(head: &RequestHead<'_>) -> u64 {
     head.headers()
         .get("x-max-tokens")
         .map_or(100, |v| v.to_str().unwrap().parse().unwrap())
 }
 
 /// What the response says the request used: its `x-tokens-used`, if any.
-fn tokens_used(response: &http::response::Parts) -> Option<u64> {
+pub fn tokens_used(response: &http::response::Parts) -> Option<u64> {
     response
         .headers
         .get("x-tokens-used")?

@@ -12,30 +12,12 @@ use std::time::Duration;
 use tollgate::redis::{BackendError, FailurePolicy, RedisAllOf, RedisLimiter};
 use tollgate::{AllOf, CostError, Decision, FakeClock, RateLimiter, SettleError};
 
-use crate::clocked::{at, limiter_at};
+use crate::clocked::{at, limiter_at, shared_at};
 use crate::redis_server::RedisServer;
 
 /// A frozen test clock's reading, in microseconds: ten whole minutes, so every window of
 /// these tests starts at it.
 const T0: u64 = 600_000_000;
-
-/// A limiter for `policy` under `prefix` on `lead`'s connection, at `clock`'s readings,
-/// without the deny cache.
-async fn shared_at(
-    lead: &RedisLimiter,
-    policy: &str,
-    prefix: &str,
-    clock: &FakeClock,
-) -> RedisLimiter {
-    RedisLimiter::builder(policy.parse().unwrap())
-        .prefix(prefix)
-        .test_clock(clock.clone())
-        .deny_cache(0)
-        .timeout(Duration::from_secs(10))
-        .connect_shared(lead)
-        .await
-        .unwrap()
-}
 
 /// What can be compared between a decision made in Redis and one made in process: a
 /// composite's band index is not reported by Redis, and Redis counts in microseconds, where

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use tollgate::redis::RedisLimiter;
+use tollgate::redis::{RedisLimiter, RedisLimiterBuilder};
 use tollgate::FakeClock;
 
 use crate::redis_server::RedisServer;
@@ -20,12 +20,30 @@ pub async fn limiter_at(
     prefix: &str,
     clock: &FakeClock,
 ) -> RedisLimiter {
+    clocked(policy, prefix, clock)
+        .connect(&server.url())
+        .await
+        .unwrap()
+}
+
+/// A limiter as [`limiter_at`] makes one, on `lead`'s connection (for a `RedisAllOf`).
+pub async fn shared_at(
+    lead: &RedisLimiter,
+    policy: &str,
+    prefix: &str,
+    clock: &FakeClock,
+) -> RedisLimiter {
+    clocked(policy, prefix, clock)
+        .connect_shared(lead)
+        .await
+        .unwrap()
+}
+
+/// The builder of [`limiter_at`] and [`shared_at`].
+fn clocked(policy: &str, prefix: &str, clock: &FakeClock) -> RedisLimiterBuilder {
     RedisLimiter::builder(policy.parse().unwrap())
         .prefix(prefix)
         .test_clock(clock.clone())
         .deny_cache(0)
         .timeout(Duration::from_secs(10))
-        .connect(&server.url())
-        .await
-        .unwrap()
 }
