@@ -11,7 +11,7 @@ use crate::reservation::{Reservation, SettleError};
 
 pub(crate) use self::parts::Chain;
 #[cfg(tollgate_loom)]
-pub(crate) use self::parts::{record, record_look, Part};
+pub(crate) use self::parts::{record, record_error, record_look, Part};
 pub(crate) use self::tally::Tally;
 
 mod parts;
@@ -235,10 +235,11 @@ impl<P: Parts> AllOf<P> {
     /// As [`check`](AllOf::check); nothing is spent.
     pub fn reserve(&self) -> Result<AllOfReservation, PartError> {
         let mut tally = Tally::default();
-        let held = self.parts.take_all(&mut tally);
+        let mut held = P::Held::default();
+        let admitted = self.parts.take_all(&mut tally, &mut held);
         self.error(&tally)?;
         let mut parts = Vec::with_capacity(P::LEN);
-        if let Some(held) = held {
+        if admitted {
             self.parts.flatten(held, &mut parts);
         }
         let parts = Parted {

@@ -374,8 +374,7 @@ impl<C: Clock> DirectLimiter<C> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn reserve_n(&self, n: u64) -> Result<Reservation, CostError> {
-        let (decision, held) = self.take_part(n)?;
-        Ok(self.part_reservation(decision, n, held))
+        self.take_part(n, |decision, held| self.part_reservation(decision, n, held))
     }
 
     /// [`reserve_n`](DirectLimiter::reserve_n), guarded: the [`ReservationGuard`] cancels the
@@ -490,7 +489,11 @@ impl<C: Clock> DirectLimiter<C> {
     /// A request of `cost` decided as [`reserve_n`](DirectLimiter::reserve_n) decides it, for
     /// a part of an `AllOf`: the decision and what a reservation of it keeps.
     #[inline]
-    pub(crate) fn take_part(&self, cost: u64) -> Result<(Decision, PartHeld), CostError> {
+    pub(crate) fn take_part<R>(
+        &self,
+        cost: u64,
+        on: impl FnOnce(Decision, PartHeld) -> R,
+    ) -> Result<R, CostError> {
         CostError::nonzero(cost)?;
         // Read before the decision, as `reserve_n`'s origin.
         let made = self.rebuilds.read();
@@ -500,7 +503,7 @@ impl<C: Clock> DirectLimiter<C> {
             made,
             overflow: None,
         };
-        Ok((decision, held))
+        Ok(on(decision, held))
     }
 
     /// The reservation that [`DirectLimiter::take_part`] took, `decision` on `cost`.

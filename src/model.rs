@@ -345,14 +345,18 @@ const MODEL_ORIGIN: crate::reservation::Origin = crate::reservation::Origin {
 impl<C: Clock> crate::all_of::Part for ModelPart<'_, C> {
     type Held = crate::reservation::Marks;
 
-    fn take(&self, index: usize, tally: &mut crate::all_of::Tally) -> Option<Option<Self::Held>> {
-        let reserved = self.cell.0.reserve(self.clock, self.cost);
-        crate::all_of::record(
-            index,
-            self.cost,
-            reserved.ok_or(crate::CostError::Zero),
-            tally,
-        )
+    fn take(
+        &self,
+        index: usize,
+        tally: &mut crate::all_of::Tally,
+        slot: &mut Option<Self::Held>,
+    ) -> bool {
+        let taken = self
+            .cell
+            .0
+            .reserve(self.clock, self.cost)
+            .map(|reserved| crate::all_of::record(index, self.cost, reserved, slot, tally));
+        crate::all_of::record_error(index, taken.ok_or(crate::CostError::Zero), tally)
     }
 
     fn give_back(&self, held: Self::Held) {

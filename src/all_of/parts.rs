@@ -31,15 +31,18 @@ pub trait Part {
     /// mode).
     type Held;
 
-    /// Takes the part's permits, recording its decision in `tally` as part `index`: what
-    /// holds them when the part let the request through, `None` when it refused.
-    fn take(&self, index: usize, tally: &mut Tally) -> Option<Option<Self::Held>>;
+    /// Takes the part's permits, recording its decision in `tally` as part `index`: whether
+    /// the part let the request through, and in `slot` what holds the permits (`None` when
+    /// it refused, or let the request through without spending). Written where the decision
+    /// is made, what holds them is never moved through the request path's results (moved, it
+    /// costs store-forwarding stalls).
+    fn take(&self, index: usize, tally: &mut Tally, slot: &mut Option<Self::Held>) -> bool;
     /// Spends the part's permits for good, recording its decision in `tally` as part
     /// `index`: whether it let the request through. For the part added last, which is never
     /// given back: by the limiter's own request path, which is faster than a reservation's
     /// (and spreads a contended key over stripes).
     fn acquire(&self, index: usize, tally: &mut Tally) -> bool {
-        self.take(index, tally).is_some()
+        self.take(index, tally, &mut None)
     }
     /// Records in `tally`, as part `index`, what `acquire` would decide now, taking nothing:
     /// by the limiter's own peek (which counts a striped key's stripes for a cost of 1).
@@ -62,28 +65,37 @@ pub trait Part {
     fn set_name(&mut self, name: &'static str);
 }
 
-/// Records what part `index`'s request of `cost` was `taken` as in `tally`: `None` for a
-/// refusal (or a cost no state could admit), else what holds the permits, `None` inside when
-/// nothing was spent (shadow mode let a refusal through).
+/// Records part `index`'s `decision` of a request of `cost` in `tally`, and in `slot` what
+/// holds its permits, `held`, when they were spent (not for a refusal, nor for a refusal
+/// shadow mode let through): whether the part let the request through. Called where the
+/// decision is made, so that neither is moved through the request path's results.
 #[inline(always)]
 pub(crate) fn record<H>(
     index: usize,
     cost: u64,
-    taken: Result<(Decision, H), CostError>,
+    (decision, held): (Decision, H),
+    slot: &mut Option<H>,
     tally: &mut Tally,
-) -> Option<Option<H>> {
-    match taken {
-        Ok((decision, held)) => {
-            tally.decided(index, &decision, cost);
-            decision
-                .is_allowed()
-                .then(|| decision.spent().then_some(held))
-        }
-        Err(error) => {
-            tally.failed(index, error);
-            None
-        }
+) -> bool {
+    tally.decided(index, &decision, cost);
+    if decision.spent() {
+        *slot = Some(held);
     }
+    decision.is_allowed()
+}
+
+/// Records part `index`'s cost no state could admit (`taken`'s error) in `tally`; the
+/// part's answer otherwise.
+#[inline(always)]
+pub(crate) fn record_error(
+    index: usize,
+    taken: Result<bool, CostError>,
+    tally: &mut Tally,
+) -> bool {
+    taken.unwrap_or_else(|error| {
+        tally.failed(index, error);
+        false
+    })
 }
 
 /// The decision a part's reservation carries: an admission (what it holds is its cost). The
@@ -151,9 +163,12 @@ where
     type Held = PartHeld;
 
     #[inline]
-    fn take(&self, index: usize, tally: &mut Tally) -> Option<Option<PartHeld>> {
-        let taken = self.limiter.take_part(self.key, self.cost);
-        record(index, self.cost, taken, tally)
+    fn take(&self, index: usize, tally: &mut Tally, slot: &mut Option<PartHeld>) -> bool {
+        let cost = self.cost;
+        let taken = self.limiter.take_part(self.key, cost, |decision, held| {
+            record(index, cost, (decision, held), slot, tally)
+        });
+        record_error(index, taken, tally)
     }
 
     #[inline]
@@ -163,7 +178,9 @@ where
         } else {
             self.limiter.try_acquire_n(self.key, self.cost)
         };
-        record(index, self.cost, decided.map(|d| (d, ())), tally).is_some()
+        let taken =
+            decided.map(|decision| record(index, self.cost, (decision, ()), &mut None, tally));
+        record_error(index, taken, tally)
     }
 
     fn look_own(&self, index: usize, tally: &mut Tally) {
@@ -248,8 +265,12 @@ impl<C: Clock> Part for DirectPart<'_, C> {
     type Held = PartHeld;
 
     #[inline]
-    fn take(&self, index: usize, tally: &mut Tally) -> Option<Option<PartHeld>> {
-        record(index, self.cost, self.limiter.take_part(self.cost), tally)
+    fn take(&self, index: usize, tally: &mut Tally, slot: &mut Option<PartHeld>) -> bool {
+        let cost = self.cost;
+        let taken = self.limiter.take_part(cost, |decision, held| {
+            record(index, cost, (decision, held), slot, tally)
+        });
+        record_error(index, taken, tally)
     }
 
     #[inline]
@@ -259,7 +280,9 @@ impl<C: Clock> Part for DirectPart<'_, C> {
         } else {
             self.limiter.try_acquire_n(self.cost)
         };
-        record(index, self.cost, decided.map(|d| (d, ())), tally).is_some()
+        let taken =
+            decided.map(|decision| record(index, self.cost, (decision, ()), &mut None, tally));
+        record_error(index, taken, tally)
     }
 
     fn look_own(&self, index: usize, tally: &mut Tally) {
@@ -308,17 +331,18 @@ pub trait Chain {
     /// How many parts.
     const LEN: usize;
     /// What the parts hold once all of them let the request through, the last added first.
-    type Held;
+    type Held: Default;
 
-    /// Takes every part in the order added, recording each decision in `tally`; `None`, with
-    /// nothing held anywhere, when one refused (the parts after it only looked at).
-    fn take_all(&self, tally: &mut Tally) -> Option<Self::Held>;
+    /// Takes every part in the order added, recording each decision in `tally` and what each
+    /// part holds in `held`: whether all of them let the request through; when one refused,
+    /// nothing is held anywhere (the parts after it only looked at).
+    fn take_all(&self, tally: &mut Tally, held: &mut Self::Held) -> bool;
     /// As `take_all`, spending for good: the part added last by its limiter's own request
     /// path (`Part::acquire`), as nothing ever gives it back. Whether every part let the
     /// request through.
     fn acquire_all(&self, tally: &mut Tally) -> bool;
-    /// Gives back what `take_all` took, the last added first.
-    fn give_back_all(&self, held: Self::Held);
+    /// Gives back what `take_all` took, the last added first, leaving `held` empty.
+    fn give_back_all(&self, held: &mut Self::Held);
     /// Records what every part would decide now, taking nothing.
     fn look_all(&self, tally: &mut Tally);
     /// As `look_all`, the part added last looked at as `acquire_all` decides it
@@ -347,15 +371,15 @@ impl Chain for () {
     const LEN: usize = 0;
     type Held = ();
 
-    fn take_all(&self, _: &mut Tally) -> Option<()> {
-        Some(())
+    fn take_all(&self, _: &mut Tally, (): &mut ()) -> bool {
+        true
     }
 
     fn acquire_all(&self, _: &mut Tally) -> bool {
         true
     }
 
-    fn give_back_all(&self, (): ()) {}
+    fn give_back_all(&self, (): &mut ()) {}
 
     fn look_all(&self, _: &mut Tally) {}
 
@@ -383,33 +407,15 @@ impl<X: Part, R: Chain> Chain for (X, R) {
     type Held = (Option<X::Held>, R::Held);
 
     #[inline]
-    fn take_all(&self, tally: &mut Tally) -> Option<Self::Held> {
+    fn take_all(&self, tally: &mut Tally, (mine, before): &mut Self::Held) -> bool {
         let (part, earlier) = self;
         let index = R::LEN;
-        let Some(before) = earlier.take_all(tally) else {
+        if !earlier.take_all(tally, before) {
             // An earlier part refused: this one is only looked at, for the longest wait.
             part.look(index, tally);
-            return None;
-        };
-        match part.take(index, tally) {
-            Some(held) => Some((held, before)),
-            None => {
-                earlier.give_back_all(before);
-                None
-            }
-        }
-    }
-
-    #[inline]
-    fn acquire_all(&self, tally: &mut Tally) -> bool {
-        let (part, earlier) = self;
-        let index = R::LEN;
-        let Some(before) = earlier.take_all(tally) else {
-            part.look_own(index, tally);
             return false;
-        };
-        if part.acquire(index, tally) {
-            // What the earlier parts hold stays spent.
+        }
+        if part.take(index, tally, mine) {
             true
         } else {
             earlier.give_back_all(before);
@@ -417,8 +423,26 @@ impl<X: Part, R: Chain> Chain for (X, R) {
         }
     }
 
-    fn give_back_all(&self, (held, before): Self::Held) {
-        if let Some(held) = held {
+    #[inline]
+    fn acquire_all(&self, tally: &mut Tally) -> bool {
+        let (part, earlier) = self;
+        let index = R::LEN;
+        let mut before = R::Held::default();
+        if !earlier.take_all(tally, &mut before) {
+            part.look_own(index, tally);
+            return false;
+        }
+        if part.acquire(index, tally) {
+            // What the earlier parts hold stays spent.
+            true
+        } else {
+            earlier.give_back_all(&mut before);
+            false
+        }
+    }
+
+    fn give_back_all(&self, (held, before): &mut Self::Held) {
+        if let Some(held) = held.take() {
             self.0.give_back(held);
         }
         self.1.give_back_all(before);

@@ -678,7 +678,12 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
     /// it, for a part of an `AllOf`: the decision and what a reservation of it keeps, less
     /// the key's hash, which only a give-back needs ([`RateLimiter::part_reservation`]).
     #[inline]
-    pub(crate) fn take_part<Q>(&self, key: &Q, cost: u64) -> Result<(Decision, PartHeld), CostError>
+    pub(crate) fn take_part<Q, R>(
+        &self,
+        key: &Q,
+        cost: u64,
+        on: impl FnOnce(Decision, PartHeld) -> R,
+    ) -> Result<R, CostError>
     where
         K: Borrow<Q> + From<Q::Owned>,
         Q: Hash + Eq + ToOwned + ?Sized,
@@ -692,7 +697,7 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
                 made,
                 overflow: decided.overflow,
             };
-            (self.finish(decided.decision), held)
+            on(self.finish(decided.decision), held)
         })
     }
 
@@ -747,8 +752,9 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
         K: Borrow<Q> + From<Q::Owned>,
         Q: Hash + Eq + ToOwned + ?Sized,
     {
-        let (decision, held) = self.take_part(key, n)?;
-        Ok(self.part_reservation(key, decision, n, held))
+        self.take_part(key, n, |decision, held| {
+            self.part_reservation(key, decision, n, held)
+        })
     }
 
     /// [`reserve_n`](RateLimiter::reserve_n), guarded: the [`ReservationGuard`] cancels the
