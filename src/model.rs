@@ -359,6 +359,16 @@ impl<C: Clock> crate::all_of::Part for ModelPart<'_, C> {
         crate::all_of::record_error(index, taken.ok_or(crate::CostError::Zero), tally)
     }
 
+    /// A model cell has one way to decide: the part added last takes as the others do,
+    /// and its permits stay spent.
+    fn acquire(&self, index: usize, tally: &mut crate::all_of::Tally) -> bool {
+        self.take(index, tally, &mut None)
+    }
+
+    fn look_own(&self, index: usize, tally: &mut crate::all_of::Tally) {
+        self.look(index, tally);
+    }
+
     fn give_back(&self, held: Self::Held) {
         let _ = self.settle(self.reservation(held), 0);
     }

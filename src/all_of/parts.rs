@@ -41,14 +41,10 @@ pub trait Part {
     /// `index`: whether it let the request through. For the part added last, which is never
     /// given back: by the limiter's own request path, which is faster than a reservation's
     /// (and spreads a contended key over stripes).
-    fn acquire(&self, index: usize, tally: &mut Tally) -> bool {
-        self.take(index, tally, &mut None)
-    }
+    fn acquire(&self, index: usize, tally: &mut Tally) -> bool;
     /// Records in `tally`, as part `index`, what `acquire` would decide now, taking nothing:
     /// by the limiter's own peek (which counts a striped key's stripes for a cost of 1).
-    fn look_own(&self, index: usize, tally: &mut Tally) {
-        self.look(index, tally);
-    }
+    fn look_own(&self, index: usize, tally: &mut Tally);
     /// Gives back every permit of `held` (a refund of all of them, as `cancel`).
     fn give_back(&self, held: Self::Held);
     /// `held` as the reservation it is, for `AllOf::reserve`.
