@@ -334,9 +334,8 @@ pub trait Chain {
     /// nothing is held anywhere (the parts after it only looked at).
     fn take_all(&self, tally: &mut Tally, held: &mut Self::Held) -> bool;
     /// As `take_all`, spending for good: the part added last by its limiter's own request
-    /// path (`Part::acquire`), as nothing ever gives it back. Whether every part let the
-    /// request through.
-    fn acquire_all(&self, tally: &mut Tally) -> bool;
+    /// path (`Part::acquire`), as nothing ever gives it back. The answer is in `tally`.
+    fn acquire_all(&self, tally: &mut Tally);
     /// Gives back what `take_all` took, the last added first, leaving `held` empty.
     fn give_back_all(&self, held: &mut Self::Held);
     /// Records what every part would decide now, taking nothing.
@@ -371,9 +370,7 @@ impl Chain for () {
         true
     }
 
-    fn acquire_all(&self, _: &mut Tally) -> bool {
-        true
-    }
+    fn acquire_all(&self, _: &mut Tally) {}
 
     fn give_back_all(&self, (): &mut ()) {}
 
@@ -420,21 +417,16 @@ impl<X: Part, R: Chain> Chain for (X, R) {
     }
 
     #[inline]
-    fn acquire_all(&self, tally: &mut Tally) -> bool {
+    fn acquire_all(&self, tally: &mut Tally) {
         let (part, earlier) = self;
         let index = R::LEN;
         let mut before = R::Held::default();
         if !earlier.take_all(tally, &mut before) {
             part.look_own(index, tally);
-            return false;
-        }
-        if part.acquire(index, tally) {
-            // What the earlier parts hold stays spent.
-            true
-        } else {
+        } else if !part.acquire(index, tally) {
             earlier.give_back_all(&mut before);
-            false
         }
+        // Admitted, what the earlier parts hold stays spent.
     }
 
     fn give_back_all(&self, (held, before): &mut Self::Held) {

@@ -439,6 +439,19 @@ fn a_direct_part_refuses_another_limiters_reservation() {
         (x.available("alice"), a.available(), b.available()),
         (9, 9, 10)
     );
+    // The direct part first, so settled last: its check comes before the key's refund.
+    let first_a = AllOf::new().direct(&a).key(&x, "alice");
+    let reservation = first_a.reserve().unwrap();
+    let first_b = AllOf::new().direct(&b).key(&x, "alice");
+    assert_eq!(
+        first_b.settle(reservation, &[0, 0]),
+        Err(SettleError::OtherLimiter)
+    );
+    assert_eq!(
+        (x.available("alice"), a.available()),
+        (8, 8),
+        "nothing settled"
+    );
 }
 
 /// `Debug` shows each part's name and cost (not its limiter's whole state).
