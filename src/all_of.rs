@@ -9,11 +9,15 @@ use crate::error::CostError;
 use crate::keyed::RateLimiter;
 use crate::reservation::{Reservation, SettleError};
 
+#[cfg(any(feature = "redis", feature = "tower"))]
+pub(crate) use self::in_order::take_in_order;
 pub(crate) use self::parts::Chain;
 #[cfg(tollgate_loom)]
 pub(crate) use self::parts::{record, record_error, record_look, Part};
 pub(crate) use self::tally::Tally;
 
+#[cfg(any(feature = "redis", feature = "tower"))]
+mod in_order;
 mod parts;
 mod tally;
 

@@ -121,6 +121,15 @@ impl Limiter {
         }
     }
 
+    /// The in-process limiter, if this is one.
+    pub(super) fn local(&self) -> Option<&Arc<dyn Local>> {
+        match self {
+            Limiter::Local(limiter) => Some(limiter),
+            #[cfg(feature = "redis")]
+            Limiter::Redis(_) => None,
+        }
+    }
+
     pub(super) fn policy(&self) -> Option<Policy> {
         match self {
             Limiter::Local(limiter) => limiter.policy(),

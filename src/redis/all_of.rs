@@ -1,12 +1,13 @@
 //! Several keys of Redis-backed limiters in one decision, all or nothing: [`RedisAllOf`].
 
 use std::collections::HashSet;
+use std::convert::Infallible;
 use std::fmt;
 use std::sync::atomic::Ordering;
 
 use ::redis::cluster_routing::Slot;
 
-use crate::all_of::{PartError, Tally};
+use crate::all_of::{take_in_order, PartError, Tally};
 use crate::decision::Decision;
 use crate::reservation::{Origin, Reservation, SettleError};
 
@@ -494,50 +495,52 @@ impl<'a> RedisAllOf<'a> {
             self.each_shared(|shared| bump(&shared.counters.failure_decisions));
             return Err(err);
         }
-        let mut tally = Tally::default();
-        let mut taken: Vec<(&RedisPart<'_>, Reservation)> = Vec::new();
-        let mut decisions = Vec::with_capacity(self.parts.len());
-        let mut refused = false;
-        for (index, part) in self.parts.iter().enumerate() {
+        // What part `index`'s failure policy decides: by its `Local` limiter, taking (a
+        // reservation, when `take`) or only looking.
+        let decide = |index: usize, take: bool| {
+            let part = &self.parts[index];
             let shared = part.shared;
             bump(&shared.counters.failure_decisions);
-            let decision = match &shared.failure {
-                FailurePolicy::Local(local) if ask == PartsAsk::Peek || refused => local
-                    .peek_n(part.key, part.cost)
-                    .unwrap_or_else(|_| shared.fallback_refusal()),
-                FailurePolicy::Local(local) => match local.reserve_n(part.key, part.cost) {
+            let decided = match &shared.failure {
+                FailurePolicy::Local(local) if take => match local.reserve_n(part.key, part.cost) {
                     Ok(reservation) => {
                         let decision = reservation.decision();
-                        if decision.is_allowed() {
-                            taken.push((part, reservation));
-                        }
-                        decision
+                        (decision, decision.is_allowed().then_some(reservation))
                     }
                     // A cost the local policy cannot admit.
-                    Err(_) => shared.fallback_refusal(),
+                    Err(_) => (shared.fallback_refusal(), None),
                 },
-                FailurePolicy::Closed => shared.fallback_refusal(),
+                FailurePolicy::Local(local) => {
+                    let peeked = local.peek_n(part.key, part.cost);
+                    (peeked.unwrap_or_else(|_| shared.fallback_refusal()), None)
+                }
+                FailurePolicy::Closed => (shared.fallback_refusal(), None),
                 // Reading no state, an `Open` part reports its whole limit left, so that a
                 // part that does read one (a `Local` limiter) gives the answer. `Error`
                 // returned above.
                 FailurePolicy::Open | FailurePolicy::Error => {
                     let limit = shared.policy.first_band().permits();
-                    Decision::allow(limit, limit, 0)
+                    (Decision::allow(limit, limit, 0), None)
                 }
             };
-            refused |= !decision.is_allowed();
-            tally.decided(index, &decision, part.cost);
-            decisions.push(decision);
-        }
-        if refused {
-            // Given back at once, the last taken first, as `AllOf` does.
-            while let Some((part, reservation)) = taken.pop() {
+            Ok::<_, Infallible>(decided)
+        };
+        let peek = ask == PartsAsk::Peek;
+        let Ok(in_order) = take_in_order(
+            self.parts.len(),
+            |index| decide(index, !peek).map(|(d, held)| (d, self.parts[index].cost, held)),
+            |index| decide(index, false).map(|(d, _)| (d, self.parts[index].cost)),
+            |index, reservation| {
+                let part = &self.parts[index];
                 if let FailurePolicy::Local(local) = &part.shared.failure {
                     // A refund of what was just taken, on the limiter that took it: only a
                     // reset or policy change in between can void it, as for any reservation.
                     let _ = local.cancel(part.key, reservation);
                 }
-            }
+            },
+        );
+        let (tally, decisions) = (in_order.tally, in_order.decisions);
+        if !tally.decision().is_allowed() {
             return Ok(Decided::from(tally, decisions));
         }
         let reservations = self

@@ -11,7 +11,7 @@ use http::{Method, Request, Response, StatusCode};
 use super::route::Route;
 use super::rule::{joined_fields, Rule};
 use super::settlement::{Held, Ruled, Settlement};
-use crate::all_of::Tally;
+use crate::all_of::take_in_order;
 use crate::decision::Decision;
 use crate::error::CostError;
 use crate::middleware::backend::{Limiter, Local};
@@ -19,7 +19,6 @@ use crate::middleware::headers::{self, Fields, HeaderStyle};
 use crate::middleware::key::{KeyExtractor, LimitKey, RequestHead};
 use crate::middleware::missing_key::KeyTaker;
 use crate::middleware::refusal::{Refusal, RefusalHandler, Refused};
-use crate::reservation::Reservation;
 
 /// What a route leads to.
 #[derive(Clone)]
@@ -276,13 +275,6 @@ impl Config {
     /// cost reserved in order, and at the first refusal (or a cost no policy admits) those
     /// taken given back, the last first, and the rest only looked at; on Redis, one call for
     /// them all. The layer refuses to combine in-process and Redis limiters in one route.
-    #[cfg_attr(
-        not(feature = "redis"),
-        allow(
-            clippy::infallible_destructuring_match,
-            reason = "with feature redis a limiter has a second kind"
-        )
-    )]
     fn decide_several(&self, parts: Vec<(Arc<Rule>, LimitKey, u64)>, grpc: bool) -> Outcome {
         #[cfg(feature = "redis")]
         if let Limiter::Redis(_) = &parts[0].0.limiter {
@@ -299,44 +291,53 @@ impl Config {
                 .collect();
             return Outcome::Remote(Remote { parts, grpc });
         }
-        let mut tally = Tally::default();
-        let mut taken = Vec::new();
-        let mut decisions = Vec::with_capacity(parts.len());
-        let mut refused = false;
-        for (index, (rule, key, cost)) in parts.iter().enumerate() {
-            let limiter = match &rule.limiter {
-                Limiter::Local(limiter) => limiter,
-                // Refused when the layer was built (`RateLimitLayer::and`).
-                #[cfg(feature = "redis")]
-                Limiter::Redis(_) => continue,
-            };
-            let decided = if refused {
-                limiter.peek_n(key, *cost)
-            } else {
-                limiter.reserve_n(key, *cost).map(|reservation| {
-                    let decision = reservation.decision();
-                    if reservation.held() > 0 {
-                        taken.push((index, Arc::clone(limiter), reservation));
-                    }
-                    decision
-                })
-            };
-            let decision = match decided {
-                Ok(decision) => decision,
-                Err(error) => {
-                    give_back(&parts, taken);
-                    let failure = Failure::of_cost(rule, error);
-                    return self.conclude(rule, Err(failure), grpc).into();
-                }
-            };
-            refused |= !decision.is_allowed();
-            tally.decided(index, &decision, *cost);
-            decisions.push(decision);
+        let limiters: Vec<&Arc<dyn Local>> = parts
+            .iter()
+            .filter_map(|(rule, ..)| rule.limiter.local())
+            .collect();
+        // Never: the layer refused in-process and Redis rules on one route (`and`).
+        if limiters.len() != parts.len() {
+            let failure = Failure::Config("in-process and Redis rules on one route".to_owned());
+            return self.conclude(&parts[0].0, Err(failure), grpc).into();
         }
-        if refused {
-            give_back(&parts, std::mem::take(&mut taken));
-        }
-        let decision = tally.decision();
+        let decided = take_in_order(
+            parts.len(),
+            |index| {
+                let (_, key, cost) = &parts[index];
+                let reservation = limiters[index]
+                    .reserve_n(key, *cost)
+                    .map_err(|error| (index, error))?;
+                let decision = reservation.decision();
+                let held = (reservation.held() > 0).then_some(reservation);
+                Ok((decision, *cost, held))
+            },
+            |index| {
+                let (_, key, cost) = &parts[index];
+                let peeked = limiters[index].peek_n(key, *cost);
+                Ok((peeked.map_err(|error| (index, error))?, *cost))
+            },
+            |index, reservation| {
+                // A refund of what was just taken, on the limiter that took it: only a reset
+                // or a policy change in between can void it, as for any reservation.
+                let _ = limiters[index].settle(&parts[index].1, reservation, 0);
+            },
+        );
+        let in_order = match decided {
+            Ok(in_order) => in_order,
+            Err((index, error)) => {
+                let rule = &parts[index].0;
+                return self
+                    .conclude(rule, Err(Failure::of_cost(rule, error)), grpc)
+                    .into();
+            }
+        };
+        let decision = in_order.tally.decision();
+        let decisions = in_order.decisions;
+        let taken: Vec<_> = in_order
+            .taken
+            .into_iter()
+            .map(|(index, reservation)| (index, Arc::clone(limiters[index]), reservation))
+            .collect();
         let rules: Vec<Ruled> = parts
             .into_iter()
             .zip(decisions)
@@ -520,19 +521,6 @@ fn holds(held: &Held) -> bool {
         Held::Redis(_, reservation) => reservation.held() > 0,
         #[cfg(feature = "redis")]
         Held::RedisAll(..) => true,
-    }
-}
-
-/// Gives back what the first rules of a combined decision took (`taken`, each with its
-/// rule's position in `parts`), the last taken first.
-fn give_back(
-    parts: &[(Arc<Rule>, LimitKey, u64)],
-    taken: Vec<(usize, Arc<dyn Local>, Reservation)>,
-) {
-    for (index, limiter, reservation) in taken.into_iter().rev() {
-        // A refund of what was just taken, on the limiter that took it: only a reset or a
-        // policy change in between can void it, as for any reservation.
-        let _ = limiter.settle(&parts[index].1, reservation, 0);
     }
 }
 
