@@ -19,7 +19,6 @@ use crate::error::CostError;
 use crate::policy::Policy;
 use crate::reservation::{next_limiter_id, Marks, Origin, PartHeld, Reservation, SettleError};
 use crate::reservation_guard::ReservationGuard;
-use crate::wait::Wait;
 
 /// A rate limiter for a single key: a global limit, one upstream's quota, one hot tenant.
 ///
@@ -595,97 +594,6 @@ impl<C: Clock> DirectLimiter<C> {
         }
     }
 
-    /// Waits until a request of cost 1 is admitted, sleeping each refusal's `retry_after`
-    /// (plus the clock's [`granularity`](Clock::granularity)) on the limiter's clock
-    /// ([`Clock::sleep`]). See
-    /// [`RateLimiter::acquire_blocking`](crate::RateLimiter::acquire_blocking).
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use tollgate::{Clock, DirectLimiter, FakeClock};
-    ///
-    /// let clock = FakeClock::new();
-    /// let limiter = DirectLimiter::with_clock("5/1s".parse()?, clock.clone());
-    /// for _ in 0..6 {
-    ///     let _ = limiter.acquire_blocking();
-    /// }
-    /// assert_eq!(clock.now(), 200_000_000); // the sixth waited one interval
-    /// # Ok::<(), tollgate::PolicyError>(())
-    /// ```
-    pub fn acquire_blocking(&self) -> Decision {
-        match self.acquire_blocking_with(Wait::new()) {
-            Ok(decision) | Err(decision) => decision,
-        }
-    }
-
-    /// Like [`acquire_blocking`](DirectLimiter::acquire_blocking), with a timeout and jitter.
-    ///
-    /// # Errors
-    ///
-    /// The last refusal, as soon as admission cannot come before the timeout.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use tollgate::{DirectLimiter, FakeClock};
-    /// use tollgate::wait::Wait;
-    ///
-    /// let limiter = DirectLimiter::with_clock("1/min".parse()?, FakeClock::new());
-    /// let _ = limiter.try_acquire();
-    /// assert!(limiter.acquire_blocking_with(Wait::new().timeout(Duration::from_secs(1))).is_err());
-    /// # Ok::<(), tollgate::PolicyError>(())
-    /// ```
-    pub fn acquire_blocking_with(&self, wait: Wait) -> Result<Decision, Decision> {
-        crate::wait::block(&self.clock, &wait, || self.try_acquire())
-    }
-
-    /// Waits asynchronously until a request of cost 1 is admitted (feature `tokio`); see
-    /// [`RateLimiter::acquire`](crate::RateLimiter::acquire).
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
-    /// # async fn main() -> Result<(), tollgate::PolicyError> {
-    /// let limiter = tollgate::DirectLimiter::with_clock("1/s".parse()?, tollgate::clock::TokioClock::new());
-    /// assert!(limiter.acquire().await.is_allowed());
-    /// assert!(limiter.acquire().await.is_allowed());
-    /// # Ok(())
-    /// # }
-    /// ```
-    #[cfg(feature = "tokio")]
-    pub async fn acquire(&self) -> Decision {
-        match self.acquire_with(Wait::new()).await {
-            Ok(decision) | Err(decision) => decision,
-        }
-    }
-
-    /// The async twin of [`acquire_blocking_with`](DirectLimiter::acquire_blocking_with)
-    /// (feature `tokio`).
-    ///
-    /// # Errors
-    ///
-    /// The last refusal, as soon as admission cannot come before the timeout.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
-    /// # async fn main() -> Result<(), tollgate::PolicyError> {
-    /// use std::time::Duration;
-    /// let limiter = tollgate::DirectLimiter::with_clock("1/min".parse()?, tollgate::clock::TokioClock::new());
-    /// let _ = limiter.try_acquire();
-    /// assert!(limiter.acquire_with(tollgate::wait::Wait::new().timeout(Duration::from_secs(1))).await.is_err());
-    /// # Ok(())
-    /// # }
-    /// ```
-    #[cfg(feature = "tokio")]
-    pub async fn acquire_with(&self, wait: Wait) -> Result<Decision, Decision> {
-        crate::wait::wait_async(&self.clock, &wait, || self.try_acquire()).await
-    }
-
     /// What a request of cost 1 would get now, changing nothing.
     ///
     /// # Examples
@@ -915,3 +823,4 @@ impl<C> fmt::Debug for DirectLimiter<C> {
 
 #[cfg(test)]
 mod tests;
+mod wait;

@@ -161,34 +161,40 @@ impl Schedule {
     }
 }
 
-/// Tries with `attempt` until admitted or out of time, sleeping on `clock`.
-pub(crate) fn block<C: Clock>(
+/// Tries with `attempt` until admitted or out of time, sleeping on `clock`. The outer
+/// `Err` is an attempt's own error (a cost the policy cannot admit), returned at once:
+/// waiting cannot cure it.
+pub(crate) fn block<C: Clock, E>(
     clock: &C,
     wait: &Wait,
-    mut attempt: impl FnMut() -> Decision,
-) -> Result<Decision, Decision> {
+    mut attempt: impl FnMut() -> Result<Decision, E>,
+) -> Result<Result<Decision, Decision>, E> {
     let schedule = Schedule::start(clock, wait);
     loop {
-        match schedule.next(attempt(), clock.now()) {
-            Next::Admitted(decision) => return Ok(decision),
-            Next::GiveUp(decision) => return Err(decision),
+        match schedule.next(attempt()?, clock.now()) {
+            Next::Admitted(decision) => return Ok(Ok(decision)),
+            Next::GiveUp(decision) => return Ok(Err(decision)),
             Next::Sleep(pause) => clock.sleep(pause),
         }
     }
 }
 
-/// The async twin of [`block`]: sleeps with tokio's timer.
+/// The async twin of [`block`]: sleeps with tokio's timer, and an attempt may itself be
+/// awaited (a Redis round trip).
 #[cfg(feature = "tokio")]
-pub(crate) async fn wait_async<C: Clock>(
+pub(crate) async fn wait_async<C: Clock, E, F>(
     clock: &C,
     wait: &Wait,
-    mut attempt: impl FnMut() -> Decision,
-) -> Result<Decision, Decision> {
+    mut attempt: impl FnMut() -> F,
+) -> Result<Result<Decision, Decision>, E>
+where
+    F: std::future::Future<Output = Result<Decision, E>>,
+{
     let schedule = Schedule::start(clock, wait);
     loop {
-        match schedule.next(attempt(), clock.now()) {
-            Next::Admitted(decision) => return Ok(decision),
-            Next::GiveUp(decision) => return Err(decision),
+        match schedule.next(attempt().await?, clock.now()) {
+            Next::Admitted(decision) => return Ok(Ok(decision)),
+            Next::GiveUp(decision) => return Ok(Err(decision)),
             Next::Sleep(pause) => tokio::time::sleep(pause).await,
         }
     }
