@@ -27,6 +27,7 @@
 //! | [`login`] | failed-login limits per account and per client, escalating lockouts, known clients that keep the owner in |
 //! | [`concurrency`] | how many requests of a key may be in flight at once |
 //! | `middleware` | (feature `tower`) HTTP layers for axum, hyper and tonic: rate, concurrency, login |
+//! | `client` | (feature `tower`) the client side: wait for a provider's quota, learn from its answers |
 //! | `redis` | (feature `redis`) the same policies with their state in Redis, for many servers |
 //!
 //! ```
@@ -71,6 +72,8 @@
 
 pub mod all_of;
 mod bounded;
+#[cfg(feature = "tower")]
+pub mod client;
 pub mod clock;
 pub mod concurrency;
 mod decision;

@@ -82,9 +82,11 @@ mod failure;
 mod give_back;
 mod lease;
 mod leased;
+mod pause;
 mod reserve;
 mod script;
 mod shared;
+mod wait;
 
 use std::fmt;
 use std::sync::Arc;

@@ -248,6 +248,12 @@ impl Bands {
         name(prefix, &tag(key), "lease")
     }
 
+    /// The Redis key of `key`'s pause (see `RedisLimiter::pause`): `<prefix>:{<key>}:pause`,
+    /// a string that expires when the pause ends, in the slot of the key's bands.
+    pub(super) fn pause_key(prefix: &str, key: &str) -> String {
+        name(prefix, &tag(key), "pause")
+    }
+
     /// The Redis key of the reservation tokens for `key`: `<prefix>:{<key>}:reserved`, a hash
     /// with a field per reservation not yet settled, in the slot of the key's bands.
     pub(super) fn reserve_key(prefix: &str, key: &str) -> String {

@@ -24,6 +24,7 @@ mod http_support;
 mod redis_server;
 
 mod all_of;
+mod client;
 mod clocked;
 mod cluster;
 mod dying;

@@ -1,0 +1,298 @@
+//! [`Budget`]: the limiter a [`Throttle`](super::Throttle) takes its permits from, in
+//! process (keyed or direct) or on Redis.
+
+use std::fmt;
+use std::hash::BuildHasher;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::error::ThrottleError;
+use crate::clock::Clock;
+use crate::decision::Decision;
+use crate::direct::DirectLimiter;
+use crate::error::CostError;
+use crate::keyed::RateLimiter;
+use crate::policy::Policy;
+use crate::reservation::{Reservation, SettleError};
+
+/// An in-process limiter as the throttle sees it: keyed by the call's key, or one budget
+/// for every key.
+trait Local: Send + Sync {
+    fn try_acquire_n(&self, key: &str, cost: u64) -> Result<Decision, CostError>;
+    fn reserve_n(&self, key: &str, cost: u64) -> Result<Reservation, CostError>;
+    fn settle(&self, key: &str, reservation: Reservation, actual: u64) -> Result<(), SettleError>;
+    fn policy(&self) -> Option<Policy>;
+}
+
+impl<C, S> Local for RateLimiter<String, C, S>
+where
+    C: Clock + 'static,
+    S: BuildHasher + Clone + Send + Sync + 'static,
+{
+    fn try_acquire_n(&self, key: &str, cost: u64) -> Result<Decision, CostError> {
+        RateLimiter::try_acquire_n(self, key, cost)
+    }
+
+    fn reserve_n(&self, key: &str, cost: u64) -> Result<Reservation, CostError> {
+        RateLimiter::reserve_n(self, key, cost)
+    }
+
+    fn settle(&self, key: &str, reservation: Reservation, actual: u64) -> Result<(), SettleError> {
+        RateLimiter::settle(self, key, reservation, actual)
+    }
+
+    fn policy(&self) -> Option<Policy> {
+        RateLimiter::policy(self)
+    }
+}
+
+impl<C: Clock + 'static> Local for DirectLimiter<C> {
+    fn try_acquire_n(&self, _: &str, cost: u64) -> Result<Decision, CostError> {
+        DirectLimiter::try_acquire_n(self, cost)
+    }
+
+    fn reserve_n(&self, _: &str, cost: u64) -> Result<Reservation, CostError> {
+        DirectLimiter::reserve_n(self, cost)
+    }
+
+    fn settle(&self, _: &str, reservation: Reservation, actual: u64) -> Result<(), SettleError> {
+        DirectLimiter::settle(self, reservation, actual)
+    }
+
+    fn policy(&self) -> Option<Policy> {
+        Some(DirectLimiter::policy(self))
+    }
+}
+
+/// What a [`Throttle`](super::Throttle) takes permits from, converted from
+///
+/// * a `RateLimiter<String, C, S>` or an `Arc` of one: one budget per key (per upstream
+///   host by default), in this process;
+/// * a `DirectLimiter<C>` or an `Arc` of one: one budget for every call, whatever its key
+///   (one provider's account-wide quota);
+/// * with feature `redis`, a [`RedisLimiter`](crate::redis::RedisLimiter): one budget per
+///   key shared by every process that uses the same Redis and prefix. With leases
+///   ([`RedisLimiterBuilder::leases`](crate::redis::RedisLimiterBuilder::leases)) each
+///   process takes permits in batches, for throughput. A pause one process learns from a
+///   `429` is written to Redis ([`RedisLimiter::pause`](crate::redis::RedisLimiter::pause))
+///   and every process's throttle reads it before each call (one more round trip per
+///   call, [`RedisLimiter::paused`](crate::redis::RedisLimiter::paused)).
+///
+/// The limiter's clock must follow tokio's time (the default `SystemClock` does, and
+/// [`TokioClock`](crate::clock::TokioClock) in tests with paused time): the throttle sleeps
+/// on tokio's timer for the `retry_after` its refusals name.
+///
+/// # Examples
+///
+/// ```
+/// use std::sync::Arc;
+/// use tollgate::client::Budget;
+/// use tollgate::{DirectLimiter, RateLimiter};
+///
+/// let per_host: Arc<RateLimiter<String>> = Arc::new(RateLimiter::new("20/1s".parse()?));
+/// let one = Budget::from(Arc::clone(&per_host));
+/// let account = Budget::from(DirectLimiter::new("sliding-log 500/min".parse()?));
+/// # let _ = (one, account);
+/// # Ok::<(), tollgate::PolicyError>(())
+/// ```
+#[derive(Clone)]
+pub struct Budget(Source);
+
+#[derive(Clone)]
+enum Source {
+    Local(Arc<dyn Local>),
+    #[cfg(feature = "redis")]
+    Redis(crate::redis::RedisLimiter),
+}
+
+/// A permit taken for a call: its decision, and its reservation when the call's cost is
+/// settled from the answer.
+pub(super) struct Taken {
+    pub(super) decision: Decision,
+    pub(super) reservation: Option<Reservation>,
+}
+
+impl Budget {
+    /// Takes `cost` permits for `key` now, or refuses; `reserve` keeps a reservation to
+    /// settle later.
+    pub(super) async fn take(
+        &self,
+        key: &str,
+        cost: u64,
+        reserve: bool,
+    ) -> Result<Taken, ThrottleError> {
+        let cost_error = |source| ThrottleError::Cost {
+            key: key.to_owned(),
+            source,
+        };
+        match &self.0 {
+            Source::Local(limiter) if reserve => {
+                let reservation = limiter.reserve_n(key, cost).map_err(cost_error)?;
+                Ok(Taken {
+                    decision: reservation.decision(),
+                    reservation: Some(reservation),
+                })
+            }
+            Source::Local(limiter) => Ok(Taken {
+                decision: limiter.try_acquire_n(key, cost).map_err(cost_error)?,
+                reservation: None,
+            }),
+            #[cfg(feature = "redis")]
+            Source::Redis(limiter) => {
+                let backend = |source: crate::redis::BackendError| match source {
+                    crate::redis::BackendError::Cost(source) => cost_error(source),
+                    source => ThrottleError::Backend {
+                        key: key.to_owned(),
+                        source,
+                    },
+                };
+                if reserve {
+                    let reservation = limiter.reserve_n(key, cost).await.map_err(backend)?;
+                    Ok(Taken {
+                        decision: reservation.decision(),
+                        reservation: Some(reservation),
+                    })
+                } else {
+                    Ok(Taken {
+                        decision: limiter.try_acquire_n(key, cost).await.map_err(backend)?,
+                        reservation: None,
+                    })
+                }
+            }
+        }
+    }
+
+    /// Settles a reservation made by [`take`](Budget::take) at `actual`. A reservation the
+    /// limiter no longer recognises (a policy change or a reset came in between) is settled
+    /// as the limiter's own `settle` decides: nothing is given back to a state that never
+    /// held it.
+    pub(super) async fn settle(
+        &self,
+        key: &str,
+        reservation: Reservation,
+        actual: u64,
+    ) -> Result<(), ThrottleError> {
+        match &self.0 {
+            Source::Local(limiter) => {
+                // The throttle settles only admitted reservations, on the key and the limiter
+                // that made them: no case of `SettleError` can arise.
+                let _ = limiter.settle(key, reservation, actual);
+                Ok(())
+            }
+            #[cfg(feature = "redis")]
+            Source::Redis(limiter) => {
+                limiter
+                    .settle(key, reservation, actual)
+                    .await
+                    .map_err(|source| ThrottleError::Backend {
+                        key: key.to_owned(),
+                        source,
+                    })
+            }
+        }
+    }
+
+    /// How much longer another process paused `key` (a Redis budget's shared pause); always
+    /// `None` in process, where the throttle's own lanes hold every pause.
+    #[cfg_attr(not(feature = "redis"), allow(unused_variables))]
+    pub(super) async fn paused(&self, key: &str) -> Result<Option<Duration>, ThrottleError> {
+        match &self.0 {
+            Source::Local(_) => Ok(None),
+            #[cfg(feature = "redis")]
+            Source::Redis(limiter) => {
+                limiter
+                    .paused(key)
+                    .await
+                    .map_err(|source| ThrottleError::Backend {
+                        key: key.to_owned(),
+                        source,
+                    })
+            }
+        }
+    }
+
+    /// Tells every process sharing a Redis budget that `key` is paused for `pause`: written
+    /// in the background, so that the answer that brought it is not held up; a failure is
+    /// logged (each process still learns the pause from its own answers). Nothing to do in
+    /// process.
+    #[cfg_attr(not(feature = "redis"), allow(unused_variables))]
+    pub(super) fn share_pause(&self, key: &str, pause: Duration) {
+        match &self.0 {
+            Source::Local(_) => {}
+            #[cfg(feature = "redis")]
+            Source::Redis(limiter) => {
+                let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+                    log::warn!("tollgate: a pause for `{key}` was not shared: no tokio runtime");
+                    return;
+                };
+                let (limiter, key) = (limiter.clone(), key.to_owned());
+                runtime.spawn(async move {
+                    if let Err(err) = limiter.pause(&key, pause).await {
+                        log::warn!("tollgate: a pause for `{key}` was not shared: {err}");
+                    }
+                });
+            }
+        }
+    }
+
+    /// The policy the budget enforces now, if it has one for every key.
+    pub(super) fn policy(&self) -> Option<Policy> {
+        match &self.0 {
+            Source::Local(limiter) => limiter.policy(),
+            #[cfg(feature = "redis")]
+            Source::Redis(limiter) => Some(limiter.policy()),
+        }
+    }
+}
+
+impl<C, S> From<RateLimiter<String, C, S>> for Budget
+where
+    C: Clock + 'static,
+    S: BuildHasher + Clone + Send + Sync + 'static,
+{
+    fn from(limiter: RateLimiter<String, C, S>) -> Self {
+        Budget::from(Arc::new(limiter))
+    }
+}
+
+impl<C, S> From<Arc<RateLimiter<String, C, S>>> for Budget
+where
+    C: Clock + 'static,
+    S: BuildHasher + Clone + Send + Sync + 'static,
+{
+    fn from(limiter: Arc<RateLimiter<String, C, S>>) -> Self {
+        Budget(Source::Local(limiter))
+    }
+}
+
+impl<C: Clock + 'static> From<DirectLimiter<C>> for Budget {
+    fn from(limiter: DirectLimiter<C>) -> Self {
+        Budget::from(Arc::new(limiter))
+    }
+}
+
+impl<C: Clock + 'static> From<Arc<DirectLimiter<C>>> for Budget {
+    fn from(limiter: Arc<DirectLimiter<C>>) -> Self {
+        Budget(Source::Local(limiter))
+    }
+}
+
+#[cfg(feature = "redis")]
+impl From<crate::redis::RedisLimiter> for Budget {
+    fn from(limiter: crate::redis::RedisLimiter) -> Self {
+        Budget(Source::Redis(limiter))
+    }
+}
+
+impl fmt::Debug for Budget {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.0 {
+            Source::Local(limiter) => f
+                .debug_struct("Budget::Local")
+                .field("policy", &limiter.policy())
+                .finish(),
+            #[cfg(feature = "redis")]
+            Source::Redis(limiter) => f.debug_tuple("Budget::Redis").field(limiter).finish(),
+        }
+    }
+}

@@ -1,0 +1,435 @@
+//! What an upstream's answer says about its quota: a pause (`429`, or `503` with
+//! `Retry-After`) or what is left in its current window (the IETF `RateLimit` field, the
+//! earlier drafts' `RateLimit-Remaining`/`-Reset`, the common `X-RateLimit-Remaining`/`-Reset`).
+//!
+//! Every value is untrusted: a value that does not parse, or parses to something no honest
+//! upstream sends, is ignored and counted, never a panic.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use http::{HeaderMap, HeaderName, StatusCode};
+
+/// What one answer said.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Heard {
+    /// Nothing about the quota.
+    Nothing,
+    /// Send nothing more for this long (a refusal).
+    Pause(Duration),
+    /// At most `remaining` more until `reset` from now.
+    Left { remaining: u64, reset: Duration },
+}
+
+/// A `429` with no usable `Retry-After` and no reset: pause this long.
+pub(super) const DEFAULT_PAUSE: Duration = Duration::from_secs(1);
+
+/// A reset or a `Retry-After` in seconds at least this large is a Unix time (as GitHub's and
+/// Twitter's `X-RateLimit-Reset` are), not a delay.
+const EPOCH_SECONDS: u64 = 1_000_000_000;
+
+/// What `status` and `headers` say, with the number of rate-limit values that were present
+/// but ignored as malformed. Durations are capped at `max_pause`.
+pub(super) fn hear(status: StatusCode, headers: &HeaderMap, max_pause: Duration) -> (Heard, u64) {
+    let mut malformed = 0;
+    let left = left(headers, &mut malformed);
+    let refused = status == StatusCode::TOO_MANY_REQUESTS;
+    let unavailable = status == StatusCode::SERVICE_UNAVAILABLE;
+    let heard = if refused || unavailable {
+        match retry_after(headers, &mut malformed) {
+            Some(pause) => Heard::Pause(pause),
+            // A 503 without Retry-After is an outage, not a quota: nothing learned.
+            None if unavailable => Heard::Nothing,
+            None => Heard::Pause(match left {
+                Some((_, reset)) if reset > Duration::ZERO => reset,
+                _ => DEFAULT_PAUSE,
+            }),
+        }
+    } else {
+        match left {
+            Some((remaining, reset)) => Heard::Left { remaining, reset },
+            None => Heard::Nothing,
+        }
+    };
+    let heard = match heard {
+        Heard::Pause(pause) => Heard::Pause(pause.min(max_pause)),
+        Heard::Left { remaining, reset } => Heard::Left {
+            remaining,
+            reset: reset.min(max_pause),
+        },
+        Heard::Nothing => Heard::Nothing,
+    };
+    (heard, malformed)
+}
+
+/// The remaining quota and its reset, from the first style of fields present.
+fn left(headers: &HeaderMap, malformed: &mut u64) -> Option<(u64, Duration)> {
+    if let Some(value) = one(headers, "ratelimit", malformed) {
+        match structured(value).or_else(|| dictionary(value)) {
+            Some(left) => return Some(left),
+            None => *malformed += 1,
+        }
+    }
+    for (remaining, reset) in [
+        ("ratelimit-remaining", "ratelimit-reset"),
+        ("x-ratelimit-remaining", "x-ratelimit-reset"),
+    ] {
+        let Some(remaining) = one(headers, remaining, malformed) else {
+            continue;
+        };
+        let Some(remaining) = integer(remaining) else {
+            *malformed += 1;
+            continue;
+        };
+        let Some(reset) = one(headers, reset, malformed) else {
+            // A remaining count with no reset says nothing about when it ends.
+            continue;
+        };
+        match seconds_or_epoch(reset) {
+            Some(reset) => return Some((remaining, reset)),
+            None => *malformed += 1,
+        }
+    }
+    None
+}
+
+/// The field's one value as text; absent, repeated or not text counts as absent (the last
+/// two as malformed).
+fn one<'a>(headers: &'a HeaderMap, name: &'static str, malformed: &mut u64) -> Option<&'a str> {
+    let name = HeaderName::from_static(name);
+    let mut values = headers.get_all(&name).iter();
+    let value = values.next()?;
+    if values.next().is_some() {
+        *malformed += 1;
+        return None;
+    }
+    match value.to_str() {
+        Ok(text) => Some(text.trim()),
+        Err(_) => {
+            *malformed += 1;
+            None
+        }
+    }
+}
+
+/// The current draft's structured field, `"name";r=42;t=17` with one member per policy:
+/// the member with the least remaining, and of those the longest reset.
+fn structured(value: &str) -> Option<(u64, Duration)> {
+    let mut tightest: Option<(u64, Duration)> = None;
+    for member in value.split(',') {
+        let mut params = member.trim().split(';');
+        let name = params.next()?.trim();
+        let quoted = name.len() >= 2 && name.starts_with('"') && name.ends_with('"');
+        if !quoted && !is_token(name) {
+            return None;
+        }
+        let (mut remaining, mut reset) = (None, None);
+        for param in params {
+            let (key, value) = param.trim().split_once('=')?;
+            match key.trim() {
+                "r" => remaining = Some(integer(value)?),
+                "t" => reset = Some(Duration::from_secs(integer(value)?)),
+                _ => {}
+            }
+        }
+        let member = (remaining?, reset?);
+        let tighter =
+            |best: (u64, Duration)| member.0 < best.0 || (member.0 == best.0 && member.1 > best.1);
+        if tightest.is_none_or(tighter) {
+            tightest = Some(member);
+        }
+    }
+    tightest
+}
+
+/// An earlier draft's dictionary, `limit=100, remaining=42, reset=17`.
+fn dictionary(value: &str) -> Option<(u64, Duration)> {
+    let (mut remaining, mut reset) = (None, None);
+    for member in value.split(',') {
+        let (key, value) = member.trim().split_once('=')?;
+        match key.trim() {
+            "remaining" => remaining = Some(integer(value)?),
+            "reset" => reset = Some(Duration::from_secs(integer(value)?)),
+            _ => {}
+        }
+    }
+    Some((remaining?, reset?))
+}
+
+/// `Retry-After`: delay-seconds or an HTTP date; absent is `None`, malformed is counted.
+fn retry_after(headers: &HeaderMap, malformed: &mut u64) -> Option<Duration> {
+    let value = one(headers, "retry-after", malformed)?;
+    let parsed = match integer(value) {
+        Some(seconds) => Some(Duration::from_secs(seconds)),
+        None => http_date(value).map(until),
+    };
+    if parsed.is_none() {
+        *malformed += 1;
+    }
+    parsed
+}
+
+/// A reset in seconds: a delay, or a Unix time when it is that large.
+fn seconds_or_epoch(value: &str) -> Option<Duration> {
+    let seconds = integer(value)?;
+    Some(if seconds >= EPOCH_SECONDS {
+        until(seconds)
+    } else {
+        Duration::from_secs(seconds)
+    })
+}
+
+/// From now to the Unix time `at` (seconds), zero if it is past.
+fn until(at: u64) -> Duration {
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or(Duration::ZERO);
+    Duration::from_secs(at).saturating_sub(now)
+}
+
+/// A non-negative decimal integer of at most 15 digits (structured fields' limit), with no
+/// sign, space or fraction inside.
+fn integer(value: &str) -> Option<u64> {
+    let value = value.trim();
+    if value.is_empty() || value.len() > 15 || !value.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    value.parse().ok()
+}
+
+fn is_token(name: &str) -> bool {
+    name.bytes()
+        .next()
+        .is_some_and(|b| b.is_ascii_alphabetic() || b == b'*')
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~:/".contains(&b))
+}
+
+/// An IMF-fixdate (`Sun, 06 Nov 1994 08:49:37 GMT`), the form HTTP senders must use, as
+/// Unix seconds.
+fn http_date(value: &str) -> Option<u64> {
+    let rest = value.get(5..)?; // "Sun, "
+    let mut parts = rest.split(' ');
+    let day: u64 = parts.next()?.parse().ok()?;
+    let month = match parts.next()? {
+        "Jan" => 1,
+        "Feb" => 2,
+        "Mar" => 3,
+        "Apr" => 4,
+        "May" => 5,
+        "Jun" => 6,
+        "Jul" => 7,
+        "Aug" => 8,
+        "Sep" => 9,
+        "Oct" => 10,
+        "Nov" => 11,
+        "Dec" => 12,
+        _ => return None,
+    };
+    let year: u64 = parts.next()?.parse().ok()?;
+    let mut clock = parts.next()?.split(':');
+    let (h, m, s): (u64, u64, u64) = (
+        clock.next()?.parse().ok()?,
+        clock.next()?.parse().ok()?,
+        clock.next()?.parse().ok()?,
+    );
+    if parts.next()? != "GMT" || parts.next().is_some() || clock.next().is_some() {
+        return None;
+    }
+    if !(1970..=9999).contains(&year) || day == 0 || day > 31 || h > 23 || m > 59 || s > 60 {
+        return None;
+    }
+    Some(days_from_civil(year, month, day) * 86_400 + h * 3_600 + m * 60 + s)
+}
+
+/// Days from 1970-01-01 to a date of the proleptic Gregorian calendar (year >= 1970).
+fn days_from_civil(year: u64, month: u64, day: u64) -> u64 {
+    let y = if month <= 2 { year - 1 } else { year };
+    let era = y / 400;
+    let yoe = y - era * 400;
+    let mp = (month + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http::HeaderValue;
+
+    const CAP: Duration = Duration::from_secs(3_600);
+
+    fn headers(fields: &[(&'static str, &str)]) -> HeaderMap {
+        let mut map = HeaderMap::new();
+        for (name, value) in fields {
+            map.append(*name, HeaderValue::from_str(value).unwrap());
+        }
+        map
+    }
+
+    fn ok(fields: &[(&'static str, &str)]) -> (Heard, u64) {
+        hear(StatusCode::OK, &headers(fields), CAP)
+    }
+
+    fn left(remaining: u64, reset: u64) -> Heard {
+        Heard::Left {
+            remaining,
+            reset: Duration::from_secs(reset),
+        }
+    }
+
+    #[test]
+    fn the_current_draft_takes_the_tightest_policy() {
+        assert_eq!(
+            ok(&[("ratelimit", "\"default\";r=42;t=17")]),
+            (left(42, 17), 0)
+        );
+        assert_eq!(
+            ok(&[(
+                "ratelimit",
+                "\"minute\";r=5;t=30, \"day\";r=5;t=900, \"burst\";r=9;t=1"
+            )]),
+            (left(5, 900), 0)
+        );
+        assert_eq!(ok(&[("ratelimit", "default;r=0;t=2")]), (left(0, 2), 0));
+    }
+
+    #[test]
+    fn earlier_drafts_and_the_x_fields() {
+        assert_eq!(
+            ok(&[("ratelimit", "limit=100, remaining=7, reset=3")]),
+            (left(7, 3), 0)
+        );
+        assert_eq!(
+            ok(&[
+                ("ratelimit-remaining", "7"),
+                ("ratelimit-reset", "3"),
+                ("ratelimit-limit", "10")
+            ]),
+            (left(7, 3), 0)
+        );
+        assert_eq!(
+            ok(&[("x-ratelimit-remaining", "0"), ("x-ratelimit-reset", "12")]),
+            (left(0, 12), 0)
+        );
+        // A Unix time, as GitHub sends it: a few seconds from now.
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_secs();
+        let (heard, bad) = ok(&[
+            ("x-ratelimit-remaining", "3"),
+            ("x-ratelimit-reset", &(now + 30).to_string()),
+        ]);
+        assert_eq!(bad, 0);
+        match heard {
+            Heard::Left {
+                remaining: 3,
+                reset,
+            } => {
+                assert!(
+                    reset <= Duration::from_secs(30) && reset >= Duration::from_secs(28),
+                    "{reset:?}"
+                )
+            }
+            other => panic!("{other:?}"),
+        }
+        // A remaining count without a reset says nothing.
+        assert_eq!(ok(&[("x-ratelimit-remaining", "3")]), (Heard::Nothing, 0));
+    }
+
+    #[test]
+    fn refusals_pause_for_retry_after_or_the_reset() {
+        let refused = |fields: &[(&'static str, &str)]| {
+            hear(StatusCode::TOO_MANY_REQUESTS, &headers(fields), CAP)
+        };
+        assert_eq!(
+            refused(&[("retry-after", "7")]),
+            (Heard::Pause(Duration::from_secs(7)), 0)
+        );
+        assert_eq!(
+            refused(&[("ratelimit", "\"d\";r=0;t=4")]),
+            (Heard::Pause(Duration::from_secs(4)), 0)
+        );
+        assert_eq!(refused(&[]), (Heard::Pause(DEFAULT_PAUSE), 0));
+        let unavailable = |fields: &[(&'static str, &str)]| {
+            hear(StatusCode::SERVICE_UNAVAILABLE, &headers(fields), CAP)
+        };
+        assert_eq!(
+            unavailable(&[("retry-after", "2")]),
+            (Heard::Pause(Duration::from_secs(2)), 0)
+        );
+        assert_eq!(unavailable(&[]), (Heard::Nothing, 0));
+        // An HTTP date in the past pauses for nothing; one far ahead is capped.
+        assert_eq!(
+            refused(&[("retry-after", "Sun, 06 Nov 1994 08:49:37 GMT")]),
+            (Heard::Pause(Duration::ZERO), 0)
+        );
+        assert_eq!(
+            refused(&[("retry-after", "Fri, 31 Dec 9999 23:59:59 GMT")]),
+            (Heard::Pause(CAP), 0)
+        );
+        assert_eq!(
+            refused(&[("retry-after", "999999999999999")]),
+            (Heard::Pause(CAP), 0)
+        );
+    }
+
+    #[test]
+    fn dates_count_days_as_the_calendar_does() {
+        assert_eq!(http_date("Thu, 01 Jan 1970 00:00:00 GMT"), Some(0));
+        assert_eq!(
+            http_date("Sun, 06 Nov 1994 08:49:37 GMT"),
+            Some(784_111_777)
+        );
+        assert_eq!(
+            http_date("Tue, 29 Feb 2000 12:00:00 GMT"),
+            Some(951_825_600)
+        );
+        assert_eq!(http_date("Sunday, 06-Nov-94 08:49:37 GMT"), None);
+        assert_eq!(http_date("Sun, 06 Nov 1994 08:49:37 UTC"), None);
+        assert_eq!(http_date("Sun, 06 Nov 1994 24:49:37 GMT"), None);
+    }
+
+    #[test]
+    fn hostile_values_are_ignored_and_counted() {
+        for (name, value) in [
+            ("ratelimit", "\"d\";r=-1;t=5"),
+            ("ratelimit", "\"d\";r=1e9;t=5"),
+            ("ratelimit", "\"d\";r=99999999999999999999;t=5"),
+            ("ratelimit", "\"d\";t=5"),
+            ("ratelimit", "1d;r=1;t=1"),
+            ("ratelimit", ";;;"),
+            ("x-ratelimit-remaining", "lots"),
+        ] {
+            let mut fields = vec![(name, value)];
+            if name == "x-ratelimit-remaining" {
+                fields.push(("x-ratelimit-reset", "1"));
+            }
+            assert_eq!(ok(&fields), (Heard::Nothing, 1), "{name}: {value}");
+        }
+        let bad_reset = ok(&[
+            ("x-ratelimit-remaining", "1"),
+            ("x-ratelimit-reset", "soon"),
+        ]);
+        assert_eq!(bad_reset, (Heard::Nothing, 1));
+        let twice = ok(&[
+            ("ratelimit", "\"d\";r=1;t=1"),
+            ("ratelimit", "\"d\";r=9;t=1"),
+        ]);
+        assert_eq!(twice, (Heard::Nothing, 1));
+        let mut binary = HeaderMap::new();
+        binary.insert("retry-after", HeaderValue::from_bytes(b"\xff\xfe").unwrap());
+        assert_eq!(
+            hear(StatusCode::TOO_MANY_REQUESTS, &binary, CAP),
+            (Heard::Pause(DEFAULT_PAUSE), 1)
+        );
+        let date = hear(
+            StatusCode::TOO_MANY_REQUESTS,
+            &headers(&[("retry-after", "tomorrow")]),
+            CAP,
+        );
+        assert_eq!(date, (Heard::Pause(DEFAULT_PAUSE), 1));
+    }
+}

@@ -1,0 +1,116 @@
+//! A provider's quota: what arrives upstream in any window, with the throttle's shape and
+//! with a token bucket of the same numbers; streams paced through a throttle.
+
+use std::future::poll_fn;
+use std::pin::{pin, Pin};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use futures_core::Stream;
+use tollgate::client::{pace, Throttle, ThrottleError, ThrottleLayer};
+use tollgate::clock::TokioClock;
+use tollgate::{DirectLimiter, RateLimiter};
+use tower_layer::Layer;
+use tower_service::Service;
+
+use crate::upstream::{get, Answer, Upstream};
+
+/// The most arrivals in any window of `window`.
+fn most_in_any_window(arrivals: &[Duration], window: Duration) -> usize {
+    let mut sorted = arrivals.to_vec();
+    sorted.sort();
+    (0..sorted.len())
+        .map(|i| {
+            sorted[i..]
+                .iter()
+                .take_while(|&&at| at < sorted[i] + window)
+                .count()
+        })
+        .max()
+        .unwrap_or(0)
+}
+
+/// 60 calls from 8 tasks through `throttle`; each arrives 0 to 50 ms after it is sent and
+/// is answered 0 to 50 ms after that.
+async fn sixty_calls(throttle: Throttle) -> Vec<Duration> {
+    let upstream = Upstream::new(vec![], |i| {
+        let ms = |n: usize| Duration::from_millis((n % 6) as u64 * 10);
+        Answer::ok().delays(ms(i * 7), ms(i * 5 + 3))
+    });
+    let layer = ThrottleLayer::new(throttle);
+    let next = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let tasks: Vec<_> = (0..8)
+        .map(|_| {
+            let mut client = layer.layer(upstream.clone());
+            let next = std::sync::Arc::clone(&next);
+            tokio::spawn(async move {
+                while next.fetch_add(1, std::sync::atomic::Ordering::Relaxed) < 60 {
+                    client.call(get("api.example.com")).await.unwrap();
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.unwrap();
+    }
+    upstream.arrived()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_quota_never_lets_more_than_its_permits_arrive_in_any_window() {
+    let throttle = Throttle::quota("5/1s".parse().unwrap()).unwrap();
+    let arrivals = sixty_calls(throttle.clone()).await;
+    assert_eq!(arrivals.len(), 60);
+    assert_eq!(most_in_any_window(&arrivals, Duration::from_secs(1)), 5);
+    // The margin followed the longest round trip (90 ms), times 1.5 and rounded up to 10 ms.
+    assert_eq!(throttle.stats().margin, Some(Duration::from_millis(140)));
+    // And the throughput stays close to the quota: 12 windows of 1.15 s.
+    let last = *arrivals.iter().max().unwrap();
+    assert!(last < Duration::from_secs(14), "{last:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_token_bucket_of_the_same_numbers_exceeds_a_strict_quota() {
+    let bucket: RateLimiter<String, TokioClock> =
+        RateLimiter::with_clock("5/1s".parse().unwrap(), TokioClock::new());
+    let arrivals = sixty_calls(Throttle::new(bucket)).await;
+    assert!(most_in_any_window(&arrivals, Duration::from_secs(1)) > 5);
+}
+
+/// The numbers 1 to 5.
+struct Count(u32);
+
+impl Stream for Count {
+    type Item = u32;
+    fn poll_next(mut self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Option<u32>> {
+        self.0 += 1;
+        Poll::Ready((self.0 <= 5).then_some(self.0))
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_paced_stream_keeps_its_items_when_a_permit_fails() {
+    let budget = DirectLimiter::with_clock("2/1min".parse().unwrap(), TokioClock::new());
+    let throttle = Throttle::new(budget).max_wait(Duration::from_secs(1));
+    let mut paced = pin!(pace(Count(0), throttle, "jobs"));
+    let mut seen = Vec::new();
+    for _ in 0..4 {
+        seen.push(poll_fn(|cx| paced.as_mut().poll_next(cx)).await.unwrap());
+    }
+    // The third's permit is 30 s away: an error, twice, and the item is still there.
+    assert!(
+        matches!(
+            seen[..],
+            [
+                Ok(1),
+                Ok(2),
+                Err(ThrottleError::TimedOut { .. }),
+                Err(ThrottleError::TimedOut { .. })
+            ]
+        ),
+        "{seen:?}"
+    );
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    let third = poll_fn(|cx| paced.as_mut().poll_next(cx)).await.unwrap();
+    assert_eq!(third.unwrap(), 3);
+}

@@ -1,0 +1,198 @@
+//! The throttle alone: first come first served, cancellation, the maximum wait, exactness
+//! under racing callers.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tollgate::client::{Throttle, ThrottleError};
+use tollgate::clock::TokioClock;
+use tollgate::{Clock, DirectLimiter, FakeClock, RateLimiter};
+
+fn one_per_second() -> Arc<DirectLimiter<TokioClock>> {
+    Arc::new(DirectLimiter::with_clock(
+        "1/1s".parse().unwrap(),
+        TokioClock::new(),
+    ))
+}
+
+#[tokio::test(start_paused = true)]
+async fn waiters_are_served_in_the_order_they_came() {
+    let throttle = Throttle::new(one_per_second());
+    let start = Instant::now();
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    for i in 0..6 {
+        let (throttle, order) = (throttle.clone(), Arc::clone(&order));
+        tasks.push(tokio::spawn(async move {
+            let _call = throttle.acquire("api").await.unwrap();
+            order.lock().unwrap().push((i, start.elapsed()));
+        }));
+        // Each asks a moment after the one before.
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let order = order.lock().unwrap().clone();
+    let expected: Vec<(i32, Duration)> =
+        (0..6).map(|i| (i, Duration::from_secs(i as u64))).collect();
+    assert_eq!(order, expected);
+    let stats = throttle.stats();
+    assert_eq!((stats.admitted, stats.waited), (6, 5));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_dropped_waiter_gives_its_place_up_and_takes_nothing() {
+    let budget = one_per_second();
+    let throttle = Throttle::new(Arc::clone(&budget));
+    let start = Instant::now();
+    let _first = throttle.acquire("api").await.unwrap();
+    let second = tokio::spawn({
+        let throttle = throttle.clone();
+        async move { throttle.acquire("api").await.map(|_| start.elapsed()) }
+    });
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    let third = tokio::spawn({
+        let throttle = throttle.clone();
+        async move { throttle.acquire("api").await.map(|_| start.elapsed()) }
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    second.abort();
+    assert!(second.await.unwrap_err().is_cancelled());
+    // The third takes the second's place: the permit of second 1, no later.
+    assert_eq!(third.await.unwrap().unwrap(), Duration::from_secs(1));
+    // Nothing was lost or spent twice: the next permit is the one of second 2.
+    assert!(!budget.peek().is_allowed());
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(budget.peek().is_allowed());
+    assert_eq!(throttle.stats().admitted, 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_maximum_wait_fails_with_a_typed_error_and_spends_nothing() {
+    let budget = Arc::new(DirectLimiter::with_clock(
+        "1/min".parse().unwrap(),
+        TokioClock::new(),
+    ));
+    let throttle = Throttle::new(Arc::clone(&budget)).max_wait(Duration::from_secs(5));
+    let _first = throttle.acquire("api").await.unwrap();
+    let before = budget.peek();
+    match throttle.acquire("api").await {
+        Err(ThrottleError::TimedOut {
+            key,
+            waited,
+            retry_after,
+        }) => {
+            assert_eq!(key, "api");
+            assert_eq!(waited, Duration::ZERO, "gave up at once: 60 s is past 5 s");
+            assert_eq!(retry_after, Duration::from_secs(60));
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(budget.peek(), before);
+    assert_eq!(throttle.stats().timed_out, 1);
+
+    // A call queued behind one that waits longer than its own maximum gives up in the queue.
+    let patient = throttle.clone().max_wait(Duration::from_secs(120));
+    let head = tokio::spawn({
+        let patient = patient.clone();
+        async move { patient.acquire("api").await.is_ok() }
+    });
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    let start = Instant::now();
+    let queued = throttle.acquire("api").await.unwrap_err();
+    assert!(
+        matches!(queued, ThrottleError::TimedOut { .. }),
+        "{queued:?}"
+    );
+    assert_eq!(start.elapsed(), Duration::from_secs(5));
+    assert!(head.await.unwrap());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_cost_the_policy_cannot_admit_fails_at_once() {
+    let throttle = Throttle::new(one_per_second());
+    let err = throttle.acquire_n("api", 2).await.unwrap_err();
+    assert!(
+        matches!(err, ThrottleError::Cost { ref key, .. } if key == "api"),
+        "{err:?}"
+    );
+    let err = throttle
+        .acquire("api")
+        .await
+        .unwrap()
+        .settle(1)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, ThrottleError::NotReserved { .. }), "{err:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn keys_wait_apart() {
+    let per_key: RateLimiter<String, TokioClock> =
+        RateLimiter::with_clock("1/1s".parse().unwrap(), TokioClock::new());
+    let throttle = Throttle::new(per_key);
+    let start = Instant::now();
+    throttle.acquire("a").await.unwrap();
+    throttle.acquire("b").await.unwrap();
+    assert_eq!(start.elapsed(), Duration::ZERO);
+    throttle.acquire("a").await.unwrap();
+    assert_eq!(start.elapsed(), Duration::from_secs(1));
+}
+
+#[test]
+fn sixteen_racing_callers_on_a_frozen_budget_get_exactly_its_permits() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(4)
+        .enable_all()
+        .build()
+        .unwrap();
+    for _ in 0..20 {
+        let clock = FakeClock::new();
+        let budget = Arc::new(DirectLimiter::with_clock(
+            "10/1s".parse().unwrap(),
+            clock.clone(),
+        ));
+        let throttle = Throttle::new(Arc::clone(&budget)).max_wait(Duration::from_millis(20));
+        let barrier = Arc::new(tokio::sync::Barrier::new(16));
+        let outcomes: Vec<bool> = runtime.block_on(async {
+            let tasks: Vec<_> = (0..16)
+                .map(|_| {
+                    let (throttle, barrier) = (throttle.clone(), Arc::clone(&barrier));
+                    tokio::spawn(async move {
+                        barrier.wait().await;
+                        throttle.acquire("api").await.is_ok()
+                    })
+                })
+                .collect();
+            let mut outcomes = Vec::new();
+            for task in tasks {
+                outcomes.push(task.await.unwrap());
+            }
+            outcomes
+        });
+        assert_eq!(outcomes.iter().filter(|&&ok| ok).count(), 10);
+        assert_eq!(throttle.stats().timed_out, 6);
+        assert_eq!(clock.now(), 0, "the clock never moved");
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn limiters_wait_for_n_permits_at_once() {
+    let keyed: RateLimiter<String, TokioClock> =
+        RateLimiter::with_clock("10/1s".parse().unwrap(), TokioClock::new());
+    let direct = DirectLimiter::with_clock("10/1s".parse().unwrap(), TokioClock::new());
+    let start = Instant::now();
+    assert!(keyed.acquire_n("a", 8).await.unwrap().is_allowed());
+    assert!(direct.acquire_n(8).await.unwrap().is_allowed());
+    assert!(keyed.acquire_n("a", 6).await.unwrap().is_allowed());
+    assert!(direct.acquire_n(6).await.unwrap().is_allowed());
+    // 4 more permits at 100 ms each: both waited 400 ms, side by side.
+    assert_eq!(start.elapsed(), Duration::from_millis(400));
+    assert!(keyed.acquire_n("a", 11).await.is_err());
+    assert!(direct.acquire_n(11).await.is_err());
+    let wait = tollgate::wait::Wait::new().timeout(Duration::from_millis(50));
+    assert!(keyed.acquire_n_with("a", 10, wait).await.unwrap().is_err());
+    assert!(direct.acquire_n_with(10, wait).await.unwrap().is_err());
+}

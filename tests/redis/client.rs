@@ -1,0 +1,139 @@
+//! Waiting on Redis: `acquire` and its variants wait for a budget every instance shares, and
+//! client throttles on several instances keep one provider quota between them.
+//!
+//! Needs `redis-server` on PATH (`scripts/install-redis.sh`); without it every test fails
+//! saying so.
+
+use std::time::{Duration, Instant};
+
+use tollgate::redis::{BackendError, RedisLimiter};
+use tollgate::wait::Wait;
+
+use crate::redis_server::RedisServer;
+
+async fn instance(server: &RedisServer, policy: &str) -> RedisLimiter {
+    RedisLimiter::builder(policy.parse().unwrap())
+        .prefix("client")
+        .deny_cache(0)
+        .connect(&server.url())
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn acquire_waits_for_a_permit_another_instance_spent() {
+    let server = RedisServer::start();
+    let (one, other) = (
+        instance(&server, "sliding-log 2/1s").await,
+        instance(&server, "sliding-log 2/1s").await,
+    );
+    assert!(one.try_acquire_n("upstream", 2).await.unwrap().is_allowed());
+    let start = Instant::now();
+    assert!(other.acquire("upstream").await.unwrap().is_allowed());
+    let waited = start.elapsed();
+    assert!(
+        waited >= Duration::from_millis(900) && waited < Duration::from_secs(3),
+        "{waited:?}"
+    );
+    // The second permit of the window; then a timeout shorter than the next permit gives up
+    // at once with the refusal.
+    assert!(one.try_acquire("upstream").await.unwrap().is_allowed());
+    let start = Instant::now();
+    let hurried = Wait::new().timeout(Duration::from_millis(100));
+    let refused = other
+        .acquire_with("upstream", hurried)
+        .await
+        .unwrap()
+        .unwrap_err();
+    assert!(refused.retry_after() > Duration::from_millis(100));
+    assert!(start.elapsed() < Duration::from_millis(100));
+    // A cost no policy admits fails before anything is sent.
+    assert!(matches!(
+        other.acquire_n("upstream", 3).await,
+        Err(BackendError::Cost(_))
+    ));
+    let both = other
+        .acquire_n_with("fresh", 2, Wait::new())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(both.remaining(), 0);
+}
+
+#[cfg(feature = "tower")]
+#[tokio::test]
+async fn throttles_on_four_instances_keep_one_quota() {
+    use std::sync::{Arc, Mutex};
+
+    use tollgate::client::Throttle;
+
+    let server = RedisServer::start();
+    let start = Instant::now();
+    let admitted = Arc::new(Mutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    for _ in 0..4 {
+        let throttle = Throttle::new(instance(&server, "sliding-log 5/1s").await);
+        for _ in 0..3 {
+            let (throttle, admitted) = (throttle.clone(), Arc::clone(&admitted));
+            tasks.push(tokio::spawn(async move {
+                throttle.acquire("provider").await.unwrap();
+                admitted.lock().unwrap().push(start.elapsed());
+            }));
+        }
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let mut admitted = admitted.lock().unwrap().clone();
+    admitted.sort();
+    assert_eq!(admitted.len(), 12);
+    // Five in the first window, five in the next, two in the third: whichever instance.
+    let first = admitted[0];
+    let in_window = |k: u64| {
+        admitted
+            .iter()
+            .filter(|&&at| {
+                at >= first + Duration::from_millis(1_000 * k)
+                    && at < first + Duration::from_millis(1_000 * k + 900)
+            })
+            .count()
+    };
+    assert_eq!((in_window(0), in_window(1)), (5, 5), "{admitted:?}");
+}
+
+#[cfg(feature = "tower")]
+#[tokio::test]
+async fn a_pause_one_instance_learns_holds_every_instance() {
+    use http::{HeaderMap, StatusCode};
+    use tollgate::client::Throttle;
+
+    let server = RedisServer::start();
+    let one = Throttle::new(instance(&server, "100/1s").await);
+    let other = Throttle::new(instance(&server, "100/1s").await);
+    let mut call = one.acquire("provider").await.unwrap();
+    let mut headers = HeaderMap::new();
+    headers.insert("retry-after", "2".parse().unwrap());
+    call.heard(StatusCode::TOO_MANY_REQUESTS, &headers);
+    // Written in the background: give it a moment to land.
+    let limiter = instance(&server, "100/1s").await;
+    let deadline = Instant::now() + Duration::from_secs(1);
+    while limiter.paused("provider").await.unwrap().is_none() {
+        assert!(Instant::now() < deadline, "the pause never reached Redis");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let start = Instant::now();
+    other.acquire("provider").await.unwrap();
+    let waited = start.elapsed();
+    assert!(
+        waited >= Duration::from_millis(1_800) && waited < Duration::from_secs(4),
+        "{waited:?}"
+    );
+    // Another key is not paused, and a shorter pause never shortens a longer one.
+    assert_eq!(limiter.paused("elsewhere").await.unwrap(), None);
+    limiter
+        .pause("long", Duration::from_secs(60))
+        .await
+        .unwrap();
+    limiter.pause("long", Duration::from_secs(1)).await.unwrap();
+    assert!(limiter.paused("long").await.unwrap().unwrap() > Duration::from_secs(50));
+}
