@@ -130,6 +130,11 @@ struct BenchmarksDoctests;
 #[doc = include_str!("../docs/MIDDLEWARE.md")]
 struct MiddlewareDoctests;
 
+/// The client guide's examples, compiled and run as doc tests (feature `tower`).
+#[cfg(all(doctest, feature = "tower"))]
+#[doc = include_str!("../docs/CLIENT.md")]
+struct ClientDoctests;
+
 /// The Redis guide's examples, compiled as doc tests (feature `redis`).
 #[cfg(all(doctest, feature = "redis"))]
 #[doc = include_str!("../docs/REDIS.md")]
