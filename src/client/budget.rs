@@ -72,7 +72,7 @@ impl<C: Clock + 'static> Local for DirectLimiter<C> {
 ///   (one provider's account-wide quota);
 /// * with feature `redis`, a [`RedisLimiter`](crate::redis::RedisLimiter): one budget per
 ///   key shared by every process that uses the same Redis and prefix. With leases
-///   ([`RedisLimiterBuilder::leases`](crate::redis::RedisLimiterBuilder::leases)) each
+///   ([`RedisLimiterBuilder::lease`](crate::redis::RedisLimiterBuilder::lease)) each
 ///   process takes permits in batches, for throughput. A pause one process learns from a
 ///   `429` is written to Redis ([`RedisLimiter::pause`](crate::redis::RedisLimiter::pause))
 ///   and every process's throttle reads it before each call (one more round trip per
