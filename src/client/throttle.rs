@@ -25,6 +25,9 @@ const FIRST_MARGIN: Duration = Duration::from_millis(20);
 /// How long a pause learned from one answer may last at most, by default.
 const MAX_PAUSE: Duration = Duration::from_secs(300);
 
+/// The most [`Throttle::max_pause`] accepts: a day, far from any overflow of an instant.
+const LONGEST_PAUSE: Duration = Duration::from_secs(86_400);
+
 /// The client side: before each outgoing call, waits for a permit from a [`Budget`] for the
 /// call's key (the upstream's host, an API key), and after it, learns from the answer.
 ///
@@ -230,9 +233,9 @@ impl Throttle {
         self
     }
 
-    /// The longest pause one answer can impose (5 minutes by default): a `Retry-After` or a
-    /// reset beyond it counts as this long, so that a hostile or broken upstream cannot
-    /// stop the key for days.
+    /// The longest pause one answer can impose (5 minutes by default, a day at most): a
+    /// `Retry-After` or a reset beyond it counts as this long, so that a hostile or broken
+    /// upstream cannot stop the key for days.
     ///
     /// # Examples
     ///
@@ -245,7 +248,7 @@ impl Throttle {
     /// ```
     #[must_use]
     pub fn max_pause(mut self, max_pause: Duration) -> Self {
-        self.max_pause = max_pause;
+        self.max_pause = max_pause.min(LONGEST_PAUSE);
         self
     }
 

@@ -2,6 +2,7 @@
 //! upstreams, on tokio's paused time.
 
 mod layer;
+mod properties;
 mod quota;
 mod throttle;
 mod upstream;
