@@ -78,9 +78,11 @@ impl<C: Clock + 'static> Local for DirectLimiter<C> {
 ///   and every process's throttle reads it before each call (one more round trip per
 ///   call, [`RedisLimiter::paused`](crate::redis::RedisLimiter::paused)).
 ///
-/// The limiter's clock must follow tokio's time (the default `SystemClock` does, and
-/// [`TokioClock`](crate::clock::TokioClock) in tests with paused time): the throttle sleeps
-/// on tokio's timer for the `retry_after` its refusals name.
+/// The throttle sleeps on tokio's timer for the `retry_after` the limiter's refusals name, so
+/// the limiter's clock must move with tokio's time: the default `SystemClock` does while
+/// time runs; under tokio's paused time (tests) only
+/// [`TokioClock`](crate::clock::TokioClock) does. A `FakeClock` that nobody advances never
+/// lets a waiter through: give such a throttle a [`max_wait`](super::Throttle::max_wait).
 ///
 /// # Examples
 ///
@@ -193,21 +195,16 @@ impl Budget {
     }
 
     /// How much longer another process paused `key` (a Redis budget's shared pause); always
-    /// `None` in process, where the throttle's own lanes hold every pause.
+    /// `None` in process, where the throttle's own lanes hold every pause, and while Redis
+    /// cannot be read.
     #[cfg_attr(not(feature = "redis"), allow(unused_variables))]
-    pub(super) async fn paused(&self, key: &str) -> Result<Option<Duration>, ThrottleError> {
+    pub(super) async fn paused(&self, key: &str) -> Option<Duration> {
         match &self.0 {
-            Source::Local(_) => Ok(None),
+            Source::Local(_) => None,
             #[cfg(feature = "redis")]
-            Source::Redis(limiter) => {
-                limiter
-                    .paused(key)
-                    .await
-                    .map_err(|source| ThrottleError::Backend {
-                        key: key.to_owned(),
-                        source,
-                    })
-            }
+            // A pause that cannot be read is no reason to stop: the decision that follows
+            // goes to Redis or, while it is down, to the limiter's failure policy.
+            Source::Redis(limiter) => limiter.paused(key).await.ok().flatten(),
         }
     }
 

@@ -7,27 +7,44 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-/// Lanes are dropped, once idle, when the map grows past this many.
-const TIDY_ABOVE: usize = 1_024;
+/// The map is first tidied when it holds this many lanes.
+const TIDY_FIRST: usize = 1_024;
 
 /// Every key's lane.
-#[derive(Default)]
-pub(super) struct Lanes(Mutex<HashMap<String, Arc<Lane>>>);
+pub(super) struct Lanes(Mutex<Map>);
+
+struct Map {
+    lanes: HashMap<String, Arc<Lane>>,
+    /// The size at which new lanes next trigger a tidy: twice what the last one kept, so
+    /// that tidying costs a constant per lane made, however many keys stay busy.
+    tidy_at: usize,
+}
+
+impl Default for Lanes {
+    fn default() -> Self {
+        Lanes(Mutex::new(Map {
+            lanes: HashMap::new(),
+            tidy_at: TIDY_FIRST,
+        }))
+    }
+}
 
 impl Lanes {
     /// `key`'s lane, made on first use.
     pub(super) fn get(&self, key: &str) -> Arc<Lane> {
-        let mut lanes = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(lane) = lanes.get(key) {
+        let mut map = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(lane) = map.lanes.get(key) {
             return Arc::clone(lane);
         }
-        if lanes.len() >= TIDY_ABOVE {
+        if map.lanes.len() >= map.tidy_at {
             let now = Instant::now();
-            // A lane no caller holds, with nothing in flight and nothing told that still
+            // A lane no caller holds, with nothing in flight and nothing said that still
             // holds, is the same as a new one.
-            lanes.retain(|_, lane| Arc::strong_count(lane) > 1 || !lane.told().is_idle(now));
+            map.lanes
+                .retain(|_, lane| Arc::strong_count(lane) > 1 || !lane.told().is_idle(now));
+            map.tidy_at = (map.lanes.len() * 2).max(TIDY_FIRST);
         }
-        Arc::clone(lanes.entry(key.to_owned()).or_default())
+        Arc::clone(map.lanes.entry(key.to_owned()).or_default())
     }
 }
 
@@ -47,83 +64,97 @@ impl Lane {
 }
 
 /// What the upstream said about the key's quota, and the calls it has not answered yet.
+/// What it said is counted in `units` per call: 1 (the fields count calls), or the call's
+/// cost.
 #[derive(Debug, Default)]
 pub(super) struct Told {
-    /// At most this much more may be spent until `until`.
+    /// Nothing may be sent before this (a refusal's pause).
+    paused_until: Option<Instant>,
+    /// At most this much more may be spent until `until` (the rate-limit fields).
     left: u64,
-    /// When what was said stops holding; `None` when nothing holds.
+    /// When `left` stops holding; `None` when nothing holds.
     until: Option<Instant>,
-    /// The serial number of the call whose answer said it: an older answer may only
+    /// The serial number of the call whose answer set `left`: an older answer may only
     /// tighten it.
     source: u64,
     /// The serial number the next admitted call gets.
     next: u64,
-    /// The cost of calls admitted and not answered yet.
+    /// What calls admitted and not answered yet count, in the fields' units.
     in_flight: u64,
-    /// What holds is a refusal's pause: no answer lifts it before its end.
-    paused: bool,
+    /// When the caller at the head of the queue expects its permit, while it sleeps.
+    head_ready: Option<Instant>,
 }
 
 impl Told {
-    /// Until when a call of `cost` must wait for what the upstream said, if it must.
-    pub(super) fn holds_back(&self, now: Instant, cost: u64) -> Option<Instant> {
-        self.until.filter(|&until| until > now && self.left < cost)
+    /// Until when a call counting `units` must wait for what the upstream said, if it must.
+    pub(super) fn holds_back(&self, now: Instant, units: u64) -> Option<Instant> {
+        if let Some(paused) = self.paused_until.filter(|&paused| paused > now) {
+            return Some(paused);
+        }
+        self.until.filter(|&until| until > now && self.left < units)
     }
 
-    /// A call of `cost` was admitted: it is in flight, and spends from what was said.
-    /// Returns its serial number.
-    pub(super) fn admit(&mut self, now: Instant, cost: u64) -> u64 {
+    /// A call counting `units` was admitted: it is in flight, and spends from what was
+    /// said. Returns its serial number.
+    pub(super) fn admit(&mut self, now: Instant, units: u64) -> u64 {
         if self.until.is_some_and(|until| until > now) {
-            self.left = self.left.saturating_sub(cost);
+            self.left = self.left.saturating_sub(units);
         }
-        self.in_flight = self.in_flight.saturating_add(cost);
+        self.in_flight = self.in_flight.saturating_add(units);
+        self.head_ready = None;
         self.next += 1;
         self.next
     }
 
-    /// A call of `cost` was answered, or will never be.
-    pub(super) fn answered(&mut self, cost: u64) {
-        self.in_flight = self.in_flight.saturating_sub(cost);
+    /// A call counting `units` was answered, or will never be.
+    pub(super) fn answered(&mut self, units: u64) {
+        self.in_flight = self.in_flight.saturating_sub(units);
     }
 
     /// The answer to call `serial` (already [`answered`](Told::answered)) said that at most
     /// `remaining` more may be spent in the next `reset`. The calls still in flight were
     /// admitted before it came and the upstream may not have counted them yet, so they are
-    /// taken off. An answer older than the one that set the present state, or any answer
-    /// while a pause holds, only tightens it.
+    /// taken off. An answer older than the one that set the present cap only tightens it.
     pub(super) fn left(&mut self, now: Instant, serial: u64, remaining: u64, reset: Duration) {
         let left = remaining.saturating_sub(self.in_flight);
         let until = now + reset;
         let holding = self.until.is_some_and(|u| u > now);
-        if !holding || (serial >= self.source && !self.paused) {
+        if !holding || serial >= self.source {
             self.left = left;
             self.until = Some(until);
             self.source = serial;
-            self.paused = false;
         } else if left < self.left {
             self.left = left;
             self.until = self.until.max(Some(until));
         }
     }
 
-    /// The answer to call `serial` refused it: nothing more until `pause` from now. A pause
-    /// is never shortened by another answer, whatever its age.
-    pub(super) fn pause(&mut self, now: Instant, serial: u64, pause: Duration) {
+    /// A refusal said: nothing more until `pause` from now. A pause is never shortened, and
+    /// leaves the cap of the rate-limit fields as it was for after it.
+    pub(super) fn pause(&mut self, now: Instant, pause: Duration) {
         let until = now + pause;
-        let holding = self.until.is_some_and(|u| u > now);
-        self.left = 0;
-        self.paused = true;
-        self.until = if holding {
-            self.until.max(Some(until))
-        } else {
-            Some(until)
+        self.paused_until = match self.paused_until {
+            Some(paused) if paused > until => Some(paused),
+            _ => Some(until),
         };
-        self.source = self.source.max(serial);
+    }
+
+    /// The caller at the head of the queue sleeps until `ready`.
+    pub(super) fn head_waits(&mut self, ready: Instant) {
+        self.head_ready = Some(ready);
+    }
+
+    /// How long after `now` the head of the queue expects its permit, if it sleeps.
+    pub(super) fn head_ready_in(&self, now: Instant) -> Option<Duration> {
+        self.head_ready
+            .map(|ready| ready.saturating_duration_since(now))
     }
 
     /// Nothing in flight and nothing said that still holds.
     fn is_idle(&self, now: Instant) -> bool {
-        self.in_flight == 0 && self.until.is_none_or(|until| until <= now)
+        self.in_flight == 0
+            && self.until.is_none_or(|until| until <= now)
+            && self.paused_until.is_none_or(|paused| paused <= now)
     }
 }
 
@@ -169,19 +200,38 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn a_pause_holds_everything_and_is_never_shortened() {
+    async fn a_pause_holds_everything_is_never_shortened_and_leaves_the_cap_for_after() {
         let now = Instant::now();
+        let secs = Duration::from_secs;
         let mut told = Told::default();
         let serial = told.admit(now, 1);
         told.answered(1);
-        told.pause(now, serial, Duration::from_secs(3));
-        assert_eq!(told.holds_back(now, 1), Some(now + Duration::from_secs(3)));
-        told.pause(now, serial, Duration::from_secs(1));
-        assert_eq!(told.holds_back(now, 1), Some(now + Duration::from_secs(3)));
+        told.left(now, serial, 1_000, secs(300));
+        told.pause(now, secs(3));
+        assert_eq!(told.holds_back(now, 1), Some(now + secs(3)));
+        told.pause(now, secs(1));
+        assert_eq!(told.holds_back(now, 1), Some(now + secs(3)));
         // A newer answer that says there is room does not lift it either.
-        told.left(now, serial + 1, 10, Duration::from_secs(1));
-        assert_eq!(told.holds_back(now, 1), Some(now + Duration::from_secs(3)));
+        told.left(now, serial + 1, 10, secs(1));
+        assert_eq!(told.holds_back(now, 1), Some(now + secs(3)));
         assert!(!told.is_idle(now));
-        assert!(told.is_idle(now + Duration::from_secs(3)));
+        // After it, the cap holds as the last answer set it, not as a stop.
+        assert_eq!(told.holds_back(now + secs(3), 1), None);
+        assert!(told.is_idle(now + secs(3)));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn idle_lanes_are_tidied_at_a_constant_cost_per_lane() {
+        let lanes = Lanes::default();
+        let busy = lanes.get("busy");
+        for i in 0..3 * TIDY_FIRST {
+            drop(lanes.get(&i.to_string()));
+        }
+        let map = lanes.0.lock().unwrap();
+        // Tidied each time it reached 1,024 lanes: the held one always survives.
+        assert!(map.lanes.len() <= TIDY_FIRST + 1, "{}", map.lanes.len());
+        assert!(map.lanes.contains_key("busy"));
+        assert_eq!(map.tidy_at, TIDY_FIRST);
+        drop(busy);
     }
 }

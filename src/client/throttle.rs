@@ -35,14 +35,18 @@ const LONGEST_PAUSE: Duration = Duration::from_secs(86_400);
 ///   the same key that came first (first come, first served), and fails with
 ///   [`ThrottleError::TimedOut`] when it cannot get one within
 ///   [`max_wait`](Throttle::max_wait). A call dropped while it waits gives its place up and
-///   has taken nothing.
+///   has taken nothing, except on a Redis budget when it is dropped during the round trip
+///   that takes its permit: that permit may stay spent (counted against the quota, never
+///   over it).
 /// * **Listens to the upstream.** [`Admission::heard`] reads the answer: a `429` (or a `503`
 ///   with `Retry-After`) pauses the key for every waiter until the time it names; the
 ///   `RateLimit` field of the IETF draft, `RateLimit-Remaining`/`-Reset` and
-///   `X-RateLimit-Remaining`/`-Reset` cap what the key may still spend until their reset,
-///   less the calls still in flight. What an upstream says can only hold calls back, never
-///   let more through than the budget's own policy; a value that does not parse is ignored
-///   and counted in [`ThrottleStats::malformed`].
+///   `X-RateLimit-Remaining`/`-Reset` cap the calls the key may still make until their
+///   reset, less the calls still in flight (in the unit of cost with
+///   [`fields_count_cost`](Throttle::fields_count_cost)). What an upstream says can only
+///   hold calls back, never let more through than the budget's own policy; a value that
+///   does not parse is ignored and counted in [`ThrottleStats::malformed`]. A call whose
+///   permit is being taken when a pause is heard still goes.
 /// * **Respects a provider's quota by default.** [`Throttle::quota`] builds the budget a
 ///   strict provider needs: an exact sliding window of the quota, widened by a margin that
 ///   follows the delays it measures between admitting a call and its answer.
@@ -76,6 +80,8 @@ pub struct Throttle {
     shared: Arc<Shared>,
     max_wait: Option<Duration>,
     max_pause: Duration,
+    /// The upstream's fields count in the unit of the calls' cost, not in calls.
+    fields_count_cost: bool,
 }
 
 struct Shared {
@@ -164,6 +170,7 @@ impl Throttle {
             }),
             max_wait: None,
             max_pause: MAX_PAUSE,
+            fields_count_cost: false,
         }
     }
 
@@ -252,6 +259,36 @@ impl Throttle {
         self
     }
 
+    /// Reads the upstream's `RateLimit` fields as counting in the unit of the calls' cost
+    /// (tokens, when each call costs its tokens), rather than in calls, the default: most
+    /// providers report requests in them, and a separate quota of tokens under other names.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use http::{HeaderMap, StatusCode};
+    /// use tollgate::client::Throttle;
+    ///
+    /// let tokens = Throttle::quota("60000/min".parse()?)?.fields_count_cost();
+    /// let mut call = tokens.acquire_n("llm", 1_500).await?;
+    /// let mut headers = HeaderMap::new();
+    /// headers.insert("ratelimit", "\"tokens\";r=2000;t=20".parse()?);
+    /// call.heard(StatusCode::OK, &headers);
+    /// tokens.acquire_n("llm", 1_500).await?; // 2,000 tokens left upstream: goes at once
+    /// let start = tokio::time::Instant::now();
+    /// tokens.acquire_n("llm", 1_500).await?; // 500 left: waits for the reset
+    /// assert_eq!(start.elapsed(), std::time::Duration::from_secs(20));
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn fields_count_cost(mut self) -> Self {
+        self.fields_count_cost = true;
+        self
+    }
+
     /// Waits for one permit for `key`; see [`acquire_n`](Throttle::acquire_n).
     ///
     /// # Errors
@@ -333,6 +370,7 @@ impl Throttle {
 
     async fn take(&self, key: &str, cost: u64, reserve: bool) -> Result<Admission, ThrottleError> {
         let shared = &self.shared;
+        let units = if self.fields_count_cost { cost } else { 1 };
         let start = Instant::now();
         let deadline = self.max_wait.and_then(|wait| start.checked_add(wait));
         let lane = shared.lanes.get(key);
@@ -342,19 +380,21 @@ impl Throttle {
             Err(_) => match deadline {
                 Some(deadline) => match tokio::time::timeout_at(deadline, lane.turn.lock()).await {
                     Ok(turn) => (turn, true),
-                    Err(_) => return Err(self.timed_out(key, start, Duration::ZERO)),
+                    Err(_) => {
+                        let ahead = lane.told().head_ready_in(Instant::now());
+                        return Err(self.timed_out(key, start, ahead.unwrap_or(Duration::ZERO)));
+                    }
                 },
                 None => (lane.turn.lock().await, true),
             },
         };
         loop {
             // A pause another process learned, through a shared budget.
-            if let Some(pause) = shared.budget.paused(key).await? {
-                lane.told()
-                    .pause(Instant::now(), 0, pause.min(self.max_pause));
+            if let Some(pause) = shared.budget.paused(key).await {
+                lane.told().pause(Instant::now(), pause.min(self.max_pause));
             }
             let now = Instant::now();
-            let held_back = lane.told().holds_back(now, cost);
+            let held_back = lane.told().holds_back(now, units);
             let ready = match held_back {
                 Some(until) => until,
                 None => {
@@ -362,7 +402,7 @@ impl Throttle {
                     let now = Instant::now();
                     if taken.decision.is_allowed() {
                         drop(turn);
-                        return Ok(self.admitted(key, cost, lane, taken, now, waited));
+                        return Ok(self.admitted(key, units, lane, taken, now, waited));
                     }
                     now + taken.decision.retry_after().max(Duration::from_nanos(1))
                 }
@@ -371,6 +411,7 @@ impl Throttle {
                 return Err(self.timed_out(key, start, ready - Instant::now()));
             }
             waited = true;
+            lane.told().head_waits(ready);
             tokio::time::sleep_until(ready).await;
         }
     }
@@ -378,7 +419,7 @@ impl Throttle {
     fn admitted(
         &self,
         key: &str,
-        cost: u64,
+        units: u64,
         lane: Arc<Lane>,
         taken: Taken,
         now: Instant,
@@ -390,13 +431,13 @@ impl Throttle {
         if waited {
             counts.waited.fetch_add(1, Ordering::Relaxed);
         }
-        let serial = lane.told().admit(now, cost);
+        let serial = lane.told().admit(now, units);
         Admission {
             throttle: self.clone(),
             key: key.to_owned(),
             lane,
             serial,
-            cost,
+            units,
             at: now,
             decision: taken.decision,
             reservation: taken.reservation,
@@ -423,12 +464,12 @@ impl Throttle {
         // Relaxed: statistics.
         counts.malformed.fetch_add(malformed, Ordering::Relaxed);
         let mut told = admission.lane.told();
-        told.answered(admission.cost);
+        told.answered(admission.units);
         match heard {
             Heard::Nothing => {}
             Heard::Pause(pause) => {
                 counts.pauses.fetch_add(1, Ordering::Relaxed);
-                told.pause(now, admission.serial, pause);
+                told.pause(now, pause);
                 self.shared.budget.share_pause(&admission.key, pause);
             }
             Heard::Left { remaining, reset } => {
@@ -551,7 +592,8 @@ pub struct Admission {
     key: String,
     lane: Arc<Lane>,
     serial: u64,
-    cost: u64,
+    /// What the call counts in the upstream's fields: 1, or its cost.
+    units: u64,
     at: Instant,
     decision: Decision,
     reservation: Option<Reservation>,
@@ -635,7 +677,7 @@ impl Admission {
 impl Drop for Admission {
     fn drop(&mut self) {
         if !self.answered {
-            self.lane.told().answered(self.cost);
+            self.lane.told().answered(self.units);
         }
     }
 }
@@ -644,7 +686,7 @@ impl fmt::Debug for Admission {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Admission")
             .field("key", &self.key)
-            .field("cost", &self.cost)
+            .field("units", &self.units)
             .field("decision", &self.decision)
             .field("reserved", &self.reservation.is_some())
             .finish_non_exhaustive()

@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use super::conn::is_unavailable;
 use super::script::Bands;
 use super::{BackendError, RedisLimiter};
 
@@ -18,7 +19,8 @@ impl RedisLimiter {
     ///
     /// # Errors
     ///
-    /// [`BackendError::Timeout`] or [`BackendError::Redis`] when Redis does not take it.
+    /// [`BackendError::Timeout`] or [`BackendError::Redis`] when Redis does not take it;
+    /// [`BackendError::Unavailable`] at once while the failure policy decides.
     ///
     /// # Examples
     ///
@@ -49,7 +51,9 @@ impl RedisLimiter {
     ///
     /// # Errors
     ///
-    /// [`BackendError::Timeout`] or [`BackendError::Redis`] when Redis does not answer.
+    /// [`BackendError::Timeout`] or [`BackendError::Redis`] when Redis does not answer (and
+    /// the limiter switches to its failure policy, as a decision would);
+    /// [`BackendError::Unavailable`] at once, with nothing sent, while it is there.
     ///
     /// # Examples
     ///
@@ -77,9 +81,27 @@ impl RedisLimiter {
         }
     }
 
+    /// `cmd` sent to Redis, within the timeout, unless a recent failure makes calls skip
+    /// Redis; a Redis that cannot be reached switches the limiter to its failure policy, as
+    /// a decision would.
     async fn query(&self, cmd: &::redis::Cmd) -> Result<::redis::Value, BackendError> {
         let shared = &self.shared;
-        let reply = tokio::time::timeout(shared.timeout, shared.script.conn().query(cmd)).await;
-        Ok(reply.map_err(|_| BackendError::Timeout(shared.timeout))??)
+        if shared.breaker.is_failing() {
+            return Err(BackendError::Unavailable);
+        }
+        match tokio::time::timeout(shared.timeout, shared.script.conn().query(cmd)).await {
+            Ok(Ok(reply)) => Ok(reply),
+            Ok(Err(err)) if is_unavailable(&err) => {
+                let err = BackendError::Redis(err);
+                shared.switch_to_failure(&err);
+                Err(err)
+            }
+            Ok(Err(err)) => Err(BackendError::Redis(err)),
+            Err(_) => {
+                let err = BackendError::Timeout(shared.timeout);
+                shared.switch_to_failure(&err);
+                Err(err)
+            }
+        }
     }
 }

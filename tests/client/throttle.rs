@@ -196,3 +196,75 @@ async fn limiters_wait_for_n_permits_at_once() {
     assert!(keyed.acquire_n_with("a", 10, wait).await.unwrap().is_err());
     assert!(direct.acquire_n_with(10, wait).await.unwrap().is_err());
 }
+
+fn answer(status: u16, fields: &[(&'static str, &str)]) -> (http::StatusCode, http::HeaderMap) {
+    let mut headers = http::HeaderMap::new();
+    for (name, value) in fields {
+        headers.append(*name, value.parse().unwrap());
+    }
+    (http::StatusCode::from_u16(status).unwrap(), headers)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_short_pause_after_a_long_cap_lasts_only_its_own_time() {
+    let throttle = Throttle::quota("1000/1s".parse().unwrap()).unwrap();
+    let (ok, capped) = answer(200, &[("ratelimit", "\"d\";r=1000;t=300")]);
+    throttle.acquire("k").await.unwrap().heard(ok, &capped);
+    let (refused, retry) = answer(429, &[("retry-after", "1")]);
+    throttle.acquire("k").await.unwrap().heard(refused, &retry);
+    let start = Instant::now();
+    throttle.acquire("k").await.unwrap();
+    assert_eq!(start.elapsed(), Duration::from_secs(1));
+}
+
+#[tokio::test(start_paused = true)]
+async fn fields_count_calls_unless_told_they_count_the_cost() {
+    let tokens = || {
+        let budget: RateLimiter<String, TokioClock> =
+            RateLimiter::with_clock("100000/min".parse().unwrap(), TokioClock::new());
+        Throttle::new(budget)
+    };
+    let (ok, requests_left) = answer(200, &[("ratelimit", "\"requests\";r=99;t=60")]);
+    // 99 requests left upstream: a call of 1,500 tokens goes at once.
+    let by_calls = tokens();
+    by_calls
+        .reserve_n("llm", 1_500)
+        .await
+        .unwrap()
+        .heard(ok, &requests_left);
+    let start = Instant::now();
+    by_calls.reserve_n("llm", 1_500).await.unwrap();
+    assert_eq!(start.elapsed(), Duration::ZERO);
+    // Read as 99 tokens, it waits for the reset.
+    let by_cost = tokens().fields_count_cost();
+    by_cost
+        .reserve_n("llm", 1_500)
+        .await
+        .unwrap()
+        .heard(ok, &requests_left);
+    by_cost.reserve_n("llm", 1_500).await.unwrap();
+    assert_eq!(start.elapsed(), Duration::from_secs(60));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_call_that_gives_up_in_the_queue_is_told_how_long_the_head_still_waits() {
+    let budget = Arc::new(DirectLimiter::with_clock(
+        "1/min".parse().unwrap(),
+        TokioClock::new(),
+    ));
+    let throttle = Throttle::new(budget);
+    let _first = throttle.acquire("api").await.unwrap();
+    let head = tokio::spawn({
+        let throttle = throttle.clone();
+        async move { throttle.acquire("api").await.is_ok() }
+    });
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    let hurried = throttle.clone().max_wait(Duration::from_secs(1));
+    match hurried.acquire("api").await {
+        Err(ThrottleError::TimedOut { retry_after, .. }) => {
+            assert_eq!(retry_after, Duration::from_millis(58_999));
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(head.await.unwrap());
+}

@@ -137,3 +137,40 @@ async fn a_pause_one_instance_learns_holds_every_instance() {
     limiter.pause("long", Duration::from_secs(1)).await.unwrap();
     assert!(limiter.paused("long").await.unwrap().unwrap() > Duration::from_secs(50));
 }
+
+#[cfg(feature = "tower")]
+#[tokio::test]
+async fn a_throttle_on_a_redis_that_is_down_follows_the_failure_policy() {
+    use tollgate::client::Throttle;
+    use tollgate::redis::FailurePolicy;
+
+    let mut server = RedisServer::start();
+    let limiter = RedisLimiter::builder("100/1s".parse().unwrap())
+        .prefix("client-down")
+        .timeout(Duration::from_millis(200))
+        .failure_policy(FailurePolicy::Open)
+        .connect(&server.url())
+        .await
+        .unwrap();
+    let throttle = Throttle::new(limiter);
+    throttle.acquire("provider").await.unwrap();
+    server.kill();
+    // The first call finds Redis gone (one timeout at most, reading the shared pause), then
+    // the failure policy lets it through; the next ones skip Redis at once.
+    let start = Instant::now();
+    throttle.acquire("provider").await.unwrap();
+    assert!(
+        start.elapsed() < Duration::from_secs(1),
+        "{:?}",
+        start.elapsed()
+    );
+    let start = Instant::now();
+    for _ in 0..5 {
+        throttle.acquire("provider").await.unwrap();
+    }
+    assert!(
+        start.elapsed() < Duration::from_millis(100),
+        "{:?}",
+        start.elapsed()
+    );
+}
