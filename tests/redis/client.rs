@@ -174,3 +174,48 @@ async fn a_throttle_on_a_redis_that_is_down_follows_the_failure_policy() {
         start.elapsed()
     );
 }
+
+#[cfg(feature = "tower")]
+#[tokio::test]
+async fn throttles_with_leases_keep_one_quota_between_instances() {
+    use std::sync::{Arc, Mutex};
+
+    use tollgate::client::Throttle;
+
+    let server = RedisServer::start();
+    let start = Instant::now();
+    let admitted = Arc::new(Mutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    for _ in 0..2 {
+        let leasing = RedisLimiter::builder("10/1s".parse().unwrap())
+            .prefix("client-lease")
+            .deny_cache(0)
+            .lease(5)
+            .connect(&server.url())
+            .await
+            .unwrap();
+        let throttle = Throttle::new(leasing);
+        for _ in 0..2 {
+            let (throttle, admitted) = (throttle.clone(), Arc::clone(&admitted));
+            tasks.push(tokio::spawn(async move {
+                for _ in 0..5 {
+                    throttle.acquire("provider").await.unwrap();
+                    admitted.lock().unwrap().push(start.elapsed());
+                }
+            }));
+        }
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let admitted = admitted.lock().unwrap().clone();
+    assert_eq!(admitted.len(), 20);
+    // A burst of 10 between both instances, then one every 100 ms.
+    let early = admitted
+        .iter()
+        .filter(|&&at| at < Duration::from_millis(500))
+        .count();
+    assert!((10..=14).contains(&early), "{early}: {admitted:?}");
+    let last = admitted.iter().max().unwrap();
+    assert!(*last >= Duration::from_millis(900), "{last:?}");
+}
