@@ -91,13 +91,18 @@ impl Told {
         if let Some(paused) = self.paused_until.filter(|&paused| paused > now) {
             return Some(paused);
         }
-        self.until.filter(|&until| until > now && self.left < units)
+        self.until.filter(|_| self.capped(now) && self.left < units)
+    }
+
+    /// Whether the cap of the rate-limit fields still holds at `now`.
+    fn capped(&self, now: Instant) -> bool {
+        self.until.is_some_and(|until| until > now)
     }
 
     /// A call counting `units` was admitted: it is in flight, and spends from what was
     /// said. Returns its serial number.
     pub(super) fn admit(&mut self, now: Instant, units: u64) -> u64 {
-        if self.until.is_some_and(|until| until > now) {
+        if self.capped(now) {
             self.left = self.left.saturating_sub(units);
         }
         self.in_flight = self.in_flight.saturating_add(units);
@@ -118,12 +123,11 @@ impl Told {
     pub(super) fn left(&mut self, now: Instant, serial: u64, remaining: u64, reset: Duration) {
         let left = remaining.saturating_sub(self.in_flight);
         let until = now + reset;
-        let holding = self.until.is_some_and(|u| u > now);
-        if !holding || serial >= self.source {
+        if !self.capped(now) || serial >= self.source {
             self.left = left;
             self.until = Some(until);
             self.source = serial;
-        } else if left < self.left {
+        } else if left <= self.left {
             self.left = left;
             self.until = self.until.max(Some(until));
         }
@@ -132,11 +136,7 @@ impl Told {
     /// A refusal said: nothing more until `pause` from now. A pause is never shortened, and
     /// leaves the cap of the rate-limit fields as it was for after it.
     pub(super) fn pause(&mut self, now: Instant, pause: Duration) {
-        let until = now + pause;
-        self.paused_until = match self.paused_until {
-            Some(paused) if paused > until => Some(paused),
-            _ => Some(until),
-        };
+        self.paused_until = self.paused_until.max(Some(now + pause));
     }
 
     /// The caller at the head of the queue sleeps until `ready`.
@@ -152,9 +152,7 @@ impl Told {
 
     /// Nothing in flight and nothing said that still holds.
     fn is_idle(&self, now: Instant) -> bool {
-        self.in_flight == 0
-            && self.until.is_none_or(|until| until <= now)
-            && self.paused_until.is_none_or(|paused| paused <= now)
+        self.in_flight == 0 && self.holds_back(now, u64::MAX).is_none()
     }
 }
 
@@ -194,6 +192,9 @@ mod tests {
         told.left(now, old, 12, Duration::from_secs(5));
         assert_eq!(told.holds_back(now, 9), None);
         assert_eq!(told.holds_back(now, 10), Some(now + Duration::from_secs(1)));
+        // ... and says as much, for longer: the longer reset holds.
+        told.left(now, old, 9, Duration::from_secs(2));
+        assert_eq!(told.holds_back(now, 10), Some(now + Duration::from_secs(2)));
         // ... and says less: taken, for the longer of the two resets.
         told.left(now, old, 4, Duration::from_secs(5));
         assert_eq!(told.holds_back(now, 5), Some(now + Duration::from_secs(5)));
@@ -218,20 +219,54 @@ mod tests {
         // After it, the cap holds as the last answer set it, not as a stop.
         assert_eq!(told.holds_back(now + secs(3), 1), None);
         assert!(told.is_idle(now + secs(3)));
+        // A pause after one has ended holds for its own time.
+        told.pause(now + secs(10), secs(2));
+        assert_eq!(told.holds_back(now + secs(10), 1), Some(now + secs(12)));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_cap_ends_at_its_reset_and_admissions_spend_only_while_it_holds() {
+        let now = Instant::now();
+        let secs = Duration::from_secs;
+        let mut told = Told::default();
+        let serial = told.admit(now, 1);
+        told.answered(1);
+        told.left(now, serial, 2, secs(1));
+        // At the reset the cap has ended: an admission then spends nothing of it.
+        told.admit(now + secs(1), 1);
+        told.answered(1);
+        assert!(told.is_idle(now + secs(1)));
+        // An older answer once the cap has ended sets a new one.
+        told.left(now + secs(1), 0, 1, secs(1));
+        assert_eq!(told.holds_back(now + secs(1), 2), Some(now + secs(2)));
+        assert!(!told.is_idle(now + secs(1)));
     }
 
     #[tokio::test(start_paused = true)]
     async fn idle_lanes_are_tidied_at_a_constant_cost_per_lane() {
         let lanes = Lanes::default();
-        let busy = lanes.get("busy");
-        for i in 0..3 * TIDY_FIRST {
+        let len = |lanes: &Lanes| lanes.0.lock().unwrap().lanes.len();
+        // Held lanes, a paused one and one with a call in flight survive every tidy.
+        let held: Vec<_> = (0..600).map(|i| lanes.get(&format!("held{i}"))).collect();
+        let now = Instant::now();
+        lanes
+            .get("paused")
+            .told()
+            .pause(now, Duration::from_secs(60));
+        lanes.get("flying").told().admit(now, 1);
+        // Below the first threshold nothing is tidied.
+        for i in 0..(TIDY_FIRST - 603) {
             drop(lanes.get(&i.to_string()));
         }
-        let map = lanes.0.lock().unwrap();
-        // Tidied each time it reached 1,024 lanes: the held one always survives.
-        assert!(map.lanes.len() <= TIDY_FIRST + 1, "{}", map.lanes.len());
-        assert!(map.lanes.contains_key("busy"));
-        assert_eq!(map.tidy_at, TIDY_FIRST);
-        drop(busy);
+        assert_eq!(len(&lanes), TIDY_FIRST - 1);
+        drop(lanes.get("one more"));
+        drop(lanes.get("and another"));
+        // The tidy at 1,024 kept the 602 lanes in use: the next comes at twice that.
+        assert_eq!(len(&lanes), 603);
+        assert_eq!(lanes.0.lock().unwrap().tidy_at, 1_204);
+        for key in ["held0", "paused", "flying", "and another"] {
+            assert!(lanes.0.lock().unwrap().lanes.contains_key(key), "{key}");
+        }
+        drop(held);
     }
 }

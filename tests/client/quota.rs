@@ -114,3 +114,19 @@ async fn a_paced_stream_keeps_its_items_when_a_permit_fails() {
     let third = poll_fn(|cx| paced.as_mut().poll_next(cx)).await.unwrap();
     assert_eq!(third.unwrap(), 3);
 }
+
+#[tokio::test(start_paused = true)]
+async fn the_margin_is_at_most_a_quarter_of_the_window() {
+    let throttle = Throttle::quota("4/1s".parse().unwrap()).unwrap();
+    let slow = Upstream::new(vec![], |_| {
+        Answer::ok().delays(Duration::ZERO, Duration::from_millis(600))
+    });
+    let mut client = ThrottleLayer::new(throttle.clone()).layer(slow);
+    client.call(get("api.example.com")).await.unwrap();
+    // 600 ms x 1.5 would be 900 ms: capped at 250 ms.
+    assert_eq!(throttle.stats().margin, Some(Duration::from_millis(250)));
+    assert_eq!(
+        throttle.policy().unwrap().to_string(),
+        "sliding-log 4/1250ms"
+    );
+}

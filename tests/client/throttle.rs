@@ -268,3 +268,49 @@ async fn a_call_that_gives_up_in_the_queue_is_told_how_long_the_head_still_waits
     }
     assert!(head.await.unwrap());
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_permit_exactly_at_the_maximum_wait_is_waited_for() {
+    let throttle = Throttle::new(one_per_second()).max_wait(Duration::from_secs(1));
+    let start = Instant::now();
+    throttle.acquire("api").await.unwrap();
+    throttle.acquire("api").await.unwrap();
+    assert_eq!(start.elapsed(), Duration::from_secs(1));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_call_dropped_unanswered_is_no_longer_in_flight() {
+    let throttle = Throttle::new(DirectLimiter::with_clock(
+        "100/1s".parse().unwrap(),
+        TokioClock::new(),
+    ));
+    drop(throttle.acquire("api").await.unwrap());
+    // Had the dropped call stayed in flight, 2 - 1 would be left: one call, then a wait.
+    let (ok, two_left) = answer(200, &[("ratelimit", "\"d\";r=2;t=10")]);
+    throttle.acquire("api").await.unwrap().heard(ok, &two_left);
+    let start = Instant::now();
+    throttle.acquire("api").await.unwrap();
+    throttle.acquire("api").await.unwrap();
+    assert_eq!(start.elapsed(), Duration::ZERO);
+    throttle.acquire("api").await.unwrap();
+    assert_eq!(start.elapsed(), Duration::from_secs(10));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_throttle_shows_its_policy_and_settings() {
+    let throttle = Throttle::quota("4/1s".parse().unwrap())
+        .unwrap()
+        .max_wait(Duration::from_secs(3));
+    assert_eq!(
+        throttle.policy().unwrap().to_string(),
+        "sliding-log 4/1020ms"
+    );
+    let shown = format!("{throttle:?}");
+    assert!(shown.contains("max_wait: Some(3s)"), "{shown}");
+    let call = throttle.acquire_n("api", 2).await.unwrap();
+    let shown = format!("{call:?}");
+    assert!(
+        shown.contains("\"api\"") && shown.contains("reserved: false"),
+        "{shown}"
+    );
+}
