@@ -393,6 +393,74 @@ mod tests {
     }
 
     #[test]
+    fn every_month_and_the_edges_of_a_date() {
+        let firsts = [
+            ("Fri, 01 Jan 2021", 1_609_459_200),
+            ("Mon, 01 Feb 2021", 1_612_137_600),
+            ("Mon, 01 Mar 2021", 1_614_556_800),
+            ("Thu, 01 Apr 2021", 1_617_235_200),
+            ("Sat, 01 May 2021", 1_619_827_200),
+            ("Tue, 01 Jun 2021", 1_622_505_600),
+            ("Thu, 01 Jul 2021", 1_625_097_600),
+            ("Sun, 01 Aug 2021", 1_627_776_000),
+            ("Wed, 01 Sep 2021", 1_630_454_400),
+            ("Fri, 01 Oct 2021", 1_633_046_400),
+            ("Mon, 01 Nov 2021", 1_635_724_800),
+            ("Wed, 01 Dec 2021", 1_638_316_800),
+        ];
+        for (day, seconds) in firsts {
+            assert_eq!(
+                http_date(&format!("{day} 00:00:00 GMT")),
+                Some(seconds),
+                "{day}"
+            );
+        }
+        // A leap second is a valid time of day.
+        assert_eq!(
+            http_date("Sat, 31 Dec 2016 23:59:60 GMT"),
+            Some(1_483_228_800)
+        );
+        for bad in [
+            "Sun, 06 Nov 1994 08:49:37 GMT extra",
+            "Sun, 06 Nov 1994 08:49:37:00 GMT",
+            "Sun, 06 Nov 1969 08:49:37 GMT",
+            "Sun, 00 Nov 1994 08:49:37 GMT",
+            "Sun, 32 Nov 1994 08:49:37 GMT",
+            "Sun, 06 Nov 1994 08:60:37 GMT",
+            "Sun, 06 Nov 1994 08:49:61 GMT",
+            "Sun, 06 Nop 1994 08:49:37 GMT",
+        ] {
+            assert_eq!(http_date(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn integers_are_plain_digits_of_at_most_fifteen() {
+        assert_eq!(integer(""), None);
+        assert_eq!(integer("999999999999999"), Some(999_999_999_999_999));
+        assert_eq!(integer("1000000000000000"), None);
+        assert_eq!(integer("12a"), None);
+        assert_eq!(integer(" 7 "), Some(7));
+    }
+
+    #[test]
+    fn the_tightest_member_whatever_the_order() {
+        let tightest = |value| structured(value).map(|(r, t)| (r, t.as_secs()));
+        assert_eq!(tightest("\"b\";r=5;t=900, \"a\";r=5;t=30"), Some((5, 900)));
+        assert_eq!(tightest("\"a\";r=5;t=30, \"b\";r=9;t=1000"), Some((5, 30)));
+        assert_eq!(tightest("\"a\";r=9;t=1, \"b\";r=5;t=2"), Some((5, 2)));
+        // A name with an opening quote and no closing one is not a name.
+        assert_eq!(tightest("\"a;r=5;t=30"), None);
+        // A 429 whose reset is now pauses for the default, not for nothing.
+        let refused = hear(
+            StatusCode::TOO_MANY_REQUESTS,
+            &headers(&[("ratelimit", "\"d\";r=0;t=0")]),
+            CAP,
+        );
+        assert_eq!(refused, (Heard::Pause(DEFAULT_PAUSE), 0));
+    }
+
+    #[test]
     fn hostile_values_are_ignored_and_counted() {
         for (name, value) in [
             ("ratelimit", "\"d\";r=-1;t=5"),

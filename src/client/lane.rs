@@ -63,24 +63,28 @@ impl Lane {
     }
 }
 
-/// What the upstream said about the key's quota, and the calls it has not answered yet.
-/// What it said is counted in `units` per call: 1 (the fields count calls), or the call's
-/// cost.
+/// What the upstream said about the key's quota, and the calls it has not answered yet,
+/// counted in the fields' units: 1 per call (the fields count calls), or the call's cost.
+///
+/// The cap: within a period that the first answer with fields opens and each answer extends
+/// to its reset, the least `remaining` any answer reported, less every call still in flight
+/// and every call answered without a report (or never answered) since. Safe: the answer that reported the least counted
+/// every call processed before it, and a call processed after it is still in flight (had it
+/// been answered, its report would be lower), so no more than that can reach the upstream's
+/// count. Once every call is answered the cap is exact, whatever order the answers came in.
 #[derive(Debug, Default)]
 pub(super) struct Told {
     /// Nothing may be sent before this (a refusal's pause).
     paused_until: Option<Instant>,
-    /// At most this much more may be spent until `until` (the rate-limit fields).
-    left: u64,
-    /// When `left` stops holding; `None` when nothing holds.
+    /// The least `remaining` reported in the present period.
+    reported: u64,
+    /// When the present period ends; `None` before the first.
     until: Option<Instant>,
-    /// The serial number of the call whose answer set `left`: an older answer may only
-    /// tighten it.
-    source: u64,
-    /// The serial number the next admitted call gets.
-    next: u64,
-    /// What calls admitted and not answered yet count, in the fields' units.
+    /// The calls admitted and not answered yet.
     in_flight: u64,
+    /// The calls of the present period dropped without an answer: they may have been
+    /// counted upstream, and no answer will say.
+    lost: u64,
     /// When the caller at the head of the queue expects its permit, while it sleeps.
     head_ready: Option<Instant>,
 }
@@ -91,45 +95,55 @@ impl Told {
         if let Some(paused) = self.paused_until.filter(|&paused| paused > now) {
             return Some(paused);
         }
-        self.until.filter(|_| self.capped(now) && self.left < units)
+        self.until
+            .filter(|_| self.capped(now) && self.allows() < units)
     }
 
-    /// Whether the cap of the rate-limit fields still holds at `now`.
+    /// Whether a period of the rate-limit fields holds at `now`.
     fn capped(&self, now: Instant) -> bool {
         self.until.is_some_and(|until| until > now)
     }
 
-    /// A call counting `units` was admitted: it is in flight, and spends from what was
-    /// said. Returns its serial number.
-    pub(super) fn admit(&mut self, now: Instant, units: u64) -> u64 {
-        if self.capped(now) {
-            self.left = self.left.saturating_sub(units);
-        }
-        self.in_flight = self.in_flight.saturating_add(units);
-        self.head_ready = None;
-        self.next += 1;
-        self.next
+    /// What the present period lets through now.
+    fn allows(&self) -> u64 {
+        self.reported
+            .saturating_sub(self.in_flight)
+            .saturating_sub(self.lost)
     }
 
-    /// A call counting `units` was answered, or will never be.
+    /// A call counting `units` was admitted: it is in flight.
+    pub(super) fn admit(&mut self, units: u64) {
+        self.head_ready = None;
+        self.in_flight = self.in_flight.saturating_add(units);
+    }
+
+    /// A call counting `units` was answered.
     pub(super) fn answered(&mut self, units: u64) {
         self.in_flight = self.in_flight.saturating_sub(units);
     }
 
-    /// The answer to call `serial` (already [`answered`](Told::answered)) said that at most
-    /// `remaining` more may be spent in the next `reset`. The calls still in flight were
-    /// admitted before it came and the upstream may not have counted them yet, so they are
-    /// taken off. An answer older than the one that set the present cap only tightens it.
-    pub(super) fn left(&mut self, now: Instant, serial: u64, remaining: u64, reset: Duration) {
-        let left = remaining.saturating_sub(self.in_flight);
+    /// A call counting `units` was answered with no report (no fields, or none that parse),
+    /// or will never be answered (it failed, or was dropped): it was counted upstream, or
+    /// may have been, and no report will say so, so it stays counted for the present period.
+    pub(super) fn unreported(&mut self, now: Instant, units: u64) {
+        self.answered(units);
+        if self.capped(now) {
+            self.lost = self.lost.saturating_add(units);
+        }
+    }
+
+    /// An answer (already [`answered`](Told::answered)) said that at most `remaining` more
+    /// may be spent in the next `reset`: it opens a period, or tightens and extends the
+    /// present one.
+    pub(super) fn reported(&mut self, now: Instant, remaining: u64, reset: Duration) {
         let until = now + reset;
-        if !self.capped(now) || serial >= self.source {
-            self.left = left;
-            self.until = Some(until);
-            self.source = serial;
-        } else if left <= self.left {
-            self.left = left;
+        if self.capped(now) {
+            self.reported = self.reported.min(remaining);
             self.until = self.until.max(Some(until));
+        } else {
+            self.reported = remaining;
+            self.lost = 0;
+            self.until = Some(until);
         }
     }
 
@@ -160,86 +174,96 @@ impl Told {
 mod tests {
     use super::*;
 
-    #[tokio::test(start_paused = true)]
-    async fn an_answer_takes_off_what_is_still_in_flight() {
-        let now = Instant::now();
-        let mut told = Told::default();
-        let first = told.admit(now, 1);
-        let _second = told.admit(now, 1);
-        let _third = told.admit(now, 1);
-        told.answered(1);
-        told.left(now, first, 5, Duration::from_secs(1));
-        // Two calls in flight may not be counted upstream yet: 5 - 2.
-        assert_eq!(told.holds_back(now, 3), None);
-        assert_eq!(told.holds_back(now, 4), Some(now + Duration::from_secs(1)));
-        told.admit(now, 3);
-        assert_eq!(told.holds_back(now, 1), Some(now + Duration::from_secs(1)));
-        // Once the reset has passed, nothing holds.
-        assert_eq!(told.holds_back(now + Duration::from_secs(1), 1), None);
+    const fn secs(n: u64) -> Duration {
+        Duration::from_secs(n)
     }
 
     #[tokio::test(start_paused = true)]
-    async fn an_older_answer_only_tightens() {
+    async fn the_calls_in_flight_are_taken_off_the_least_reported() {
         let now = Instant::now();
         let mut told = Told::default();
-        let old = told.admit(now, 1);
-        let new = told.admit(now, 1);
+        for _ in 0..3 {
+            told.admit(1);
+        }
         told.answered(1);
-        told.left(now, new, 10, Duration::from_secs(1));
+        told.reported(now, 5, secs(1));
+        // Two calls in flight may not be counted upstream yet: 5 - 2.
+        assert_eq!(told.holds_back(now, 3), None);
+        assert_eq!(told.holds_back(now, 4), Some(now + secs(1)));
+        told.admit(3);
+        assert_eq!(told.holds_back(now, 1), Some(now + secs(1)));
+        // Once the period has passed, nothing holds.
+        assert_eq!(told.holds_back(now + secs(1), 1), None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn answers_in_any_order_end_exact_once_all_are_in() {
+        let now = Instant::now();
+        let mut told = Told::default();
+        for _ in 0..4 {
+            told.admit(1);
+        }
+        // The upstream processed the four calls in order (reporting 9, 8, 7, 6 left); the
+        // answers come back 4th, 1st, 3rd, 2nd.
+        for (remaining, left_after) in [(6, 3), (9, 4), (7, 5), (8, 6)] {
+            told.answered(1);
+            told.reported(now, remaining, secs(2));
+            assert_eq!(told.allows(), left_after);
+        }
+        // All answered: exactly what the last processed call reported.
+        assert_eq!(told.holds_back(now, 6), None);
+        assert_eq!(told.holds_back(now, 7), Some(now + secs(2)));
+        // A later answer with a longer reset extends the period; a higher report within it
+        // changes nothing.
+        told.admit(1);
         told.answered(1);
-        // The older call was still in flight: 10 - 1. Its own answer says more is left:
-        // ignored.
-        told.left(now, old, 12, Duration::from_secs(5));
-        assert_eq!(told.holds_back(now, 9), None);
-        assert_eq!(told.holds_back(now, 10), Some(now + Duration::from_secs(1)));
-        // ... and says as much, for longer: the longer reset holds.
-        told.left(now, old, 9, Duration::from_secs(2));
-        assert_eq!(told.holds_back(now, 10), Some(now + Duration::from_secs(2)));
-        // ... and says less: taken, for the longer of the two resets.
-        told.left(now, old, 4, Duration::from_secs(5));
-        assert_eq!(told.holds_back(now, 5), Some(now + Duration::from_secs(5)));
+        told.reported(now + secs(1), 20, secs(5));
+        assert_eq!(told.holds_back(now + secs(1), 7), Some(now + secs(6)));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_call_dropped_unanswered_stays_counted_for_the_period() {
+        let now = Instant::now();
+        let mut told = Told::default();
+        told.admit(1);
+        told.answered(1);
+        told.reported(now, 3, secs(10));
+        told.admit(1);
+        told.unreported(now, 1);
+        assert_eq!(told.allows(), 2);
+        assert!(!told.is_idle(now));
+        // A new period forgets it.
+        told.reported(now + secs(10), 3, secs(10));
+        assert_eq!(told.allows(), 3);
+        // Outside any period, a dropped call counts for nothing.
+        let mut fresh = Told::default();
+        fresh.admit(1);
+        fresh.unreported(now, 1);
+        assert!(fresh.is_idle(now));
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_pause_holds_everything_is_never_shortened_and_leaves_the_cap_for_after() {
         let now = Instant::now();
-        let secs = Duration::from_secs;
         let mut told = Told::default();
-        let serial = told.admit(now, 1);
+        told.admit(1);
         told.answered(1);
-        told.left(now, serial, 1_000, secs(300));
+        told.reported(now, 1_000, secs(300));
         told.pause(now, secs(3));
         assert_eq!(told.holds_back(now, 1), Some(now + secs(3)));
         told.pause(now, secs(1));
         assert_eq!(told.holds_back(now, 1), Some(now + secs(3)));
-        // A newer answer that says there is room does not lift it either.
-        told.left(now, serial + 1, 10, secs(1));
+        // An answer that says there is room does not lift it either.
+        told.reported(now, 10, secs(1));
         assert_eq!(told.holds_back(now, 1), Some(now + secs(3)));
         assert!(!told.is_idle(now));
-        // After it, the cap holds as the last answer set it, not as a stop.
-        assert_eq!(told.holds_back(now + secs(3), 1), None);
-        assert!(told.is_idle(now + secs(3)));
+        // After it, the cap holds as the answers set it, not as a stop.
+        assert_eq!(told.holds_back(now + secs(3), 10), None);
+        assert_eq!(told.holds_back(now + secs(3), 11), Some(now + secs(300)));
         // A pause after one has ended holds for its own time.
         told.pause(now + secs(10), secs(2));
         assert_eq!(told.holds_back(now + secs(10), 1), Some(now + secs(12)));
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn the_cap_ends_at_its_reset_and_admissions_spend_only_while_it_holds() {
-        let now = Instant::now();
-        let secs = Duration::from_secs;
-        let mut told = Told::default();
-        let serial = told.admit(now, 1);
-        told.answered(1);
-        told.left(now, serial, 2, secs(1));
-        // At the reset the cap has ended: an admission then spends nothing of it.
-        told.admit(now + secs(1), 1);
-        told.answered(1);
-        assert!(told.is_idle(now + secs(1)));
-        // An older answer once the cap has ended sets a new one.
-        told.left(now + secs(1), 0, 1, secs(1));
-        assert_eq!(told.holds_back(now + secs(1), 2), Some(now + secs(2)));
-        assert!(!told.is_idle(now + secs(1)));
+        assert!(told.is_idle(now + secs(300)));
     }
 
     #[tokio::test(start_paused = true)]
@@ -249,11 +273,8 @@ mod tests {
         // Held lanes, a paused one and one with a call in flight survive every tidy.
         let held: Vec<_> = (0..600).map(|i| lanes.get(&format!("held{i}"))).collect();
         let now = Instant::now();
-        lanes
-            .get("paused")
-            .told()
-            .pause(now, Duration::from_secs(60));
-        lanes.get("flying").told().admit(now, 1);
+        lanes.get("paused").told().pause(now, secs(60));
+        lanes.get("flying").told().admit(1);
         // Below the first threshold nothing is tidied.
         for i in 0..(TIDY_FIRST - 603) {
             drop(lanes.get(&i.to_string()));

@@ -431,12 +431,11 @@ impl Throttle {
         if waited {
             counts.waited.fetch_add(1, Ordering::Relaxed);
         }
-        let serial = lane.told().admit(now, units);
+        lane.told().admit(units);
         Admission {
             throttle: self.clone(),
             key: key.to_owned(),
             lane,
-            serial,
             units,
             at: now,
             decision: taken.decision,
@@ -464,17 +463,20 @@ impl Throttle {
         // Relaxed: statistics.
         counts.malformed.fetch_add(malformed, Ordering::Relaxed);
         let mut told = admission.lane.told();
-        told.answered(admission.units);
         match heard {
-            Heard::Nothing => {}
+            // Counted upstream, but no report says so.
+            Heard::Nothing => told.unreported(now, admission.units),
+            // Refused: not counted.
             Heard::Pause(pause) => {
                 counts.pauses.fetch_add(1, Ordering::Relaxed);
+                told.answered(admission.units);
                 told.pause(now, pause);
                 self.shared.budget.share_pause(&admission.key, pause);
             }
             Heard::Left { remaining, reset } => {
                 counts.adjustments.fetch_add(1, Ordering::Relaxed);
-                told.left(now, admission.serial, remaining, reset);
+                told.answered(admission.units);
+                told.reported(now, remaining, reset);
             }
         }
         drop(told);
@@ -591,7 +593,6 @@ pub struct Admission {
     throttle: Throttle,
     key: String,
     lane: Arc<Lane>,
-    serial: u64,
     /// What the call counts in the upstream's fields: 1, or its cost.
     units: u64,
     at: Instant,
@@ -677,7 +678,7 @@ impl Admission {
 impl Drop for Admission {
     fn drop(&mut self) {
         if !self.answered {
-            self.lane.told().answered(self.units);
+            self.lane.told().unreported(Instant::now(), self.units);
         }
     }
 }
