@@ -140,27 +140,7 @@ impl Budget {
                 reservation: None,
             }),
             #[cfg(feature = "redis")]
-            Source::Redis(limiter) => {
-                let backend = |source: crate::redis::BackendError| match source {
-                    crate::redis::BackendError::Cost(source) => cost_error(source),
-                    source => ThrottleError::Backend {
-                        key: key.to_owned(),
-                        source,
-                    },
-                };
-                if reserve {
-                    let reservation = limiter.reserve_n(key, cost).await.map_err(backend)?;
-                    Ok(Taken {
-                        decision: reservation.decision(),
-                        reservation: Some(reservation),
-                    })
-                } else {
-                    Ok(Taken {
-                        decision: limiter.try_acquire_n(key, cost).await.map_err(backend)?,
-                        reservation: None,
-                    })
-                }
-            }
+            Source::Redis(limiter) => redis_take(limiter, key, cost, reserve).await,
         }
     }
 
@@ -240,6 +220,63 @@ impl Budget {
             Source::Redis(limiter) => Some(limiter.policy()),
         }
     }
+}
+
+/// Takes `cost` permits for `key` from a Redis budget.
+///
+/// From a lease, as the limiter's own `try_acquire_n` does: a lease being replaced when the
+/// caller is dropped keeps its permits for the next call. Otherwise in a reservation made by
+/// a task of its own, so that a caller dropped during the round trip does not lose the
+/// permit: the task gives back a reservation nobody took. A reservation taken for a call
+/// whose cost is not settled stays in Redis until it expires, as any unsettled one does.
+#[cfg(feature = "redis")]
+async fn redis_take(
+    limiter: &crate::redis::RedisLimiter,
+    key: &str,
+    cost: u64,
+    reserve: bool,
+) -> Result<Taken, ThrottleError> {
+    use crate::redis::BackendError;
+
+    let backend = |source: BackendError| match source {
+        BackendError::Cost(source) => ThrottleError::Cost {
+            key: key.to_owned(),
+            source,
+        },
+        source => ThrottleError::Backend {
+            key: key.to_owned(),
+            source,
+        },
+    };
+    if limiter.is_leasing() && !reserve {
+        return Ok(Taken {
+            decision: limiter.try_acquire_n(key, cost).await.map_err(backend)?,
+            reservation: None,
+        });
+    }
+    let (sender, receiver) = tokio::sync::oneshot::channel();
+    let (task_limiter, task_key) = (limiter.clone(), key.to_owned());
+    tokio::spawn(async move {
+        let reserved = task_limiter.reserve_n(&task_key, cost).await;
+        if let Err(Ok(unclaimed)) = sender.send(reserved) {
+            if unclaimed.decision().is_allowed() {
+                if let Err(err) = task_limiter.cancel(&task_key, unclaimed).await {
+                    log::warn!(
+                        "tollgate: a permit for `{task_key}` whose caller left was not given back: {err}"
+                    );
+                }
+            }
+        }
+    });
+    // The task ends only by sending, unless it panicked.
+    let reserved = receiver
+        .await
+        .map_err(|_| backend(BackendError::Unavailable))?;
+    let reservation = reserved.map_err(backend)?;
+    Ok(Taken {
+        decision: reservation.decision(),
+        reservation: reserve.then_some(reservation),
+    })
 }
 
 impl<C, S> From<RateLimiter<String, C, S>> for Budget

@@ -35,9 +35,8 @@ const LONGEST_PAUSE: Duration = Duration::from_secs(86_400);
 ///   the same key that came first (first come, first served), and fails with
 ///   [`ThrottleError::TimedOut`] when it cannot get one within
 ///   [`max_wait`](Throttle::max_wait). A call dropped while it waits gives its place up and
-///   has taken nothing, except on a Redis budget when it is dropped during the round trip
-///   that takes its permit: that permit may stay spent (counted against the quota, never
-///   over it).
+///   has taken nothing: on a Redis budget, a permit taken in a round trip its caller left
+///   is given back.
 /// * **Listens to the upstream.** [`Admission::heard`] reads the answer: a `429` (or a `503`
 ///   with `Retry-After`) pauses the key for every waiter until the time it names; the
 ///   `RateLimit` field of the IETF draft, `RateLimit-Remaining`/`-Reset` and

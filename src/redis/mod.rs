@@ -394,6 +394,12 @@ impl RedisLimiter {
         self.shared.bands.keys(&self.shared.prefix, key)
     }
 
+    /// Whether requests are decided from leases (see [`RedisLimiterBuilder::lease`]).
+    #[cfg(feature = "tower")]
+    pub(crate) fn is_leasing(&self) -> bool {
+        self.shared.leases.is_some()
+    }
+
     /// Whether `other` decides on this limiter's connection (one was built from the other
     /// with `connect_shared`, or both from a third): one script call can decide both.
     #[cfg(feature = "tower")]

@@ -219,3 +219,38 @@ async fn throttles_with_leases_keep_one_quota_between_instances() {
     let last = admitted.iter().max().unwrap();
     assert!(*last >= Duration::from_millis(900), "{last:?}");
 }
+
+#[cfg(feature = "tower")]
+#[tokio::test]
+async fn a_call_dropped_during_its_round_trip_gives_its_permit_back() {
+    use tollgate::client::Throttle;
+
+    let server = RedisServer::start();
+    let limiter = instance(&server, "sliding-log 1000/1min").await;
+    let throttle = Throttle::new(limiter.clone());
+    let mut admitted = 0;
+    for i in 0..300u64 {
+        // Give up somewhere between sending the call and reading its answer.
+        let patience = Duration::from_micros(20 + (i * 37) % 400);
+        if let Ok(Ok(_call)) = tokio::time::timeout(patience, throttle.acquire("provider")).await {
+            admitted += 1;
+        }
+    }
+    // Let the give-backs land.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let spent = 1_000 - limiter.available("provider").await.unwrap();
+        if spent == admitted {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "spent {spent}, admitted {admitted}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(
+        admitted < 300,
+        "some calls must have been dropped mid-way: {admitted}"
+    );
+}
