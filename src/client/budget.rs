@@ -258,25 +258,68 @@ async fn redis_take(
     let (task_limiter, task_key) = (limiter.clone(), key.to_owned());
     tokio::spawn(async move {
         let reserved = task_limiter.reserve_n(&task_key, cost).await;
-        if let Err(Ok(unclaimed)) = sender.send(reserved) {
-            if unclaimed.decision().is_allowed() {
-                if let Err(err) = task_limiter.cancel(&task_key, unclaimed).await {
-                    log::warn!(
-                        "tollgate: a permit for `{task_key}` whose caller left was not given back: {err}"
-                    );
-                }
-            }
-        }
+        let held = reserved.map(|reservation| Unclaimed {
+            limiter: task_limiter,
+            key: task_key,
+            reservation: Some(reservation),
+        });
+        // A caller that has left drops what is sent (now, or in the channel if it leaves
+        // before reading it): `Unclaimed` gives the permit back then.
+        let _ = sender.send(held);
     });
     // The task ends only by sending, unless it panicked.
     let reserved = receiver
         .await
         .map_err(|_| backend(BackendError::Unavailable))?;
-    let reservation = reserved.map_err(backend)?;
+    let reservation = reserved
+        .map_err(backend)?
+        .claim()
+        .ok_or_else(|| backend(BackendError::Unavailable))?;
     Ok(Taken {
         decision: reservation.decision(),
         reservation: reserve.then_some(reservation),
     })
+}
+
+/// A reservation made for a caller that has not taken it yet: dropped unclaimed, it is
+/// given back (cancelled) in a task of its own.
+#[cfg(feature = "redis")]
+struct Unclaimed {
+    limiter: crate::redis::RedisLimiter,
+    key: String,
+    reservation: Option<Reservation>,
+}
+
+#[cfg(feature = "redis")]
+impl Unclaimed {
+    /// The reservation, taken by its caller: no longer given back on drop. (`None` cannot
+    /// happen: only a claim takes it, and a claim consumes the value.)
+    fn claim(mut self) -> Option<Reservation> {
+        self.reservation.take()
+    }
+}
+
+#[cfg(feature = "redis")]
+impl Drop for Unclaimed {
+    fn drop(&mut self) {
+        let Some(reservation) = self.reservation.take() else {
+            return;
+        };
+        if !reservation.decision().is_allowed() {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let (limiter, key) = (self.limiter.clone(), std::mem::take(&mut self.key));
+        runtime.spawn(async move {
+            if let Err(err) = limiter.cancel(&key, reservation).await {
+                log::warn!(
+                    "tollgate: a permit for `{key}` whose caller left was not given back: {err}"
+                );
+            }
+        });
+    }
 }
 
 impl<C, S> From<RateLimiter<String, C, S>> for Budget

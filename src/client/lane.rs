@@ -68,10 +68,14 @@ impl Lane {
 ///
 /// The cap: within a period that the first answer with fields opens and each answer extends
 /// to its reset, the least `remaining` any answer reported, less every call still in flight
-/// and every call answered without a report (or never answered) since. Safe: the answer that reported the least counted
-/// every call processed before it, and a call processed after it is still in flight (had it
-/// been answered, its report would be lower), so no more than that can reach the upstream's
-/// count. Once every call is answered the cap is exact, whatever order the answers came in.
+/// and every call answered without a report (or never answered). Safe: the answer that
+/// reported the least counted every call processed before it; a call processed after it is
+/// still in flight (had it been answered with a report, that report would be lower) or was
+/// answered without one, so no more than that can reach the upstream's count, whatever
+/// order the answers come back in. Calls without a report stay counted until a call is
+/// admitted with nothing in flight and no period holding: every report from then on comes
+/// from a call that arrived after them. Once every call is answered with a report, the cap
+/// is exactly what the upstream said.
 #[derive(Debug, Default)]
 pub(super) struct Told {
     /// Nothing may be sent before this (a refusal's pause).
@@ -82,8 +86,9 @@ pub(super) struct Told {
     until: Option<Instant>,
     /// The calls admitted and not answered yet.
     in_flight: u64,
-    /// The calls of the present period dropped without an answer: they may have been
-    /// counted upstream, and no answer will say.
+    /// The calls answered without a report, or never answered, since the last call admitted
+    /// with nothing in flight and no period holding: they may have been counted upstream,
+    /// and no report may say so.
     lost: u64,
     /// When the caller at the head of the queue expects its permit, while it sleeps.
     head_ready: Option<Instant>,
@@ -111,9 +116,14 @@ impl Told {
             .saturating_sub(self.lost)
     }
 
-    /// A call counting `units` was admitted: it is in flight.
-    pub(super) fn admit(&mut self, units: u64) {
+    /// A call counting `units` was admitted at `now`: it is in flight.
+    pub(super) fn admit(&mut self, now: Instant, units: u64) {
         self.head_ready = None;
+        if self.in_flight == 0 && !self.capped(now) {
+            // Every call before this one was answered, and arrived before it: any report
+            // from now on counts them.
+            self.lost = 0;
+        }
         self.in_flight = self.in_flight.saturating_add(units);
     }
 
@@ -124,12 +134,10 @@ impl Told {
 
     /// A call counting `units` was answered with no report (no fields, or none that parse),
     /// or will never be answered (it failed, or was dropped): it was counted upstream, or
-    /// may have been, and no report will say so, so it stays counted for the present period.
-    pub(super) fn unreported(&mut self, now: Instant, units: u64) {
+    /// may have been, and no report may say so.
+    pub(super) fn unreported(&mut self, units: u64) {
         self.answered(units);
-        if self.capped(now) {
-            self.lost = self.lost.saturating_add(units);
-        }
+        self.lost = self.lost.saturating_add(units);
     }
 
     /// An answer (already [`answered`](Told::answered)) said that at most `remaining` more
@@ -142,7 +150,6 @@ impl Told {
             self.until = self.until.max(Some(until));
         } else {
             self.reported = remaining;
-            self.lost = 0;
             self.until = Some(until);
         }
     }
@@ -183,14 +190,14 @@ mod tests {
         let now = Instant::now();
         let mut told = Told::default();
         for _ in 0..3 {
-            told.admit(1);
+            told.admit(now, 1);
         }
         told.answered(1);
         told.reported(now, 5, secs(1));
         // Two calls in flight may not be counted upstream yet: 5 - 2.
         assert_eq!(told.holds_back(now, 3), None);
         assert_eq!(told.holds_back(now, 4), Some(now + secs(1)));
-        told.admit(3);
+        told.admit(now, 3);
         assert_eq!(told.holds_back(now, 1), Some(now + secs(1)));
         // Once the period has passed, nothing holds.
         assert_eq!(told.holds_back(now + secs(1), 1), None);
@@ -201,7 +208,7 @@ mod tests {
         let now = Instant::now();
         let mut told = Told::default();
         for _ in 0..4 {
-            told.admit(1);
+            told.admit(now, 1);
         }
         // The upstream processed the four calls in order (reporting 9, 8, 7, 6 left); the
         // answers come back 4th, 1st, 3rd, 2nd.
@@ -215,38 +222,43 @@ mod tests {
         assert_eq!(told.holds_back(now, 7), Some(now + secs(2)));
         // A later answer with a longer reset extends the period; a higher report within it
         // changes nothing.
-        told.admit(1);
+        told.admit(now, 1);
         told.answered(1);
         told.reported(now + secs(1), 20, secs(5));
         assert_eq!(told.holds_back(now + secs(1), 7), Some(now + secs(6)));
     }
 
     #[tokio::test(start_paused = true)]
-    async fn a_call_dropped_unanswered_stays_counted_for_the_period() {
+    async fn calls_without_a_report_stay_counted_until_a_call_starts_afresh() {
         let now = Instant::now();
         let mut told = Told::default();
-        told.admit(1);
+        // B and A go out; the upstream handles B (2 left), then A (1 left). A's answer
+        // comes first, without fields; then B's, which opens the period.
+        told.admit(now, 1);
+        told.admit(now, 1);
+        told.unreported(1);
         told.answered(1);
-        told.reported(now, 3, secs(10));
-        told.admit(1);
-        told.unreported(now, 1);
-        assert_eq!(told.allows(), 2);
-        assert!(!told.is_idle(now));
-        // A new period forgets it.
-        told.reported(now + secs(10), 3, secs(10));
+        told.reported(now, 2, secs(60));
+        assert_eq!(told.allows(), 1);
+        // A call dropped unanswered within the period stays counted too.
+        told.admit(now, 1);
+        told.unreported(1);
+        assert_eq!(told.allows(), 0);
+        // Past the period, a call admitted with nothing in flight starts afresh: the next
+        // report counts every call before it.
+        told.admit(now + secs(60), 1);
+        told.answered(1);
+        told.reported(now + secs(60), 3, secs(10));
         assert_eq!(told.allows(), 3);
-        // Outside any period, a dropped call counts for nothing.
-        let mut fresh = Told::default();
-        fresh.admit(1);
-        fresh.unreported(now, 1);
-        assert!(fresh.is_idle(now));
+        assert!(!told.is_idle(now + secs(60)));
+        assert!(told.is_idle(now + secs(70)));
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_pause_holds_everything_is_never_shortened_and_leaves_the_cap_for_after() {
         let now = Instant::now();
         let mut told = Told::default();
-        told.admit(1);
+        told.admit(now, 1);
         told.answered(1);
         told.reported(now, 1_000, secs(300));
         told.pause(now, secs(3));
@@ -274,7 +286,7 @@ mod tests {
         let held: Vec<_> = (0..600).map(|i| lanes.get(&format!("held{i}"))).collect();
         let now = Instant::now();
         lanes.get("paused").told().pause(now, secs(60));
-        lanes.get("flying").told().admit(1);
+        lanes.get("flying").told().admit(now, 1);
         // Below the first threshold nothing is tidied.
         for i in 0..(TIDY_FIRST - 603) {
             drop(lanes.get(&i.to_string()));

@@ -22,8 +22,9 @@ use crate::reservation::Reservation;
 /// The margin a [`Throttle::quota`] adds to each window before it has measured anything.
 const FIRST_MARGIN: Duration = Duration::from_millis(20);
 
-/// How long a pause learned from one answer may last at most, by default.
-const MAX_PAUSE: Duration = Duration::from_secs(300);
+/// How long a pause or a reset learned from one answer may last at most, by default: an
+/// hour, the longest window providers commonly report (GitHub's).
+const MAX_PAUSE: Duration = Duration::from_secs(3_600);
 
 /// The most [`Throttle::max_pause`] accepts: a day, far from any overflow of an instant.
 const LONGEST_PAUSE: Duration = Duration::from_secs(86_400);
@@ -239,9 +240,10 @@ impl Throttle {
         self
     }
 
-    /// The longest pause one answer can impose (5 minutes by default, a day at most): a
+    /// The longest pause one answer can impose (an hour by default, a day at most): a
     /// `Retry-After` or a reset beyond it counts as this long, so that a hostile or broken
-    /// upstream cannot stop the key for days.
+    /// upstream cannot stop the key for days. A provider whose window is longer than this
+    /// (a daily quota) is then trusted only this long: raise it for such a provider.
     ///
     /// # Examples
     ///
@@ -430,7 +432,7 @@ impl Throttle {
         if waited {
             counts.waited.fetch_add(1, Ordering::Relaxed);
         }
-        lane.told().admit(units);
+        lane.told().admit(now, units);
         Admission {
             throttle: self.clone(),
             key: key.to_owned(),
@@ -464,7 +466,7 @@ impl Throttle {
         let mut told = admission.lane.told();
         match heard {
             // Counted upstream, but no report says so.
-            Heard::Nothing => told.unreported(now, admission.units),
+            Heard::Nothing => told.unreported(admission.units),
             // Refused: not counted.
             Heard::Pause(pause) => {
                 counts.pauses.fetch_add(1, Ordering::Relaxed);
@@ -677,7 +679,7 @@ impl Admission {
 impl Drop for Admission {
     fn drop(&mut self) {
         if !self.answered {
-            self.lane.told().unreported(Instant::now(), self.units);
+            self.lane.told().unreported(self.units);
         }
     }
 }
