@@ -83,6 +83,13 @@ use super::shared::{Shared, NOT_IN_REDIS};
 /// never the other way), and no part's deny cache is read or filled. An admission drops each
 /// part's key from its limiter's deny cache, as its own admissions do.
 ///
+/// **Shadow mode.** A part whose limiter is in
+/// [shadow mode](super::RedisLimiterBuilder::shadow) and would refuse spends nothing and does
+/// not refuse the whole; the whole is then that refusal let through
+/// ([`would_refuse`](Decision::would_refuse)), as in [`AllOf`](crate::AllOf). Each part's
+/// limiter counts its part's own decision in `BackendStats::allowed` or `refused`, whether or
+/// not the whole admitted (a peek is not counted).
+///
 /// **While Redis is slow or down**, each part is decided by its limiter's
 /// [`FailurePolicy`]: if any part's is [`Error`](FailurePolicy::Error), the call fails with
 /// the error; otherwise an [`Open`](FailurePolicy::Open) part allows, a
@@ -352,10 +359,18 @@ impl<'a> RedisAllOf<'a> {
         }
         let now_micros = lead.test_micros()?;
         let mut args = script::parts_args(now_micros, ask, self.parts.len());
+        // A peek reports each policy's own answer, as a limiter's `peek` does.
+        let shadow: Vec<bool> = self
+            .parts
+            .iter()
+            .map(|part| part.shared.shadow && ask != PartsAsk::Peek)
+            .collect();
         let mut with_tokens = Vec::with_capacity(keys.len() + reserving.len());
         for (index, part) in self.parts.iter().enumerate() {
             let bands = part.shared.bands.count();
-            part.shared.bands.part_args(part.cost, &mut args);
+            part.shared
+                .bands
+                .part_args(part.cost, shadow[index], &mut args);
             with_tokens.extend(keys.drain(..bands));
             match reserving.get(index) {
                 Some(Some((_, serial))) => {
@@ -379,7 +394,8 @@ impl<'a> RedisAllOf<'a> {
             Ok(Ok(reply)) => {
                 let bands: Vec<usize> = self.parts.iter().map(|p| p.shared.bands.count()).collect();
                 let reserve = ask == PartsAsk::Reserve;
-                let (admitted, decided) = script::parts_decisions(&reply, &bands, reserve)?;
+                let (admitted, decided) =
+                    script::parts_decisions(&reply, &bands, &shadow, reserve)?;
                 self.each_shared(Shared::recovered);
                 let mut tally = Tally::default();
                 let mut each = Vec::with_capacity(self.parts.len());
@@ -388,6 +404,13 @@ impl<'a> RedisAllOf<'a> {
                 {
                     let shared = part.shared;
                     bump(&shared.counters.redis_decisions);
+                    // Each limiter counts its part's own decision, and lets it through in
+                    // shadow mode (the script spent nothing for it).
+                    let decision = if ask == PartsAsk::Peek {
+                        decision
+                    } else {
+                        shared.finish(decision)
+                    };
                     tally.decided(index, &decision, part.cost);
                     each.push(decision);
                     if !admitted || ask == PartsAsk::Peek {
@@ -523,7 +546,14 @@ impl<'a> RedisAllOf<'a> {
                     (Decision::allow(limit, limit, 0), None)
                 }
             };
-            Ok::<_, Infallible>(decided)
+            // A part taken is a request of its limiter: counted, and shadowed.
+            let (decision, held) = decided;
+            let decision = if take {
+                shared.finish(decision)
+            } else {
+                decision
+            };
+            Ok::<_, Infallible>((decision, held))
         };
         let peek = ask == PartsAsk::Peek;
         let Ok(in_order) = take_in_order(

@@ -40,6 +40,7 @@ use super::shared::Shared;
 /// | [`probe_interval`](RedisLimiterBuilder::probe_interval) | 1 s |
 /// | [`deny_cache`](RedisLimiterBuilder::deny_cache) | on, up to 100,000 keys |
 /// | [`lease`](RedisLimiterBuilder::lease) | off |
+/// | [`shadow`](RedisLimiterBuilder::shadow) | off |
 ///
 /// [`connect`](RedisLimiterBuilder::connect) checks the settings before it connects, and
 /// refuses with [`BackendError::InvalidSetting`] (naming the setting and the value) a zero
@@ -79,6 +80,8 @@ pub struct RedisLimiterBuilder {
     test_clock: Option<Arc<dyn Clock>>,
     /// The one hash tag of every key (`None`: each key's own).
     hash_tag: Option<String>,
+    /// Shadow mode: refusals counted and let through.
+    shadow: bool,
 }
 
 impl RedisLimiterBuilder {
@@ -101,6 +104,7 @@ impl RedisLimiterBuilder {
             lease: None,
             test_clock: None,
             hash_tag: None,
+            shadow: false,
         }
     }
 
@@ -301,6 +305,36 @@ impl RedisLimiterBuilder {
         self
     }
 
+    /// Shadow mode, to roll a limit out on every server before enforcing it: each request is
+    /// decided and counted as usual ([`BackendStats::allowed`](super::BackendStats::allowed)
+    /// and [`refused`](super::BackendStats::refused)), but a refusal is let through, marked
+    /// [`Decision::would_refuse`](crate::Decision::would_refuse). Permits are spent only by
+    /// the requests the policy admits, so the state in Redis is exactly what enforcing the
+    /// policy would have left there, and switching shadow mode off enforces from that state.
+    ///
+    /// Whatever refuses is let through: Redis, the deny cache, a lease, the failure policy
+    /// ([`Closed`](super::FailurePolicy::Closed), a [`Local`](super::FailurePolicy::Local)
+    /// limiter). [`FailurePolicy::Error`](super::FailurePolicy::Error) still fails the call:
+    /// pick [`Open`](super::FailurePolicy::Open) if a shadow limit must never stand in the
+    /// way. So `acquire` never waits, a reservation let through holds nothing (settling it
+    /// is [`SettleError::Refused`](crate::SettleError::Refused)), and `peek` reports the
+    /// policy's own answer. In a [`RedisAllOf`](super::RedisAllOf), a shadow part that would
+    /// refuse spends nothing and does not stop the others, as in [`AllOf`](crate::AllOf).
+    ///
+    /// Shadow mode belongs to this limiter, not to the keys: another server's limiter on the
+    /// same keys without it enforces the same state.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let builder = tollgate::redis::RedisLimiter::builder("100/min".parse()?).shadow();
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    pub fn shadow(mut self) -> Self {
+        self.shadow = true;
+        self
+    }
+
     /// **For tests only** (feature `test-util`). Decide at this clock's readings (rounded
     /// down to microseconds) instead of Redis `TIME`, so that a test can drive time, as with a
     /// [`FakeClock`](crate::FakeClock) in process. Every limiter that shares keys must then
@@ -497,6 +531,7 @@ impl RedisLimiterBuilder {
             hasher: KeyHasher::default(),
             resets: std::sync::atomic::AtomicU64::new(0),
             leases,
+            shadow: self.shadow,
         });
         if let Some(leases) = &shared.leases {
             let sweeper = sweeper(Arc::downgrade(&shared), leases.sweep_period());
@@ -519,6 +554,7 @@ impl fmt::Debug for RedisLimiterBuilder {
             .field("lease", &self.lease)
             .field("test_clock", &self.test_clock.is_some())
             .field("hash_tag", &self.hash_tag)
+            .field("shadow", &self.shadow)
             .finish()
     }
 }

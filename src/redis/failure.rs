@@ -87,6 +87,14 @@ impl fmt::Debug for FailurePolicy {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct BackendStats {
+    /// Requests admitted, whatever decided them (Redis, a lease, the failure policy); in
+    /// [shadow mode](super::RedisLimiterBuilder::shadow), admitted by the policy. Peeks are
+    /// not counted.
+    pub allowed: u64,
+    /// Requests refused, whatever decided them (Redis, the deny cache, the failure policy);
+    /// in [shadow mode](super::RedisLimiterBuilder::shadow), let through anyway. Peeks are
+    /// not counted.
+    pub refused: u64,
     /// Decisions made by the Redis script.
     pub redis_decisions: u64,
     /// Refusals answered by the local deny cache, without a round trip.
@@ -119,6 +127,8 @@ pub struct BackendStats {
 /// The live counters behind [`BackendStats`].
 #[derive(Debug, Default)]
 pub(super) struct Counters {
+    pub(super) allowed: AtomicU64,
+    pub(super) refused: AtomicU64,
     pub(super) redis_decisions: AtomicU64,
     pub(super) cached_refusals: AtomicU64,
     pub(super) failure_decisions: AtomicU64,
@@ -140,6 +150,8 @@ impl Counters {
         // Relaxed: see `bump`.
         let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
         BackendStats {
+            allowed: get(&self.allowed),
+            refused: get(&self.refused),
             redis_decisions: get(&self.redis_decisions),
             cached_refusals: get(&self.cached_refusals),
             failure_decisions: get(&self.failure_decisions),

@@ -9,10 +9,10 @@
 //! | type | role |
 //! |---|---|
 //! | [`RedisLimiter`] | `try_acquire`, `try_acquire_n`, `peek`, `reserve_n`/`settle`/`cancel` against Redis, `close`; cheap to clone |
-//! | [`RedisLimiterBuilder`] | prefix, hash tag, timeout, failure policy, deny cache, probe interval, leases for hot keys, a shared connection |
+//! | [`RedisLimiterBuilder`] | prefix, hash tag, timeout, failure policy, deny cache, probe interval, leases for hot keys, shadow mode, a shared connection |
 //! | [`RedisAllOf`] | several keys of several limiters in one decision, all or nothing, in one script call |
 //! | [`FailurePolicy`] | what decides while Redis is slow or down: error, open, closed, local limiter |
-//! | [`BackendStats`] | decisions by source, switches, timeouts, script reloads |
+//! | [`BackendStats`] | decisions allowed and refused, by source, switches, timeouts, script reloads |
 //! | [`BackendError`] | why a decision could not be made |
 //!
 //! ```no_run
@@ -231,10 +231,7 @@ impl RedisLimiter {
     /// # }
     /// ```
     pub async fn try_acquire(&self, key: &str) -> Result<Decision, BackendError> {
-        if let Some(leases) = &self.shared.leases {
-            return self.shared.acquire_leased(leases, key, 1).await;
-        }
-        Ok(self.shared.decide(key, Ask::Acquire(1)).await?.0)
+        self.acquire_now(key, 1).await
     }
 
     /// Decides a request of cost `n` for `key`: allowed only if `n` permits are available in
@@ -261,10 +258,17 @@ impl RedisLimiter {
     /// ```
     pub async fn try_acquire_n(&self, key: &str, n: u64) -> Result<Decision, BackendError> {
         self.shared.check_cost(n)?;
-        if let Some(leases) = &self.shared.leases {
-            return self.shared.acquire_leased(leases, key, n).await;
-        }
-        Ok(self.shared.decide(key, Ask::Acquire(n)).await?.0)
+        self.acquire_now(key, n).await
+    }
+
+    /// A request of cost `n` (checked) for `key`, from a lease or by Redis, counted and
+    /// shadowed as every request is.
+    async fn acquire_now(&self, key: &str, n: u64) -> Result<Decision, BackendError> {
+        let decision = match &self.shared.leases {
+            Some(leases) => self.shared.acquire_leased(leases, key, n).await?,
+            None => self.shared.decide(key, Ask::Acquire(n)).await?.0,
+        };
+        Ok(self.shared.finish(decision))
     }
 
     /// What a request of cost 1 for `key` would get now, changing nothing in Redis (the script
@@ -735,6 +739,7 @@ impl fmt::Debug for RedisLimiter {
             .field("failure_policy", &shared.failure)
             .field("deny_cache", &shared.cache.is_some())
             .field("leases", &shared.leases.is_some())
+            .field("shadow", &shared.shadow)
             .field("failing", &shared.breaker.is_failing())
             .field("stats", &shared.counters.snapshot())
             .finish_non_exhaustive()

@@ -21,6 +21,8 @@ impl Shared {
         let serial = self.reservations.fetch_add(1, Ordering::Relaxed) + 1;
         let ask = Ask::Reserve { cost: n, serial };
         let (decision, marks, _) = self.decide(key, ask).await?;
+        // A refusal shadow mode lets through holds nothing (see `Reservation::new`).
+        let decision = self.finish(decision);
         Ok(Reservation::new(decision, n, marks, origin).with_token(serial))
     }
 

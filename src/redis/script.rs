@@ -320,10 +320,11 @@ impl Bands {
     }
 
     /// One part's arguments of a call deciding several keys (`lua/parts.lua`): its `cost`,
-    /// how many bands, and each band's four.
-    pub(super) fn part_args(&self, cost: u64, args: &mut Vec<String>) {
+    /// how many bands, whether it is in `shadow` mode, and each band's four.
+    pub(super) fn part_args(&self, cost: u64, shadow: bool, args: &mut Vec<String>) {
         args.push(cost.to_string());
         args.push(self.bands.len().to_string());
+        args.push(if shadow { "1" } else { "0" }.to_owned());
         for band in &self.bands {
             args.extend(band.args.iter().cloned());
         }
@@ -361,18 +362,20 @@ pub(super) fn parts_args(now_micros: Option<u64>, ask: PartsAsk, parts: usize) -
     vec![now, ask.op().to_owned(), parts.to_string()]
 }
 
-/// The reply to a call deciding several keys at once whose parts have `bands[i]` bands each,
-/// `[allowed, then for each part allowed, remaining, limit, retry_after_us, reset_after_us,
-/// and when `marks` one mark per band]`, as whether the whole was admitted and each part's
-/// decision of its own cost, with its marks (all 0 without).
+/// The reply to a call deciding several keys at once whose parts have `bands[i]` bands each
+/// and are in shadow mode where `shadow[i]`, `[allowed, then for each part allowed,
+/// remaining, limit, retry_after_us, reset_after_us, and when `marks` one mark per band]`, as
+/// whether the whole was admitted and each part's decision of its own cost, with its marks
+/// (all 0 without).
 ///
 /// # Errors
 ///
 /// [`BackendError::Reply`] when the reply has another shape, or its parts' decisions do not
-/// agree with the whole's (admitted only if every part admits).
+/// agree with the whole's (admitted only if every part admits or is in shadow mode).
 pub(super) fn parts_decisions(
     reply: &::redis::Value,
     bands: &[usize],
+    shadow: &[bool],
     marks: bool,
 ) -> Result<(bool, Vec<(Decision, Marks)>), BackendError> {
     let bad = || BackendError::Reply(format!("{reply:?}"));
@@ -414,7 +417,10 @@ pub(super) fn parts_decisions(
         parts.push((decision, out));
         at += each(count);
     }
-    if all != parts.iter().all(|(decision, _)| decision.is_allowed()) {
+    let admits = |(part, (decision, _)): (usize, &(Decision, Marks))| {
+        decision.is_allowed() || shadow.get(part).copied().unwrap_or(false)
+    };
+    if all != parts.iter().enumerate().all(admits) {
         return Err(bad());
     }
     Ok((all, parts))

@@ -58,6 +58,8 @@ pub(super) struct Shared {
     pub(super) resets: AtomicU64,
     /// The leases of hot keys (`None` without `RedisLimiterBuilder::lease`).
     pub(super) leases: Option<Leases>,
+    /// Shadow mode (`RedisLimiterBuilder::shadow`): refusals are counted and let through.
+    pub(super) shadow: bool,
 }
 
 impl Drop for Shared {
@@ -81,6 +83,23 @@ impl Drop for Shared {
 }
 
 impl Shared {
+    /// A request's decision as the caller gets it: counted in `allowed` or `refused` as the
+    /// policy made it, then, in shadow mode, a refusal let through (it spent nothing, and
+    /// says so with `would_refuse`). Every request goes through here once; peeks do not.
+    pub(super) fn finish(&self, decision: Decision) -> Decision {
+        if decision.is_allowed() {
+            bump(&self.counters.allowed);
+            decision
+        } else {
+            bump(&self.counters.refused);
+            if self.shadow {
+                decision.shadowed()
+            } else {
+                decision
+            }
+        }
+    }
+
     /// `n` as a request's cost: at least 1, at most the smallest band's permits.
     pub(super) fn check_cost(&self, n: u64) -> Result<(), CostError> {
         CostError::nonzero(n)?;

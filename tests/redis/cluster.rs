@@ -1,8 +1,8 @@
 //! The Redis backend on a 3-node Redis Cluster started by the test: composite policies
 //! decided in one script call per key without CROSSSLOT errors, keys spread over every
 //! node, exact limits per key, one global limit across instances, script reloads after
-//! `SCRIPT FLUSH` on every node, leases, and several keys in one decision (`RedisAllOf`)
-//! with one hash tag, refused without it.
+//! `SCRIPT FLUSH` on every node, leases, several keys in one decision (`RedisAllOf`)
+//! with one hash tag (refused without it), and shadow mode.
 //!
 //! Needs `redis-server` and `redis-cli` on PATH (`scripts/install-redis.sh`); without them
 //! the test fails saying so.
@@ -205,6 +205,29 @@ async fn composite_policies_on_a_three_node_cluster() {
         other => panic!("{other}"),
     }
     assert_eq!(spread.stats().redis_decisions, 0, "nothing was sent");
+
+    // 7. Shadow mode on the cluster: three instances in shadow mode hammer one key of 100;
+    //    every call is let through, exactly 100 are counted as admitted, and the key is then
+    //    exactly spent for an enforcing limiter.
+    let mut shadows = Vec::new();
+    for _ in 0..3 {
+        shadows.push(
+            RedisLimiter::builder("100/3650d".parse().unwrap())
+                .prefix("shadow")
+                .timeout(Duration::from_secs(10))
+                .shadow()
+                .connect_cluster(&nodes)
+                .await
+                .unwrap(),
+        );
+    }
+    let let_through = hammer(&shadows, 8, 20).await;
+    assert_eq!(let_through, 3 * 8 * 20);
+    let allowed: u64 = shadows.iter().map(|l| l.stats().allowed).sum();
+    let refused: u64 = shadows.iter().map(|l| l.stats().refused).sum();
+    assert_eq!((allowed, refused), (100, 480 - 100));
+    let enforcing = connect(&cluster, "100/3650d", "shadow", None).await;
+    assert!(!enforcing.try_acquire("hot").await.unwrap().is_allowed());
 }
 
 /// A slot migrating between nodes (resharding): once the key has moved to the importing

@@ -1,7 +1,7 @@
 //! The Redis backend (feature `redis`) against real `redis-server` processes that each test
 //! starts on free loopback ports: one test binary, a module per scenario (`standalone`,
-//! `reserve`, `all_of`, `lease`, `settings`, `tokens`, `cluster`, `faults`, `middleware`,
-//! `throughput`), the server harness, the limiters on a test clock (`clocked`) and the
+//! `reserve`, `all_of`, `lease`, `settings`, `shadow`, `tokens`, `cluster`, `faults`,
+//! `middleware`, `throughput`), the server harness, the limiters on a test clock (`clocked`) and the
 //! instance in a process that dies (`dying`) compiled once.
 //! The harness needs feature `test-util` too (`standalone` and `cluster` drive time with
 //! `test_clock`); `middleware`, the HTTP layer deciding through Redis, needs `tower` as well.
@@ -33,6 +33,7 @@ mod lease;
 mod middleware;
 mod reserve;
 mod settings;
+mod shadow;
 mod standalone;
 mod throughput;
 mod tokens;

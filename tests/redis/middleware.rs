@@ -370,3 +370,64 @@ async fn several_rules_on_redis_decide_in_one_call_and_settle() {
     })
     .await;
 }
+
+/// A route on a Redis limiter in shadow mode lets every request through with the fields of
+/// the policy's answer, and counts its refusals; as one rule of several, it refuses nothing
+/// while the other rule still does, and spends only what its policy admits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shadow_limiters_on_redis_let_through_and_count() {
+    bounded(async {
+        let server = RedisServer::start();
+        let shadow = RedisLimiter::builder("2/1h".parse().unwrap())
+            .prefix("shadow-route")
+            .timeout(Duration::from_millis(300))
+            .shadow()
+            .connect(&server.url())
+            .await
+            .unwrap();
+        let addr = serve(ok_router().layer(RateLimitLayer::new(shadow.clone()).key(peer())));
+        for i in 0..5 {
+            let reply = get_path(addr, "/");
+            assert_eq!(reply.status, 200, "#{i}: {reply:?}");
+            assert!(reply.header("retry-after").is_none(), "#{i}: {reply:?}");
+            let left = if i == 0 { 1 } else { 0 };
+            let field = reply.header("ratelimit").unwrap();
+            assert!(
+                field.starts_with(&format!("\"default\";r={left};t=")),
+                "#{i}: {field}"
+            );
+        }
+        let stats = shadow.stats();
+        assert_eq!((stats.allowed, stats.refused), (2, 3), "{stats:?}");
+
+        let enforced = redis_limiter(&server, "3/1h", "enforced-route", FailurePolicy::Error).await;
+        let shadowed = RedisLimiter::builder("1/1h".parse().unwrap())
+            .prefix("shadowed-route")
+            .timeout(Duration::from_millis(300))
+            .shadow()
+            .connect_shared(&enforced)
+            .await
+            .unwrap();
+        let layer = RateLimitLayer::new(enforced.clone())
+            .key(peer())
+            .policy_name("enforced")
+            .unwrap()
+            .and(
+                Limit::new(shadowed.clone())
+                    .key(peer())
+                    .name("shadowed")
+                    .unwrap(),
+            )
+            .unwrap();
+        let addr = serve(ok_router().layer(layer));
+        let statuses: Vec<u16> = (0..5).map(|_| get_path(addr, "/").status).collect();
+        assert_eq!(statuses, [200, 200, 200, 429, 429]);
+        let key = LimitKey::Ip(LOOPBACK).to_string();
+        assert_eq!(enforced.available(&key).await.unwrap(), 0);
+        let stats = shadowed.stats();
+        assert_eq!((stats.allowed, stats.refused), (1, 4), "{stats:?}");
+        let fresh = redis_limiter(&server, "1/1h", "shadowed-route", FailurePolicy::Error).await;
+        assert_eq!(fresh.available(&key).await.unwrap(), 0, "spent once");
+    })
+    .await;
+}

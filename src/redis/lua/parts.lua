@@ -1,7 +1,8 @@
 -- tollgate: several keys decided at once, all or nothing (src/redis/all_of.rs): each key (a
 -- part) under its own policy and at its own cost. Every band of every part is read and
 -- decided before anything is written, and only an admission by every part writes: a refusal
--- changes nothing anywhere. Preceded by band.lua and tokens.lua; decide.lua calls it.
+-- changes nothing anywhere; a part in shadow mode that refuses lets the others decide and
+-- writes nothing. Preceded by band.lua and tokens.lua; decide.lua calls it.
 --
 -- KEYS         every part's band keys, part after part, each part's in its band order, and
 --              for a part 'parts-reserve' reserves, its hash of reservation tokens after its
@@ -11,15 +12,17 @@
 -- ARGV[2]      'parts' (decide, and spend when every part admits), 'parts-peek' (decide,
 --              write nothing) or 'parts-reserve' (as 'parts', each part a reservation).
 -- ARGV[3]      P, the number of parts; then for each part its cost c >= 1, its number of
---              bands b, each band's four arguments as decide.lua takes them, and for
+--              bands b, '1' if it is in shadow mode ('0' otherwise: a refusal of a part in
+--              shadow mode does not refuse the whole, and that part writes nothing), each
+--              band's four arguments as decide.lua takes them, and for
 --              'parts-reserve' the reservation's serial and the instance, as decide.lua's
 --              'reserve' takes them (the token's field is '<instance>:<serial>'); an empty
 --              serial: the part is only spent, not reserved (no token, no token key).
 --
 -- Reply: { allowed (0 or 1), then for each part its own decision of its cost: allowed,
 -- remaining, limit, retry_after (us), reset_after (us) (decide.lua's first five), and for
--- 'parts-reserve' one mark per band (0 unless the whole admits) }. A part that admits reports
--- what it would leave, whether or not the whole admits.
+-- 'parts-reserve' one mark per band (0 unless the whole and the part admit) }. A part that
+-- admits reports what it would leave, whether or not the whole admits.
 
 local function decide_parts(now, expire, op)
   local peek, reserve = op == 'parts-peek', op == 'parts-reserve'
@@ -31,11 +34,11 @@ local function decide_parts(now, expire, op)
   local parts = {}
   local all = true
   for p = 1, count do
-    local cost, nb = tonumber(ARGV[at]), tonumber(ARGV[at + 1])
-    if not cost or cost < 1 or not nb or nb < 1 then
-      return redis.error_reply('tollgate: part ' .. p .. ' has no cost or no band')
+    local cost, nb, shadow = tonumber(ARGV[at]), tonumber(ARGV[at + 1]), ARGV[at + 2]
+    if not cost or cost < 1 or not nb or nb < 1 or (shadow ~= '0' and shadow ~= '1') then
+      return redis.error_reply('tollgate: part ' .. p .. ' has no cost, no band or no shadow flag')
     end
-    at = at + 2
+    at = at + 3
     local bands, ok, longest = {}, true, 0
     for i = 1, nb do
       local algorithm, W = ARGV[at], tonumber(ARGV[at + 2])
@@ -63,7 +66,7 @@ local function decide_parts(now, expire, op)
       end
     end
     parts[p] = part
-    all = all and ok
+    all = all and (ok or shadow == '1')
   end
   if key ~= #KEYS + 1 or at ~= #ARGV + 1 then
     return redis.error_reply('tollgate: the parts name ' .. (key - 1) .. ' keys and '
@@ -72,7 +75,8 @@ local function decide_parts(now, expire, op)
   local reply = { all and 1 or 0 }
   for p = 1, count do
     local part = parts[p]
-    if all and not peek then
+    local spend = all and part.ok
+    if spend and not peek then
       for i = 1, #part.bands do
         part.bands[i].write(expire)
       end
@@ -83,9 +87,9 @@ local function decide_parts(now, expire, op)
     end
     if reserve then
       for i = 1, #part.bands do
-        reply[#reply + 1] = all and part.bands[i].mark or 0
+        reply[#reply + 1] = spend and part.bands[i].mark or 0
       end
-      if all and part.token then
+      if spend and part.token then
         write_token(part.token, part.instance .. ':' .. part.serial, part.serial, part.life,
           now, expire)
       end
