@@ -97,8 +97,10 @@ pub struct Reservation {
     held: u64,
     marks: Marks,
     origin: Origin,
-    /// For a reservation decided by the shared overflow state of a per-key policy, that
-    /// policy: the settle goes to the same state, whatever the resolver answers by then.
+    /// The policy the reservation was decided under, where its limiter would not know it
+    /// from the key by the time it settles: in process, a per-key policy whose shared
+    /// overflow state decided it (the settle goes to the same state, whatever the resolver
+    /// answers by then); on Redis, a key's policy chosen by a resolver (the settle's bands).
     overflow: Option<Box<Policy>>,
     /// The Redis backend's serial number of the reservation's token (0 in process).
     #[cfg(feature = "redis")]
@@ -136,8 +138,8 @@ impl Reservation {
         }
     }
 
-    /// This reservation, decided by the shared overflow state of `policy` (a per-key policy's).
-    pub(crate) fn decided_by_overflow_of(self, policy: Option<Box<Policy>>) -> Self {
+    /// This reservation, decided under `policy` (see `Reservation::overflow`).
+    pub(crate) fn decided_under(self, policy: Option<Box<Policy>>) -> Self {
         Reservation {
             // Boxed: only these few reservations pay for a policy's size.
             overflow: policy,
@@ -145,8 +147,8 @@ impl Reservation {
         }
     }
 
-    /// The policy whose shared overflow state decided this reservation, if it was recorded.
-    pub(crate) fn overflow_policy(&self) -> Option<Box<Policy>> {
+    /// The policy this reservation was decided under, if it was recorded.
+    pub(crate) fn decided_policy(&self) -> Option<Box<Policy>> {
         self.overflow.clone()
     }
 

@@ -217,7 +217,7 @@ impl Budget {
         match &self.0 {
             Source::Local(limiter) => limiter.policy(),
             #[cfg(feature = "redis")]
-            Source::Redis(limiter) => Some(limiter.policy()),
+            Source::Redis(limiter) => limiter.uniform_policy(),
         }
     }
 }

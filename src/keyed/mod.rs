@@ -716,7 +716,7 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
             rebuilds: held.made,
             ..self.generations.origin(key)
         };
-        Reservation::new(decision, cost, held.marks, origin).decided_by_overflow_of(held.overflow)
+        Reservation::new(decision, cost, held.marks, origin).decided_under(held.overflow)
     }
 
     /// Takes `n` permits for `key` now, for a request whose real cost is known only after it

@@ -31,7 +31,7 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
         Q: Hash + Eq + ToOwned + ?Sized,
     {
         let overflowed = reservation.decision().is_overflow();
-        let overflow_policy = reservation.overflow_policy();
+        let overflow_policy = reservation.decided_policy();
         let taken = reservation.take(self.origin(key))?;
         if !taken.changes(actual) {
             return Ok(());

@@ -134,7 +134,7 @@ impl Limiter {
         match self {
             Limiter::Local(limiter) => limiter.policy(),
             #[cfg(feature = "redis")]
-            Limiter::Redis(limiter) => Some(limiter.policy()),
+            Limiter::Redis(limiter) => limiter.uniform_policy(),
         }
     }
 }

@@ -15,7 +15,8 @@ use super::conn::{self, Conn};
 use super::error::BackendError;
 use super::failure::{bump, FailurePolicy};
 use super::script::{self, Bands, PartsAsk};
-use super::shared::{Shared, NOT_IN_REDIS};
+use super::shared::{kept_changing, Moved, Shared, MAX_MOVES, NOT_IN_REDIS};
+use super::tiers::Choice;
 
 /// One decision over keys of several [`RedisLimiter`](super::RedisLimiter)s (per user, per client address, one
 /// global key, a budget of tokens), in **one script call**: allowed only if every part
@@ -175,7 +176,11 @@ impl<'a> RedisAllOf<'a> {
     /// The first part whose cost is 0 or above its policy's smallest band's permits.
     pub fn check(&self) -> Result<(), PartError> {
         for (index, part) in self.parts.iter().enumerate() {
-            if let Err(error) = part.shared.check_cost(part.cost) {
+            // A policy the scripts cannot decide is the call's error, not a cost's.
+            let Ok(tier) = part.shared.tier_of(part.key) else {
+                continue;
+            };
+            if let Err(error) = tier.tier.check_cost(part.cost) {
                 return Err(PartError::new(index, part.name, error));
             }
         }
@@ -334,7 +339,15 @@ impl<'a> RedisAllOf<'a> {
             return Ok(Decided::from(tally, Vec::new()));
         }
         let lead = first.shared;
-        let mut keys = self.keys(lead)?;
+        // Each part's policy: its limiter's, or its resolver's answer for the key (or the
+        // one its record names, when that was chosen later).
+        let mut choices = self
+            .parts
+            .iter()
+            .map(|part| part.shared.tier_of(part.key))
+            .collect::<Result<Vec<_>, _>>()?;
+        // Checked before anything is sent.
+        self.keys(lead, &choices)?;
         // Where each part's reservation comes from and its serial number: the origin first,
         // as for one key (its count of resets must not be newer than the state decided on).
         let reserving: Vec<Option<(Origin, u64)>> = if ask == PartsAsk::Reserve {
@@ -355,102 +368,173 @@ impl<'a> RedisAllOf<'a> {
             Vec::new()
         };
         if !lead.breaker.should_try() {
-            return self.fallback(ask, &reserving, BackendError::Unavailable);
+            return self.fallback(&choices, ask, &reserving, BackendError::Unavailable);
         }
         let now_micros = lead.test_micros()?;
-        let mut args = script::parts_args(now_micros, ask, self.parts.len());
         // A peek reports each policy's own answer, as a limiter's `peek` does.
         let shadow: Vec<bool> = self
             .parts
             .iter()
             .map(|part| part.shared.shadow && ask != PartsAsk::Peek)
             .collect();
-        let mut with_tokens = Vec::with_capacity(keys.len() + reserving.len());
+        let mut moves = 0;
+        let reply = loop {
+            let (keys, args) = self.call(lead, &choices, ask, &reserving, &shadow, now_micros)?;
+            let call = lead.script.call(
+                &keys,
+                &args,
+                &lead.counters.script_reloads,
+                true,
+                lead.timeout,
+            );
+            let failed = match call.await {
+                Ok(Ok(reply)) => match script::conflict(&reply) {
+                    None => break reply,
+                    // A part's state is under another policy: follow it, or move the state.
+                    Some(conflict) => match conflict.part.filter(|&i| i < self.parts.len()) {
+                        Some(index) if moves < MAX_MOVES => {
+                            moves += 1;
+                            let part = &self.parts[index];
+                            let resolved = part
+                                .shared
+                                .resolve_conflict(
+                                    part.key,
+                                    conflict,
+                                    &mut choices[index],
+                                    part.cost,
+                                    now_micros,
+                                )
+                                .await;
+                            match resolved {
+                                Ok(()) => continue,
+                                Err(Moved::Other(BackendError::Cost(error))) => {
+                                    // A cost the policy followed cannot admit: refused as
+                                    // `AllOf` refuses it, with nothing spent.
+                                    let mut tally = Tally::default();
+                                    tally.failed(index, error);
+                                    return Ok(Decided::from(tally, Vec::new()));
+                                }
+                                Err(failed) => failed,
+                            }
+                        }
+                        Some(index) => Moved::Other(kept_changing(self.parts[index].key)),
+                        None => Moved::Other(BackendError::Reply(format!("{reply:?}"))),
+                    },
+                },
+                Ok(Err(err)) => Moved::Redis(err),
+                Err(_) => Moved::Timeout,
+            };
+            return match failed {
+                Moved::Redis(err) if conn::is_unavailable(&err) => {
+                    self.each_shared(|shared| bump(&shared.counters.unavailable));
+                    self.failed(&choices, ask, &reserving, BackendError::Redis(err))
+                }
+                Moved::Redis(err) => {
+                    // Redis answered: it is up, and the error is about this call.
+                    self.each_shared(Shared::recovered);
+                    Err(BackendError::Redis(err))
+                }
+                Moved::Timeout => {
+                    self.each_shared(|shared| bump(&shared.counters.timeouts));
+                    self.failed(
+                        &choices,
+                        ask,
+                        &reserving,
+                        BackendError::Timeout(lead.timeout),
+                    )
+                }
+                Moved::Other(err) => {
+                    self.each_shared(Shared::recovered);
+                    Err(err)
+                }
+            };
+        };
+        let bands: Vec<usize> = choices.iter().map(|c| c.tier.bands.count()).collect();
+        let reserve = ask == PartsAsk::Reserve;
+        let (admitted, decided) = script::parts_decisions(&reply, &bands, &shadow, reserve)?;
+        self.each_shared(Shared::recovered);
+        let mut tally = Tally::default();
+        let mut each = Vec::with_capacity(self.parts.len());
+        let mut reservations = Vec::new();
+        for (index, (part, (decision, marks))) in self.parts.iter().zip(decided).enumerate() {
+            let shared = part.shared;
+            bump(&shared.counters.redis_decisions);
+            // Each limiter counts its part's own decision, and lets it through in shadow
+            // mode (the script spent nothing for it).
+            let decision = if ask == PartsAsk::Peek {
+                decision
+            } else {
+                shared.finish(decision)
+            };
+            tally.decided(index, &decision, part.cost);
+            each.push(decision);
+            if !admitted || ask == PartsAsk::Peek {
+                continue;
+            }
+            if let Some(cache) = &shared.cache {
+                // An admission may lengthen a cached refusal of another cost.
+                cache.remove(part.key);
+            }
+            if let Some(&reserved) = reserving.get(index) {
+                let policy = &choices[index].tier.policy;
+                reservations.push(reserved.map(|(origin, serial)| {
+                    Reservation::new(decision, part.cost, marks, origin)
+                        .with_token(serial)
+                        .decided_under(Some(Box::new(*policy)))
+                }));
+            }
+        }
+        Ok(Decided {
+            decision: tally.decision(),
+            each,
+            reservations,
+        })
+    }
+
+    /// The keys and arguments of the call deciding `ask` on every part, each under its
+    /// `choices` entry, in shadow mode where `shadow` says, reserved where `reserving` says.
+    fn call(
+        &self,
+        lead: &Shared,
+        choices: &[Choice],
+        ask: PartsAsk,
+        reserving: &[Option<(Origin, u64)>],
+        shadow: &[bool],
+        now_micros: Option<u64>,
+    ) -> Result<(Vec<String>, Vec<String>), BackendError> {
+        let band_keys = self.keys(lead, choices)?;
+        let mut args = script::parts_args(now_micros, ask, self.parts.len());
+        let mut keys = Vec::with_capacity(band_keys.len() + 2 * self.parts.len());
+        let mut band_keys = band_keys.into_iter();
         for (index, part) in self.parts.iter().enumerate() {
-            let bands = part.shared.bands.count();
-            part.shared
-                .bands
-                .part_args(part.cost, shadow[index], &mut args);
-            with_tokens.extend(keys.drain(..bands));
+            let (shared, choice) = (part.shared, &choices[index]);
+            let recorded = shared
+                .tiers
+                .is_some()
+                .then_some((choice.tier.text.as_str(), choice.chosen));
+            let bands = &choice.tier.bands;
+            bands.part_args(part.cost, shadow[index], recorded, &mut args);
+            keys.extend(band_keys.by_ref().take(bands.count()));
+            if recorded.is_some() {
+                keys.push(Bands::record_key(&shared.prefix, part.key));
+            }
             match reserving.get(index) {
                 Some(Some((_, serial))) => {
                     args.push(serial.to_string());
-                    args.push(part.shared.instance.clone());
-                    with_tokens.push(Bands::reserve_key(&part.shared.prefix, part.key));
+                    args.push(shared.instance.clone());
+                    keys.push(Bands::reserve_key(&shared.prefix, part.key));
                 }
                 // Spent, not reserved: an empty serial, no token.
                 Some(None) => args.extend([String::new(), String::new()]),
                 None => {}
             }
         }
-        let call = lead.script.call(
-            &with_tokens,
-            &args,
-            &lead.counters.script_reloads,
-            true,
-            lead.timeout,
-        );
-        match call.await {
-            Ok(Ok(reply)) => {
-                let bands: Vec<usize> = self.parts.iter().map(|p| p.shared.bands.count()).collect();
-                let reserve = ask == PartsAsk::Reserve;
-                let (admitted, decided) =
-                    script::parts_decisions(&reply, &bands, &shadow, reserve)?;
-                self.each_shared(Shared::recovered);
-                let mut tally = Tally::default();
-                let mut each = Vec::with_capacity(self.parts.len());
-                let mut reservations = Vec::new();
-                for (index, (part, (decision, marks))) in self.parts.iter().zip(decided).enumerate()
-                {
-                    let shared = part.shared;
-                    bump(&shared.counters.redis_decisions);
-                    // Each limiter counts its part's own decision, and lets it through in
-                    // shadow mode (the script spent nothing for it).
-                    let decision = if ask == PartsAsk::Peek {
-                        decision
-                    } else {
-                        shared.finish(decision)
-                    };
-                    tally.decided(index, &decision, part.cost);
-                    each.push(decision);
-                    if !admitted || ask == PartsAsk::Peek {
-                        continue;
-                    }
-                    if let Some(cache) = &shared.cache {
-                        // An admission may lengthen a cached refusal of another cost.
-                        cache.remove(part.key);
-                    }
-                    if let Some(&reserved) = reserving.get(index) {
-                        reservations.push(reserved.map(|(origin, serial)| {
-                            Reservation::new(decision, part.cost, marks, origin).with_token(serial)
-                        }));
-                    }
-                }
-                Ok(Decided {
-                    decision: tally.decision(),
-                    each,
-                    reservations,
-                })
-            }
-            Ok(Err(err)) if conn::is_unavailable(&err) => {
-                self.each_shared(|shared| bump(&shared.counters.unavailable));
-                self.failed(ask, &reserving, BackendError::Redis(err))
-            }
-            Ok(Err(err)) => {
-                // Redis answered: it is up, and the error is about this call.
-                self.each_shared(Shared::recovered);
-                Err(BackendError::Redis(err))
-            }
-            Err(_) => {
-                self.each_shared(|shared| bump(&shared.counters.timeouts));
-                self.failed(ask, &reserving, BackendError::Timeout(lead.timeout))
-            }
-        }
+        Ok((keys, args))
     }
 
     /// Every part's Redis keys, part after part, once it is known one call on `lead`'s
     /// connection can decide them all.
-    fn keys(&self, lead: &Shared) -> Result<Vec<String>, BackendError> {
+    fn keys(&self, lead: &Shared, choices: &[Choice]) -> Result<Vec<String>, BackendError> {
         let mut keys: Vec<String> = Vec::new();
         let mut seen = HashSet::new();
         let cluster = matches!(lead.script.conn(), Conn::Cluster(_));
@@ -459,7 +543,7 @@ impl<'a> RedisAllOf<'a> {
             if !shared.script.same_connection(&lead.script) {
                 return Err(BackendError::OtherConnection { part });
             }
-            for key in shared.bands.keys(&shared.prefix, each.key) {
+            for key in choices[part].tier.bands.keys(&shared.prefix, each.key) {
                 if !seen.insert(key.clone()) {
                     return Err(BackendError::SharedKey { part, key });
                 }
@@ -491,12 +575,13 @@ impl<'a> RedisAllOf<'a> {
     /// the failure policies decide.
     fn failed(
         &self,
+        tiers: &[Choice],
         ask: PartsAsk,
         reserving: &[Option<(Origin, u64)>],
         err: BackendError,
     ) -> Result<Decided, BackendError> {
         self.each_shared(|shared| shared.switch_to_failure(&err));
-        self.fallback(ask, reserving, err)
+        self.fallback(tiers, ask, reserving, err)
     }
 
     /// Each part decided by its limiter's failure policy, all or nothing (see the type's
@@ -505,6 +590,7 @@ impl<'a> RedisAllOf<'a> {
     /// permits spent), as for one key.
     fn fallback(
         &self,
+        tiers: &[Choice],
         ask: PartsAsk,
         reserving: &[Option<(Origin, u64)>],
         err: BackendError,
@@ -531,18 +617,21 @@ impl<'a> RedisAllOf<'a> {
                         (decision, decision.is_allowed().then_some(reservation))
                     }
                     // A cost the local policy cannot admit.
-                    Err(_) => (shared.fallback_refusal(), None),
+                    Err(_) => (shared.fallback_refusal(&tiers[index].tier), None),
                 },
                 FailurePolicy::Local(local) => {
                     let peeked = local.peek_n(part.key, part.cost);
-                    (peeked.unwrap_or_else(|_| shared.fallback_refusal()), None)
+                    (
+                        peeked.unwrap_or_else(|_| shared.fallback_refusal(&tiers[index].tier)),
+                        None,
+                    )
                 }
-                FailurePolicy::Closed => (shared.fallback_refusal(), None),
+                FailurePolicy::Closed => (shared.fallback_refusal(&tiers[index].tier), None),
                 // Reading no state, an `Open` part reports its whole limit left, so that a
                 // part that does read one (a `Local` limiter) gives the answer. `Error`
                 // returned above.
                 FailurePolicy::Open | FailurePolicy::Error => {
-                    let limit = shared.policy.first_band().permits();
+                    let limit = tiers[index].tier.policy.first_band().permits();
                     (Decision::allow(limit, limit, 0), None)
                 }
             };

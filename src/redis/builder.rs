@@ -23,8 +23,8 @@ use super::failure::{Breaker, Counters, FailurePolicy};
 use super::give_back::Returner;
 use super::lease::{self, Leases};
 use super::leased::sweeper;
-use super::script::Bands;
 use super::shared::Shared;
+use super::tiers::{Resolver, Tier, Tiers};
 
 /// Builds a [`RedisLimiter`](super::RedisLimiter): start with
 /// [`RedisLimiter::builder`](super::RedisLimiter::builder), finish with
@@ -82,6 +82,10 @@ pub struct RedisLimiterBuilder {
     hash_tag: Option<String>,
     /// Shadow mode: refusals counted and let through.
     shadow: bool,
+    /// Per-key policies, chosen by the caller.
+    resolver: Option<Resolver>,
+    /// How many keys' policies are cached, and for how long.
+    resolver_cache: (usize, Duration),
 }
 
 impl RedisLimiterBuilder {
@@ -105,6 +109,8 @@ impl RedisLimiterBuilder {
             test_clock: None,
             hash_tag: None,
             shadow: false,
+            resolver: None,
+            resolver_cache: (100_000, Duration::from_secs(60)),
         }
     }
 
@@ -335,6 +341,70 @@ impl RedisLimiterBuilder {
         self
     }
 
+    /// Per-key policies: each key is held to the policy `resolver` answers for it (free
+    /// users 100 a minute, paid 1,000), decided in the same one script call as any request.
+    /// The builder's policy stays the limiter's [`policy`](super::RedisLimiter::policy), and
+    /// decides nothing else.
+    ///
+    /// **A key's state remembers its policy.** Next to it, `<prefix>:{<key>}:policy` names
+    /// the policy its state was made under. When the resolver's answer for a key changes (a
+    /// user upgraded, on this server or another), the key's next request moves its state to
+    /// the new policy first, with the rule of
+    /// [`RateLimiter::set_policy`](crate::RateLimiter::set_policy): permits already spent
+    /// stay spent, and no key gains more than the new policy allows (each new band starts
+    /// with the permits in use of the old bands whose window is no longer than its own). The
+    /// move is one script call more, once per change; reservations made before it settle
+    /// nothing after it.
+    ///
+    /// **Answers are cached** per instance, for up to
+    /// [`resolver_cache`](RedisLimiterBuilder::resolver_cache)'s time to live (default 60
+    /// s) and number of keys (default 100,000): a tier change reaches a server's requests
+    /// within the time to live. Servers whose resolvers disagree about a key move it back
+    /// and forth (carrying its permits each time, never raising them); a request that finds
+    /// its key moved away three times in a row fails with [`BackendError::Reply`].
+    ///
+    /// The resolver runs on the request's task, under the cache's lock: keep it a quick
+    /// lookup, and never call the limiter from it. An answer the scripts cannot decide is
+    /// the request's [`BackendError::UnsupportedPolicy`]. Not with
+    /// [`lease`](RedisLimiterBuilder::lease) (refused at connect: a lease is taken under one
+    /// policy for every key).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::Policy;
+    ///
+    /// let free: Policy = "100/min".parse()?;
+    /// let paid: Policy = "1000/min".parse()?;
+    /// let builder = tollgate::redis::RedisLimiter::builder(free)
+    ///     .resolver(move |user: &str| if user.starts_with("paid-") { paid } else { free });
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    pub fn resolver(mut self, resolver: impl Fn(&str) -> Policy + Send + Sync + 'static) -> Self {
+        self.resolver = Some(Arc::new(resolver));
+        self
+    }
+
+    /// How many keys' [resolver](RedisLimiterBuilder::resolver) answers this instance keeps
+    /// (default 100,000; at least 1), and for how long each is used before the resolver is
+    /// asked again (default 60 s; zero asks it on every request). A full cache drops expired
+    /// answers first, then arbitrary ones.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    ///
+    /// let builder = tollgate::redis::RedisLimiter::builder("100/min".parse()?)
+    ///     .resolver(|_: &str| "100/min".parse().unwrap())
+    ///     .resolver_cache(10_000, Duration::from_secs(5));
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    pub fn resolver_cache(mut self, max_keys: usize, ttl: Duration) -> Self {
+        self.resolver_cache = (max_keys, ttl);
+        self
+    }
+
     /// **For tests only** (feature `test-util`). Decide at this clock's readings (rounded
     /// down to microseconds) instead of Redis `TIME`, so that a test can drive time, as with a
     /// [`FakeClock`](crate::FakeClock) in process. Every limiter that shares keys must then
@@ -358,7 +428,7 @@ impl RedisLimiterBuilder {
     /// Connects to one Redis server at `url`, loads the script, and builds what the limiter
     /// shares (see [`connect`](RedisLimiterBuilder::connect)).
     pub(super) async fn open(self, url: &str) -> Result<Arc<Shared>, BackendError> {
-        let bands = self.validate()?;
+        let tier = self.validate()?;
         let client = ::redis::Client::open(url)?;
         let config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(self.connect_timeout))
@@ -374,14 +444,14 @@ impl RedisLimiterBuilder {
             .await
             .map_err(|_| BackendError::Timeout(self.connect_timeout))??;
         let script = Script::load(Conn::Single(manager), self.connect_timeout).await?;
-        Ok(self.finish(script, bands))
+        Ok(self.finish(script, tier))
     }
 
     /// Connects to a Redis Cluster through any of its `nodes`, loads the script on every
     /// primary, and builds what the limiter shares (see
     /// [`connect_cluster`](RedisLimiterBuilder::connect_cluster)).
     pub(super) async fn open_cluster(self, nodes: &[&str]) -> Result<Arc<Shared>, BackendError> {
-        let bands = self.validate()?;
+        let tier = self.validate()?;
         let client = ClusterClientBuilder::new(nodes.iter().copied())
             .retries(0)
             .connection_timeout(self.connect_timeout)
@@ -392,17 +462,17 @@ impl RedisLimiterBuilder {
             .await
             .map_err(|_| BackendError::Timeout(self.connect_timeout))??;
         let script = Script::load(Conn::Cluster(conn), self.connect_timeout).await?;
-        Ok(self.finish(script, bands))
+        Ok(self.finish(script, tier))
     }
 
     /// Builds what the limiter shares on `other`'s connection and script (see
     /// [`connect_shared`](RedisLimiterBuilder::connect_shared)).
     pub(super) fn open_shared(self, other: &Shared) -> Result<Arc<Shared>, BackendError> {
-        let bands = self.validate()?;
-        Ok(self.finish(other.script.clone(), bands))
+        let tier = self.validate()?;
+        Ok(self.finish(other.script.clone(), tier))
     }
 
-    fn validate(&self) -> Result<Bands, BackendError> {
+    fn validate(&self) -> Result<Tier, BackendError> {
         if self.prefix.contains(['{', '}']) {
             return Err(BackendError::InvalidPrefix {
                 prefix: self.prefix.clone(),
@@ -443,7 +513,21 @@ impl RedisLimiterBuilder {
             self.probe_interval,
             "while Redis is down every call would probe it, and the closed failure policy would tell clients to retry at once",
         )?;
+        if self.resolver_cache.0 == 0 {
+            return Err(BackendError::InvalidSetting {
+                setting: "resolver_cache",
+                value: "0".to_owned(),
+                reason: "the cache of resolved policies holds at least one key",
+            });
+        }
         if let Some(lease) = self.lease {
+            if self.resolver.is_some() {
+                return Err(BackendError::InvalidSetting {
+                    setting: "lease",
+                    value: lease.to_string(),
+                    reason: "a limiter with a resolver takes no leases: a lease is taken under one policy for every key",
+                });
+            }
             let invalid = |reason| BackendError::InvalidSetting {
                 setting: "lease",
                 value: lease.to_string(),
@@ -464,12 +548,12 @@ impl RedisLimiterBuilder {
                 ));
             }
         }
-        Bands::new(&self.policy)
+        Tier::new(self.policy)
     }
 
     /// The limiter's shared state on `script`, its sweeper of leases started (on the
     /// running tokio runtime).
-    fn finish(self, script: Script, bands: Bands) -> Arc<Shared> {
+    fn finish(self, script: Script, tier: Tier) -> Arc<Shared> {
         // With one hash tag, it follows the prefix: `<prefix>:{<tag>}:{<key>}:<band>`, the
         // slot being that of the first `{...}`.
         let prefix = match &self.hash_tag {
@@ -502,7 +586,7 @@ impl RedisLimiterBuilder {
                 .unwrap_or(1);
             let returner = Returner::new(
                 script.clone(),
-                bands.clone(),
+                tier.bands.clone(),
                 prefix.clone(),
                 instance.clone(),
                 self.timeout,
@@ -513,10 +597,14 @@ impl RedisLimiterBuilder {
                 returner,
             )
         });
+        let tiers = self.resolver.map(|resolver| {
+            let (max_keys, ttl) = self.resolver_cache;
+            Tiers::new(resolver, max_keys, ttl)
+        });
         let shared = Arc::new(Shared {
             script,
-            policy: self.policy,
-            bands,
+            tier: Arc::new(tier),
+            tiers,
             prefix,
             timeout: self.timeout,
             failure: self.failure,
@@ -555,6 +643,8 @@ impl fmt::Debug for RedisLimiterBuilder {
             .field("test_clock", &self.test_clock.is_some())
             .field("hash_tag", &self.hash_tag)
             .field("shadow", &self.shadow)
+            .field("resolver", &self.resolver.is_some())
+            .field("resolver_cache", &self.resolver_cache)
             .finish()
     }
 }

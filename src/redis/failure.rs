@@ -122,6 +122,10 @@ pub struct BackendStats {
     pub local_permits: u64,
     /// Permits of leases given back to Redis unused.
     pub returned_permits: u64,
+    /// Keys this limiter moved to the policy its
+    /// [resolver](super::RedisLimiterBuilder::resolver) answers, their state having been
+    /// made under another.
+    pub policy_moves: u64,
 }
 
 /// The live counters behind [`BackendStats`].
@@ -137,6 +141,7 @@ pub(super) struct Counters {
     pub(super) timeouts: AtomicU64,
     pub(super) unavailable: AtomicU64,
     pub(super) script_reloads: AtomicU64,
+    pub(super) policy_moves: AtomicU64,
 }
 
 /// Adds one to a counter. Relaxed: counters are independent tallies; nothing is published
@@ -160,6 +165,7 @@ impl Counters {
             timeouts: get(&self.timeouts),
             unavailable: get(&self.unavailable),
             script_reloads: get(&self.script_reloads),
+            policy_moves: get(&self.policy_moves),
             leased_permits: 0,
             local_permits: 0,
             returned_permits: 0,

@@ -62,7 +62,7 @@ impl Shared {
                 Waited::Gone => tokio::task::yield_now().await,
             }
         }
-        let (decision, marks, _) = self.decide(key, Ask::Acquire(n)).await?;
+        let (decision, marks, _, _) = self.decide(key, Ask::Acquire(n)).await?;
         if marks != NOT_IN_REDIS {
             leases.lower(key, decision.remaining());
         }
@@ -90,7 +90,7 @@ impl Shared {
         };
         let outcome = self.decide(key, ask).await;
         let next = match &outcome {
-            Ok((decision, marks, granted)) if *granted > 0 => {
+            Ok((decision, marks, granted, _)) if *granted > 0 => {
                 // From a reading after the reply: Redis measured its reset_after then, and a
                 // reading from before the round trip would report it shorter than Redis.
                 let reset_at = self.clock.now().saturating_add(
@@ -107,7 +107,7 @@ impl Shared {
             _ => Arc::new(Lease::placeholder(size, now, false)),
         };
         let installed = leases.install(key, &old, &next, ticket);
-        if let Ok((decision, _, _)) = &outcome {
+        if let Ok((decision, _, _, _)) = &outcome {
             if !decision.is_allowed() {
                 claim.refuse(*decision);
             }
@@ -120,8 +120,8 @@ impl Shared {
             let _ = self.retire(leases, key, &next).await;
         }
         match outcome {
-            Ok((_, _, granted)) if granted > 0 => Ok(next.admitted(granted - 1, now)),
-            Ok((decision, _, _)) => Ok(decision),
+            Ok((_, _, granted, _)) if granted > 0 => Ok(next.admitted(granted - 1, now)),
+            Ok((decision, _, _, _)) => Ok(decision),
             Err(err) => Err(err),
         }
     }

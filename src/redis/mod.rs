@@ -9,7 +9,7 @@
 //! | type | role |
 //! |---|---|
 //! | [`RedisLimiter`] | `try_acquire`, `try_acquire_n`, `peek`, `reserve_n`/`settle`/`cancel` against Redis, `close`; cheap to clone |
-//! | [`RedisLimiterBuilder`] | prefix, hash tag, timeout, failure policy, deny cache, probe interval, leases for hot keys, shadow mode, a shared connection |
+//! | [`RedisLimiterBuilder`] | prefix, hash tag, timeout, failure policy, deny cache, probe interval, leases for hot keys, shadow mode, per-key policies (a resolver), a shared connection |
 //! | [`RedisAllOf`] | several keys of several limiters in one decision, all or nothing, in one script call |
 //! | [`FailurePolicy`] | what decides while Redis is slow or down: error, open, closed, local limiter |
 //! | [`BackendStats`] | decisions allowed and refused, by source, switches, timeouts, script reloads |
@@ -64,9 +64,10 @@
 //! | `script` | the Lua script, its arguments for a policy, the key names, its replies |
 //! | `conn` | the connection and the script call on it: `NOSCRIPT`, redirects, which errors are retried |
 //! | `cache` | the deny cache: refusals answered without a round trip |
+//! | `tiers` | per-key policies: a policy as the scripts take it, the resolver and its cache of answers |
 //! | `give_back` | giving a lease back to Redis, once, and a dropped limiter's leases |
 //! | `lease` | the lease map: each hot key's lease, its size and hold time, claims and waits |
-//! | `shared` | what the clones share, and the path of a decision: deny cache, Redis, failure policy; a key's reset |
+//! | `shared` | what the clones share, and the path of a decision: deny cache, Redis (moving a key to its policy first), failure policy; a key's reset |
 //! | `reserve` | reserving and settling on Redis |
 //! | `all_of` | [`RedisAllOf`]: several keys in one script call, and the failure policies' decision of them |
 //! | `leased` | requests decided from leases; taking, replacing and giving back leases, the sweeper, closing |
@@ -86,6 +87,7 @@ mod pause;
 mod reserve;
 mod script;
 mod shared;
+mod tiers;
 mod wait;
 
 use std::fmt;
@@ -257,7 +259,7 @@ impl RedisLimiter {
     /// # }
     /// ```
     pub async fn try_acquire_n(&self, key: &str, n: u64) -> Result<Decision, BackendError> {
-        self.shared.check_cost(n)?;
+        self.shared.check_cost(key, n)?;
         self.acquire_now(key, n).await
     }
 
@@ -377,7 +379,9 @@ impl RedisLimiter {
     }
 
     /// The Redis keys holding `key`'s state, one per band of the policy, in the policy's
-    /// band order (see the module docs, "Keys").
+    /// band order (see the module docs, "Keys"); with a
+    /// [resolver](RedisLimiterBuilder::resolver), those of the key's policy here, and its
+    /// record last. Empty when the resolver answers a policy the backend cannot decide.
     ///
     /// # Examples
     ///
@@ -395,7 +399,17 @@ impl RedisLimiter {
     /// ```
     #[must_use]
     pub fn redis_keys(&self, key: &str) -> Vec<String> {
-        self.shared.bands.keys(&self.shared.prefix, key)
+        let shared = &self.shared;
+        match shared.tier_of(key) {
+            Ok(choice) => {
+                let mut keys = choice.tier.bands.keys(&shared.prefix, key);
+                if shared.tiers.is_some() {
+                    keys.push(script::Bands::record_key(&shared.prefix, key));
+                }
+                keys
+            }
+            Err(_) => Vec::new(),
+        }
     }
 
     /// Whether requests are decided from leases (see [`RedisLimiterBuilder::lease`]).
@@ -425,7 +439,46 @@ impl RedisLimiter {
     /// ```
     #[must_use]
     pub fn policy(&self) -> Policy {
-        self.shared.policy
+        self.shared.tier.policy
+    }
+
+    /// The policy `key` is decided under: [`policy`](RedisLimiter::policy), or with a
+    /// [resolver](RedisLimiterBuilder::resolver) its answer for `key` (cached, as for a
+    /// request).
+    ///
+    /// # Errors
+    ///
+    /// [`BackendError::UnsupportedPolicy`] when the resolver answers a policy the Redis
+    /// backend cannot decide.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+    /// use tollgate::redis::RedisLimiter;
+    ///
+    /// let limiter = RedisLimiter::builder("100/min".parse()?)
+    ///     .resolver(|user: &str| {
+    ///         let tier = if user.starts_with("paid-") { "1000/min" } else { "100/min" };
+    ///         tier.parse().unwrap()
+    ///     })
+    ///     .connect("redis://127.0.0.1:6379")
+    ///     .await?;
+    /// assert_eq!(limiter.policy_of("paid-7")?.to_string(), "1000/1min");
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn policy_of(&self, key: &str) -> Result<Policy, BackendError> {
+        Ok(self.shared.tier_of(key)?.tier.policy)
+    }
+
+    /// The policy every key is held to, `None` under a resolver (each key has its own).
+    #[cfg(feature = "tower")]
+    pub(crate) fn uniform_policy(&self) -> Option<Policy> {
+        self.shared
+            .tiers
+            .is_none()
+            .then_some(self.shared.tier.policy)
     }
 
     /// The counters since the limiter connected: decisions by source, switches to and from
@@ -733,7 +786,8 @@ impl fmt::Debug for RedisLimiter {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let shared = &*self.shared;
         f.debug_struct("RedisLimiter")
-            .field("policy", &shared.policy)
+            .field("policy", &shared.tier.policy)
+            .field("resolver", &shared.tiers.is_some())
             .field("prefix", &shared.prefix)
             .field("timeout", &shared.timeout)
             .field("failure_policy", &shared.failure)

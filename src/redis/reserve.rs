@@ -2,28 +2,36 @@
 //! number and token, and a settle as a refund or a charge.
 
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 use crate::reservation::Reservation;
 
 use super::error::BackendError;
 use super::script::{self, Ask};
 use super::shared::{Shared, NOT_IN_REDIS};
+use super::tiers::{Choice, Tier};
 
 impl Shared {
     /// Reserves `n` permits for `key`, decided as a request of cost `n`; an admission
     /// writes the reservation's token next to the key's state.
     pub(super) async fn reserve(&self, key: &str, n: u64) -> Result<Reservation, BackendError> {
-        self.check_cost(n)?;
+        self.check_cost(key, n)?;
         // The origin first: its count of resets must not be newer than the state the
         // reservation is decided on.
         let origin = self.origin(key);
         // Relaxed: only uniqueness matters, and a read-modify-write gives every call its own.
         let serial = self.reservations.fetch_add(1, Ordering::Relaxed) + 1;
         let ask = Ask::Reserve { cost: n, serial };
-        let (decision, marks, _) = self.decide(key, ask).await?;
+        let (decision, marks, _, policy) = self.decide(key, ask).await?;
         // A refusal shadow mode lets through holds nothing (see `Reservation::new`).
         let decision = self.finish(decision);
-        Ok(Reservation::new(decision, n, marks, origin).with_token(serial))
+        let reservation = Reservation::new(decision, n, marks, origin).with_token(serial);
+        // With per-key policies, the settle takes this policy's bands, whatever the key's
+        // policy is by then (a move in between deletes the token: the settle changes nothing).
+        Ok(match self.tiers {
+            Some(_) => reservation.decided_under(Some(Box::new(policy))),
+            None => reservation,
+        })
     }
 
     /// Settles `r`, a reservation of this limiter for `key`, at `actual` permits: a refund
@@ -35,6 +43,7 @@ impl Shared {
         r: Reservation,
         actual: u64,
     ) -> Result<(), BackendError> {
+        let decided = r.decided_policy();
         let taken = r.take(self.origin(key))?;
         let (held, marks, serial) = (taken.held, taken.marks, taken.token);
         if marks == NOT_IN_REDIS || !taken.changes(actual) {
@@ -58,10 +67,15 @@ impl Shared {
             return Err(BackendError::Unavailable);
         }
         let refund = matches!(ask, Ask::Refund { .. });
-        let mut args = self.bands.args(now_micros, ask);
-        let keys = self
-            .bands
-            .call_keys(&self.prefix, key, ask, &self.instance, &mut args);
+        // Under the policy the reservation was decided under: its marks are that state's.
+        let choice = match decided {
+            Some(policy) => Choice {
+                tier: Arc::new(Tier::new(*policy)?),
+                chosen: 0,
+            },
+            None => self.tier_of(key)?,
+        };
+        let (keys, args) = self.call_for(&choice, key, ask, now_micros);
         // A refund is never sent twice: applied twice, it would give back more than was
         // held. A charge is resent once on a fresh connection, as a decision is: applied
         // twice it only refuses sooner, and dropped it would forgive a debt.

@@ -30,6 +30,8 @@ pub(super) const SOURCE: &str = concat!(
     "\n",
     include_str!("lua/tokens.lua"),
     "\n",
+    include_str!("lua/record.lua"),
+    "\n",
     include_str!("lua/parts.lua"),
     "\n",
     include_str!("lua/decide.lua"),
@@ -256,6 +258,57 @@ impl Bands {
 
     /// The Redis key of the reservation tokens for `key`: `<prefix>:{<key>}:reserved`, a hash
     /// with a field per reservation not yet settled, in the slot of the key's bands.
+    /// The record of the policy `key`'s state is under, for a limiter with per-key policies
+    /// (`lua/record.lua`).
+    pub(super) fn record_key(prefix: &str, key: &str) -> String {
+        name(prefix, &tag(key), "policy")
+    }
+
+    /// A call built by [`Bands::args`] and [`Bands::call_keys`] (complete) made for a
+    /// limiter with per-key policies: decided under the policy `text`, chosen at `chosen`,
+    /// only while `key`'s record names no other.
+    pub(super) fn recorded(
+        prefix: &str,
+        key: &str,
+        (text, chosen): (&str, u64),
+        keys: &mut Vec<String>,
+        args: &mut Vec<String>,
+    ) {
+        keys.push(Self::record_key(prefix, key));
+        args[1].push('@');
+        args.push(chosen.to_string());
+        args.push(text.to_owned());
+    }
+
+    /// The call moving `key`'s state from the bands `self` (whose policy's text is
+    /// `texts[0]`) to `to`'s (`texts[1]`, chosen at `chosen`): its keys and arguments
+    /// (`lua/record.lua`, `convert_tier`).
+    pub(super) fn convert_call(
+        &self,
+        to: &Bands,
+        prefix: &str,
+        key: &str,
+        now_micros: Option<u64>,
+        (texts, chosen): ([&str; 2], u64),
+    ) -> (Vec<String>, Vec<String>) {
+        let mut keys = self.keys(prefix, key);
+        keys.extend(to.keys(prefix, key));
+        keys.push(Self::reserve_key(prefix, key));
+        keys.push(Self::record_key(prefix, key));
+        let now = now_micros.map_or_else(String::new, |micros| micros.to_string());
+        let mut args = vec![now, "convert@".to_owned()];
+        for bands in [self, to] {
+            args.push(bands.bands.len().to_string());
+            for band in &bands.bands {
+                args.extend(band.args.iter().cloned());
+            }
+        }
+        args.push(texts[0].to_owned());
+        args.push(chosen.to_string());
+        args.push(texts[1].to_owned());
+        (keys, args)
+    }
+
     pub(super) fn reserve_key(prefix: &str, key: &str) -> String {
         name(prefix, &tag(key), "reserved")
     }
@@ -320,11 +373,21 @@ impl Bands {
     }
 
     /// One part's arguments of a call deciding several keys (`lua/parts.lua`): its `cost`,
-    /// how many bands, whether it is in `shadow` mode, and each band's four.
-    pub(super) fn part_args(&self, cost: u64, shadow: bool, args: &mut Vec<String>) {
+    /// how many bands, whether it is in `shadow` mode, for a limiter with per-key policies
+    /// when its policy was chosen and its text, and each band's four.
+    pub(super) fn part_args(
+        &self,
+        cost: u64,
+        shadow: bool,
+        recorded: Option<(&str, u64)>,
+        args: &mut Vec<String>,
+    ) {
         args.push(cost.to_string());
         args.push(self.bands.len().to_string());
         args.push(if shadow { "1" } else { "0" }.to_owned());
+        let (text, chosen) = recorded.unwrap_or(("", 0));
+        args.push(chosen.to_string());
+        args.push(text.to_owned());
         for band in &self.bands {
             args.extend(band.args.iter().cloned());
         }
@@ -522,6 +585,66 @@ pub(super) fn returned(reply: &::redis::Value) -> Result<bool, BackendError> {
 /// [`BackendError::Reply`] for any other reply.
 pub(super) fn settled(reply: &::redis::Value) -> Result<bool, BackendError> {
     returned(reply)
+}
+
+/// A key's record naming another policy than a call's (`lua/record.lua`): nothing was
+/// decided.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) struct Conflict {
+    /// The part whose record it is (`None` for a call on one key).
+    pub(super) part: Option<usize>,
+    /// `true` when the record's policy was chosen no earlier than the call's: decide under
+    /// it; `false`: move the key to the call's first.
+    pub(super) follow: bool,
+    /// The record's policy, as its text.
+    pub(super) recorded: String,
+}
+
+/// The [`Conflict`] the script answered instead of a decision, if it did.
+pub(super) fn conflict(reply: &::redis::Value) -> Option<Conflict> {
+    let ::redis::Value::Array(items) = reply else {
+        return None;
+    };
+    let text = |value: &::redis::Value| match value {
+        ::redis::Value::BulkString(bytes) => String::from_utf8(bytes.clone()).ok(),
+        _ => None,
+    };
+    let (part, mode, recorded) = match items.as_slice() {
+        [tier, mode, recorded] if text(tier).as_deref() == Some("tier") => (None, mode, recorded),
+        [tier, ::redis::Value::Int(part), mode, recorded]
+            if text(tier).as_deref() == Some("tier") =>
+        {
+            // Lua counts parts from 1.
+            let part = usize::try_from(*part).ok()?.checked_sub(1)?;
+            (Some(part), mode, recorded)
+        }
+        _ => return None,
+    };
+    let follow = match text(mode)?.as_str() {
+        "follow" => true,
+        "move" => false,
+        _ => return None,
+    };
+    Some(Conflict {
+        part,
+        follow,
+        recorded: text(recorded)?,
+    })
+}
+
+/// The script's reply to a move of a key's state to another policy: `None` when the record
+/// names the new policy now, else the [`Conflict`] with the record (a third policy).
+///
+/// # Errors
+///
+/// [`BackendError::Reply`] for any other reply.
+pub(super) fn converted(reply: &::redis::Value) -> Result<Option<Conflict>, BackendError> {
+    match reply {
+        ::redis::Value::Int(1) => Ok(None),
+        other => conflict(other)
+            .map(Some)
+            .ok_or_else(|| BackendError::Reply(format!("{other:?}"))),
+    }
 }
 
 /// A clock reading in nanoseconds as the script's microseconds (rounded down).

@@ -9,7 +9,6 @@ use std::time::Duration;
 
 use crate::clock::Clock;
 use crate::decision::Decision;
-use crate::error::CostError;
 use crate::keys::KeyHasher;
 use crate::policy::Policy;
 use crate::reservation::{Marks, Origin};
@@ -19,18 +18,47 @@ use super::conn::{self, Script};
 use super::error::BackendError;
 use super::failure::{bump, Breaker, Counters, FailurePolicy};
 use super::lease::Leases;
-use super::script::{self, Ask, Bands};
+use super::script::{self, Ask, Bands, Conflict};
+use super::tiers::{Choice, Tier, Tiers};
 
 /// The marks of a reservation that Redis did not make (the failure policy admitted it):
 /// settling it changes nothing. No script mark comes near: they are below 2^53.
 pub(super) const NOT_IN_REDIS: Marks = [u64::MAX; Policy::MAX_BANDS];
 
+/// A request's decision, for a reservation or a lease that Redis admitted each band's mark
+/// ([`NOT_IN_REDIS`] when the failure policy decided), for a lease the permits it took, and
+/// the policy it was decided under.
+pub(super) type Decided = (Decision, Marks, u64, Policy);
+
+/// How many times one request moves its key to its policy before it gives up (another
+/// server moving it back each time: servers whose resolvers disagree).
+pub(super) const MAX_MOVES: usize = 3;
+
+/// Why a script call, or the move of a key before it, did not decide.
+pub(super) enum Moved {
+    /// Redis answered with an error, or could not be reached.
+    Redis(::redis::RedisError),
+    /// Redis did not answer within the timeout.
+    Timeout,
+    /// Anything else (an unexpected reply, a record that is no policy, too many moves).
+    Other(BackendError),
+}
+
+/// The error of a request whose key was moved to another policy [`MAX_MOVES`] times.
+pub(super) fn kept_changing(key: &str) -> BackendError {
+    BackendError::Reply(format!(
+        "the policy of key `{key}` kept changing under this request ({MAX_MOVES} moves): do the servers' resolvers agree?"
+    ))
+}
+
 /// What a limiter's clones share: the script on its connection, the policy's bands and the
 /// settings, the switch to the failure policy, the deny cache, the counters and the leases.
 pub(super) struct Shared {
     pub(super) script: Script,
-    pub(super) policy: Policy,
-    pub(super) bands: Bands,
+    /// The builder's policy: every key's, unless `tiers` chooses.
+    pub(super) tier: Arc<Tier>,
+    /// Per-key policies: the resolver and its cache (`RedisLimiterBuilder::resolver`).
+    pub(super) tiers: Option<Tiers>,
     pub(super) prefix: String,
     pub(super) timeout: Duration,
     pub(super) failure: FailurePolicy,
@@ -100,22 +128,136 @@ impl Shared {
         }
     }
 
-    /// `n` as a request's cost: at least 1, at most the smallest band's permits.
-    pub(super) fn check_cost(&self, n: u64) -> Result<(), CostError> {
-        CostError::nonzero(n)?;
-        CostError::within(n, self.policy.max_cost())
+    /// The policy `key` is decided under: the builder's, or the resolver's answer (cached),
+    /// with when it was chosen. A key whose answer changed here has its cached refusal
+    /// forgotten (it was another policy's).
+    ///
+    /// # Errors
+    ///
+    /// [`BackendError::UnsupportedPolicy`] for an answer the scripts cannot decide.
+    pub(super) fn tier_of(&self, key: &str) -> Result<Choice, BackendError> {
+        let Some(tiers) = &self.tiers else {
+            return Ok(Choice {
+                tier: Arc::clone(&self.tier),
+                chosen: 0,
+            });
+        };
+        let (choice, changed) = tiers.tier(key, &*self.clock, self.chosen_now())?;
+        if changed {
+            if let Some(cache) = &self.cache {
+                cache.forget(key);
+            }
+        }
+        Ok(choice)
+    }
+
+    /// When a resolver's answer is chosen now: microseconds since the Unix epoch (the test
+    /// clock's, under one), so that the choices of different servers compare.
+    fn chosen_now(&self) -> u64 {
+        let nanos = match &self.test_clock {
+            Some(clock) => clock.now(),
+            None => std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |since| {
+                    u64::try_from(since.as_nanos()).unwrap_or(u64::MAX)
+                }),
+        };
+        nanos / 1_000
+    }
+
+    /// `n` as a request's cost for `key`: at least 1, at most the smallest band's permits of
+    /// its policy.
+    pub(super) fn check_cost(&self, key: &str, n: u64) -> Result<(), BackendError> {
+        Ok(self.tier_of(key)?.tier.check_cost(n)?)
+    }
+
+    /// The keys and arguments of the script call asking `ask` for `key` under `choice`.
+    pub(super) fn call_for(
+        &self,
+        choice: &Choice,
+        key: &str,
+        ask: Ask,
+        now_micros: Option<u64>,
+    ) -> (Vec<String>, Vec<String>) {
+        let bands = &choice.tier.bands;
+        let mut args = bands.args(now_micros, ask);
+        let mut keys = bands.call_keys(&self.prefix, key, ask, &self.instance, &mut args);
+        if self.tiers.is_some() {
+            let recorded = (choice.tier.text.as_str(), choice.chosen);
+            Bands::recorded(&self.prefix, key, recorded, &mut keys, &mut args);
+        }
+        (keys, args)
+    }
+
+    /// Settles `conflict`, `key`'s record naming another policy than `choice`'s: follows the
+    /// record's when it was chosen no earlier (the request is then decided under it), else
+    /// moves the key's state to `choice`'s, carrying the permits in use (one script call,
+    /// counted in `policy_moves`; it may find a third policy and follow or move from it, up
+    /// to [`MAX_MOVES`] calls in all). A cost the policy followed cannot admit is the
+    /// request's error.
+    pub(super) async fn resolve_conflict(
+        &self,
+        key: &str,
+        conflict: Conflict,
+        choice: &mut Choice,
+        cost: u64,
+        now_micros: Option<u64>,
+    ) -> Result<(), Moved> {
+        let mut conflict = conflict;
+        for _ in 0..MAX_MOVES {
+            let old = Tier::recorded(&conflict.recorded).map_err(Moved::Other)?;
+            if conflict.follow {
+                old.check_cost(cost)
+                    .map_err(|err| Moved::Other(err.into()))?;
+                choice.tier = Arc::new(old);
+                return Ok(());
+            }
+            let (keys, args) = old.bands.convert_call(
+                &choice.tier.bands,
+                &self.prefix,
+                key,
+                now_micros,
+                ([&old.text, &choice.tier.text], choice.chosen),
+            );
+            let reply = self
+                .script
+                .call(
+                    &keys,
+                    &args,
+                    &self.counters.script_reloads,
+                    true,
+                    self.timeout,
+                )
+                .await;
+            let reply = match reply {
+                Ok(Ok(reply)) => reply,
+                Ok(Err(err)) => return Err(Moved::Redis(err)),
+                Err(_) => return Err(Moved::Timeout),
+            };
+            match script::converted(&reply).map_err(Moved::Other)? {
+                None => {
+                    bump(&self.counters.policy_moves);
+                    if let Some(cache) = &self.cache {
+                        cache.forget(key);
+                    }
+                    return Ok(());
+                }
+                Some(next) => conflict = next,
+            }
+        }
+        Err(Moved::Other(kept_changing(key)))
     }
 
     /// Decides what `ask` asks for `key`: the decision, for a reservation or a lease that
     /// Redis admitted each band's mark ([`NOT_IN_REDIS`] when the failure policy decided),
     /// and for a lease the permits it took (0 when refused or not decided by Redis).
-    pub(super) async fn decide(
-        &self,
-        key: &str,
-        ask: Ask,
-    ) -> Result<(Decision, Marks, u64), BackendError> {
+    pub(super) async fn decide(&self, key: &str, ask: Ask) -> Result<Decided, BackendError> {
+        let mut choice = self.tier_of(key)?;
         // A peek is a request of cost 1 that writes nothing: the deny cache treats it so.
         let cover = ask.cost();
+        // Checked by the caller under the answer it had; the resolver may have answered
+        // another since.
+        choice.tier.check_cost(cover)?;
         // Read before anything is sent: the deny cache measures Redis's retry_after from here.
         let (now_micros, now) = match &self.test_clock {
             Some(clock) => {
@@ -128,60 +270,81 @@ impl Shared {
         if let Some(cache) = &self.cache {
             if let Some(refusal) = cache.check(key, cover, now) {
                 bump(&self.counters.cached_refusals);
-                return Ok((refusal, NOT_IN_REDIS, 0));
+                return Ok((refusal, NOT_IN_REDIS, 0, choice.tier.policy));
             }
             ticket = cache.ticket(key);
         }
         if !self.breaker.should_try() {
-            return self.fallback(key, ask, BackendError::Unavailable);
+            return self.fallback(&choice.tier, key, ask, BackendError::Unavailable);
         }
-        let mut args = self.bands.args(now_micros, ask);
-        let keys = self
-            .bands
-            .call_keys(&self.prefix, key, ask, &self.instance, &mut args);
-        let call = self.script.call(
-            &keys,
-            &args,
-            &self.counters.script_reloads,
-            true,
-            self.timeout,
-        );
+        let mut moves = 0;
+        let reply = loop {
+            let (keys, args) = self.call_for(&choice, key, ask, now_micros);
+            let call = self.script.call(
+                &keys,
+                &args,
+                &self.counters.script_reloads,
+                true,
+                self.timeout,
+            );
+            let failed = match call.await {
+                Ok(Ok(reply)) => match script::conflict(&reply) {
+                    None => break reply,
+                    // The key's state is under another policy: follow it, or move the state.
+                    Some(conflict) if moves < MAX_MOVES => {
+                        moves += 1;
+                        let resolved = self
+                            .resolve_conflict(key, conflict, &mut choice, cover, now_micros)
+                            .await;
+                        match resolved {
+                            Ok(()) => continue,
+                            Err(failed) => failed,
+                        }
+                    }
+                    Some(_) => Moved::Other(kept_changing(key)),
+                },
+                Ok(Err(err)) => Moved::Redis(err),
+                Err(_) => Moved::Timeout,
+            };
+            return match failed {
+                Moved::Redis(err) if conn::is_unavailable(&err) => {
+                    bump(&self.counters.unavailable);
+                    self.failed(&choice.tier, key, ask, BackendError::Redis(err))
+                }
+                Moved::Redis(err) => {
+                    // Redis answered: it is up, and the error is about this call.
+                    self.recovered();
+                    Err(BackendError::Redis(err))
+                }
+                Moved::Timeout => {
+                    bump(&self.counters.timeouts);
+                    self.failed(&choice.tier, key, ask, BackendError::Timeout(self.timeout))
+                }
+                Moved::Other(err) => {
+                    self.recovered();
+                    Err(err)
+                }
+            };
+        };
         let marks = match ask {
-            Ask::Reserve { .. } | Ask::Lease { .. } => self.bands.count(),
+            Ask::Reserve { .. } | Ask::Lease { .. } => choice.tier.bands.count(),
             _ => 0,
         };
         let counted = matches!(ask, Ask::Lease { .. });
-        match call.await {
-            Ok(Ok(reply)) => {
-                let (decision, marks, count) = script::decision(&reply, marks, counted)?;
-                self.recovered();
-                bump(&self.counters.redis_decisions);
-                if let Some(cache) = &self.cache {
-                    if decision.is_allowed() {
-                        if let Ask::Acquire(_) | Ask::Reserve { .. } | Ask::Lease { .. } = ask {
-                            // An admission may lengthen a cached refusal of another cost.
-                            cache.remove(key);
-                        }
-                    } else {
-                        cache.insert(key, cover, now, ticket, &decision);
-                    }
+        let (decision, marks, count) = script::decision(&reply, marks, counted)?;
+        self.recovered();
+        bump(&self.counters.redis_decisions);
+        if let Some(cache) = &self.cache {
+            if decision.is_allowed() {
+                if let Ask::Acquire(_) | Ask::Reserve { .. } | Ask::Lease { .. } = ask {
+                    // An admission may lengthen a cached refusal of another cost.
+                    cache.remove(key);
                 }
-                Ok((decision, marks, count))
-            }
-            Ok(Err(err)) if conn::is_unavailable(&err) => {
-                bump(&self.counters.unavailable);
-                self.failed(key, ask, BackendError::Redis(err))
-            }
-            Ok(Err(err)) => {
-                // Redis answered: it is up, and the error is about this call.
-                self.recovered();
-                Err(BackendError::Redis(err))
-            }
-            Err(_) => {
-                bump(&self.counters.timeouts);
-                self.failed(key, ask, BackendError::Timeout(self.timeout))
+            } else {
+                cache.insert(key, cover, now, ticket, &decision);
             }
         }
+        Ok((decision, marks, count, choice.tier.policy))
     }
 
     /// Redis answered: switch back from the failure policy if it was deciding.
@@ -198,12 +361,13 @@ impl Shared {
     /// A call to Redis failed with `err`: switch to the failure policy and let it decide.
     fn failed(
         &self,
+        tier: &Tier,
         key: &str,
         ask: Ask,
         err: BackendError,
-    ) -> Result<(Decision, Marks, u64), BackendError> {
+    ) -> Result<Decided, BackendError> {
         self.switch_to_failure(&err);
-        self.fallback(key, ask, err)
+        self.fallback(tier, key, ask, err)
     }
 
     /// A call to Redis failed with `err`: the failure policy decides from now on, until a
@@ -220,42 +384,43 @@ impl Shared {
         }
     }
 
-    /// The failure policy's decision of what `ask` asks for `key`, with the marks of a
-    /// reservation it makes: [`NOT_IN_REDIS`].
+    /// The failure policy's decision of what `ask` asks for `key` (under `tier`), with the
+    /// marks of a reservation it makes: [`NOT_IN_REDIS`].
     fn fallback(
         &self,
+        tier: &Tier,
         key: &str,
         ask: Ask,
         err: BackendError,
-    ) -> Result<(Decision, Marks, u64), BackendError> {
+    ) -> Result<Decided, BackendError> {
         bump(&self.counters.failure_decisions);
         // Open and Closed read no band's state: they report the shortest window's permits.
-        let limit = self.policy.first_band().permits();
+        let limit = tier.policy.first_band().permits();
         let decision = match &self.failure {
             FailurePolicy::Error => return Err(err),
             FailurePolicy::Open => Decision::allow(0, limit, 0),
-            FailurePolicy::Closed => self.fallback_refusal(),
+            FailurePolicy::Closed => self.fallback_refusal(tier),
             FailurePolicy::Local(local) => match ask {
                 Ask::Peek => local.peek(key),
                 Ask::Acquire(cost) | Ask::Reserve { cost, .. } => local
                     .try_acquire_n(key, cost)
-                    .unwrap_or_else(|_| self.fallback_refusal()),
+                    .unwrap_or_else(|_| self.fallback_refusal(tier)),
                 // A lease's request alone: no lease while the failure policy decides.
                 Ask::Lease { .. } => local
                     .try_acquire_n(key, 1)
-                    .unwrap_or_else(|_| self.fallback_refusal()),
+                    .unwrap_or_else(|_| self.fallback_refusal(tier)),
                 // Settles never reach the failure policy.
                 Ask::Refund { .. } | Ask::Charge { .. } | Ask::Return { .. } => return Err(err),
             },
         };
-        Ok((decision, NOT_IN_REDIS, 0))
+        Ok((decision, NOT_IN_REDIS, 0, tier.policy))
     }
 
     /// The failure policy's refusal without a state to read (`Closed`, or a cost the `Local`
     /// limiter's policy cannot admit): the shortest window's permits as the limit, and the
     /// probe interval as the wait.
-    pub(super) fn fallback_refusal(&self) -> Decision {
-        let limit = self.policy.first_band().permits();
+    pub(super) fn fallback_refusal(&self, tier: &Tier) -> Decision {
+        let limit = tier.policy.first_band().permits();
         let wait = u64::try_from(self.breaker.probe_interval().as_nanos()).unwrap_or(u64::MAX);
         Decision::deny(0, limit, wait, 0)
     }
@@ -289,6 +454,8 @@ impl Shared {
     /// tokens), and forgets its refusal in the deny cache and its lease: `true` when there
     /// was state to delete.
     pub(super) async fn reset(&self, key: &str) -> Result<bool, BackendError> {
+        // The key's policy here, before its answer is forgotten below.
+        let own = self.tier_of(key)?.tier;
         // Forgotten before the DEL and again after it returns: a decision Redis refused
         // before the DEL may still be on its way, and must not cache its refusal after the
         // reset (see `DenyCache::forget`).
@@ -299,13 +466,33 @@ impl Shared {
             if let Some(leases) = &self.leases {
                 leases.forget(key);
             }
+            // Its next request asks the resolver again, as in process.
+            if let Some(tiers) = &self.tiers {
+                tiers.forget(key);
+            }
         };
         forget();
         let mut del = ::redis::cmd("DEL");
         match &self.leases {
             Some(leases) => del.arg(leases.returner.keys(key)),
-            None => del.arg(self.bands.keys(&self.prefix, key)),
+            None => del.arg(own.bands.keys(&self.prefix, key)),
         };
+        if self.tiers.is_some() {
+            // The state may be under another policy than this server's answer for the key:
+            // the one its record names goes too, with the record.
+            let record = Bands::record_key(&self.prefix, key);
+            let get = ::redis::cmd("GET").arg(&record).clone();
+            let recorded = tokio::time::timeout(self.timeout, self.script.conn().query(&get))
+                .await
+                .map_err(|_| BackendError::Timeout(self.timeout))??;
+            if let ::redis::Value::BulkString(record) = recorded {
+                // '<chosen>|<policy>' (lua/record.lua).
+                let record = String::from_utf8_lossy(&record);
+                let text = record.split_once('|').map_or(&*record, |(_, text)| text);
+                del.arg(Tier::recorded(text)?.bands.keys(&self.prefix, key));
+            }
+            del.arg(record);
+        }
         // The reservation tokens go with the state: a reservation made before gets no refund.
         del.arg(Bands::reserve_key(&self.prefix, key));
         let reply = tokio::time::timeout(self.timeout, self.script.conn().query(&del)).await;

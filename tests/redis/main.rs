@@ -1,6 +1,6 @@
 //! The Redis backend (feature `redis`) against real `redis-server` processes that each test
 //! starts on free loopback ports: one test binary, a module per scenario (`standalone`,
-//! `reserve`, `all_of`, `lease`, `settings`, `shadow`, `tokens`, `cluster`, `faults`,
+//! `reserve`, `all_of`, `lease`, `settings`, `shadow`, `tiers`, `tokens`, `cluster`, `faults`,
 //! `middleware`, `throughput`), the server harness, the limiters on a test clock (`clocked`) and the
 //! instance in a process that dies (`dying`) compiled once.
 //! The harness needs feature `test-util` too (`standalone` and `cluster` drive time with
@@ -36,4 +36,5 @@ mod settings;
 mod shadow;
 mod standalone;
 mod throughput;
+mod tiers;
 mod tokens;

@@ -1,7 +1,8 @@
 -- tollgate: one decision for one key under a whole policy, all bands at once
--- (src/engine/composite.rs for how the bands merge), the settling of a reservation, or several
--- keys at once (parts.lua). Preceded by arith.lua, gcra.lua, counter.lua, log.lua, band.lua,
--- tokens.lua and parts.lua in the script Redis runs.
+-- (src/engine/composite.rs for how the bands merge), the settling of a reservation, several
+-- keys at once (parts.lua), or a key's move to another policy (record.lua). Preceded by
+-- arith.lua, gcra.lua, counter.lua, log.lua, band.lua, tokens.lua, record.lua and parts.lua in
+-- the script Redis runs.
 --
 -- KEYS[i]      band i's key; every key of one call shares a {hash tag}, so one slot holds
 --              them all in a Redis Cluster.
@@ -18,7 +19,15 @@
 --                         the reply carries each band's mark and k;
 --              'return'   as 'refund', only while the lease's token names the lease.
 --              'parts', 'parts-peek', 'parts-reserve'  several keys at once, all or
---                         nothing: see parts.lua.
+--                         nothing: see parts.lua;
+--              'convert@' a key's move to another policy: see record.lua.
+--              Any of the first seven may end in '@' (a limiter with per-key policies): the
+--              last key is then the key's record, and the last two arguments when the
+--              policy was chosen (us) and its text, after everything below. A record naming
+--              another policy decides nothing: the reply is { 'tier', 'move' or 'follow',
+--              the record's text } (see record.lua). A settle is not checked against the
+--              record: its token proves the state is the reservation's (a move deletes the
+--              tokens). A write refreshes the record.
 -- ARGV[4 + 4(i - 1) ...]  band i: algorithm ('tb', 'sl' or 'sc'), permits N, window W (us),
 --              interval T (us; the token bucket's, rounded up; 0 for the others).
 -- ARGV[3 + 4 B + i]       ('refund', 'charge' and 'return') band i's mark, from the
@@ -36,11 +45,13 @@
 -- the reservation, when no band counts it any more). 'reserve' ends with ARGV[4 + 4 B] (the
 -- serial) and ARGV[5 + 4 B] (the instance); 'refund' and 'charge' with ARGV[4 + 5 B] and
 -- ARGV[5 + 5 B], the same. A refund applies only while the token is there; a charge applies
--- anyway (it only ever spends more); both delete it.
+-- anyway (it only ever spends more), except with per-key policies ('charge@'), where it too
+-- needs the token (a move to another policy deletes them); both delete it.
 --
 -- Reply: { allowed (0 or 1), remaining, limit, retry_after (us), reset_after (us) }, and for
 -- 'reserve' one mark per band after them (0 when refused), for 'lease' the marks and k (0
--- when refused); 1 for 'charge'; for 'refund' and 'return' 1, or 0 when the token is gone
+-- when refused); 1 for 'charge' (0 for 'charge@' without its token); for 'refund' and
+-- 'return' 1, or 0 when the token is gone
 -- (settled or returned already, expired, or Redis lost its data since), which changes
 -- nothing. Every band is read and decided before anything is written, and only an admission
 -- by every band writes: a refusal changes nothing anywhere. A settle applies every band's
@@ -62,21 +73,57 @@ else
 end
 local op = ARGV[2]
 local amount = tonumber(ARGV[3])
+local record, policy_text, chosen
+if string.sub(op, -1) == '@' then
+  op = string.sub(op, 1, -2)
+  record, policy_text, chosen = KEYS[#KEYS], ARGV[#ARGV], tonumber(ARGV[#ARGV - 1])
+end
 
 if op == 'parts' or op == 'parts-peek' or op == 'parts-reserve' then
   return decide_parts(now, expire, op)
 end
+if op == 'convert' and record then
+  return convert_tier(now, expire)
+end
 
--- The number of bands: a hash of tokens follows their keys for these.
+-- The number of bands: a hash of tokens follows their keys for these, and the record.
 local nb = #KEYS
 if op == 'lease' or op == 'return' or op == 'reserve' or op == 'refund' or op == 'charge' then
   nb = nb - 1
+end
+if record then
+  nb = nb - 1
+  if not (op == 'refund' or op == 'charge' or op == 'return') then
+    local mode, recorded = record_conflict(record, policy_text, chosen)
+    if mode then
+      return { 'tier', mode, recorded }
+    end
+  end
 end
 
 -- Band i's algorithm, permits, window and interval.
 local function spec(i)
   local at = 3 + 4 * (i - 1)
   return ARGV[at + 1], tonumber(ARGV[at + 2]), tonumber(ARGV[at + 3]), tonumber(ARGV[at + 4])
+end
+
+-- The longest band's window.
+local function longest_window()
+  local longest = 0
+  for i = 1, nb do
+    local _, _, W = spec(i)
+    if W > longest then
+      longest = W
+    end
+  end
+  return longest
+end
+
+-- After a write: the key's record names the policy the state is under now.
+local function recorded_write()
+  if record then
+    write_record(record, policy_text, chosen, longest_window(), expire)
+  end
 end
 
 -- Every band's settle of the reservation whose marks follow the bands' arguments, giving
@@ -121,7 +168,9 @@ if op == 'refund' or op == 'charge' or op == 'return' then
     end
   else
     field = field .. ':' .. ARGV[4 + 5 * nb]
-    if op == 'refund' and redis.call('HEXISTS', token, field) == 0 then
+    -- With per-key policies, a charge too needs the token: a key moved to another policy
+    -- since the reservation has no state the reservation's marks belong to.
+    if (op == 'refund' or record) and redis.call('HEXISTS', token, field) == 0 then
       -- Settled already, or Redis lost the reservation since (a restart without persistence,
       -- a FLUSHALL, a failover to a replica that never had it, an eviction): the state does
       -- not count it, and a refund would give back permits it never held.
@@ -137,6 +186,7 @@ if op == 'refund' or op == 'charge' or op == 'return' then
   for i = 1, #writes do
     writes[i]()
   end
+  recorded_write()
   return 1
 end
 
@@ -203,6 +253,7 @@ if all then
     for i = 1, #bands do
       bands[i].write(expire)
     end
+    recorded_write()
   end
   if reserve then
     for i = 1, #bands do
@@ -223,16 +274,9 @@ if all then
   elseif reserve then
     -- The reservation's token: a refund applies only while it is there, so never to a state
     -- that lost the reservation.
-    local longest = 0
-    for i = 1, nb do
-      local _, _, W = spec(i)
-      if W > longest then
-        longest = W
-      end
-    end
     local serial = ARGV[4 + 4 * nb]
-    write_token(KEYS[nb + 1], ARGV[5 + 4 * nb] .. ':' .. serial, serial, reservation_life(longest),
-      now, expire)
+    write_token(KEYS[nb + 1], ARGV[5 + 4 * nb] .. ':' .. serial, serial,
+      reservation_life(longest_window()), now, expire)
   end
   return reply
 end

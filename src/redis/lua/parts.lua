@@ -2,19 +2,20 @@
 -- part) under its own policy and at its own cost. Every band of every part is read and
 -- decided before anything is written, and only an admission by every part writes: a refusal
 -- changes nothing anywhere; a part in shadow mode that refuses lets the others decide and
--- writes nothing. Preceded by band.lua and tokens.lua; decide.lua calls it.
+-- writes nothing. Preceded by band.lua, tokens.lua and record.lua; decide.lua calls it.
 --
--- KEYS         every part's band keys, part after part, each part's in its band order, and
---              for a part 'parts-reserve' reserves, its hash of reservation tokens after its
---              bands'. A band key may appear once only (the Rust side checks): one named
+-- KEYS         every part's band keys, part after part, each part's in its band order, then
+--              for a part with per-key policies its record (record.lua), and for a part
+--              'parts-reserve' reserves its hash of reservation tokens. A band key may appear once only (the Rust side checks): one named
 --              twice would be read twice before either write, and spent once.
 -- ARGV[1]      as for decide.lua (now, or '' for Redis TIME).
 -- ARGV[2]      'parts' (decide, and spend when every part admits), 'parts-peek' (decide,
 --              write nothing) or 'parts-reserve' (as 'parts', each part a reservation).
 -- ARGV[3]      P, the number of parts; then for each part its cost c >= 1, its number of
 --              bands b, '1' if it is in shadow mode ('0' otherwise: a refusal of a part in
---              shadow mode does not refuse the whole, and that part writes nothing), each
---              band's four arguments as decide.lua takes them, and for
+--              shadow mode does not refuse the whole, and that part writes nothing), for a
+--              part with per-key policies when its policy was chosen (us) and its text ('0'
+--              and '' for none), each band's four arguments as decide.lua takes them, and for
 --              'parts-reserve' the reservation's serial and the instance, as decide.lua's
 --              'reserve' takes them (the token's field is '<instance>:<serial>'); an empty
 --              serial: the part is only spent, not reserved (no token, no token key).
@@ -22,7 +23,9 @@
 -- Reply: { allowed (0 or 1), then for each part its own decision of its cost: allowed,
 -- remaining, limit, retry_after (us), reset_after (us) (decide.lua's first five), and for
 -- 'parts-reserve' one mark per band (0 unless the whole and the part admit) }. A part that
--- admits reports what it would leave, whether or not the whole admits.
+-- admits reports what it would leave, whether or not the whole admits. When a part's record
+-- names another policy than its text, nothing is decided: { 'tier', the part's number,
+-- 'move' or 'follow', the record's text } (see record.lua).
 
 local function decide_parts(now, expire, op)
   local peek, reserve = op == 'parts-peek', op == 'parts-reserve'
@@ -35,10 +38,12 @@ local function decide_parts(now, expire, op)
   local all = true
   for p = 1, count do
     local cost, nb, shadow = tonumber(ARGV[at]), tonumber(ARGV[at + 1]), ARGV[at + 2]
-    if not cost or cost < 1 or not nb or nb < 1 or (shadow ~= '0' and shadow ~= '1') then
-      return redis.error_reply('tollgate: part ' .. p .. ' has no cost, no band or no shadow flag')
+    local chosen, text = tonumber(ARGV[at + 3]), ARGV[at + 4]
+    if not cost or cost < 1 or not nb or nb < 1 or (shadow ~= '0' and shadow ~= '1')
+        or not chosen or not text then
+      return redis.error_reply('tollgate: part ' .. p .. ' has no cost, no band or no flags')
     end
-    at = at + 3
+    at = at + 5
     local bands, ok, longest = {}, true, 0
     for i = 1, nb do
       local algorithm, W = ARGV[at], tonumber(ARGV[at + 2])
@@ -55,7 +60,15 @@ local function decide_parts(now, expire, op)
       at = at + 4
       key = key + 1
     end
-    local part = { bands = bands, ok = ok, cost = cost }
+    local part = { bands = bands, ok = ok, cost = cost, longest = longest }
+    if text ~= '' then
+      local mode, recorded = record_conflict(KEYS[key], text, chosen)
+      if mode then
+        return { 'tier', p, mode, recorded }
+      end
+      part.record, part.text, part.chosen = KEYS[key], text, chosen
+      key = key + 1
+    end
     if reserve then
       local serial, instance = ARGV[at], ARGV[at + 1]
       at = at + 2
@@ -79,6 +92,9 @@ local function decide_parts(now, expire, op)
     if spend and not peek then
       for i = 1, #part.bands do
         part.bands[i].write(expire)
+      end
+      if part.record then
+        write_record(part.record, part.text, part.chosen, part.longest, expire)
       end
     end
     local verdict = band_verdict(part.bands, part.ok, part.cost)

@@ -1,0 +1,132 @@
+-- tollgate: per-key policies (src/redis/tiers.rs). A key's record, '<prefix>:{<key>}:policy',
+-- holds '<at>|<text>': the policy its state is under (its text) and when a server's resolver
+-- chose it (at, in us). A request names its policy and when it was chosen; under another
+-- policy than the record's it is not decided: a newer choice moves the state first
+-- ('convert', carrying the permits in use as src/engine/state.rs's `Carry` does), an older
+-- one is decided under the record's policy. Preceded by band.lua and tokens.lua.
+
+-- The record at `key`: when its policy was chosen, and its text (nil for no record).
+local function read_record(key)
+  local value = redis.call('GET', key)
+  if not value then
+    return nil
+  end
+  local at, text = string.match(value, '^(%d+)|(.*)$')
+  return tonumber(at), text
+end
+
+-- Whether a request under the policy `text`, chosen at `at`, may be decided: nil when it may
+-- (no record: a new key, or one whose state has expired; or the record names `text`), else
+-- 'move' (the request's choice is newer: move the state to it first) or 'follow' (the
+-- record's is as new or newer: decide under it), and the record's text.
+local function record_conflict(key, text, at)
+  local recorded_at, recorded = read_record(key)
+  if not recorded_at or recorded == text then
+    return nil
+  end
+  if at > recorded_at then
+    return 'move', recorded
+  end
+  return 'follow', recorded
+end
+
+-- Writes the record at `key`: the policy `text`, chosen at `at` (or when the record says, if
+-- it names `text` and is newer), kept while a state written now may still count anything
+-- (twice the longest window `longest` us, and a second, as a reservation's token), with no
+-- expiry on an injected clock.
+local function write_record(key, text, at, longest, expire)
+  local recorded_at, recorded = read_record(key)
+  if recorded == text and recorded_at > at then
+    at = recorded_at
+  end
+  local value = fmt(at) .. '|' .. text
+  if expire then
+    redis.call('SET', key, value, 'PX', fmt(idiv(reservation_life(longest) + 999, 1000)))
+  else
+    redis.call('SET', key, value)
+  end
+end
+
+-- 'convert': moves a key's state from the policy its record names to another, once.
+-- KEYS     the old policy's band keys, then the new one's, then the key's hash of
+--          reservation tokens, then the record.
+-- ARGV[3]  the old policy's number of bands a, then its bands' four arguments each (as
+--          decide.lua takes them); then the new one's number b and its bands'; then the old
+--          policy's text, when the new one was chosen (us), and the new one's text.
+-- Reply: 1 when the record names the new policy now (moved, or moved already, or there was
+-- nothing to move: no record), else { 'tier', 'move' or 'follow', the record's text }: the
+-- record names a third policy, chosen before the new one (move from it) or not (follow it).
+local function convert_tier(now, expire)
+  local a = tonumber(ARGV[3])
+  local at = 4 + 4 * a
+  local b = tonumber(ARGV[at])
+  if not a or a < 1 or not b or b < 1 or #KEYS ~= a + b + 2 or #ARGV ~= at + 4 * b + 3 then
+    return redis.error_reply('tollgate: convert takes ' .. #KEYS .. ' keys and ' .. #ARGV
+      .. ' arguments for ' .. tostring(a) .. ' and ' .. tostring(b) .. ' bands')
+  end
+  local record = KEYS[#KEYS]
+  local old_text, chosen, new_text = ARGV[#ARGV - 2], tonumber(ARGV[#ARGV - 1]), ARGV[#ARGV]
+  local mode, recorded = record_conflict(record, new_text, chosen)
+  if not mode then
+    return 1
+  end
+  if mode == 'follow' or recorded ~= old_text then
+    return { 'tier', mode, recorded }
+  end
+  -- Every old band's permits in use (its limit less what a request of cost 1 finds
+  -- available), read before anything is written.
+  local carried = {}
+  for i = 1, a do
+    local o = 4 + 4 * (i - 1)
+    local N, W = tonumber(ARGV[o + 1]), tonumber(ARGV[o + 2])
+    local band = band_decide(KEYS[i], ARGV[o], N, W, tonumber(ARGV[o + 3]), now, 1)
+    if not band then
+      return redis.error_reply('tollgate: unknown algorithm ' .. tostring(ARGV[o]))
+    end
+    local available = band.remaining
+    if band.ok then
+      available = available + 1
+    end
+    local in_use = N - available
+    if in_use < 0 then
+      in_use = 0
+    end
+    carried[i] = { W = W, in_use = in_use }
+  end
+  -- The old state goes; so does anything under the new policy's keys that the record did
+  -- not name (left by a reset that raced a move): the record is what counts.
+  for i = 1, a + b do
+    redis.call('DEL', KEYS[i])
+  end
+  -- Reservations made on the old state are settled on no other: their tokens go, so a
+  -- refund gives nothing back and a charge takes nothing (decide.lua).
+  redis.call('DEL', KEYS[a + b + 1])
+  -- Each new band starts with the permits in use of the old bands whose window is no longer
+  -- than its own (the most of them), spent now, at most its permits.
+  local longest = 0
+  for j = 1, b do
+    local o = at + 1 + 4 * (j - 1)
+    local N, W = tonumber(ARGV[o + 1]), tonumber(ARGV[o + 2])
+    if W > longest then
+      longest = W
+    end
+    local spent = 0
+    for i = 1, a do
+      if carried[i].W <= W and carried[i].in_use > spent then
+        spent = carried[i].in_use
+      end
+    end
+    if spent > N then
+      spent = N
+    end
+    if spent > 0 then
+      local band = band_decide(KEYS[a + j], ARGV[o], N, W, tonumber(ARGV[o + 3]), now, spent)
+      if not band then
+        return redis.error_reply('tollgate: unknown algorithm ' .. tostring(ARGV[o]))
+      end
+      band.write(expire)
+    end
+  end
+  write_record(record, new_text, chosen, longest, expire)
+  return 1
+end

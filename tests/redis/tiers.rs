@@ -1,0 +1,399 @@
+//! Per-key policies on Redis (`RedisLimiterBuilder::resolver`): tiers exact across
+//! instances, a tier change that carries spent permits exactly as the in-process
+//! `set_policy` does, servers that disagree, reservations across a move, `reset`, the
+//! settings refused, and tiered parts of a `RedisAllOf`.
+//!
+//! Needs `redis-server` on PATH (`scripts/install-redis.sh`); without it every test fails
+//! saying so.
+
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tollgate::redis::{BackendError, RedisAllOf, RedisLimiter, RedisLimiterBuilder};
+use tollgate::{Decision, FakeClock, Policy, RateLimiter};
+
+use crate::clocked::{at, limiter_at};
+use crate::redis_server::RedisServer;
+
+/// A frozen test clock's reading, in microseconds: ten whole minutes.
+const T0: u64 = 600_000_000;
+
+fn policy(text: &str) -> Policy {
+    text.parse().unwrap()
+}
+
+/// A limiter on `server` at `clock`'s readings, without the deny cache, choosing each key's
+/// policy with `resolver`, asked again on every request.
+fn tiered(
+    prefix: &str,
+    clock: &FakeClock,
+    resolver: impl Fn(&str) -> Policy + Send + Sync + 'static,
+) -> RedisLimiterBuilder {
+    RedisLimiter::builder(policy("1/1s"))
+        .prefix(prefix)
+        .test_clock(clock.clone())
+        .deny_cache(0)
+        .timeout(Duration::from_secs(10))
+        .resolver(resolver)
+        .resolver_cache(1_000, Duration::ZERO)
+}
+
+/// What can be compared between a decision made in Redis and one made in process (Redis
+/// counts in microseconds).
+fn fields(d: &Decision) -> (bool, u64, u64, u128, u128) {
+    let micros = |t: Duration| t.as_nanos().div_ceil(1_000);
+    (
+        d.is_allowed(),
+        d.remaining(),
+        d.limit(),
+        micros(d.retry_after()),
+        micros(d.reset_after()),
+    )
+}
+
+/// Four instances x eight tasks, started together on a frozen clock, hammer a free user's
+/// key and a paid user's: each admits exactly its tier's permits, and every decision
+/// reports its tier's limit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn tiers_are_exact_across_four_instances() {
+    let server = RedisServer::start();
+    let clock = FakeClock::new();
+    at(&clock, T0);
+    let resolve = |user: &str| {
+        if user.starts_with("paid-") {
+            policy("25/1h & sliding-log 40/1d")
+        } else {
+            policy("7/1h")
+        }
+    };
+    let mut limiters = Vec::new();
+    for _ in 0..4 {
+        let limiter = tiered("tiers", &clock, resolve)
+            .resolver_cache(100, Duration::from_secs(60))
+            .connect(&server.url())
+            .await
+            .unwrap();
+        limiters.push(limiter);
+    }
+    let admitted = [Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0))];
+    let start = Arc::new(tokio::sync::Barrier::new(32));
+    let mut handles = Vec::new();
+    for limiter in &limiters {
+        for _ in 0..8 {
+            let (limiter, admitted, start) =
+                (limiter.clone(), admitted.clone(), Arc::clone(&start));
+            handles.push(tokio::spawn(async move {
+                start.wait().await;
+                for i in 0..10 {
+                    let (key, limit, counter) = if i % 2 == 0 {
+                        ("free-1", 7, &admitted[0])
+                    } else {
+                        ("paid-1", 25, &admitted[1])
+                    };
+                    let d = limiter.try_acquire(key).await.unwrap();
+                    assert_eq!(d.limit(), limit, "{key}: {d:?}");
+                    if d.is_allowed() {
+                        counter.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }));
+        }
+    }
+    for handle in handles {
+        handle.await.unwrap();
+    }
+    assert_eq!(admitted[0].load(Ordering::Relaxed), 7);
+    assert_eq!(admitted[1].load(Ordering::Relaxed), 25);
+    assert_eq!(
+        limiters[0].policy_of("paid-2").unwrap(),
+        policy("25/1h & sliding-log 40/1d")
+    );
+    assert!(limiters.iter().all(|l| l.stats().policy_moves == 0));
+    let keys = limiters[0].redis_keys("free-1");
+    assert_eq!(keys, ["tiers:{free-1}:tb:7/1h", "tiers:{free-1}:policy"]);
+    // The record: when the policy was chosen (us), and the policy.
+    assert_eq!(
+        server.command(&["GET", &keys[1]]).text(),
+        format!("{T0}|token-bucket 7/1h")
+    );
+}
+
+/// The policy pairs a key is moved between: every algorithm on each side, composites, a
+/// band kept, shorter and longer windows.
+const MOVES: [(&str, &str); 7] = [
+    ("10/1s", "4/1s"),
+    ("10/1s", "20/2s"),
+    ("sliding-log 8/1s", "5/1s & 100/1h"),
+    ("sliding-counter 30/1min", "10/1s"),
+    ("5/1s & 50/1min", "5/1s & sliding-counter 20/10s"),
+    ("5/1s", "sliding-log 12/1s"),
+    ("4/100ms & 40/10s", "sliding-counter 9/1s"),
+];
+
+/// A key spends under one policy, then its resolver's answer changes: its next requests
+/// decide exactly as an in-process limiter whose `set_policy` moved it at that instant,
+/// step by step, for requests of varying costs and pauses (and so does every peek).
+#[tokio::test]
+async fn a_tier_change_carries_spent_permits_as_set_policy_does() {
+    let server = RedisServer::start();
+    for (n, (from, to)) in MOVES.iter().enumerate() {
+        let clock = FakeClock::new();
+        at(&clock, T0);
+        let tier = Arc::new(AtomicUsize::new(0));
+        let (p, q) = (policy(from), policy(to));
+        let answer = Arc::clone(&tier);
+        let remote = tiered(&format!("move-{n}"), &clock, move |_: &str| {
+            if answer.load(Ordering::Relaxed) == 0 {
+                p
+            } else {
+                q
+            }
+        })
+        .connect(&server.url())
+        .await
+        .unwrap();
+        let near: RateLimiter<String, FakeClock> = RateLimiter::with_clock(p, clock.clone());
+        let mut seed = 11 + n as u64;
+        let mut next = |bound: u64| {
+            seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+            (seed >> 33) % bound
+        };
+        for step in 0..120 {
+            if step == 40 {
+                // The new answer is chosen later than the record was written.
+                clock.advance(Duration::from_millis(1));
+                tier.store(1, Ordering::Relaxed);
+                near.set_policy(q);
+            }
+            let least = |p: Policy| p.bands().map(|band| band.permits()).min().unwrap();
+            let max = if step < 40 { least(p) } else { least(q) };
+            let cost = 1 + next(max.min(3));
+            assert_eq!(
+                fields(&remote.peek("k").await.unwrap()),
+                fields(&near.peek("k")),
+                "{from} -> {to}: peek at step {step}"
+            );
+            let r = remote.try_acquire_n("k", cost).await.unwrap();
+            let l = near.try_acquire_n("k", cost).unwrap();
+            assert_eq!(
+                fields(&r),
+                fields(&l),
+                "{from} -> {to}: step {step}, cost {cost}"
+            );
+            clock.advance(Duration::from_millis(next(150)));
+        }
+        assert_eq!(remote.stats().policy_moves, 1, "{from} -> {to}");
+    }
+}
+
+/// Two servers whose resolvers disagree about a key (each caches its own answer for a
+/// minute): the newer answer wins. The server with the older one decides under the newer
+/// policy, never moving the key back, until its own answer is renewed; then that newer
+/// answer moves the key, once, carrying the permits in use (at most the new policy's).
+#[tokio::test]
+async fn the_newer_answer_wins_between_servers() {
+    let server = RedisServer::start();
+    let clock = FakeClock::new();
+    at(&clock, T0);
+    let cached = |permits: &'static str| {
+        tiered("disagree", &clock, move |_: &str| policy(permits))
+            .resolver_cache(100, Duration::from_secs(60))
+    };
+    let small = cached("5/1h").connect(&server.url()).await.unwrap();
+    let large = cached("8/1h").connect(&server.url()).await.unwrap();
+    assert!(small.try_acquire("k").await.unwrap().is_allowed());
+    clock.advance(Duration::from_millis(1));
+    let mut admitted = 1;
+    for i in 0..20 {
+        let limiter = if i % 2 == 0 { &large } else { &small };
+        let d = limiter.try_acquire("k").await.unwrap();
+        assert_eq!(d.limit(), 8, "#{i}: decided under the newer policy: {d:?}");
+        admitted += u64::from(d.is_allowed());
+    }
+    assert_eq!(admitted, 8);
+    assert_eq!(
+        (small.stats().policy_moves, large.stats().policy_moves),
+        (0, 1)
+    );
+    // Both answers expire; the small server asks its resolver first, and its newer answer
+    // moves the key back: 8 in use, carried as 5 (all of the small policy).
+    clock.advance(Duration::from_secs(61));
+    let d = small.try_acquire("k").await.unwrap();
+    assert!(!d.is_allowed() && d.limit() == 5, "{d:?}");
+    let d = large.try_acquire("k").await.unwrap();
+    assert!(
+        !d.is_allowed() && d.limit() == 5,
+        "an answer as old follows: {d:?}"
+    );
+    assert_eq!(
+        (small.stats().policy_moves, large.stats().policy_moves),
+        (1, 1)
+    );
+}
+
+/// A reservation made before its key moved to another policy settles nothing after the
+/// move (its marks belong to the old state): neither a refund nor a charge.
+#[tokio::test]
+async fn reservations_made_before_a_move_settle_nothing() {
+    let server = RedisServer::start();
+    let clock = FakeClock::new();
+    at(&clock, T0);
+    let tier = Arc::new(AtomicUsize::new(0));
+    let answer = Arc::clone(&tier);
+    let limiter = tiered("settle", &clock, move |_: &str| {
+        policy(["10/1h", "20/1h"][answer.load(Ordering::Relaxed)])
+    })
+    .connect(&server.url())
+    .await
+    .unwrap();
+    let refunded = limiter.reserve_n("k", 6).await.unwrap();
+    let charged = limiter.reserve_n("k", 2).await.unwrap();
+    // The new answer is chosen after the record's.
+    clock.advance(Duration::from_millis(1));
+    tier.store(1, Ordering::Relaxed);
+    assert_eq!(
+        limiter.available("k").await.unwrap(),
+        20 - 8,
+        "moved, 8 carried"
+    );
+    limiter.settle("k", refunded, 1).await.unwrap();
+    limiter.settle("k", charged, 7).await.unwrap();
+    assert_eq!(
+        limiter.available("k").await.unwrap(),
+        12,
+        "neither settle applied"
+    );
+    // A reservation made after the move settles as usual.
+    let r = limiter.reserve_n("k", 4).await.unwrap();
+    limiter.settle("k", r, 1).await.unwrap();
+    assert_eq!(limiter.available("k").await.unwrap(), 11);
+}
+
+/// `reset` deletes the state under the policy the record names (not only this server's
+/// answer) and the record, and asks the resolver again; the settings a resolver cannot work
+/// with are refused at connect, and an answer the scripts cannot decide is the request's
+/// error.
+#[tokio::test]
+async fn reset_settings_and_unsupported_answers() {
+    let server = RedisServer::start();
+    let clock = FakeClock::new();
+    at(&clock, T0);
+    let asked = Arc::new(AtomicUsize::new(0));
+    let counter = Arc::clone(&asked);
+    let limiter = tiered("reset", &clock, move |key: &str| {
+        counter.fetch_add(1, Ordering::Relaxed);
+        if key == "odd" {
+            // More than one permit per microsecond: beyond the backend's resolution.
+            Policy::new(
+                tollgate::Algorithm::TokenBucket,
+                5,
+                Duration::from_micros(2),
+            )
+            .unwrap()
+        } else {
+            policy("3/1h")
+        }
+    })
+    .resolver_cache(10, Duration::from_secs(3600))
+    .connect(&server.url())
+    .await
+    .unwrap();
+    let other = tiered("reset", &clock, |_: &str| policy("5/1h"))
+        .connect(&server.url())
+        .await
+        .unwrap();
+    assert!(limiter.try_acquire_n("k", 2).await.unwrap().is_allowed());
+    clock.advance(Duration::from_millis(1));
+    // Moved to 5/1h, 3 in use.
+    assert!(other.try_acquire("k").await.unwrap().is_allowed());
+    assert_eq!(
+        server.command(&["GET", "reset:{k}:policy"]).text(),
+        format!("{}|token-bucket 5/1h", T0 + 1_000)
+    );
+    let before = asked.load(Ordering::Relaxed);
+    assert!(limiter.reset("k").await.unwrap());
+    assert_eq!(server.command(&["EXISTS", "reset:{k}:tb:5/1h"]).int(), 0);
+    assert_eq!(server.command(&["EXISTS", "reset:{k}:tb:3/1h"]).int(), 0);
+    assert_eq!(server.command(&["EXISTS", "reset:{k}:policy"]).int(), 0);
+    assert_eq!(limiter.available("k").await.unwrap(), 3);
+    assert_eq!(
+        asked.load(Ordering::Relaxed),
+        before + 1,
+        "asked again after the reset"
+    );
+
+    let err = limiter.try_acquire("odd").await.unwrap_err();
+    assert!(
+        matches!(err, BackendError::UnsupportedPolicy { .. }),
+        "{err}"
+    );
+
+    let leased = tiered("x", &clock, |_: &str| policy("3/1h"))
+        .lease(10)
+        .connect(&server.url())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            leased,
+            BackendError::InvalidSetting {
+                setting: "lease",
+                ..
+            }
+        ),
+        "{leased}"
+    );
+    let zero = tiered("x", &clock, |_: &str| policy("3/1h"))
+        .resolver_cache(0, Duration::from_secs(1))
+        .connect(&server.url())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            zero,
+            BackendError::InvalidSetting {
+                setting: "resolver_cache",
+                ..
+            }
+        ),
+        "{zero}"
+    );
+}
+
+/// A part of a `RedisAllOf` whose limiter has a resolver is decided under its key's tier,
+/// moved first when its record names another, in the same one decision.
+#[tokio::test]
+async fn tiered_parts_of_a_redis_all_of() {
+    let server = RedisServer::start();
+    let clock = FakeClock::new();
+    at(&clock, T0);
+    let global = limiter_at(&server, "100/1h", "global", &clock).await;
+    let tier = Arc::new(AtomicUsize::new(0));
+    let answer = Arc::clone(&tier);
+    let per_user = tiered("user", &clock, move |_: &str| {
+        policy(["2/1h", "4/1h"][answer.load(Ordering::Relaxed)])
+    })
+    .connect_shared(&global)
+    .await
+    .unwrap();
+    let all = RedisAllOf::new()
+        .key(&per_user, "alice")
+        .key(&global, "all");
+    assert!(all.try_acquire().await.unwrap().is_allowed());
+    assert!(all.try_acquire().await.unwrap().is_allowed());
+    let refused = all.try_acquire().await.unwrap();
+    assert!(!refused.is_allowed() && refused.part() == 0, "{refused:?}");
+    clock.advance(Duration::from_millis(1));
+    tier.store(1, Ordering::Relaxed);
+    let moved = all.try_acquire().await.unwrap();
+    assert!(moved.is_allowed() && moved.limit() == 4, "{moved:?}");
+    assert_eq!(per_user.stats().policy_moves, 1);
+    assert!(all.try_acquire().await.unwrap().is_allowed());
+    assert!(!all.try_acquire().await.unwrap().is_allowed());
+    assert_eq!(
+        global.available("all").await.unwrap(),
+        96,
+        "refusals spent nothing"
+    );
+}
