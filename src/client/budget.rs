@@ -163,6 +163,11 @@ impl Budget {
             }
             #[cfg(feature = "redis")]
             Source::Redis(limiter) => {
+                // A reservation that holds nothing (a refusal a limiter in shadow mode let
+                // through) has nothing to settle, as in process.
+                if reservation.held() == 0 {
+                    return Ok(());
+                }
                 limiter
                     .settle(key, reservation, actual)
                     .await
@@ -305,7 +310,8 @@ impl Drop for Unclaimed {
         let Some(reservation) = self.reservation.take() else {
             return;
         };
-        if !reservation.decision().is_allowed() {
+        // Nothing to give back: refused, or let through by shadow mode holding nothing.
+        if reservation.held() == 0 {
             return;
         }
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {

@@ -320,12 +320,23 @@ impl RedisLimiterBuilder {
     ///
     /// Whatever refuses is let through: Redis, the deny cache, a lease, the failure policy
     /// ([`Closed`](super::FailurePolicy::Closed), a [`Local`](super::FailurePolicy::Local)
-    /// limiter). [`FailurePolicy::Error`](super::FailurePolicy::Error) still fails the call:
-    /// pick [`Open`](super::FailurePolicy::Open) if a shadow limit must never stand in the
-    /// way. So `acquire` never waits, a reservation let through holds nothing (settling it
-    /// is [`SettleError::Refused`](crate::SettleError::Refused)), and `peek` reports the
-    /// policy's own answer. In a [`RedisAllOf`](super::RedisAllOf), a shadow part that would
-    /// refuse spends nothing and does not stop the others, as in [`AllOf`](crate::AllOf).
+    /// limiter). Two things still stand in the way:
+    /// - [`FailurePolicy::Error`](super::FailurePolicy::Error) (the default) still fails the
+    ///   call while Redis is down, and in a [`RedisAllOf`](super::RedisAllOf) or an HTTP
+    ///   route of several rules it fails the whole decision: give a shadow limiter
+    ///   [`Open`](super::FailurePolicy::Open) so that adding it changes nothing during an
+    ///   outage;
+    /// - a cost no state of the policy could admit (0, or above its smallest band) is
+    ///   [`BackendError::Cost`](super::BackendError::Cost) (in a `RedisAllOf`, a refusal
+    ///   of the whole naming the part), as without shadow mode: it is the caller's error.
+    ///
+    /// So `acquire` never waits, a reservation let through holds nothing (settling it is
+    /// [`SettleError::Refused`](crate::SettleError::Refused); a `RedisAllOf` reservation
+    /// skips such a part), and `peek` reports the policy's own answer. In a
+    /// [`RedisAllOf`](super::RedisAllOf), a shadow part that would refuse spends nothing and
+    /// does not stop the others, as in [`AllOf`](crate::AllOf); the others then spend for
+    /// requests the shadow limit would refuse, so the state is what enforcing would leave
+    /// for each part alone, not for the whole.
     ///
     /// Shadow mode belongs to this limiter, not to the keys: another server's limiter on the
     /// same keys without it enforces the same state.

@@ -87,13 +87,18 @@ impl fmt::Debug for FailurePolicy {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct BackendStats {
-    /// Requests admitted, whatever decided them (Redis, a lease, the failure policy); in
-    /// [shadow mode](super::RedisLimiterBuilder::shadow), admitted by the policy. Peeks are
-    /// not counted.
+    /// Decisions that admitted, whatever made them (Redis, a lease, the failure policy); in
+    /// [shadow mode](super::RedisLimiterBuilder::shadow), admitted by the policy. One per
+    /// attempt: a request that waited (`acquire`) counts each refused attempt in `refused`
+    /// and its admission here. In a [`RedisAllOf`](super::RedisAllOf), this limiter's
+    /// part's own decision, even when another part refused the whole. Peeks, and costs
+    /// refused before anything is decided ([`BackendError::Cost`](super::BackendError::Cost)),
+    /// are not counted.
     pub allowed: u64,
-    /// Requests refused, whatever decided them (Redis, the deny cache, the failure policy);
-    /// in [shadow mode](super::RedisLimiterBuilder::shadow), let through anyway. Peeks are
-    /// not counted.
+    /// Decisions that refused, whatever made them (Redis, the deny cache, the failure
+    /// policy); in [shadow mode](super::RedisLimiterBuilder::shadow), let through anyway.
+    /// Counted as [`allowed`](BackendStats::allowed) is; when failure policies decide a
+    /// `RedisAllOf`, the parts after the first refusal are only looked at, and not counted.
     pub refused: u64,
     /// Decisions made by the Redis script.
     pub redis_decisions: u64,

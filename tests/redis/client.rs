@@ -254,3 +254,30 @@ async fn a_call_dropped_during_its_round_trip_gives_its_permit_back() {
         "some calls must have been dropped mid-way: {admitted}"
     );
 }
+
+/// A throttle over a Redis limiter in shadow mode: every call goes at once, and settling a
+/// call the policy would have refused (it holds nothing) is no error, as in process.
+#[tokio::test]
+async fn a_throttle_over_a_shadow_limiter_settles_let_through_calls() {
+    use tollgate::client::Throttle;
+
+    let server = RedisServer::start();
+    let limiter = RedisLimiter::builder("2/1h".parse().unwrap())
+        .prefix("client-shadow")
+        .deny_cache(0)
+        .shadow()
+        .connect(&server.url())
+        .await
+        .unwrap();
+    let throttle = Throttle::new(limiter.clone());
+    for _ in 0..4 {
+        let call = tokio::time::timeout(Duration::from_secs(5), throttle.reserve_n("k", 1))
+            .await
+            .expect("a shadow budget never waits")
+            .unwrap();
+        call.settle(1).await.unwrap();
+    }
+    let stats = limiter.stats();
+    assert_eq!((stats.allowed, stats.refused), (2, 2), "{stats:?}");
+    assert_eq!(limiter.available("k").await.unwrap(), 0);
+}

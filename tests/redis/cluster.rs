@@ -2,7 +2,7 @@
 //! decided in one script call per key without CROSSSLOT errors, keys spread over every
 //! node, exact limits per key, one global limit across instances, script reloads after
 //! `SCRIPT FLUSH` on every node, leases, several keys in one decision (`RedisAllOf`)
-//! with one hash tag (refused without it), and shadow mode.
+//! with one hash tag (refused without it), shadow mode, and per-key policies.
 //!
 //! Needs `redis-server` and `redis-cli` on PATH (`scripts/install-redis.sh`); without them
 //! the test fails saying so.
@@ -228,6 +228,42 @@ async fn composite_policies_on_a_three_node_cluster() {
     assert_eq!((allowed, refused), (100, 480 - 100));
     let enforcing = connect(&cluster, "100/3650d", "shadow", None).await;
     assert!(!enforcing.try_acquire("hot").await.unwrap().is_allowed());
+
+    // 8. Per-key policies on the cluster: the record sits in its key's slot, so deciding
+    //    and moving a key to a new tier are one call each, on whichever node holds it.
+    let upgraded = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let paid = std::sync::Arc::clone(&upgraded);
+    let tiered = RedisLimiter::builder("2/1h".parse().unwrap())
+        .prefix("tiers")
+        .test_clock(clock.clone())
+        .deny_cache(0)
+        .timeout(Duration::from_secs(10))
+        .resolver(move |_: &str| {
+            let upgraded = paid.load(std::sync::atomic::Ordering::Relaxed);
+            if upgraded { "5/1h" } else { "2/1h" }.parse().unwrap()
+        })
+        .resolver_cache(1_000, Duration::ZERO)
+        .connect_cluster(&nodes)
+        .await
+        .unwrap();
+    for i in 0..30 {
+        let key = format!("user-{i}");
+        assert!(
+            tiered.try_acquire_n(&key, 2).await.unwrap().is_allowed(),
+            "{key}"
+        );
+    }
+    clock.advance(Duration::from_millis(1));
+    upgraded.store(true, std::sync::atomic::Ordering::Relaxed);
+    for i in 0..30 {
+        let key = format!("user-{i}");
+        assert_eq!(
+            tiered.available(&key).await.unwrap(),
+            3,
+            "{key}: 2 of 5 spent"
+        );
+    }
+    assert_eq!(tiered.stats().policy_moves, 30);
 }
 
 /// A slot migrating between nodes (resharding): once the key has moved to the importing

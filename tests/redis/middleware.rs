@@ -431,3 +431,53 @@ async fn shadow_limiters_on_redis_let_through_and_count() {
     })
     .await;
 }
+
+/// A route on a Redis limiter with a resolver holds each user to their tier, with the
+/// tier's fields, and a user whose tier changes keeps the permits already spent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tiers_on_a_redis_route() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+
+    bounded(async {
+        let server = RedisServer::start();
+        let upgraded = Arc::new(AtomicBool::new(false));
+        let paid = Arc::clone(&upgraded);
+        let limiter = RedisLimiter::builder("1/1h".parse().unwrap())
+            .prefix("tiered-route")
+            .timeout(Duration::from_millis(300))
+            .resolver(move |user: &str| {
+                let tier = if user == "id:7" || paid.load(Ordering::Relaxed) {
+                    "3/1h"
+                } else {
+                    "1/1h"
+                };
+                tier.parse().unwrap()
+            })
+            .resolver_cache(100, Duration::ZERO)
+            .connect(&server.url())
+            .await
+            .unwrap();
+        let user = |head: &tollgate::middleware::RequestHead<'_>| {
+            let id = head.headers().get("x-user")?.to_str().ok()?.parse().ok()?;
+            Some(LimitKey::Id(id))
+        };
+        let addr = serve(ok_router().layer(RateLimitLayer::new(limiter.clone()).key(user)));
+        let statuses = |id: &'static str, n: usize| -> Vec<u16> {
+            (0..n)
+                .map(|_| send(addr, "GET", "/", &[("x-user", id)]).status)
+                .collect()
+        };
+        let reply = send(addr, "GET", "/", &[("x-user", "7")]);
+        assert_eq!(reply.status, 200);
+        let field = reply.header("ratelimit").unwrap();
+        assert!(field.contains(";r=2;"), "{field}");
+        assert_eq!(statuses("7", 3), [200, 200, 429]);
+        assert_eq!(statuses("8", 2), [200, 429]);
+        // User 8 upgrades: 1 of the 3 already spent.
+        upgraded.store(true, Ordering::Relaxed);
+        assert_eq!(statuses("8", 3), [200, 200, 429]);
+        assert_eq!(limiter.stats().policy_moves, 1);
+    })
+    .await;
+}

@@ -78,12 +78,40 @@ async fn refuses_nothing_and_counts_exactly_across_instances() {
             stats.iter().map(|s| s.cached_refusals).sum::<u64>() > 0,
             "{policy}: the deny cache answered no refusal: {stats:?}"
         );
-        let enforcing = limiter_at(&server, policy, "shadow", &clock).await;
-        let peeked = enforcing.peek("hot").await.unwrap();
-        assert!(!peeked.is_allowed(), "{policy}: {peeked:?}");
-        assert_eq!(enforcing.available("hot").await.unwrap(), 0, "{policy}");
+        // The same requests from enforcing instances on another prefix leave the same
+        // state: every peek agrees, now and as the permits come back.
+        let mut enforcing = Vec::new();
+        for _ in 0..4 {
+            enforcing.push(limiter_at(&server, policy, "enforced", &clock).await);
+        }
+        let mut handles = Vec::new();
+        for limiter in &enforcing {
+            for _ in 0..8 {
+                let limiter = limiter.clone();
+                handles.push(tokio::spawn(async move {
+                    for _ in 0..25 {
+                        let _ = limiter.try_acquire("hot").await.unwrap();
+                    }
+                }));
+            }
+        }
+        for handle in handles {
+            handle.await.unwrap();
+        }
+        let view = limiter_at(&server, policy, "shadow", &clock).await;
+        for wait in [0, 90, 1_800, 3_599, 3_601, 86_399] {
+            let later = Duration::from_secs(wait);
+            clock.set(Duration::from_micros(T0) + later);
+            assert_eq!(
+                view.peek("hot").await.unwrap(),
+                enforcing[0].peek("hot").await.unwrap(),
+                "{policy}, {wait} s later"
+            );
+        }
+        at(&clock, T0);
         // Peeks are the policy's own answer, and are not counted.
         let peeked = limiters[0].peek("hot").await.unwrap();
+        assert!(!view.peek("hot").await.unwrap().is_allowed());
         assert!(!peeked.is_allowed() && !peeked.would_refuse(), "{peeked:?}");
         assert_eq!(limiters[0].stats().refused, stats[0].refused);
         server.command(&["FLUSHALL"]);
@@ -273,7 +301,73 @@ async fn a_shadow_part_lets_through_only_what_the_others_allow() {
     assert!(!shadow.try_acquire("a").await.unwrap().would_refuse());
     let r = all.reserve().await.unwrap();
     assert!(r.decision().is_allowed() && r.decision().would_refuse());
+    // The shadow part wrote no reservation token; the enforced part did.
+    assert_eq!(
+        server.command(&["EXISTS", "shadowed:{a}:reserved"]).int(),
+        0
+    );
+    assert_eq!(server.command(&["HLEN", "enforced:{a}:reserved"]).int(), 1);
+    // Settled whole: the shadow part holds nothing to settle, and is skipped.
     all.settle(r, &[2, 5]).await.unwrap();
     assert_eq!(enforced.available("a").await.unwrap(), 1);
     assert_eq!(plain.available("a").await.unwrap(), 0);
+}
+
+/// While Redis is down, a shadow part of a `RedisAllOf` whose failure policy refuses
+/// (`Closed`, or its `Local` limiter) lets the request through and is counted as refused,
+/// while an `Open` part allows; a shadow limiter alone with a `Local` failure policy lets
+/// that limiter's refusals through.
+#[tokio::test]
+async fn failure_policies_of_shadow_parts_let_through() {
+    use tollgate::RateLimiter;
+
+    let mut server = RedisServer::start();
+    let url = server.url();
+    let build = |prefix: &str, failure, shadow: bool| {
+        let builder = RedisLimiter::builder("5/1h".parse().unwrap())
+            .prefix(prefix)
+            .timeout(Duration::from_millis(300))
+            .failure_policy(failure);
+        if shadow {
+            builder.shadow()
+        } else {
+            builder
+        }
+    };
+    let open = build("open", FailurePolicy::Open, false)
+        .connect(&url)
+        .await
+        .unwrap();
+    let closed = build("closed", FailurePolicy::Closed, true)
+        .connect_shared(&open)
+        .await
+        .unwrap();
+    let local = build(
+        "local",
+        FailurePolicy::Local(RateLimiter::new("1/1h".parse().unwrap())),
+        true,
+    )
+    .connect_shared(&open)
+    .await
+    .unwrap();
+    server.kill();
+    let all = RedisAllOf::new()
+        .key(&open, "a")
+        .key(&closed, "a")
+        .key(&local, "a");
+    for i in 0..3 {
+        let d = all.try_acquire().await.unwrap();
+        assert!(d.is_allowed() && d.would_refuse(), "#{i}: {d:?}");
+    }
+    assert_eq!(closed.stats().refused, 3, "{:?}", closed.stats());
+    let local_stats = local.stats();
+    assert_eq!(
+        (local_stats.allowed, local_stats.refused),
+        (1, 2),
+        "{local_stats:?}"
+    );
+    let alone = local.try_acquire("b").await.unwrap();
+    assert!(!alone.would_refuse(), "{alone:?}");
+    let alone = local.try_acquire("b").await.unwrap();
+    assert!(alone.is_allowed() && alone.would_refuse(), "{alone:?}");
 }
