@@ -339,8 +339,11 @@ impl<'a> RedisAllOf<'a> {
             return Ok(Decided::from(tally, Vec::new()));
         }
         let lead = first.shared;
-        // Each part's policy: its limiter's, or its resolver's answer for the key (or the
-        // one its record names, when that was chosen later).
+        for part in &self.parts {
+            part.shared.read_live().await;
+        }
+        // Each part's policy: its limiter's, set live, or its resolver's answer for the key
+        // (or the one its record names, when that was chosen later).
         let mut choices = self
             .parts
             .iter()

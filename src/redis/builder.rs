@@ -23,6 +23,7 @@ use super::failure::{Breaker, Counters, FailurePolicy};
 use super::give_back::Returner;
 use super::lease::{self, Leases};
 use super::leased::sweeper;
+use super::live::Live;
 use super::shared::Shared;
 use super::tiers::{Resolver, Tier, Tiers};
 
@@ -41,6 +42,8 @@ use super::tiers::{Resolver, Tier, Tiers};
 /// | [`deny_cache`](RedisLimiterBuilder::deny_cache) | on, up to 100,000 keys |
 /// | [`lease`](RedisLimiterBuilder::lease) | off |
 /// | [`shadow`](RedisLimiterBuilder::shadow) | off |
+/// | [`resolver`](RedisLimiterBuilder::resolver) | none: the builder's policy for every key |
+/// | [`live_policy`](RedisLimiterBuilder::live_policy) | off |
 ///
 /// [`connect`](RedisLimiterBuilder::connect) checks the settings before it connects, and
 /// refuses with [`BackendError::InvalidSetting`] (naming the setting and the value) a zero
@@ -86,6 +89,8 @@ pub struct RedisLimiterBuilder {
     resolver: Option<Resolver>,
     /// How many keys' policies are cached, and for how long.
     resolver_cache: (usize, Duration),
+    /// Policies set live reach every server.
+    live_policy: bool,
 }
 
 impl RedisLimiterBuilder {
@@ -111,6 +116,7 @@ impl RedisLimiterBuilder {
             shadow: false,
             resolver: None,
             resolver_cache: (100_000, Duration::from_secs(60)),
+            live_policy: false,
         }
     }
 
@@ -416,6 +422,37 @@ impl RedisLimiterBuilder {
         self
     }
 
+    /// Lets [`RedisLimiter::set_policy`](super::RedisLimiter::set_policy) change the policy
+    /// of every server at run time. Build every server's limiter of the prefix with it.
+    ///
+    /// The policy a `set_policy` sets is stored in Redis (`<prefix>:live-policy`, with when
+    /// it was set), and each server reads it again at most once a second, on a request; a
+    /// server that starts later reads it when it connects. The newest `set_policy` of any
+    /// server wins. Until one is made, the builder's policy (or the resolver) applies; a
+    /// deploy that changes the configured policy calls `set_policy` with it, since a stored
+    /// policy wins over the builder's.
+    ///
+    /// Each key's state records the policy it is under, as with a
+    /// [`resolver`](RedisLimiterBuilder::resolver): a key moves to the new policy on its next
+    /// request (one script call more), with the rule of
+    /// [`RateLimiter::set_policy`](crate::RateLimiter::set_policy), and a server that has not
+    /// read the new policy yet decides the keys a newer server has used under the newer
+    /// policy: two policies never apply to one key at once. The record costs one key more per
+    /// decision in Redis. Keys whose state was written before `live_policy` was on, and not
+    /// since, start afresh under a changed policy. Not with
+    /// [`lease`](RedisLimiterBuilder::lease) (refused at connect).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let builder = tollgate::redis::RedisLimiter::builder("100/min".parse()?).live_policy();
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    pub fn live_policy(mut self) -> Self {
+        self.live_policy = true;
+        self
+    }
+
     /// **For tests only** (feature `test-util`). Decide at this clock's readings (rounded
     /// down to microseconds) instead of Redis `TIME`, so that a test can drive time, as with a
     /// [`FakeClock`](crate::FakeClock) in process. Every limiter that shares keys must then
@@ -532,11 +569,11 @@ impl RedisLimiterBuilder {
             });
         }
         if let Some(lease) = self.lease {
-            if self.resolver.is_some() {
+            if self.resolver.is_some() || self.live_policy {
                 return Err(BackendError::InvalidSetting {
                     setting: "lease",
                     value: lease.to_string(),
-                    reason: "a limiter with a resolver takes no leases: a lease is taken under one policy for every key",
+                    reason: "a limiter with a resolver or live policies takes no leases: a lease is taken under one policy for every key",
                 });
             }
             let invalid = |reason| BackendError::InvalidSetting {
@@ -631,6 +668,7 @@ impl RedisLimiterBuilder {
             resets: std::sync::atomic::AtomicU64::new(0),
             leases,
             shadow: self.shadow,
+            live: self.live_policy.then(Live::default),
         });
         if let Some(leases) = &shared.leases {
             let sweeper = sweeper(Arc::downgrade(&shared), leases.sweep_period());
@@ -656,6 +694,7 @@ impl fmt::Debug for RedisLimiterBuilder {
             .field("shadow", &self.shadow)
             .field("resolver", &self.resolver.is_some())
             .field("resolver_cache", &self.resolver_cache)
+            .field("live_policy", &self.live_policy)
             .finish()
     }
 }

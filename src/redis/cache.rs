@@ -226,6 +226,16 @@ impl DenyCache {
         order.resets[stripe] += 1;
         self.map.remove_sync(key);
     }
+
+    /// Forgets every refusal, as [`forget`](DenyCache::forget) forgets one: for a change of
+    /// policy, under which they may no longer hold.
+    pub(super) fn forget_all(&self) {
+        let mut order = self.order();
+        for resets in &mut order.resets {
+            *resets += 1;
+        }
+        self.map.clear_sync();
+    }
 }
 
 #[cfg(test)]

@@ -8,8 +8,8 @@
 //!
 //! | type | role |
 //! |---|---|
-//! | [`RedisLimiter`] | `try_acquire`, `try_acquire_n`, `peek`, `reserve_n`/`settle`/`cancel` against Redis, `close`; cheap to clone |
-//! | [`RedisLimiterBuilder`] | prefix, hash tag, timeout, failure policy, deny cache, probe interval, leases for hot keys, shadow mode, per-key policies (a resolver), a shared connection |
+//! | [`RedisLimiter`] | `try_acquire`, `try_acquire_n`, `peek`, `reserve_n`/`settle`/`cancel` against Redis, `set_policy` on every server, `close`; cheap to clone |
+//! | [`RedisLimiterBuilder`] | prefix, hash tag, timeout, failure policy, deny cache, probe interval, leases for hot keys, shadow mode, per-key policies (a resolver), live policy changes, a shared connection |
 //! | [`RedisAllOf`] | several keys of several limiters in one decision, all or nothing, in one script call |
 //! | [`FailurePolicy`] | what decides while Redis is slow or down: error, open, closed, local limiter |
 //! | [`BackendStats`] | decisions allowed and refused, by source, switches, timeouts, script reloads |
@@ -65,10 +65,12 @@
 //! | `conn` | the connection and the script call on it: `NOSCRIPT`, redirects, which errors are retried |
 //! | `cache` | the deny cache: refusals answered without a round trip |
 //! | `tiers` | per-key policies: a policy as the scripts take it, the resolver and its cache of answers |
+//! | `live` | a policy set live for every server: where it is stored, this instance's copy of it |
 //! | `give_back` | giving a lease back to Redis, once, and a dropped limiter's leases |
 //! | `lease` | the lease map: each hot key's lease, its size and hold time, claims and waits |
 //! | `shared` | what the clones share, and the path of a decision: deny cache, Redis (moving a key to its policy first), failure policy; a key's reset |
 //! | `reserve` | reserving and settling on Redis |
+//! | `set_policy` | storing a policy set live for the other servers, and reading theirs |
 //! | `all_of` | [`RedisAllOf`]: several keys in one script call, and the failure policies' decision of them |
 //! | `leased` | requests decided from leases; taking, replacing and giving back leases, the sweeper, closing |
 //! | `builder` | [`RedisLimiterBuilder`]: the settings, their checks, the connection and shared state they build |
@@ -83,9 +85,11 @@ mod failure;
 mod give_back;
 mod lease;
 mod leased;
+mod live;
 mod pause;
 mod reserve;
 mod script;
+mod set_policy;
 mod shared;
 mod tiers;
 mod wait;
@@ -403,7 +407,7 @@ impl RedisLimiter {
         match shared.tier_of(key) {
             Ok(choice) => {
                 let mut keys = choice.tier.bands.keys(&shared.prefix, key);
-                if shared.tiers.is_some() {
+                if shared.recorded() {
                     keys.push(script::Bands::record_key(&shared.prefix, key));
                 }
                 keys
@@ -439,7 +443,56 @@ impl RedisLimiter {
     /// ```
     #[must_use]
     pub fn policy(&self) -> Policy {
-        self.shared.tier.policy
+        match self
+            .shared
+            .live
+            .as_ref()
+            .and_then(self::live::Live::current)
+        {
+            Some(choice) => choice.tier.policy,
+            None => self.shared.tier.policy,
+        }
+    }
+
+    /// Enforces `policy` on every key, on every server, from now on (a limiter built with
+    /// [`live_policy`](RedisLimiterBuilder::live_policy), as every server's of the prefix
+    /// must be): stored in Redis for the other servers, which read it within a second, and
+    /// in force here at once. Returns the policy in force: `policy`, or a policy another
+    /// server set no earlier (the newest wins).
+    ///
+    /// The rule for keys already in Redis is that of
+    /// [`RateLimiter::set_policy`](crate::RateLimiter::set_policy): **permits already spent
+    /// stay spent, and no key gains more than the new policy allows.** Each key moves on its
+    /// next request, in one script call more: its state under the old policy is deleted,
+    /// and each band of the new one starts with the most permits in use among the old
+    /// bands whose window is no longer than its own. A server that has not read the new
+    /// policy yet decides the keys already moved under it. Reservations made before a key
+    /// moves settle nothing after. It replaces a [resolver](RedisLimiterBuilder::resolver).
+    ///
+    /// # Errors
+    ///
+    /// [`BackendError::InvalidSetting`] for a limiter built without `live_policy`,
+    /// [`BackendError::UnsupportedPolicy`] for a policy the scripts cannot decide, and
+    /// [`BackendError::Timeout`] or [`BackendError::Redis`] when Redis cannot store it
+    /// (nothing changed then, here or elsewhere).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+    /// use tollgate::redis::RedisLimiter;
+    ///
+    /// let limiter = RedisLimiter::builder("100/min".parse()?)
+    ///     .live_policy()
+    ///     .connect("redis://127.0.0.1:6379")
+    ///     .await?;
+    /// limiter.set_policy("50/min".parse()?).await?; // every server, within a second
+    /// assert_eq!(limiter.policy().to_string(), "token-bucket 50/1min");
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn set_policy(&self, policy: Policy) -> Result<Policy, BackendError> {
+        self.shared.set_policy(policy).await
     }
 
     /// The policy `key` is decided under: [`policy`](RedisLimiter::policy), or with a
@@ -475,10 +528,19 @@ impl RedisLimiter {
     /// The policy every key is held to, `None` under a resolver (each key has its own).
     #[cfg(feature = "tower")]
     pub(crate) fn uniform_policy(&self) -> Option<Policy> {
-        self.shared
-            .tiers
-            .is_none()
-            .then_some(self.shared.tier.policy)
+        let live = self
+            .shared
+            .live
+            .as_ref()
+            .and_then(self::live::Live::current);
+        match live {
+            Some(choice) => Some(choice.tier.policy),
+            None => self
+                .shared
+                .tiers
+                .is_none()
+                .then_some(self.shared.tier.policy),
+        }
     }
 
     /// The counters since the limiter connected: decisions by source, switches to and from
@@ -716,9 +778,9 @@ impl RedisLimiterBuilder {
     /// # }
     /// ```
     pub async fn connect(self, url: &str) -> Result<RedisLimiter, BackendError> {
-        Ok(RedisLimiter {
-            shared: self.open(url).await?,
-        })
+        let shared = self.open(url).await?;
+        shared.read_live().await;
+        Ok(RedisLimiter { shared })
     }
 
     /// Connects to a Redis Cluster through any of its `nodes` (URLs as for
@@ -743,9 +805,9 @@ impl RedisLimiterBuilder {
     /// # }
     /// ```
     pub async fn connect_cluster(self, nodes: &[&str]) -> Result<RedisLimiter, BackendError> {
-        Ok(RedisLimiter {
-            shared: self.open_cluster(nodes).await?,
-        })
+        let shared = self.open_cluster(nodes).await?;
+        shared.read_live().await;
+        Ok(RedisLimiter { shared })
     }
 
     /// Builds the limiter on `other`'s connection (one Redis server or cluster, with the
@@ -774,11 +836,10 @@ impl RedisLimiterBuilder {
     /// # Ok(())
     /// # }
     /// ```
-    #[allow(clippy::unused_async)]
     pub async fn connect_shared(self, other: &RedisLimiter) -> Result<RedisLimiter, BackendError> {
-        Ok(RedisLimiter {
-            shared: self.open_shared(&other.shared)?,
-        })
+        let shared = self.open_shared(&other.shared)?;
+        shared.read_live().await;
+        Ok(RedisLimiter { shared })
     }
 }
 

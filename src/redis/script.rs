@@ -632,17 +632,19 @@ pub(super) fn conflict(reply: &::redis::Value) -> Option<Conflict> {
     })
 }
 
-/// The script's reply to a move of a key's state to another policy: `None` when the record
-/// names the new policy now, else the [`Conflict`] with the record (a third policy).
+/// The script's reply to a move of a key's state to another policy: `Ok(true)` when it moved
+/// the state, `Ok(false)` when the record names the new policy without it (moved already, or
+/// no state), else the [`Conflict`] with the record (a third policy).
 ///
 /// # Errors
 ///
 /// [`BackendError::Reply`] for any other reply.
-pub(super) fn converted(reply: &::redis::Value) -> Result<Option<Conflict>, BackendError> {
+pub(super) fn converted(reply: &::redis::Value) -> Result<Result<bool, Conflict>, BackendError> {
     match reply {
-        ::redis::Value::Int(1) => Ok(None),
+        ::redis::Value::Int(1) => Ok(Ok(true)),
+        ::redis::Value::Int(2) => Ok(Ok(false)),
         other => conflict(other)
-            .map(Some)
+            .map(Err)
             .ok_or_else(|| BackendError::Reply(format!("{other:?}"))),
     }
 }

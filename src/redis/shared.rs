@@ -18,6 +18,7 @@ use super::conn::{self, Script};
 use super::error::BackendError;
 use super::failure::{bump, Breaker, Counters, FailurePolicy};
 use super::lease::Leases;
+use super::live::Live;
 use super::script::{self, Ask, Bands, Conflict};
 use super::tiers::{Choice, Tier, Tiers};
 
@@ -88,6 +89,8 @@ pub(super) struct Shared {
     pub(super) leases: Option<Leases>,
     /// Shadow mode (`RedisLimiterBuilder::shadow`): refusals are counted and let through.
     pub(super) shadow: bool,
+    /// The policy set on any server (`RedisLimiterBuilder::live_policy`), as known here.
+    pub(super) live: Option<Live>,
 }
 
 impl Drop for Shared {
@@ -136,7 +139,12 @@ impl Shared {
     ///
     /// [`BackendError::UnsupportedPolicy`] for an answer the scripts cannot decide.
     pub(super) fn tier_of(&self, key: &str) -> Result<Choice, BackendError> {
+        // A policy set live replaces the builder's and the resolver's, as in process.
+        if let Some(choice) = self.live.as_ref().and_then(Live::current) {
+            return Ok(choice);
+        }
         let Some(tiers) = &self.tiers else {
+            // The builder's policy, chosen before any other.
             return Ok(Choice {
                 tier: Arc::clone(&self.tier),
                 chosen: 0,
@@ -151,9 +159,14 @@ impl Shared {
         Ok(choice)
     }
 
+    /// Whether keys' records name their policies: with a resolver, or live policies.
+    pub(super) fn recorded(&self) -> bool {
+        self.tiers.is_some() || self.live.is_some()
+    }
+
     /// When a resolver's answer is chosen now: microseconds since the Unix epoch (the test
     /// clock's, under one), so that the choices of different servers compare.
-    fn chosen_now(&self) -> u64 {
+    pub(super) fn chosen_now(&self) -> u64 {
         let nanos = match &self.test_clock {
             Some(clock) => clock.now(),
             None => std::time::SystemTime::now()
@@ -182,7 +195,7 @@ impl Shared {
         let bands = &choice.tier.bands;
         let mut args = bands.args(now_micros, ask);
         let mut keys = bands.call_keys(&self.prefix, key, ask, &self.instance, &mut args);
-        if self.tiers.is_some() {
+        if self.recorded() {
             let recorded = (choice.tier.text.as_str(), choice.chosen);
             Bands::recorded(&self.prefix, key, recorded, &mut keys, &mut args);
         }
@@ -235,14 +248,16 @@ impl Shared {
                 Err(_) => return Err(Moved::Timeout),
             };
             match script::converted(&reply).map_err(Moved::Other)? {
-                None => {
-                    bump(&self.counters.policy_moves);
+                Ok(moved) => {
+                    if moved {
+                        bump(&self.counters.policy_moves);
+                    }
                     if let Some(cache) = &self.cache {
                         cache.forget(key);
                     }
                     return Ok(());
                 }
-                Some(next) => conflict = next,
+                Err(next) => conflict = next,
             }
         }
         Err(Moved::Other(kept_changing(key)))
@@ -252,6 +267,7 @@ impl Shared {
     /// Redis admitted each band's mark ([`NOT_IN_REDIS`] when the failure policy decided),
     /// and for a lease the permits it took (0 when refused or not decided by Redis).
     pub(super) async fn decide(&self, key: &str, ask: Ask) -> Result<Decided, BackendError> {
+        self.read_live().await;
         let mut choice = self.tier_of(key)?;
         // A peek is a request of cost 1 that writes nothing: the deny cache treats it so.
         let cover = ask.cost();
@@ -477,7 +493,7 @@ impl Shared {
             Some(leases) => del.arg(leases.returner.keys(key)),
             None => del.arg(own.bands.keys(&self.prefix, key)),
         };
-        if self.tiers.is_some() {
+        if self.recorded() {
             // The state may be under another policy than this server's answer for the key:
             // the one its record names goes too, with the record.
             let record = Bands::record_key(&self.prefix, key);

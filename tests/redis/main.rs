@@ -1,6 +1,6 @@
 //! The Redis backend (feature `redis`) against real `redis-server` processes that each test
 //! starts on free loopback ports: one test binary, a module per scenario (`standalone`,
-//! `reserve`, `all_of`, `lease`, `settings`, `shadow`, `tiers`, `tokens`, `cluster`, `faults`,
+//! `reserve`, `all_of`, `lease`, `settings`, `shadow`, `tiers`, `live`, `tokens`, `cluster`, `faults`,
 //! `middleware`, `throughput`), the server harness, the limiters on a test clock (`clocked`) and the
 //! instance in a process that dies (`dying`) compiled once.
 //! The harness needs feature `test-util` too (`standalone` and `cluster` drive time with
@@ -30,6 +30,7 @@ mod cluster;
 mod dying;
 mod faults;
 mod lease;
+mod live;
 mod middleware;
 mod reserve;
 mod settings;

@@ -481,3 +481,42 @@ async fn tiers_on_a_redis_route() {
     })
     .await;
 }
+
+/// A route on a Redis limiter with live policies follows a `set_policy` made on another
+/// server: its `RateLimit-Policy` field and its decisions change, the permits spent kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn live_policy_changes_reach_a_redis_route() {
+    bounded(async {
+        let server = RedisServer::start();
+        let url = server.url();
+        let build = || {
+            RedisLimiter::builder("2/1h".parse().unwrap())
+                .prefix("live-route")
+                .timeout(Duration::from_millis(300))
+                .live_policy()
+                .connect(&url)
+        };
+        let serving = build().await.unwrap();
+        let admin = build().await.unwrap();
+        let addr = serve(ok_router().layer(RateLimitLayer::new(serving).key(peer())));
+        let reply = get_path(addr, "/");
+        assert_eq!(
+            reply.header("ratelimit-policy"),
+            Some("\"default\";q=2;w=3600")
+        );
+        assert_eq!(get_path(addr, "/").status, 200);
+        assert_eq!(get_path(addr, "/").status, 429);
+        admin.set_policy("4/1h".parse().unwrap()).await.unwrap();
+        // The serving limiter reads the stored policy within a second.
+        tokio::time::sleep(Duration::from_millis(1_100)).await;
+        let reply = get_path(addr, "/");
+        assert_eq!(reply.status, 200, "{reply:?}");
+        assert_eq!(
+            reply.header("ratelimit-policy"),
+            Some("\"default\";q=4;w=3600")
+        );
+        assert_eq!(get_path(addr, "/").status, 200);
+        assert_eq!(get_path(addr, "/").status, 429, "2 spent before, 2 after");
+    })
+    .await;
+}

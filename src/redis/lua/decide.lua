@@ -20,7 +20,8 @@
 --              'return'   as 'refund', only while the lease's token names the lease.
 --              'parts', 'parts-peek', 'parts-reserve'  several keys at once, all or
 --                         nothing: see parts.lua;
---              'convert@' a key's move to another policy: see record.lua.
+--              'convert@' a key's move to another policy, 'publish' the policy one server
+--                         set for all: see record.lua.
 --              Any of the first seven may end in '@' (a limiter with per-key policies): the
 --              last key is then the key's record, and the last two arguments when the
 --              policy was chosen (us) and its text, after everything below. A record naming
@@ -84,6 +85,9 @@ if op == 'parts' or op == 'parts-peek' or op == 'parts-reserve' then
 end
 if op == 'convert' and record then
   return convert_tier(now, expire)
+end
+if op == 'publish' then
+  return publish_policy()
 end
 
 -- The number of bands: a hash of tokens follows their keys for these, and the record.

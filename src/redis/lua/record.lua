@@ -47,15 +47,32 @@ local function write_record(key, text, at, longest, expire)
   end
 end
 
+-- 'publish': stores the policy one server set for every server (src/redis/live.rs).
+-- KEYS[1]  the stored policy, '<chosen>|<text>' as a record.
+-- ARGV[3]  when the policy was chosen (us); ARGV[4] its text.
+-- Reply: 1 when stored; else the value stored, chosen no earlier, which stays.
+local function publish_policy()
+  local chosen, text = tonumber(ARGV[3]), ARGV[4]
+  if #KEYS ~= 1 or not chosen or not text or text == '' then
+    return redis.error_reply('tollgate: publish takes a key, an instant and a policy')
+  end
+  local stored_at = read_record(KEYS[1])
+  if stored_at and stored_at >= chosen then
+    return redis.call('GET', KEYS[1])
+  end
+  redis.call('SET', KEYS[1], fmt(chosen) .. '|' .. text)
+  return 1
+end
+
 -- 'convert': moves a key's state from the policy its record names to another, once.
 -- KEYS     the old policy's band keys, then the new one's, then the key's hash of
 --          reservation tokens, then the record.
 -- ARGV[3]  the old policy's number of bands a, then its bands' four arguments each (as
 --          decide.lua takes them); then the new one's number b and its bands'; then the old
 --          policy's text, when the new one was chosen (us), and the new one's text.
--- Reply: 1 when the record names the new policy now (moved, or moved already, or there was
--- nothing to move: no record), else { 'tier', 'move' or 'follow', the record's text }: the
--- record names a third policy, chosen before the new one (move from it) or not (follow it).
+-- Reply: 1 when moved; 2 when there was nothing to move (moved already by another request,
+-- or no record); else { 'tier', 'move' or 'follow', the record's text }: the record names a
+-- third policy, chosen before the new one (move from it) or not (follow it).
 local function convert_tier(now, expire)
   local a = tonumber(ARGV[3])
   local at = 4 + 4 * a
@@ -68,7 +85,7 @@ local function convert_tier(now, expire)
   local old_text, chosen, new_text = ARGV[#ARGV - 2], tonumber(ARGV[#ARGV - 1]), ARGV[#ARGV]
   local mode, recorded = record_conflict(record, new_text, chosen)
   if not mode then
-    return 1
+    return 2
   end
   if mode == 'follow' or recorded ~= old_text then
     return { 'tier', mode, recorded }

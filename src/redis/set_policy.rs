@@ -1,0 +1,95 @@
+//! Setting the policy of every server: a `set_policy` stored in Redis for the others, and
+//! each instance's reading of it (the state is in `live`).
+
+use std::sync::Arc;
+
+use crate::policy::Policy;
+
+use super::error::BackendError;
+use super::live::{self, Live};
+use super::shared::Shared;
+use super::tiers::{Choice, Tier};
+
+impl Shared {
+    /// Sets `policy` for every server: stored in Redis as chosen now, unless a policy chosen
+    /// no earlier is stored already (then that one is taken here instead), and taken here at
+    /// once.
+    pub(super) async fn set_policy(&self, policy: Policy) -> Result<Policy, BackendError> {
+        let Some(known) = &self.live else {
+            return Err(BackendError::InvalidSetting {
+                setting: "live_policy",
+                value: "off".to_owned(),
+                reason: "set_policy reaches the other servers through a policy stored in Redis, which only limiters built with live_policy() read",
+            });
+        };
+        let tier = Tier::new(policy)?;
+        let chosen = self.chosen_now();
+        let key = live::key(&self.prefix);
+        let args = [
+            String::new(),
+            "publish".to_owned(),
+            chosen.to_string(),
+            tier.text.clone(),
+        ];
+        let reply = self
+            .script
+            .call(
+                std::slice::from_ref(&key),
+                &args,
+                &self.counters.script_reloads,
+                true,
+                self.timeout,
+            )
+            .await
+            .map_err(|_| BackendError::Timeout(self.timeout))??;
+        let choice = match reply {
+            ::redis::Value::Int(1) => Choice {
+                tier: Arc::new(tier),
+                chosen,
+            },
+            ::redis::Value::BulkString(stored) => live::parse(&String::from_utf8_lossy(&stored))?,
+            other => return Err(BackendError::Reply(format!("publish: {other:?}"))),
+        };
+        let policy = choice.tier.policy;
+        self.take_live(known, choice);
+        Ok(policy)
+    }
+
+    /// Reads the stored policy when it is due (at most once a second), and takes it if it is
+    /// newer than the one known here. A failed read changes nothing: the next one is a
+    /// second later, and meanwhile the keys' records keep this server on the newest policy
+    /// of every key a newer server has used.
+    pub(super) async fn read_live(&self) {
+        let Some(known) = &self.live else {
+            return;
+        };
+        if !known.due(self.clock.now()) {
+            return;
+        }
+        let get = ::redis::cmd("GET").arg(live::key(&self.prefix)).clone();
+        let read = tokio::time::timeout(self.timeout, self.script.conn().query(&get)).await;
+        let stored = match read {
+            Ok(Ok(::redis::Value::BulkString(stored))) => stored,
+            // None stored yet; or Redis is slow or down, which the decision finds out.
+            Ok(Ok(::redis::Value::Nil) | Err(_)) | Err(_) => return,
+            Ok(Ok(other)) => {
+                log::warn!("tollgate: the stored policy is not a string: {other:?}");
+                return;
+            }
+        };
+        match live::parse(&String::from_utf8_lossy(&stored)) {
+            Ok(choice) => self.take_live(known, choice),
+            Err(err) => log::warn!("tollgate: the stored policy cannot be used: {err}"),
+        }
+    }
+
+    /// Takes `choice` as the policy in force here if it is newer than the one known; the
+    /// deny cache's refusals, made under the old one, are forgotten.
+    fn take_live(&self, known: &Live, choice: Choice) {
+        if known.adopt(choice) {
+            if let Some(cache) = &self.cache {
+                cache.forget_all();
+            }
+        }
+    }
+}
