@@ -257,6 +257,7 @@ async fn a_call_dropped_during_its_round_trip_gives_its_permit_back() {
 
 /// A throttle over a Redis limiter in shadow mode: every call goes at once, and settling a
 /// call the policy would have refused (it holds nothing) is no error, as in process.
+#[cfg(feature = "tower")]
 #[tokio::test]
 async fn a_throttle_over_a_shadow_limiter_settles_let_through_calls() {
     use tollgate::client::Throttle;

@@ -5,14 +5,22 @@
 -- ('convert', carrying the permits in use as src/engine/state.rs's `Carry` does), an older
 -- one is decided under the record's policy. Preceded by band.lua and tokens.lua.
 
+-- The records read by this call, by key, so that a write after a check reads nothing more.
+local records_read = {}
+
 -- The record at `key`: when its policy was chosen, and its text (nil for no record).
 local function read_record(key)
-  local value = redis.call('GET', key)
-  if not value then
-    return nil
+  local read = records_read[key]
+  if not read then
+    local value = redis.call('GET', key)
+    read = {}
+    if value then
+      local at, text = string.match(value, '^(%d+)|(.*)$')
+      read.at, read.text = tonumber(at), text
+    end
+    records_read[key] = read
   end
-  local at, text = string.match(value, '^(%d+)|(.*)$')
-  return tonumber(at), text
+  return read.at, read.text
 end
 
 -- Whether a request under the policy `text`, chosen at `at`, may be decided: nil when it may
@@ -33,18 +41,25 @@ end
 -- Writes the record at `key`: the policy `text`, chosen at `at` (or when the record says, if
 -- it names `text` and is newer), kept while a state written now may still count anything
 -- (twice the longest window `longest` us, and a second, as a reservation's token), with no
--- expiry on an injected clock.
+-- expiry on an injected clock. A record is given twice that life, and rewritten only when it
+-- changes or has less than that left: an admission then reads its time to live instead of
+-- writing it, and the record always outlives the state.
 local function write_record(key, text, at, longest, expire)
   local recorded_at, recorded = read_record(key)
-  if recorded == text and recorded_at > at then
+  local life = idiv(reservation_life(longest) + 999, 1000)
+  if recorded == text and recorded_at >= at then
+    if not expire or redis.call('PTTL', key) >= life then
+      return
+    end
     at = recorded_at
   end
   local value = fmt(at) .. '|' .. text
   if expire then
-    redis.call('SET', key, value, 'PX', fmt(idiv(reservation_life(longest) + 999, 1000)))
+    redis.call('SET', key, value, 'PX', fmt(2 * life))
   else
     redis.call('SET', key, value)
   end
+  records_read[key] = { at = at, text = text }
 end
 
 -- 'publish': stores the policy one server set for every server (src/redis/live.rs).
