@@ -349,8 +349,16 @@ impl<'a> RedisAllOf<'a> {
             .iter()
             .map(|part| part.shared.tier_of(part.key))
             .collect::<Result<Vec<_>, _>>()?;
-        // Checked before anything is sent.
+        // Checked before anything is sent: the keys, and each cost against the policy it is
+        // decided under now (the resolver may have answered another since `check`).
         self.keys(lead, &choices)?;
+        for (index, (part, choice)) in self.parts.iter().zip(&choices).enumerate() {
+            if let Err(error) = choice.tier.check_cost(part.cost) {
+                let mut tally = Tally::default();
+                tally.failed(index, error);
+                return Ok(Decided::from(tally, Vec::new()));
+            }
+        }
         // Where each part's reservation comes from and its serial number: the origin first,
         // as for one key (its count of resets must not be newer than the state decided on).
         let reserving: Vec<Option<(Origin, u64)>> = if ask == PartsAsk::Reserve {
@@ -380,7 +388,8 @@ impl<'a> RedisAllOf<'a> {
             .iter()
             .map(|part| part.shared.shadow && ask != PartsAsk::Peek)
             .collect();
-        let mut moves = 0;
+        // Moves and follows per part: each part's key may be moved or followed as one key's.
+        let mut moves = vec![0; self.parts.len()];
         let reply = loop {
             let (keys, args) = self.call(lead, &choices, ask, &reserving, &shadow, now_micros)?;
             let call = lead.script.call(
@@ -395,8 +404,8 @@ impl<'a> RedisAllOf<'a> {
                     None => break reply,
                     // A part's state is under another policy: follow it, or move the state.
                     Some(conflict) => match conflict.part.filter(|&i| i < self.parts.len()) {
-                        Some(index) if moves < MAX_MOVES => {
-                            moves += 1;
+                        Some(index) if moves[index] < MAX_MOVES => {
+                            moves[index] += 1;
                             let part = &self.parts[index];
                             let resolved = part
                                 .shared
@@ -511,14 +520,17 @@ impl<'a> RedisAllOf<'a> {
         let mut band_keys = band_keys.into_iter();
         for (index, part) in self.parts.iter().enumerate() {
             let (shared, choice) = (part.shared, &choices[index]);
-            let recorded = shared
-                .tiers
-                .is_some()
-                .then_some((choice.tier.text.as_str(), choice.chosen));
+            let recorded = shared.tiers.is_some().then(|| {
+                (
+                    choice.tier.text.as_str(),
+                    choice.chosen.arg(shared.clock.now()),
+                )
+            });
             let bands = &choice.tier.bands;
+            let tiered = recorded.is_some();
             bands.part_args(part.cost, shadow[index], recorded, &mut args);
             keys.extend(band_keys.by_ref().take(bands.count()));
-            if recorded.is_some() {
+            if tiered {
                 keys.push(Bands::record_key(&shared.prefix, part.key));
             }
             match reserving.get(index) {

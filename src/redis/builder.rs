@@ -91,6 +91,8 @@ pub struct RedisLimiterBuilder {
     resolver_cache: (usize, Duration),
     /// Policies set live reach every server.
     live_policy: bool,
+    /// Whether `prefix` was given (a limiter with records needs its own).
+    prefix_given: bool,
 }
 
 impl RedisLimiterBuilder {
@@ -117,13 +119,17 @@ impl RedisLimiterBuilder {
             resolver: None,
             resolver_cache: (100_000, Duration::from_secs(60)),
             live_policy: false,
+            prefix_given: false,
         }
     }
 
     /// The prefix of every Redis key this limiter writes (default `"tollgate"`); an empty
     /// prefix writes keys that start with the `{key}` hash tag. Limiters share state exactly
     /// when they share the Redis, the prefix, the [`hash_tag`](RedisLimiterBuilder::hash_tag)
-    /// (or its absence) and the policy's bands.
+    /// (or its absence) and the policy's bands; limiters with a
+    /// [`resolver`](RedisLimiterBuilder::resolver) or [`live_policy`](RedisLimiterBuilder::live_policy)
+    /// share each key's record of its policy by prefix alone, so each needs a prefix of its own,
+    /// given here (the default is refused for them at connect).
     ///
     /// # Examples
     ///
@@ -133,6 +139,7 @@ impl RedisLimiterBuilder {
     /// ```
     pub fn prefix(mut self, prefix: &str) -> Self {
         prefix.clone_into(&mut self.prefix);
+        self.prefix_given = true;
         self
     }
 
@@ -370,21 +377,35 @@ impl RedisLimiterBuilder {
     /// [`RateLimiter::set_policy`](crate::RateLimiter::set_policy): permits already spent
     /// stay spent, and no key gains more than the new policy allows (each new band starts
     /// with the permits in use of the old bands whose window is no longer than its own). The
-    /// move is one script call more, once per change; reservations made before it settle
-    /// nothing after it.
+    /// move is one script call more, once per change; a reservation made before it gets
+    /// neither a refund nor a charge after it. State written before the limiter had a
+    /// resolver has no record, and is not carried.
     ///
     /// **Answers are cached** per instance, for up to
     /// [`resolver_cache`](RedisLimiterBuilder::resolver_cache)'s time to live (default 60
     /// s) and number of keys (default 100,000): a tier change reaches a server's requests
-    /// within the time to live. Servers whose resolvers disagree about a key move it back
-    /// and forth (carrying its permits each time, never raising them); a request that finds
-    /// its key moved away three times in a row fails with [`BackendError::Reply`].
+    /// within the time to live.
     ///
-    /// The resolver runs on the request's task, under the cache's lock: keep it a quick
-    /// lookup, and never call the limiter from it. An answer the scripts cannot decide is
-    /// the request's [`BackendError::UnsupportedPolicy`]. Not with
+    /// **Servers whose answers differ agree on the latest.** An answer dates from when it
+    /// last changed on its server (dated on Redis's clock, so servers' clocks need not
+    /// agree); asking again and getting the same answer does not date it anew. A request
+    /// whose answer is older than the policy the key's record names is decided under the
+    /// record's, and its server keeps following that policy for the key until its own
+    /// answer changes. So a key moves once per changed answer (or per server that first
+    /// answers for it: a start, or an answer dropped from a full cache), never back and
+    /// forth on every renewal. A request that finds its key moved away three times in a row
+    /// fails with [`BackendError::Reply`].
+    ///
+    /// **Give the limiter a [`prefix`](RedisLimiterBuilder::prefix) of its own** (the
+    /// default prefix is refused at connect): the records are named by prefix and key, and
+    /// another limiter with a resolver on the same prefix would take them for its own.
+    ///
+    /// The resolver runs on the request's task, with no lock held: keep it a quick lookup,
+    /// and never call the limiter from it. An answer the scripts cannot decide is the
+    /// request's [`BackendError::UnsupportedPolicy`]. Not with
     /// [`lease`](RedisLimiterBuilder::lease) (refused at connect: a lease is taken under one
-    /// policy for every key).
+    /// policy for every key). A [`FailurePolicy::Local`](super::FailurePolicy::Local)
+    /// limiter decides under its own policy, whatever the resolver answers.
     ///
     /// # Examples
     ///
@@ -394,6 +415,7 @@ impl RedisLimiterBuilder {
     /// let free: Policy = "100/min".parse()?;
     /// let paid: Policy = "1000/min".parse()?;
     /// let builder = tollgate::redis::RedisLimiter::builder(free)
+    ///     .prefix("api")
     ///     .resolver(move |user: &str| if user.starts_with("paid-") { paid } else { free });
     /// # Ok::<(), tollgate::PolicyError>(())
     /// ```
@@ -413,6 +435,7 @@ impl RedisLimiterBuilder {
     /// use std::time::Duration;
     ///
     /// let builder = tollgate::redis::RedisLimiter::builder("100/min".parse()?)
+    ///     .prefix("api")
     ///     .resolver(|_: &str| "100/min".parse().unwrap())
     ///     .resolver_cache(10_000, Duration::from_secs(5));
     /// # Ok::<(), tollgate::PolicyError>(())
@@ -445,7 +468,9 @@ impl RedisLimiterBuilder {
     /// # Examples
     ///
     /// ```
-    /// let builder = tollgate::redis::RedisLimiter::builder("100/min".parse()?).live_policy();
+    /// let builder = tollgate::redis::RedisLimiter::builder("100/min".parse()?)
+    ///     .prefix("api")
+    ///     .live_policy();
     /// # Ok::<(), tollgate::PolicyError>(())
     /// ```
     pub fn live_policy(mut self) -> Self {
@@ -561,6 +586,13 @@ impl RedisLimiterBuilder {
             self.probe_interval,
             "while Redis is down every call would probe it, and the closed failure policy would tell clients to retry at once",
         )?;
+        if (self.resolver.is_some() || self.live_policy) && !self.prefix_given {
+            return Err(BackendError::InvalidSetting {
+                setting: "prefix",
+                value: format!("{:?} (the default)", self.prefix),
+                reason: "a limiter with a resolver or live policies records each key's policy under its prefix, and another limiter on that prefix would take those records (and the live policy) for its own: give each such limiter a prefix of its own",
+            });
+        }
         if self.resolver_cache.0 == 0 {
             return Err(BackendError::InvalidSetting {
                 setting: "resolver_cache",

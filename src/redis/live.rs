@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use super::error::BackendError;
-use super::tiers::{Choice, Tier};
+use super::tiers::{Choice, Chosen, Tier};
 
 /// How often an instance reads the stored policy again.
 pub(super) const READ_EVERY: Duration = Duration::from_secs(1);
@@ -49,13 +49,18 @@ impl Live {
         true
     }
 
-    /// Takes `choice` if it is newer than the policy known here: `true` when it was taken.
+    /// Takes `choice` (a stored policy, dated on the script's clock) if it is newer than the
+    /// policy known here: `true` when it was taken.
     pub(super) fn adopt(&self, choice: Choice) -> bool {
+        let at = |choice: &Choice| match choice.chosen {
+            Chosen::At(at) => at,
+            Chosen::Since(_) => 0,
+        };
         let mut state = self.state();
         let newer = state
             .choice
             .as_ref()
-            .is_none_or(|known| choice.chosen > known.chosen);
+            .is_none_or(|known| at(&choice) > at(known));
         if newer {
             state.choice = Some(choice);
         }
@@ -89,7 +94,7 @@ pub(super) fn parse(value: &str) -> Result<Choice, BackendError> {
     let chosen = chosen.parse().map_err(|_| bad())?;
     Ok(Choice {
         tier: Arc::new(Tier::recorded(text)?),
-        chosen,
+        chosen: Chosen::At(chosen),
     })
 }
 
@@ -100,7 +105,7 @@ mod tests {
     fn choice(text: &str, chosen: u64) -> Choice {
         Choice {
             tier: Arc::new(Tier::new(text.parse().unwrap()).unwrap()),
-            chosen,
+            chosen: Chosen::At(chosen),
         }
     }
 
@@ -117,7 +122,7 @@ mod tests {
         assert_eq!(live.current().unwrap().tier.text, "token-bucket 7/1s");
 
         let parsed = parse("42|sliding-log 5/1min & 100/1h").unwrap();
-        assert_eq!(parsed.chosen, 42);
+        assert_eq!(parsed.chosen, Chosen::At(42));
         assert_eq!(
             parsed.tier.policy,
             "sliding-log 5/1min & 100/1h".parse().unwrap()

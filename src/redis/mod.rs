@@ -466,8 +466,9 @@ impl RedisLimiter {
     /// next request, in one script call more: its state under the old policy is deleted,
     /// and each band of the new one starts with the most permits in use among the old
     /// bands whose window is no longer than its own. A server that has not read the new
-    /// policy yet decides the keys already moved under it. Reservations made before a key
-    /// moves settle nothing after. It replaces a [resolver](RedisLimiterBuilder::resolver).
+    /// policy yet decides the keys already moved under it. A reservation made before its key
+    /// moves gets no refund after, nor a charge. It replaces a
+    /// [resolver](RedisLimiterBuilder::resolver).
     ///
     /// # Errors
     ///
@@ -483,6 +484,7 @@ impl RedisLimiter {
     /// use tollgate::redis::RedisLimiter;
     ///
     /// let limiter = RedisLimiter::builder("100/min".parse()?)
+    ///     .prefix("api")
     ///     .live_policy()
     ///     .connect("redis://127.0.0.1:6379")
     ///     .await?;
@@ -495,9 +497,10 @@ impl RedisLimiter {
         self.shared.set_policy(policy).await
     }
 
-    /// The policy `key` is decided under: [`policy`](RedisLimiter::policy), or with a
-    /// [resolver](RedisLimiterBuilder::resolver) its answer for `key` (cached, as for a
-    /// request).
+    /// The policy this server decides `key` under: [`policy`](RedisLimiter::policy), or with
+    /// a [resolver](RedisLimiterBuilder::resolver) its answer for `key` (cached, as for a
+    /// request), or the policy it follows for `key` (a later answer of another server, which
+    /// the key's record named).
     ///
     /// # Errors
     ///
@@ -511,13 +514,14 @@ impl RedisLimiter {
     /// use tollgate::redis::RedisLimiter;
     ///
     /// let limiter = RedisLimiter::builder("100/min".parse()?)
+    ///     .prefix("api")
     ///     .resolver(|user: &str| {
     ///         let tier = if user.starts_with("paid-") { "1000/min" } else { "100/min" };
     ///         tier.parse().unwrap()
     ///     })
     ///     .connect("redis://127.0.0.1:6379")
     ///     .await?;
-    /// assert_eq!(limiter.policy_of("paid-7")?.to_string(), "1000/1min");
+    /// assert_eq!(limiter.policy_of("paid-7")?.to_string(), "token-bucket 1000/1min");
     /// # Ok(())
     /// # }
     /// ```

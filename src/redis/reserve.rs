@@ -9,7 +9,7 @@ use crate::reservation::Reservation;
 use super::error::BackendError;
 use super::script::{self, Ask};
 use super::shared::{Shared, NOT_IN_REDIS};
-use super::tiers::{Choice, Tier};
+use super::tiers::{Choice, Chosen, Tier};
 
 impl Shared {
     /// Reserves `n` permits for `key`, decided as a request of cost `n`; an admission
@@ -71,7 +71,8 @@ impl Shared {
         let choice = match decided {
             Some(policy) => Choice {
                 tier: Arc::new(Tier::new(*policy)?),
-                chosen: 0,
+                // A settle is never checked against when its policy was chosen.
+                chosen: Chosen::At(0),
             },
             None => self.tier_of(key)?,
         };

@@ -256,8 +256,6 @@ impl Bands {
         name(prefix, &tag(key), "pause")
     }
 
-    /// The Redis key of the reservation tokens for `key`: `<prefix>:{<key>}:reserved`, a hash
-    /// with a field per reservation not yet settled, in the slot of the key's bands.
     /// The record of the policy `key`'s state is under, for a limiter with per-key policies
     /// (`lua/record.lua`).
     pub(super) fn record_key(prefix: &str, key: &str) -> String {
@@ -265,18 +263,18 @@ impl Bands {
     }
 
     /// A call built by [`Bands::args`] and [`Bands::call_keys`] (complete) made for a
-    /// limiter with per-key policies: decided under the policy `text`, chosen at `chosen`,
-    /// only while `key`'s record names no other.
+    /// limiter with per-key policies: decided under the policy `text`, chosen when `chosen`
+    /// says (`Chosen::arg`), only while `key`'s record names no other.
     pub(super) fn recorded(
         prefix: &str,
         key: &str,
-        (text, chosen): (&str, u64),
+        (text, chosen): (&str, String),
         keys: &mut Vec<String>,
         args: &mut Vec<String>,
     ) {
         keys.push(Self::record_key(prefix, key));
         args[1].push('@');
-        args.push(chosen.to_string());
+        args.push(chosen);
         args.push(text.to_owned());
     }
 
@@ -289,7 +287,7 @@ impl Bands {
         prefix: &str,
         key: &str,
         now_micros: Option<u64>,
-        (texts, chosen): ([&str; 2], u64),
+        (texts, chosen): ([&str; 2], String),
     ) -> (Vec<String>, Vec<String>) {
         let mut keys = self.keys(prefix, key);
         keys.extend(to.keys(prefix, key));
@@ -304,11 +302,13 @@ impl Bands {
             }
         }
         args.push(texts[0].to_owned());
-        args.push(chosen.to_string());
+        args.push(chosen);
         args.push(texts[1].to_owned());
         (keys, args)
     }
 
+    /// The Redis key of the reservation tokens for `key`: `<prefix>:{<key>}:reserved`, a hash
+    /// with a field per reservation not yet settled, in the slot of the key's bands.
     pub(super) fn reserve_key(prefix: &str, key: &str) -> String {
         name(prefix, &tag(key), "reserved")
     }
@@ -379,14 +379,14 @@ impl Bands {
         &self,
         cost: u64,
         shadow: bool,
-        recorded: Option<(&str, u64)>,
+        recorded: Option<(&str, String)>,
         args: &mut Vec<String>,
     ) {
         args.push(cost.to_string());
         args.push(self.bands.len().to_string());
         args.push(if shadow { "1" } else { "0" }.to_owned());
-        let (text, chosen) = recorded.unwrap_or(("", 0));
-        args.push(chosen.to_string());
+        let (text, chosen) = recorded.unwrap_or(("", "0".to_owned()));
+        args.push(chosen);
         args.push(text.to_owned());
         for band in &self.bands {
             args.extend(band.args.iter().cloned());
@@ -598,6 +598,8 @@ pub(super) struct Conflict {
     pub(super) follow: bool,
     /// The record's policy, as its text.
     pub(super) recorded: String,
+    /// When the record's policy was chosen (us, on the script's clock).
+    pub(super) at: u64,
 }
 
 /// The [`Conflict`] the script answered instead of a decision, if it did.
@@ -609,14 +611,16 @@ pub(super) fn conflict(reply: &::redis::Value) -> Option<Conflict> {
         ::redis::Value::BulkString(bytes) => String::from_utf8(bytes.clone()).ok(),
         _ => None,
     };
-    let (part, mode, recorded) = match items.as_slice() {
-        [tier, mode, recorded] if text(tier).as_deref() == Some("tier") => (None, mode, recorded),
-        [tier, ::redis::Value::Int(part), mode, recorded]
+    let (part, mode, recorded, at) = match items.as_slice() {
+        [tier, mode, recorded, at] if text(tier).as_deref() == Some("tier") => {
+            (None, mode, recorded, at)
+        }
+        [tier, ::redis::Value::Int(part), mode, recorded, at]
             if text(tier).as_deref() == Some("tier") =>
         {
             // Lua counts parts from 1.
             let part = usize::try_from(*part).ok()?.checked_sub(1)?;
-            (Some(part), mode, recorded)
+            (Some(part), mode, recorded, at)
         }
         _ => return None,
     };
@@ -629,6 +633,7 @@ pub(super) fn conflict(reply: &::redis::Value) -> Option<Conflict> {
         part,
         follow,
         recorded: text(recorded)?,
+        at: text(at)?.parse().ok()?,
     })
 }
 

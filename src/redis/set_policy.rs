@@ -1,8 +1,6 @@
 //! Setting the policy of every server: a `set_policy` stored in Redis for the others, and
 //! each instance's reading of it (the state is in `live`).
 
-use std::sync::Arc;
-
 use crate::policy::Policy;
 
 use super::error::BackendError;
@@ -11,9 +9,9 @@ use super::shared::Shared;
 use super::tiers::{Choice, Tier};
 
 impl Shared {
-    /// Sets `policy` for every server: stored in Redis as chosen now, unless a policy chosen
-    /// no earlier is stored already (then that one is taken here instead), and taken here at
-    /// once.
+    /// Sets `policy` for every server: stored in Redis as chosen now (on the script's clock),
+    /// unless a policy chosen no earlier is stored already (then that one is taken here
+    /// instead), and taken here at once.
     pub(super) async fn set_policy(&self, policy: Policy) -> Result<Policy, BackendError> {
         let Some(known) = &self.live else {
             return Err(BackendError::InvalidSetting {
@@ -23,14 +21,11 @@ impl Shared {
             });
         };
         let tier = Tier::new(policy)?;
-        let chosen = self.chosen_now();
         let key = live::key(&self.prefix);
-        let args = [
-            String::new(),
-            "publish".to_owned(),
-            chosen.to_string(),
-            tier.text.clone(),
-        ];
+        let now = self
+            .test_micros()?
+            .map_or_else(String::new, |micros| micros.to_string());
+        let args = [now, "publish".to_owned(), tier.text.clone()];
         let reply = self
             .script
             .call(
@@ -43,10 +38,6 @@ impl Shared {
             .await
             .map_err(|_| BackendError::Timeout(self.timeout))??;
         let choice = match reply {
-            ::redis::Value::Int(1) => Choice {
-                tier: Arc::new(tier),
-                chosen,
-            },
             ::redis::Value::BulkString(stored) => live::parse(&String::from_utf8_lossy(&stored))?,
             other => return Err(BackendError::Reply(format!("publish: {other:?}"))),
         };

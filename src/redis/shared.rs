@@ -20,7 +20,7 @@ use super::failure::{bump, Breaker, Counters, FailurePolicy};
 use super::lease::Leases;
 use super::live::Live;
 use super::script::{self, Ask, Bands, Conflict};
-use super::tiers::{Choice, Tier, Tiers};
+use super::tiers::{Choice, Chosen, Tier, Tiers};
 
 /// The marks of a reservation that Redis did not make (the failure policy admitted it):
 /// settling it changes nothing. No script mark comes near: they are below 2^53.
@@ -147,10 +147,10 @@ impl Shared {
             // The builder's policy, chosen before any other.
             return Ok(Choice {
                 tier: Arc::clone(&self.tier),
-                chosen: 0,
+                chosen: Chosen::At(0),
             });
         };
-        let (choice, changed) = tiers.tier(key, &*self.clock, self.chosen_now())?;
+        let (choice, changed) = tiers.tier(key, &*self.clock)?;
         if changed {
             if let Some(cache) = &self.cache {
                 cache.forget(key);
@@ -162,20 +162,6 @@ impl Shared {
     /// Whether keys' records name their policies: with a resolver, or live policies.
     pub(super) fn recorded(&self) -> bool {
         self.tiers.is_some() || self.live.is_some()
-    }
-
-    /// When a resolver's answer is chosen now: microseconds since the Unix epoch (the test
-    /// clock's, under one), so that the choices of different servers compare.
-    pub(super) fn chosen_now(&self) -> u64 {
-        let nanos = match &self.test_clock {
-            Some(clock) => clock.now(),
-            None => std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |since| {
-                    u64::try_from(since.as_nanos()).unwrap_or(u64::MAX)
-                }),
-        };
-        nanos / 1_000
     }
 
     /// `n` as a request's cost for `key`: at least 1, at most the smallest band's permits of
@@ -196,7 +182,10 @@ impl Shared {
         let mut args = bands.args(now_micros, ask);
         let mut keys = bands.call_keys(&self.prefix, key, ask, &self.instance, &mut args);
         if self.recorded() {
-            let recorded = (choice.tier.text.as_str(), choice.chosen);
+            let recorded = (
+                choice.tier.text.as_str(),
+                choice.chosen.arg(self.clock.now()),
+            );
             Bands::recorded(&self.prefix, key, recorded, &mut keys, &mut args);
         }
         (keys, args)
@@ -222,7 +211,14 @@ impl Shared {
             if conflict.follow {
                 old.check_cost(cost)
                     .map_err(|err| Moved::Other(err.into()))?;
-                choice.tier = Arc::new(old);
+                *choice = Choice {
+                    tier: Arc::new(old),
+                    chosen: Chosen::At(conflict.at),
+                };
+                // Kept for the key's next requests, until the resolver's answer changes.
+                if let Some(tiers) = &self.tiers {
+                    tiers.follow(key, choice.clone());
+                }
                 return Ok(());
             }
             let (keys, args) = old.bands.convert_call(
@@ -230,7 +226,10 @@ impl Shared {
                 &self.prefix,
                 key,
                 now_micros,
-                ([&old.text, &choice.tier.text], choice.chosen),
+                (
+                    [&old.text, &choice.tier.text],
+                    choice.chosen.arg(self.clock.now()),
+                ),
             );
             let reply = self
                 .script
@@ -505,7 +504,10 @@ impl Shared {
                 // '<chosen>|<policy>' (lua/record.lua).
                 let record = String::from_utf8_lossy(&record);
                 let text = record.split_once('|').map_or(&*record, |(_, text)| text);
-                del.arg(Tier::recorded(text)?.bands.keys(&self.prefix, key));
+                // A record that names no policy goes with the rest; it names no keys.
+                if let Ok(tier) = Tier::recorded(text) {
+                    del.arg(tier.bands.keys(&self.prefix, key));
+                }
             }
             del.arg(record);
         }

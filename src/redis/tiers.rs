@@ -1,14 +1,17 @@
 //! Per-key policies on Redis: a [`Tier`] (one policy as the scripts take it, with the text a
-//! key's record names it by) and [`Tiers`], the resolver that picks each key's tier and this
-//! instance's cache of its answers, bounded and expiring.
+//! key's record names it by), a [`Choice`] (a tier and when it was chosen), and [`Tiers`],
+//! the resolver that picks each key's tier and this instance's cache of its answers, bounded
+//! and expiring.
 //!
 //! A key's state in Redis remembers the policy it was made under: a record next to it,
-//! `<prefix>:{<key>}:policy`, holds that policy's text and when a resolver chose it. A
-//! request names its tier and when it was chosen ([`Choice`]); when the record names
-//! another (the resolver's answer changed, here or on another server), the script decides
-//! nothing and returns the record: a newer choice moves the key to its tier first, carrying
-//! the permits in use, an older one is decided under the record's tier (`lua/record.lua`).
-//! So servers whose answers differ for a while (each caches its own) agree on the newest.
+//! `<prefix>:{<key>}:policy`, holds that policy's text and when it was chosen, on the
+//! script's clock. A request names its tier and when it was chosen; when the record names
+//! another, the script decides nothing and returns the record: a choice made later moves the
+//! key to its tier first, carrying the permits in use, an earlier one is decided under the
+//! record's tier, which this instance then keeps following for the key until its own answer
+//! changes (`lua/record.lua`). A resolver's answer dates from when it last changed here, not
+//! from when it was last asked again: servers whose answers differ for a while agree on the
+//! one that changed last, and a key moves once per change, not once per renewal.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -27,7 +30,8 @@ use super::script::Bands;
 pub(super) struct Tier {
     pub(super) policy: Policy,
     pub(super) bands: Bands,
-    /// What a key's record holds for it: the policy as it parses back.
+    /// What a key's record holds for it: each band in its plain form (`"10/s burst 100"` is
+    /// `"token-bucket 100/10s"`), so that equal policies have one text, and it parses back.
     pub(super) text: String,
 }
 
@@ -38,9 +42,14 @@ impl Tier {
     ///
     /// [`BackendError::UnsupportedPolicy`] for a band the scripts cannot decide.
     pub(super) fn new(policy: Policy) -> Result<Self, BackendError> {
+        let text = policy
+            .bands()
+            .map(|band| band.plain().to_string())
+            .collect::<Vec<_>>()
+            .join(" & ");
         Ok(Tier {
             bands: Bands::new(&policy)?,
-            text: policy.to_string(),
+            text,
             policy,
         })
     }
@@ -67,13 +76,34 @@ impl Tier {
 /// A key's policy chosen by the caller.
 pub(super) type Resolver = Arc<dyn Fn(&str) -> Policy + Send + Sync>;
 
-/// The tier a request is decided under, and when a resolver chose it (microseconds since the
-/// Unix epoch, or on the test clock; 0 without a resolver, or for a settle, which is never
-/// checked against the record).
+/// When a choice of policy was made.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Chosen {
+    /// At this instant of the script's clock (Redis `TIME`, or the test clock), in
+    /// microseconds: the builder's policy (0, before any other), a policy set live, a
+    /// record's.
+    At(u64),
+    /// At this reading of this instance's clock, in nanoseconds: a resolver's answer, sent as
+    /// its age, which the script dates on its own clock (servers' clocks need not agree).
+    Since(u64),
+}
+
+impl Chosen {
+    /// The script's argument for it at `now` (this instance's clock): the instant, or `-` and
+    /// the age in microseconds (`lua/record.lua`, `chosen_at`).
+    pub(super) fn arg(self, now: u64) -> String {
+        match self {
+            Chosen::At(micros) => micros.to_string(),
+            Chosen::Since(since) => format!("-{}", now.saturating_sub(since) / 1_000),
+        }
+    }
+}
+
+/// The tier a request is decided under, and when it was chosen.
 #[derive(Clone, Debug)]
 pub(super) struct Choice {
     pub(super) tier: Arc<Tier>,
-    pub(super) chosen: u64,
+    pub(super) chosen: Chosen,
 }
 
 /// The resolver and this instance's cache of its answers.
@@ -86,11 +116,21 @@ pub(super) struct Tiers {
     cache: Mutex<HashMap<String, Cached>>,
 }
 
-/// A cached answer: the tier, when it was chosen, and until when (clock nanoseconds) it is
-/// used.
+/// A cached answer.
 struct Cached {
-    choice: Choice,
+    /// The resolver's answer, dated from when it last changed here.
+    own: Choice,
+    /// A policy chosen later elsewhere, which the key's record named: followed until the
+    /// resolver's answer changes here.
+    follow: Option<Choice>,
+    /// The clock reading (ns) until which the answer is used without asking again.
     until: u64,
+}
+
+impl Cached {
+    fn choice(&self) -> Choice {
+        self.follow.clone().unwrap_or_else(|| self.own.clone())
+    }
 }
 
 impl Tiers {
@@ -103,9 +143,9 @@ impl Tiers {
         }
     }
 
-    /// `key`'s tier at `clock`'s now: the cached answer while it is fresh, else the
-    /// resolver's, chosen at `chosen` (then cached), with whether it differs from the answer
-    /// it replaced (the key changed tier here).
+    /// `key`'s tier at `clock`'s now: the cached answer (or the policy it follows) while it
+    /// is fresh, else the resolver's (then cached), with whether the answer changed here. An
+    /// answer equal to the one it renews keeps its date, and what it follows.
     ///
     /// # Errors
     ///
@@ -115,53 +155,64 @@ impl Tiers {
         &self,
         key: &str,
         clock: &dyn Clock,
-        chosen: u64,
     ) -> Result<(Choice, bool), BackendError> {
         let now = clock.now();
-        let mut cache = self.cache.lock().unwrap_or_else(PoisonError::into_inner);
-        let before = match cache.get(key) {
-            Some(cached) if now < cached.until => return Ok((cached.choice.clone(), false)),
-            Some(cached) => Some(Arc::clone(&cached.choice.tier)),
+        let before = match self.cache().get(key) {
+            Some(cached) if now < cached.until => return Ok((cached.choice(), false)),
+            Some(cached) => Some((cached.own.clone(), cached.follow.clone())),
             None => None,
         };
-        // The resolver runs under the lock: it is the caller's quick choice of a policy (a
-        // lookup), and a key is then resolved once however many requests ask at once.
+        // Asked with no lock held: a slow resolver holds up its own request only.
         let policy = (self.resolver)(key);
-        let tier = match &before {
-            Some(before) if before.policy == policy => Arc::clone(before),
-            _ => Arc::new(Tier::new(policy)?),
+        let (own, follow, changed) = match before {
+            Some((own, follow)) if own.tier.policy == policy => (own, follow, false),
+            before => {
+                let own = Choice {
+                    tier: Arc::new(Tier::new(policy)?),
+                    chosen: Chosen::Since(now),
+                };
+                (own, None, before.is_some())
+            }
         };
-        let changed = before.is_some_and(|before| before.policy != policy);
+        let ttl = u64::try_from(self.ttl.as_nanos()).unwrap_or(u64::MAX);
+        let cached = Cached {
+            own,
+            follow,
+            until: now.saturating_add(ttl),
+        };
+        let choice = cached.choice();
+        let mut cache = self.cache();
         if cache.len() >= self.max_keys && !cache.contains_key(key) {
             make_room(&mut cache, self.max_keys, now);
         }
-        let ttl = u64::try_from(self.ttl.as_nanos()).unwrap_or(u64::MAX);
-        let choice = Choice { tier, chosen };
-        cache.insert(
-            key.to_owned(),
-            Cached {
-                choice: choice.clone(),
-                until: now.saturating_add(ttl),
-            },
-        );
+        cache.insert(key.to_owned(), cached);
         Ok((choice, changed))
+    }
+
+    /// Follows `choice`, a policy chosen later elsewhere that `key`'s record names, until the
+    /// resolver's answer for `key` changes here.
+    pub(super) fn follow(&self, key: &str, choice: Choice) {
+        if let Some(cached) = self.cache().get_mut(key) {
+            cached.follow = Some(choice);
+        }
     }
 
     /// Forgets `key`'s answer: its next request asks the resolver.
     pub(super) fn forget(&self, key: &str) {
-        self.cache
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .remove(key);
+        self.cache().remove(key);
+    }
+
+    fn cache(&self) -> std::sync::MutexGuard<'_, HashMap<String, Cached>> {
+        self.cache.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 
 /// Makes room in a full cache: drops the expired answers, and if that leaves it more than
-/// three quarters full, arbitrary ones down to three quarters, so that the next quarter of
-/// inserts find room at once (constant work per insert, amortized).
+/// three quarters full, arbitrary ones down to three quarters (at least one fewer than the
+/// bound), so that the next inserts find room at once (constant work per insert, amortized).
 fn make_room(cache: &mut HashMap<String, Cached>, max_keys: usize, now: u64) {
     cache.retain(|_, cached| now < cached.until);
-    let keep = max_keys - max_keys / 4;
+    let keep = max_keys - (max_keys / 4).max(1);
     if cache.len() > keep {
         let excess: Vec<String> = cache.keys().take(cache.len() - keep).cloned().collect();
         for key in excess {
@@ -194,61 +245,84 @@ mod tests {
             let permits = if key.starts_with("vip") {
                 100
             } else {
-                10 + n % 2
+                10 + (n / 2) % 2
             };
             format!("{permits}/1s").parse().unwrap()
         });
         Tiers::new(resolver, max_keys, Duration::from_secs(60))
     }
 
-    /// An answer is used until its time to live ends; then the resolver is asked again, and
-    /// a different answer says the key changed tier.
+    /// An answer is used until its time to live ends; then the resolver is asked again: the
+    /// same answer keeps its date and what it follows, a different one is dated anew, says
+    /// the key changed tier, and follows nothing.
     #[test]
     fn answers_are_cached_for_their_time_to_live() {
         let asked = Arc::new(AtomicU64::new(0));
         let tiers = tiers(10, &asked);
         let clock = FakeClock::new();
-        let (first, changed) = tiers.tier("a", &clock, 1).unwrap();
+        clock.set(Duration::from_secs(1));
+        let (first, changed) = tiers.tier("a", &clock).unwrap();
         assert!(!changed);
         assert_eq!(first.tier.policy.first_band().permits(), 10);
+        assert_eq!(first.chosen, Chosen::Since(1_000_000_000));
+        let other = Choice {
+            tier: Arc::new(Tier::new("3/1s".parse().unwrap()).unwrap()),
+            chosen: Chosen::At(7),
+        };
+        tiers.follow("a", other);
         clock.advance(Duration::from_secs(59));
-        let (again, changed) = tiers.tier("a", &clock, 2).unwrap();
-        assert!(!changed && Arc::ptr_eq(&first.tier, &again.tier));
-        assert_eq!(again.chosen, 1, "chosen when the resolver answered");
+        let (again, changed) = tiers.tier("a", &clock).unwrap();
+        assert!(!changed);
+        assert_eq!(
+            (again.tier.text.as_str(), again.chosen),
+            ("token-bucket 3/1s", Chosen::At(7))
+        );
         assert_eq!(asked.load(Ordering::Relaxed), 1);
         clock.advance(Duration::from_secs(1));
-        let (next, changed) = tiers.tier("a", &clock, 3).unwrap();
+        let (renewed, changed) = tiers.tier("a", &clock).unwrap();
+        assert!(!changed, "the same answer: 10/s");
+        assert_eq!(renewed.chosen, Chosen::At(7), "still following");
+        clock.advance(Duration::from_secs(60));
+        let (next, changed) = tiers.tier("a", &clock).unwrap();
         assert!(changed, "10/s then 11/s");
         assert_eq!(next.tier.policy.first_band().permits(), 11);
         assert_eq!(next.tier.text, "token-bucket 11/1s");
-        assert_eq!(next.chosen, 3);
-        assert_eq!(asked.load(Ordering::Relaxed), 2);
+        assert_eq!(next.chosen, Chosen::Since(121_000_000_000));
+        assert_eq!(asked.load(Ordering::Relaxed), 3);
         tiers.forget("a");
-        let (_, changed) = tiers.tier("a", &clock, 4).unwrap();
+        let (_, changed) = tiers.tier("a", &clock).unwrap();
         assert!(!changed, "a forgotten key has no answer to differ from");
+        assert_eq!(Chosen::Since(1_000).arg(5_000_000), "-4999");
+        assert_eq!(Chosen::At(42).arg(5_000_000), "42");
     }
 
-    /// The cache never holds more than its bound, and a full one keeps answering.
+    /// The cache never holds more than its bound, whatever the bound, and a full one keeps
+    /// answering.
     #[test]
     fn the_cache_is_bounded() {
-        let asked = Arc::new(AtomicU64::new(0));
-        let tiers = tiers(8, &asked);
-        let clock = FakeClock::new();
-        for i in 0..100 {
-            tiers.tier(&format!("vip-{i}"), &clock, i).unwrap();
-            let len = tiers.cache.lock().unwrap().len();
-            assert!(len <= 8, "{len} cached");
+        for bound in [1, 2, 3, 8] {
+            let asked = Arc::new(AtomicU64::new(0));
+            let tiers = tiers(bound, &asked);
+            let clock = FakeClock::new();
+            for i in 0..100 {
+                tiers.tier(&format!("vip-{i}"), &clock).unwrap();
+                let len = tiers.cache().len();
+                assert!(len <= bound, "{len} cached, bound {bound}");
+            }
+            assert_eq!(asked.load(Ordering::Relaxed), 100);
         }
-        assert_eq!(asked.load(Ordering::Relaxed), 100);
     }
 
-    /// A record parses back to the tier that wrote it, and a record that is no policy is a
-    /// reply error.
+    /// A record parses back to the tier that wrote it, equal policies written differently
+    /// have one text, and a record that is no policy is a reply error.
     #[test]
     fn records_parse_back() {
         let policy: Policy = "10/s burst 100 & sliding-log 5/1min".parse().unwrap();
         let tier = Tier::new(policy).unwrap();
+        assert_eq!(tier.text, "token-bucket 100/10s & sliding-log 5/1m");
         assert_eq!(Tier::recorded(&tier.text).unwrap().policy, policy);
+        let same = Tier::new("100/10s & sliding-log 5/1min".parse().unwrap()).unwrap();
+        assert_eq!(same.text, tier.text);
         assert!(matches!(
             Tier::recorded("ten a second"),
             Err(BackendError::Reply(_))

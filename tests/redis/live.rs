@@ -159,7 +159,23 @@ async fn the_newest_change_wins_everywhere() {
         ),
         "{err}"
     );
+    let unnamed = RedisLimiter::builder(policy("10/1h"))
+        .live_policy()
+        .connect(&server.url())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            unnamed,
+            BackendError::InvalidSetting {
+                setting: "prefix",
+                ..
+            }
+        ),
+        "{unnamed}"
+    );
     let leased = RedisLimiter::builder(policy("10/1h"))
+        .prefix("leased")
         .live_policy()
         .lease(5)
         .connect(&server.url())

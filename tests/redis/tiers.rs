@@ -188,20 +188,29 @@ async fn a_tier_change_carries_spent_permits_as_set_policy_does() {
 }
 
 /// Two servers whose resolvers disagree about a key (each caches its own answer for a
-/// minute): the newer answer wins. The server with the older one decides under the newer
-/// policy, never moving the key back, until its own answer is renewed; then that newer
-/// answer moves the key, once, carrying the permits in use (at most the new policy's).
+/// minute): the answer that changed last wins. The server whose answer is older decides
+/// under the newer policy, never moving the key back, also when it asks its resolver again
+/// and gets the same answer; when its answer changes, that newer answer moves the key, once,
+/// carrying the permits in use (at most the new policy's).
 #[tokio::test]
-async fn the_newer_answer_wins_between_servers() {
+async fn the_latest_answer_wins_between_servers() {
     let server = RedisServer::start();
     let clock = FakeClock::new();
     at(&clock, T0);
-    let cached = |permits: &'static str| {
-        tiered("disagree", &clock, move |_: &str| policy(permits))
-            .resolver_cache(100, Duration::from_secs(60))
-    };
-    let small = cached("5/1h").connect(&server.url()).await.unwrap();
-    let large = cached("8/1h").connect(&server.url()).await.unwrap();
+    let small_answer = Arc::new(AtomicUsize::new(0));
+    let answer = Arc::clone(&small_answer);
+    let small = tiered("disagree", &clock, move |_: &str| {
+        policy(["5/1h", "3/1h"][answer.load(Ordering::Relaxed)])
+    })
+    .resolver_cache(100, Duration::from_secs(60))
+    .connect(&server.url())
+    .await
+    .unwrap();
+    let large = tiered("disagree", &clock, |_: &str| policy("8/1h"))
+        .resolver_cache(100, Duration::from_secs(60))
+        .connect(&server.url())
+        .await
+        .unwrap();
     assert!(small.try_acquire("k").await.unwrap().is_allowed());
     clock.advance(Duration::from_millis(1));
     let mut admitted = 1;
@@ -212,24 +221,68 @@ async fn the_newer_answer_wins_between_servers() {
         admitted += u64::from(d.is_allowed());
     }
     assert_eq!(admitted, 8);
+    // Both ask their resolvers again: the same answers, so nothing moves.
+    clock.advance(Duration::from_secs(61));
+    for limiter in [&small, &large] {
+        let d = limiter.try_acquire("k").await.unwrap();
+        assert!(!d.is_allowed() && d.limit() == 8, "{d:?}");
+    }
     assert_eq!(
         (small.stats().policy_moves, large.stats().policy_moves),
         (0, 1)
     );
-    // Both answers expire; the small server asks its resolver first, and its newer answer
-    // moves the key back: 8 in use, carried as 5 (all of the small policy).
+    // The small server's answer changes: it is the latest, and moves the key back, once: 8
+    // in use, carried as 3 (all of the new policy).
+    small_answer.store(1, Ordering::Relaxed);
     clock.advance(Duration::from_secs(61));
     let d = small.try_acquire("k").await.unwrap();
-    assert!(!d.is_allowed() && d.limit() == 5, "{d:?}");
+    assert!(!d.is_allowed() && d.limit() == 3, "{d:?}");
     let d = large.try_acquire("k").await.unwrap();
     assert!(
-        !d.is_allowed() && d.limit() == 5,
-        "an answer as old follows: {d:?}"
+        !d.is_allowed() && d.limit() == 3,
+        "an older answer follows: {d:?}"
     );
     assert_eq!(
         (small.stats().policy_moves, large.stats().policy_moves),
         (1, 1)
     );
+}
+
+/// Two servers whose answers differ for good, each asking its resolver again every minute
+/// and draining the key every 30 seconds for an hour: the key moves once (to the answer
+/// that came last), so a long window is never wiped by moves back and forth, and no more is
+/// admitted than that policy allows in the hour.
+#[tokio::test]
+async fn servers_that_keep_disagreeing_do_not_move_the_key_back_and_forth() {
+    let server = RedisServer::start();
+    let clock = FakeClock::new();
+    at(&clock, T0);
+    let cached = |answer: &'static str| {
+        tiered("flap", &clock, move |_: &str| policy(answer))
+            .resolver_cache(100, Duration::from_secs(60))
+    };
+    let hourly = cached("sliding-log 100/1h")
+        .connect(&server.url())
+        .await
+        .unwrap();
+    let per_minute = cached("10/1min").connect(&server.url()).await.unwrap();
+    let mut admitted = 0u64;
+    for step in 0..120 {
+        for (second, limiter) in [&hourly, &per_minute].into_iter().enumerate() {
+            if step == 0 && second == 1 {
+                // The per-minute answer comes second: it is the one both servers apply.
+                clock.advance(Duration::from_millis(1));
+            }
+            for _ in 0..20 {
+                admitted += u64::from(limiter.try_acquire("k").await.unwrap().is_allowed());
+            }
+        }
+        clock.advance(Duration::from_secs(30));
+    }
+    let moves = hourly.stats().policy_moves + per_minute.stats().policy_moves;
+    assert_eq!(moves, 1, "{:?} {:?}", hourly.stats(), per_minute.stats());
+    // The hourly policy's first 20, then 10 a minute for the hour (and the start's burst).
+    assert!(admitted <= 20 + 10 + 60 * 10, "{admitted} admitted");
 }
 
 /// A reservation made before its key moved to another policy settles nothing after the
@@ -396,4 +449,161 @@ async fn tiered_parts_of_a_redis_all_of() {
         96,
         "refusals spent nothing"
     );
+}
+
+/// Settles under per-key policies: a charge lands even when the reservation's token is gone
+/// (as without a resolver: it only spends more), but not on a state another policy now
+/// holds; a settle never writes a record for a policy the key is not under.
+#[tokio::test]
+async fn settles_apply_to_the_reservations_own_state_only() {
+    let server = RedisServer::start();
+    let clock = FakeClock::new();
+    at(&clock, T0);
+    let limiter = tiered("charges", &clock, |_: &str| policy("10/1h"))
+        .connect(&server.url())
+        .await
+        .unwrap();
+    let r = limiter.reserve_n("k", 1).await.unwrap();
+    // The token is lost (an eviction, say); the record and state remain.
+    server.command(&["DEL", "charges:{k}:reserved"]);
+    limiter.settle("k", r, 10).await.unwrap();
+    assert_eq!(
+        limiter.available("k").await.unwrap(),
+        0,
+        "the charge landed"
+    );
+
+    let r = limiter.reserve_n("j", 2).await.unwrap();
+    clock.advance(Duration::from_millis(1));
+    let other = tiered("charges", &clock, |_: &str| policy("4/1h"))
+        .connect(&server.url())
+        .await
+        .unwrap();
+    assert!(
+        other.try_acquire("j").await.unwrap().is_allowed(),
+        "moved, 3 in use"
+    );
+    limiter.settle("j", r, 10).await.unwrap();
+    assert_eq!(
+        other.available("j").await.unwrap(),
+        1,
+        "no charge on the other's state"
+    );
+    assert!(
+        server
+            .command(&["GET", "charges:{j}:policy"])
+            .text()
+            .ends_with("|token-bucket 4/1h"),
+        "the record still names the policy the key is under"
+    );
+
+    // A record lost while a reservation's token lives: the settle applies, and makes up no
+    // record.
+    let r = limiter.reserve_n("i", 3).await.unwrap();
+    server.command(&["DEL", "charges:{i}:policy"]);
+    limiter.settle("i", r, 1).await.unwrap();
+    assert_eq!(server.command(&["EXISTS", "charges:{i}:policy"]).int(), 0);
+}
+
+/// A `RedisAllOf` checks each part's cost against the policy it is decided under when it
+/// sends the call (the resolver may have answered another since the cost was first
+/// checked), and follows or moves as many tiered parts as it has, each up to the limit of
+/// one key.
+#[tokio::test]
+async fn tiered_parts_are_checked_and_moved_each_on_its_own() {
+    let server = RedisServer::start();
+    let clock = FakeClock::new();
+    at(&clock, T0);
+    let asked = Arc::new(AtomicUsize::new(0));
+    let counter = Arc::clone(&asked);
+    let shrinking = tiered("shrink", &clock, move |_: &str| {
+        let first = counter.fetch_add(1, Ordering::Relaxed) == 0;
+        policy(if first { "10/1h" } else { "2/1h" })
+    })
+    .connect(&server.url())
+    .await
+    .unwrap();
+    let refused = RedisAllOf::new()
+        .key_n(&shrinking, "k", 5)
+        .try_acquire()
+        .await
+        .unwrap();
+    assert!(!refused.is_allowed(), "{refused:?}");
+    assert!(asked.load(Ordering::Relaxed) >= 2);
+    assert_eq!(
+        server.command(&["EXISTS", "shrink:{k}:policy"]).int(),
+        0,
+        "nothing sent"
+    );
+
+    // Four parts whose keys another server moved to its policy, chosen later: each is
+    // followed, in one decision.
+    let mut mine = Vec::new();
+    let mut theirs = Vec::new();
+    for i in 0..4 {
+        let prefix = format!("four-{i}");
+        mine.push(
+            tiered(&prefix, &clock, |_: &str| policy("5/1h"))
+                .resolver_cache(100, Duration::from_secs(3600))
+                .connect(&server.url())
+                .await
+                .unwrap(),
+        );
+        assert!(mine[i].try_acquire("k").await.unwrap().is_allowed());
+    }
+    clock.advance(Duration::from_millis(1));
+    for i in 0..4 {
+        let other = tiered(&format!("four-{i}"), &clock, |_: &str| policy("7/1h"))
+            .connect(&server.url())
+            .await
+            .unwrap();
+        assert!(other.try_acquire("k").await.unwrap().is_allowed());
+        theirs.push(other);
+    }
+    let lead = &mine[0];
+    let mut shared = Vec::new();
+    for i in 1..4 {
+        shared.push(
+            tiered(&format!("four-{i}"), &clock, |_: &str| policy("5/1h"))
+                .resolver_cache(100, Duration::from_secs(3600))
+                .connect_shared(lead)
+                .await
+                .unwrap(),
+        );
+    }
+    let mut all = RedisAllOf::new().key(lead, "k");
+    for limiter in &shared {
+        all = all.key(limiter, "k");
+    }
+    let d = all.try_acquire().await.unwrap();
+    assert!(d.is_allowed() && d.limit() == 7, "{d:?}");
+    // Followed from now on, without a failed call first.
+    let before = lead.stats().redis_decisions;
+    assert!(all.try_acquire().await.unwrap().is_allowed());
+    assert_eq!(lead.stats().redis_decisions, before + 1);
+    assert_eq!(theirs[0].available("k").await.unwrap(), 3);
+}
+
+/// Two servers configured with the same policy written two ways agree: a key's record names
+/// a policy by its plain form, so nothing moves.
+#[tokio::test]
+async fn equal_policies_written_differently_are_one() {
+    let server = RedisServer::start();
+    let clock = FakeClock::new();
+    at(&clock, T0);
+    let a = tiered("same", &clock, |_: &str| policy("10/s burst 100"))
+        .connect(&server.url())
+        .await
+        .unwrap();
+    clock.advance(Duration::from_millis(1));
+    let b = tiered("same", &clock, |_: &str| policy("100/10s"))
+        .connect(&server.url())
+        .await
+        .unwrap();
+    for i in 0..20 {
+        clock.advance(Duration::from_millis(1));
+        let limiter = if i % 2 == 0 { &a } else { &b };
+        assert!(limiter.try_acquire("k").await.unwrap().is_allowed());
+    }
+    assert_eq!(a.stats().policy_moves + b.stats().policy_moves, 0);
 }

@@ -24,11 +24,12 @@
 --                         set for all: see record.lua.
 --              Any of the first seven may end in '@' (a limiter with per-key policies): the
 --              last key is then the key's record, and the last two arguments when the
---              policy was chosen (us) and its text, after everything below. A record naming
---              another policy decides nothing: the reply is { 'tier', 'move' or 'follow',
---              the record's text } (see record.lua). A settle is not checked against the
---              record: its token proves the state is the reservation's (a move deletes the
---              tokens). A write refreshes the record.
+--              policy was chosen (an instant, or '-' and an age, in us: see record.lua) and
+--              its text, after everything below. A record naming another policy decides
+--              nothing: the reply is { 'tier', 'move' or 'follow', the record's text, when
+--              it was chosen }; a settle ('refund@', 'charge@') changes nothing then (0):
+--              its policy is the reservation's, and the state is another's now. A write
+--              refreshes a record naming its policy; a settle never creates one.
 -- ARGV[4 + 4(i - 1) ...]  band i: algorithm ('tb', 'sl' or 'sc'), permits N, window W (us),
 --              interval T (us; the token bucket's, rounded up; 0 for the others).
 -- ARGV[3 + 4 B + i]       ('refund', 'charge' and 'return') band i's mark, from the
@@ -77,7 +78,11 @@ local amount = tonumber(ARGV[3])
 local record, policy_text, chosen
 if string.sub(op, -1) == '@' then
   op = string.sub(op, 1, -2)
-  record, policy_text, chosen = KEYS[#KEYS], ARGV[#ARGV], tonumber(ARGV[#ARGV - 1])
+  record, policy_text, chosen = KEYS[#KEYS], ARGV[#ARGV], chosen_at(ARGV[#ARGV - 1], now)
+  if not chosen or not policy_text or policy_text == '' then
+    return redis.error_reply('tollgate: ' .. op .. '@ takes when its policy was chosen and the policy, got '
+      .. tostring(ARGV[#ARGV - 1]) .. ' and ' .. tostring(ARGV[#ARGV]))
+  end
 end
 
 if op == 'parts' or op == 'parts-peek' or op == 'parts-reserve' then
@@ -87,7 +92,7 @@ if op == 'convert' and record then
   return convert_tier(now, expire)
 end
 if op == 'publish' then
-  return publish_policy()
+  return publish_policy(now)
 end
 
 -- The number of bands: a hash of tokens follows their keys for these, and the record.
@@ -95,12 +100,18 @@ local nb = #KEYS
 if op == 'lease' or op == 'return' or op == 'reserve' or op == 'refund' or op == 'charge' then
   nb = nb - 1
 end
+local settle = op == 'refund' or op == 'charge' or op == 'return'
 if record then
   nb = nb - 1
-  if not (op == 'refund' or op == 'charge' or op == 'return') then
-    local mode, recorded = record_conflict(record, policy_text, chosen)
-    if mode then
-      return { 'tier', mode, recorded }
+  if settle then
+    local _, recorded = read_record(record)
+    if recorded and recorded ~= policy_text then
+      return 0
+    end
+  else
+    local conflict = record_conflict(record, policy_text, chosen)
+    if conflict then
+      return conflict
     end
   end
 end
@@ -123,11 +134,20 @@ local function longest_window()
   return longest
 end
 
--- After a write: the key's record names the policy the state is under now.
+-- After a write: the key's record names the policy the state is under now. A settle only
+-- refreshes a record that names its policy (a record lost while the state lives is not made
+-- up from a reservation's policy).
 local function recorded_write()
-  if record then
-    write_record(record, policy_text, chosen, longest_window(), expire)
+  if not record then
+    return
   end
+  if settle then
+    local _, recorded = read_record(record)
+    if recorded ~= policy_text then
+      return
+    end
+  end
+  write_record(record, policy_text, chosen, longest_window(), expire)
 end
 
 -- Every band's settle of the reservation whose marks follow the bands' arguments, giving
@@ -172,9 +192,7 @@ if op == 'refund' or op == 'charge' or op == 'return' then
     end
   else
     field = field .. ':' .. ARGV[4 + 5 * nb]
-    -- With per-key policies, a charge too needs the token: a key moved to another policy
-    -- since the reservation has no state the reservation's marks belong to.
-    if (op == 'refund' or record) and redis.call('HEXISTS', token, field) == 0 then
+    if op == 'refund' and redis.call('HEXISTS', token, field) == 0 then
       -- Settled already, or Redis lost the reservation since (a restart without persistence,
       -- a FLUSHALL, a failover to a replica that never had it, an eviction): the state does
       -- not count it, and a refund would give back permits it never held.

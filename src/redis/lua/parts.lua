@@ -14,8 +14,9 @@
 -- ARGV[3]      P, the number of parts; then for each part its cost c >= 1, its number of
 --              bands b, '1' if it is in shadow mode ('0' otherwise: a refusal of a part in
 --              shadow mode does not refuse the whole, and that part writes nothing), for a
---              part with per-key policies when its policy was chosen (us) and its text ('0'
---              and '' for none), each band's four arguments as decide.lua takes them, and for
+--              part with per-key policies when its policy was chosen (as record.lua's
+--              chosen_at takes it) and its text ('0' and '' for none), each band's four
+--              arguments as decide.lua takes them, and for
 --              'parts-reserve' the reservation's serial and the instance, as decide.lua's
 --              'reserve' takes them (the token's field is '<instance>:<serial>'); an empty
 --              serial: the part is only spent, not reserved (no token, no token key).
@@ -25,7 +26,7 @@
 -- 'parts-reserve' one mark per band (0 unless the whole and the part admit) }. A part that
 -- admits reports what it would leave, whether or not the whole admits. When a part's record
 -- names another policy than its text, nothing is decided: { 'tier', the part's number,
--- 'move' or 'follow', the record's text } (see record.lua).
+-- 'move' or 'follow', the record's text, when it was chosen } (see record.lua).
 
 local function decide_parts(now, expire, op)
   local peek, reserve = op == 'parts-peek', op == 'parts-reserve'
@@ -38,7 +39,7 @@ local function decide_parts(now, expire, op)
   local all = true
   for p = 1, count do
     local cost, nb, shadow = tonumber(ARGV[at]), tonumber(ARGV[at + 1]), ARGV[at + 2]
-    local chosen, text = tonumber(ARGV[at + 3]), ARGV[at + 4]
+    local chosen, text = chosen_at(ARGV[at + 3], now), ARGV[at + 4]
     if not cost or cost < 1 or not nb or nb < 1 or (shadow ~= '0' and shadow ~= '1')
         or not chosen or not text then
       return redis.error_reply('tollgate: part ' .. p .. ' has no cost, no band or no flags')
@@ -62,9 +63,9 @@ local function decide_parts(now, expire, op)
     end
     local part = { bands = bands, ok = ok, cost = cost, longest = longest }
     if text ~= '' then
-      local mode, recorded = record_conflict(KEYS[key], text, chosen)
-      if mode then
-        return { 'tier', p, mode, recorded }
+      local conflict = record_conflict(KEYS[key], text, chosen, p)
+      if conflict then
+        return conflict
       end
       part.record, part.text, part.chosen = KEYS[key], text, chosen
       key = key + 1

@@ -1,9 +1,30 @@
 -- tollgate: per-key policies (src/redis/tiers.rs). A key's record, '<prefix>:{<key>}:policy',
--- holds '<at>|<text>': the policy its state is under (its text) and when a server's resolver
--- chose it (at, in us). A request names its policy and when it was chosen; under another
--- policy than the record's it is not decided: a newer choice moves the state first
--- ('convert', carrying the permits in use as src/engine/state.rs's `Carry` does), an older
+-- holds '<at>|<text>': the policy its state is under (its text) and when it was chosen (at,
+-- in us on the script's clock). A request names its policy and when it was chosen; under
+-- another policy than the record's it is not decided: a later choice moves the state first
+-- ('convert', carrying the permits in use as src/engine/state.rs's `Carry` does), an earlier
 -- one is decided under the record's policy. Preceded by band.lua and tokens.lua.
+
+-- When a choice was made, from its argument: an instant (us), or '-' and its age (us) at
+-- `now` (a resolver's answer, dated on this script's clock, so that servers' clocks need not
+-- agree). nil for anything else.
+local function chosen_at(arg, now)
+  if type(arg) ~= 'string' then
+    return nil
+  end
+  if string.sub(arg, 1, 1) == '-' then
+    local age = tonumber(string.sub(arg, 2))
+    if not age or age < 0 then
+      return nil
+    end
+    return now - age
+  end
+  local at = tonumber(arg)
+  if not at or at < 0 then
+    return nil
+  end
+  return at
+end
 
 -- The records read by this call, by key, so that a write after a check reads nothing more.
 local records_read = {}
@@ -25,17 +46,22 @@ end
 
 -- Whether a request under the policy `text`, chosen at `at`, may be decided: nil when it may
 -- (no record: a new key, or one whose state has expired; or the record names `text`), else
--- 'move' (the request's choice is newer: move the state to it first) or 'follow' (the
--- record's is as new or newer: decide under it), and the record's text.
-local function record_conflict(key, text, at)
+-- the reply that says why not: { 'tier', 'move' or 'follow', the record's text, when it was
+-- chosen } ('move': the request's choice is later, move the state to it first; 'follow': the
+-- record's is as late or later, decide under it). `part`, when given, goes after 'tier'.
+local function record_conflict(key, text, at, part)
   local recorded_at, recorded = read_record(key)
   if not recorded_at or recorded == text then
     return nil
   end
+  local mode = 'follow'
   if at > recorded_at then
-    return 'move', recorded
+    mode = 'move'
   end
-  return 'follow', recorded
+  if part then
+    return { 'tier', part, mode, recorded, fmt(recorded_at) }
+  end
+  return { 'tier', mode, recorded, fmt(recorded_at) }
 end
 
 -- Writes the record at `key`: the policy `text`, chosen at `at` (or when the record says, if
@@ -62,21 +88,21 @@ local function write_record(key, text, at, longest, expire)
   records_read[key] = { at = at, text = text }
 end
 
--- 'publish': stores the policy one server set for every server (src/redis/live.rs).
+-- 'publish': stores the policy one server set for every server (src/redis/live.rs), chosen
+-- now, unless one chosen no earlier is stored.
 -- KEYS[1]  the stored policy, '<chosen>|<text>' as a record.
--- ARGV[3]  when the policy was chosen (us); ARGV[4] its text.
--- Reply: 1 when stored; else the value stored, chosen no earlier, which stays.
-local function publish_policy()
-  local chosen, text = tonumber(ARGV[3]), ARGV[4]
-  if #KEYS ~= 1 or not chosen or not text or text == '' then
-    return redis.error_reply('tollgate: publish takes a key, an instant and a policy')
+-- ARGV[3]  the policy's text.
+-- Reply: the value stored now, '<chosen>|<text>'.
+local function publish_policy(now)
+  local text = ARGV[3]
+  if #KEYS ~= 1 or not text or text == '' then
+    return redis.error_reply('tollgate: publish takes a key and a policy')
   end
   local stored_at = read_record(KEYS[1])
-  if stored_at and stored_at >= chosen then
-    return redis.call('GET', KEYS[1])
+  if not stored_at or stored_at < now then
+    redis.call('SET', KEYS[1], fmt(now) .. '|' .. text)
   end
-  redis.call('SET', KEYS[1], fmt(chosen) .. '|' .. text)
-  return 1
+  return redis.call('GET', KEYS[1])
 end
 
 -- 'convert': moves a key's state from the policy its record names to another, once.
@@ -86,24 +112,29 @@ end
 --          decide.lua takes them); then the new one's number b and its bands'; then the old
 --          policy's text, when the new one was chosen (us), and the new one's text.
 -- Reply: 1 when moved; 2 when there was nothing to move (moved already by another request,
--- or no record); else { 'tier', 'move' or 'follow', the record's text }: the record names a
--- third policy, chosen before the new one (move from it) or not (follow it).
+-- or no record); else the record's conflict (see record_conflict) when it names a third
+-- policy, or one chosen no earlier than the new one.
 local function convert_tier(now, expire)
   local a = tonumber(ARGV[3])
-  local at = 4 + 4 * a
-  local b = tonumber(ARGV[at])
-  if not a or a < 1 or not b or b < 1 or #KEYS ~= a + b + 2 or #ARGV ~= at + 4 * b + 3 then
+  local b = a and tonumber(ARGV[4 + 4 * a])
+  if not a or a < 1 or not b or b < 1 or #KEYS ~= a + b + 2
+      or #ARGV ~= 4 + 4 * a + 4 * b + 3 then
     return redis.error_reply('tollgate: convert takes ' .. #KEYS .. ' keys and ' .. #ARGV
       .. ' arguments for ' .. tostring(a) .. ' and ' .. tostring(b) .. ' bands')
   end
+  local at = 4 + 4 * a
   local record = KEYS[#KEYS]
-  local old_text, chosen, new_text = ARGV[#ARGV - 2], tonumber(ARGV[#ARGV - 1]), ARGV[#ARGV]
-  local mode, recorded = record_conflict(record, new_text, chosen)
-  if not mode then
+  local old_text, new_text = ARGV[#ARGV - 2], ARGV[#ARGV]
+  local chosen = chosen_at(ARGV[#ARGV - 1], now)
+  if not chosen then
+    return redis.error_reply('tollgate: convert: no instant of choice: ' .. tostring(ARGV[#ARGV - 1]))
+  end
+  local recorded_at, recorded = read_record(record)
+  if not recorded_at or recorded == new_text then
     return 2
   end
-  if mode == 'follow' or recorded ~= old_text then
-    return { 'tier', mode, recorded }
+  if recorded ~= old_text or recorded_at >= chosen then
+    return record_conflict(record, new_text, chosen)
   end
   -- Every old band's permits in use (its limit less what a request of cost 1 finds
   -- available), read before anything is written.
