@@ -2,7 +2,8 @@
 //! decided in one script call per key without CROSSSLOT errors, keys spread over every
 //! node, exact limits per key, one global limit across instances, script reloads after
 //! `SCRIPT FLUSH` on every node, leases, several keys in one decision (`RedisAllOf`)
-//! with one hash tag (refused without it), shadow mode, and per-key policies.
+//! with one hash tag (refused without it), shadow mode, per-key policies and live policy
+//! changes.
 //!
 //! Needs `redis-server` and `redis-cli` on PATH (`scripts/install-redis.sh`); without them
 //! the test fails saying so.
@@ -264,6 +265,37 @@ async fn composite_policies_on_a_three_node_cluster() {
         );
     }
     assert_eq!(tiered.stats().policy_moves, 30);
+
+    // 9. Live policy changes on the cluster: the stored policy sits in a slot of its own,
+    //    read and written in calls of its own; a second instance reads it when it connects,
+    //    and keys on every node move to it with their spent permits.
+    let live = || {
+        RedisLimiter::builder("2/1h".parse().unwrap())
+            .prefix("live")
+            .test_clock(clock.clone())
+            .deny_cache(0)
+            .timeout(Duration::from_secs(10))
+            .live_policy()
+            .connect_cluster(&nodes)
+    };
+    let first = live().await.unwrap();
+    for i in 0..30 {
+        let key = format!("user-{i}");
+        assert!(first.try_acquire(&key).await.unwrap().is_allowed(), "{key}");
+    }
+    clock.advance(Duration::from_millis(1));
+    first.set_policy("6/1h".parse().unwrap()).await.unwrap();
+    let second = live().await.unwrap();
+    assert_eq!(second.policy().to_string(), "token-bucket 6/1h");
+    for i in 0..30 {
+        let key = format!("user-{i}");
+        assert_eq!(
+            second.available(&key).await.unwrap(),
+            5,
+            "{key}: 1 of 6 spent"
+        );
+    }
+    assert_eq!(second.stats().policy_moves, 30);
 }
 
 /// A slot migrating between nodes (resharding): once the key has moved to the importing
