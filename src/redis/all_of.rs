@@ -520,7 +520,7 @@ impl<'a> RedisAllOf<'a> {
         let mut band_keys = band_keys.into_iter();
         for (index, part) in self.parts.iter().enumerate() {
             let (shared, choice) = (part.shared, &choices[index]);
-            let recorded = shared.tiers.is_some().then(|| {
+            let recorded = shared.recorded().then(|| {
                 (
                     choice.tier.text.as_str(),
                     choice.chosen.arg(shared.clock.now()),

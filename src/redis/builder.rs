@@ -460,9 +460,14 @@ impl RedisLimiterBuilder {
     /// request (one script call more), with the rule of
     /// [`RateLimiter::set_policy`](crate::RateLimiter::set_policy), and a server that has not
     /// read the new policy yet decides the keys a newer server has used under the newer
-    /// policy: two policies never apply to one key at once. The record costs one key more per
-    /// decision in Redis. Keys whose state was written before `live_policy` was on, and not
-    /// since, start afresh under a changed policy. Not with
+    /// policy, and takes it from the first such key's record. So a server applies its old
+    /// policy only to keys no newer server has used since the change, until it reads the
+    /// change (within a second; a read that fails is counted in
+    /// [`BackendStats::policy_read_failures`](super::BackendStats::policy_read_failures) and
+    /// logged), as in process a key stays under the old policy until its next request. A
+    /// policy set live outranks every [resolver](RedisLimiterBuilder::resolver)'s answer. The
+    /// record costs one key more per decision in Redis. Keys whose state was written before
+    /// `live_policy` was on, and not since, start afresh under a changed policy. Not with
     /// [`lease`](RedisLimiterBuilder::lease) (refused at connect).
     ///
     /// # Examples

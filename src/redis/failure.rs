@@ -127,10 +127,15 @@ pub struct BackendStats {
     pub local_permits: u64,
     /// Permits of leases given back to Redis unused.
     pub returned_permits: u64,
-    /// Keys this limiter moved to the policy its
-    /// [resolver](super::RedisLimiterBuilder::resolver) answers, their state having been
-    /// made under another.
+    /// Keys this limiter moved to the policy it decides them under (its
+    /// [resolver](super::RedisLimiterBuilder::resolver)'s answer, or a policy set
+    /// [live](super::RedisLimiterBuilder::live_policy)), their state having been made under
+    /// another.
     pub policy_moves: u64,
+    /// Reads of the policy set live
+    /// ([`live_policy`](super::RedisLimiterBuilder::live_policy)) that failed: this server
+    /// kept the policy it had, and read again a second later.
+    pub policy_read_failures: u64,
 }
 
 /// The live counters behind [`BackendStats`].
@@ -147,6 +152,7 @@ pub(super) struct Counters {
     pub(super) unavailable: AtomicU64,
     pub(super) script_reloads: AtomicU64,
     pub(super) policy_moves: AtomicU64,
+    pub(super) policy_read_failures: AtomicU64,
 }
 
 /// Adds one to a counter. Relaxed: counters are independent tallies; nothing is published
@@ -171,6 +177,7 @@ impl Counters {
             unavailable: get(&self.unavailable),
             script_reloads: get(&self.script_reloads),
             policy_moves: get(&self.policy_moves),
+            policy_read_failures: get(&self.policy_read_failures),
             leased_permits: 0,
             local_permits: 0,
             returned_permits: 0,

@@ -5,8 +5,9 @@
 //! Why stored and read, not published: a published message reaches the servers listening at
 //! that moment only, where a stored policy also reaches a server that starts later, or whose
 //! connection dropped meanwhile; and the keys' records (`lua/record.lua`) already make a
-//! server whose copy is older follow the newer policy on every key a newer server has used,
-//! so the second between reads is never a second in which two policies apply to one key.
+//! server whose copy is older follow the newer policy on every key a newer server has used
+//! (and take it from there), so in the second between reads a server applies its old policy
+//! only to keys no newer server has used since the change.
 
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -16,6 +17,11 @@ use super::tiers::{Choice, Chosen, Tier};
 
 /// How often an instance reads the stored policy again.
 pub(super) const READ_EVERY: Duration = Duration::from_secs(1);
+
+/// How much later than its instant a policy set live is dated (2^52 us, `lua/record.lua`):
+/// later than any resolver's answer, so that it outranks them all, as `set_policy` replaces
+/// the resolver in process.
+pub(super) const LIVE_RANK: u64 = 1 << 52;
 
 /// This instance's copy of the stored policy.
 #[derive(Debug, Default)]

@@ -385,7 +385,9 @@ impl RedisLimiter {
     /// The Redis keys holding `key`'s state, one per band of the policy, in the policy's
     /// band order (see the module docs, "Keys"); with a
     /// [resolver](RedisLimiterBuilder::resolver), those of the key's policy here, and its
-    /// record last. Empty when the resolver answers a policy the backend cannot decide.
+    /// record last (with [`live_policy`](RedisLimiterBuilder::live_policy) too, under the
+    /// policy in force here). Empty when the resolver answers a policy the backend cannot
+    /// decide.
     ///
     /// # Examples
     ///
@@ -474,8 +476,9 @@ impl RedisLimiter {
     ///
     /// [`BackendError::InvalidSetting`] for a limiter built without `live_policy`,
     /// [`BackendError::UnsupportedPolicy`] for a policy the scripts cannot decide, and
-    /// [`BackendError::Timeout`] or [`BackendError::Redis`] when Redis cannot store it
-    /// (nothing changed then, here or elsewhere).
+    /// [`BackendError::Timeout`] or [`BackendError::Redis`] when Redis cannot store it:
+    /// nothing changed here then, though after a timeout Redis may have stored it, and the
+    /// other servers would read it.
     ///
     /// # Examples
     ///

@@ -26,11 +26,13 @@ impl Shared {
         // A refusal shadow mode lets through holds nothing (see `Reservation::new`).
         let decision = self.finish(decision);
         let reservation = Reservation::new(decision, n, marks, origin).with_token(serial);
-        // With per-key policies, the settle takes this policy's bands, whatever the key's
-        // policy is by then (a move in between deletes the token: the settle changes nothing).
-        Ok(match self.tiers {
-            Some(_) => reservation.decided_under(Some(Box::new(policy))),
-            None => reservation,
+        // With records (per-key or live policies), the settle takes this policy's bands,
+        // whatever policy this server has by then, and applies only while the key's record
+        // names it.
+        Ok(if self.recorded() {
+            reservation.decided_under(Some(Box::new(policy)))
+        } else {
+            reservation
         })
     }
 

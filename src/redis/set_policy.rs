@@ -4,9 +4,10 @@
 use crate::policy::Policy;
 
 use super::error::BackendError;
+use super::failure::bump;
 use super::live::{self, Live};
 use super::shared::Shared;
-use super::tiers::{Choice, Tier};
+use super::tiers::{Choice, Chosen, Tier};
 
 impl Shared {
     /// Sets `policy` for every server: stored in Redis as chosen now (on the script's clock),
@@ -46,31 +47,52 @@ impl Shared {
         Ok(policy)
     }
 
-    /// Reads the stored policy when it is due (at most once a second), and takes it if it is
-    /// newer than the one known here. A failed read changes nothing: the next one is a
-    /// second later, and meanwhile the keys' records keep this server on the newest policy
+    /// Reads the stored policy when it is due (at most once a second, and not while the
+    /// failure policy decides), and takes it if it is newer than the one known here. A
+    /// failed read changes nothing but `policy_read_failures` and a log line: the next one is
+    /// a second later, and meanwhile the keys' records keep this server on the newest policy
     /// of every key a newer server has used.
     pub(super) async fn read_live(&self) {
         let Some(known) = &self.live else {
             return;
         };
-        if !known.due(self.clock.now()) {
+        if self.breaker.is_failing() || !known.due(self.clock.now()) {
             return;
         }
         let get = ::redis::cmd("GET").arg(live::key(&self.prefix)).clone();
         let read = tokio::time::timeout(self.timeout, self.script.conn().query(&get)).await;
+        let failed = |why: &dyn std::fmt::Display| {
+            bump(&self.counters.policy_read_failures);
+            let kept = known
+                .current()
+                .map_or_else(|| self.tier.text.clone(), |choice| choice.tier.text.clone());
+            log::warn!(
+                "tollgate: the policy set live (prefix `{}`) could not be read: {why}; keeping {kept}",
+                self.prefix
+            );
+        };
         let stored = match read {
             Ok(Ok(::redis::Value::BulkString(stored))) => stored,
-            // None stored yet; or Redis is slow or down, which the decision finds out.
-            Ok(Ok(::redis::Value::Nil) | Err(_)) | Err(_) => return,
-            Ok(Ok(other)) => {
-                log::warn!("tollgate: the stored policy is not a string: {other:?}");
-                return;
-            }
+            // None stored yet.
+            Ok(Ok(::redis::Value::Nil)) => return,
+            Ok(Ok(other)) => return failed(&format_args!("not a string: {other:?}")),
+            Ok(Err(err)) => return failed(&err),
+            Err(_) => return failed(&format_args!("no answer within {:?}", self.timeout)),
         };
         match live::parse(&String::from_utf8_lossy(&stored)) {
             Ok(choice) => self.take_live(known, choice),
-            Err(err) => log::warn!("tollgate: the stored policy cannot be used: {err}"),
+            Err(err) => failed(&err),
+        }
+    }
+
+    /// A key's record named `choice`, a policy set live later than the one known here (the
+    /// records' dates put policies set live after every resolver's answer): taken at once,
+    /// as reading the stored policy would.
+    pub(super) fn learn_live(&self, choice: &Choice) {
+        if let (Some(known), Chosen::At(at)) = (&self.live, choice.chosen) {
+            if at >= live::LIVE_RANK {
+                self.take_live(known, choice.clone());
+            }
         }
     }
 

@@ -215,10 +215,12 @@ impl Shared {
                     tier: Arc::new(old),
                     chosen: Chosen::At(conflict.at),
                 };
-                // Kept for the key's next requests, until the resolver's answer changes.
+                // Kept for the key's next requests, until the resolver's answer changes; a
+                // policy set live is taken for every key.
                 if let Some(tiers) = &self.tiers {
                     tiers.follow(key, choice.clone());
                 }
+                self.learn_live(choice);
                 return Ok(());
             }
             let (keys, args) = old.bands.convert_call(

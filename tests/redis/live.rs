@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use tollgate::redis::{BackendError, RedisLimiter};
+use tollgate::redis::{BackendError, RedisAllOf, RedisLimiter};
 use tollgate::{FakeClock, Policy};
 
 use crate::clocked::at;
@@ -126,11 +126,12 @@ async fn the_newest_change_wins_everywhere() {
     assert!(a.try_acquire_n("k", 3).await.unwrap().is_allowed());
     clock.advance(Duration::from_millis(1));
     assert_eq!(b.set_policy(policy("6/1h")).await.unwrap(), policy("6/1h"));
-    // B moves the key with its 3 spent; A, not having read B's policy, follows the key.
+    // B moves the key with its 3 spent; A, not having read B's policy, follows the key, and
+    // takes the policy from its record.
     assert_eq!(b.available("k").await.unwrap(), 3);
     let d = a.try_acquire("k").await.unwrap();
     assert!(d.is_allowed() && d.limit() == 6, "{d:?}");
-    assert_eq!(a.policy(), policy("4/1h"), "not read yet");
+    assert_eq!(a.policy(), policy("6/1h"), "learned from the key's record");
     let c = live(&server, "newest", &clock).await;
     assert_eq!(c.policy(), policy("6/1h"), "read when it connected");
     assert_eq!(c.available("k").await.unwrap(), 2);
@@ -140,7 +141,8 @@ async fn the_newest_change_wins_everywhere() {
     assert_eq!(a.policy(), policy("6/1h"));
     assert_eq!(
         server.command(&["GET", "newest:live-policy"]).text(),
-        format!("{}|token-bucket 6/1h", T0 + 1_000)
+        // Dated 2^52 us later than its instant: after every resolver's answer.
+        format!("{}|token-bucket 6/1h", (1u64 << 52) + T0 + 1_000)
     );
 
     let plain = RedisLimiter::builder(policy("10/1h"))
@@ -191,4 +193,115 @@ async fn the_newest_change_wins_everywhere() {
         ),
         "{leased}"
     );
+}
+
+/// Decisions through a `RedisAllOf` (and so a route of several rules) follow the keys'
+/// records under live policies too: a change carries the permits spent, and a server that
+/// has not read it follows a key already moved.
+#[tokio::test]
+async fn redis_all_of_follows_live_changes() {
+    let server = RedisServer::start();
+    let clock = FakeClock::new();
+    at(&clock, T0);
+    let url = server.url();
+    let fresh = || {
+        RedisLimiter::builder(policy("5/1min"))
+            .prefix("all-live")
+            .test_clock(clock.clone())
+            .deny_cache(0)
+            .live_policy()
+            .connect(&url)
+    };
+    let first = fresh().await.unwrap();
+    let stale = fresh().await.unwrap();
+    for _ in 0..5 {
+        assert!(first.try_acquire("k").await.unwrap().is_allowed());
+    }
+    clock.advance(Duration::from_millis(1));
+    first.set_policy(policy("5/1h")).await.unwrap();
+    let d = RedisAllOf::new()
+        .key(&first, "k")
+        .try_acquire()
+        .await
+        .unwrap();
+    assert!(
+        !d.is_allowed() && d.limit() == 5,
+        "the 5 spent carried: {d:?}"
+    );
+    // Past the old minute: the stale server, not having read the change, follows the key.
+    clock.advance(Duration::from_secs(61));
+    let d = RedisAllOf::new()
+        .key(&stale, "k")
+        .try_acquire()
+        .await
+        .unwrap();
+    assert!(!d.is_allowed(), "{d:?}");
+    assert_eq!(
+        stale.policy(),
+        policy("5/1h"),
+        "learned from the key's record"
+    );
+}
+
+/// A policy set live outranks every resolver's answer, as `set_policy` replaces the resolver
+/// in process: a server that has not read it yet may decide a new key under its resolver
+/// for that moment, but once a server with the live policy moves the key, it stays there.
+#[tokio::test]
+async fn a_live_policy_outranks_resolvers() {
+    let server = RedisServer::start();
+    let clock = FakeClock::new();
+    at(&clock, T0);
+    let url = server.url();
+    let fresh = || {
+        RedisLimiter::builder(policy("100/1h"))
+            .prefix("outrank")
+            .test_clock(clock.clone())
+            .deny_cache(0)
+            .live_policy()
+            .resolver(|_: &str| policy("100/1h"))
+            .connect(&url)
+    };
+    let s1 = fresh().await.unwrap();
+    let s2 = fresh().await.unwrap();
+    s1.set_policy(policy("3/1h")).await.unwrap();
+    clock.advance(Duration::from_millis(100));
+    let mut admitted = 0;
+    for _ in 0..10 {
+        admitted += u64::from(s2.try_acquire("n").await.unwrap().is_allowed());
+    }
+    assert_eq!(
+        admitted, 10,
+        "s2 has not read the change: its resolver's answer"
+    );
+    assert!(
+        !s1.try_acquire("n").await.unwrap().is_allowed(),
+        "moved, 10 in use as 3"
+    );
+    for _ in 0..10 {
+        let d = s2.try_acquire("n").await.unwrap();
+        assert!(!d.is_allowed() && d.limit() == 3, "{d:?}");
+    }
+    assert_eq!(s2.policy(), policy("3/1h"));
+    assert_eq!(s1.stats().policy_moves + s2.stats().policy_moves, 1);
+}
+
+/// A reservation made before a live change settles under the policy it was made under,
+/// while the key's record still names it, and not after the key moved.
+#[tokio::test]
+async fn reservations_across_a_live_change() {
+    let server = RedisServer::start();
+    let clock = FakeClock::new();
+    at(&clock, T0);
+    let limiter = live(&server, "reserve-live", &clock).await;
+    let before_move = limiter.reserve_n("k", 1).await.unwrap();
+    let after_move = limiter.reserve_n("j", 1).await.unwrap();
+    clock.advance(Duration::from_millis(1));
+    limiter.set_policy(policy("20/1h")).await.unwrap();
+    // k has not moved: the charge lands on its 10/1h state, then moves with it.
+    limiter.settle("k", before_move, 9).await.unwrap();
+    assert_eq!(limiter.available("k").await.unwrap(), 20 - 9);
+    // j moves first: the charge no longer applies.
+    assert_eq!(limiter.available("j").await.unwrap(), 19);
+    limiter.settle("j", after_move, 9).await.unwrap();
+    assert_eq!(limiter.available("j").await.unwrap(), 19);
 }

@@ -47,13 +47,14 @@
 -- the reservation, when no band counts it any more). 'reserve' ends with ARGV[4 + 4 B] (the
 -- serial) and ARGV[5 + 4 B] (the instance); 'refund' and 'charge' with ARGV[4 + 5 B] and
 -- ARGV[5 + 5 B], the same. A refund applies only while the token is there; a charge applies
--- anyway (it only ever spends more), except with per-key policies ('charge@'), where it too
--- needs the token (a move to another policy deletes them); both delete it.
+-- anyway (it only ever spends more); both delete it. With per-key policies ('refund@',
+-- 'charge@'), either applies only while the key's record names the reservation's policy
+-- (or there is no record).
 --
 -- Reply: { allowed (0 or 1), remaining, limit, retry_after (us), reset_after (us) }, and for
 -- 'reserve' one mark per band after them (0 when refused), for 'lease' the marks and k (0
--- when refused); 1 for 'charge' (0 for 'charge@' without its token); for 'refund' and
--- 'return' 1, or 0 when the token is gone
+-- when refused); 1 for 'charge' (0 for 'charge@' when the record names another policy); for
+-- 'refund' and 'return' 1, or 0 when the token is gone
 -- (settled or returned already, expired, or Redis lost its data since), which changes
 -- nothing. Every band is read and decided before anything is written, and only an admission
 -- by every band writes: a refusal changes nothing anywhere. A settle applies every band's
@@ -103,6 +104,9 @@ end
 local settle = op == 'refund' or op == 'charge' or op == 'return'
 if record then
   nb = nb - 1
+  if nb < 1 then
+    return redis.error_reply('tollgate: ' .. op .. '@ names no band')
+  end
   if settle then
     local _, recorded = read_record(record)
     if recorded and recorded ~= policy_text then

@@ -5,22 +5,27 @@
 -- ('convert', carrying the permits in use as src/engine/state.rs's `Carry` does), an earlier
 -- one is decided under the record's policy. Preceded by band.lua and tokens.lua.
 
--- When a choice was made, from its argument: an instant (us), or '-' and its age (us) at
--- `now` (a resolver's answer, dated on this script's clock, so that servers' clocks need not
--- agree). nil for anything else.
+-- A policy set live ('publish') is dated this much later than its instant: later than any
+-- resolver's answer (instants stay below 2^52 us), so that it outranks every answer, as
+-- set_policy replaces the resolver in process; and below 2^53, where doubles stay exact.
+local LIVE_RANK = 4503599627370496
+
+-- When a choice was made, from its argument: an instant (us, below 2^53), or '-' and its
+-- age (us, at most `now`) at `now` (a resolver's answer, dated on this script's clock, so
+-- that servers' clocks need not agree). nil for anything else.
 local function chosen_at(arg, now)
   if type(arg) ~= 'string' then
     return nil
   end
   if string.sub(arg, 1, 1) == '-' then
     local age = tonumber(string.sub(arg, 2))
-    if not age or age < 0 then
+    if not age or age < 0 or age > now or age % 1 ~= 0 then
       return nil
     end
     return now - age
   end
   local at = tonumber(arg)
-  if not at or at < 0 then
+  if not at or at < 0 or at >= 2 * LIVE_RANK or at % 1 ~= 0 then
     return nil
   end
   return at
@@ -65,14 +70,16 @@ local function record_conflict(key, text, at, part)
 end
 
 -- Writes the record at `key`: the policy `text`, chosen at `at` (or when the record says, if
--- it names `text` and is newer), kept while a state written now may still count anything
--- (twice the longest window `longest` us, and a second, as a reservation's token), with no
--- expiry on an injected clock. A record is given twice that life, and rewritten only when it
--- changes or has less than that left: an admission then reads its time to live instead of
--- writing it, and the record always outlives the state.
+-- it names `text` and is newer), kept while a state written now may still count anything,
+-- with no expiry on an injected clock. A state counts for at most four times its longest
+-- window `longest` us (a token bucket charged to twice its burst, whose interval, rounded up,
+-- makes the burst up to twice the window), and a reservation's token for twice it and a
+-- second: the record is kept that long and a second. It is given twice that life, and
+-- rewritten only when it changes or has less than that left: an admission then reads its
+-- time to live instead of writing it, and the record outlives the state.
 local function write_record(key, text, at, longest, expire)
   local recorded_at, recorded = read_record(key)
-  local life = idiv(reservation_life(longest) + 999, 1000)
+  local life = idiv(4 * longest + 1000000 + 999, 1000)
   if recorded == text and recorded_at >= at then
     if not expire or redis.call('PTTL', key) >= life then
       return
@@ -89,18 +96,19 @@ local function write_record(key, text, at, longest, expire)
 end
 
 -- 'publish': stores the policy one server set for every server (src/redis/live.rs), chosen
--- now, unless one chosen no earlier is stored.
+-- now (dated LIVE_RANK later), unless one chosen no earlier is stored.
 -- KEYS[1]  the stored policy, '<chosen>|<text>' as a record.
 -- ARGV[3]  the policy's text.
 -- Reply: the value stored now, '<chosen>|<text>'.
 local function publish_policy(now)
   local text = ARGV[3]
-  if #KEYS ~= 1 or not text or text == '' then
+  if #KEYS ~= 1 or #ARGV ~= 3 or not text or not string.find(text, '/', 1, true) then
     return redis.error_reply('tollgate: publish takes a key and a policy')
   end
+  local chosen = LIVE_RANK + now
   local stored_at = read_record(KEYS[1])
-  if not stored_at or stored_at < now then
-    redis.call('SET', KEYS[1], fmt(now) .. '|' .. text)
+  if not stored_at or stored_at < chosen then
+    redis.call('SET', KEYS[1], fmt(chosen) .. '|' .. text)
   end
   return redis.call('GET', KEYS[1])
 end
@@ -162,7 +170,8 @@ local function convert_tier(now, expire)
     redis.call('DEL', KEYS[i])
   end
   -- Reservations made on the old state are settled on no other: their tokens go, so a
-  -- refund gives nothing back and a charge takes nothing (decide.lua).
+  -- refund gives nothing back; a charge takes nothing while the record names another
+  -- policy than theirs (decide.lua).
   redis.call('DEL', KEYS[a + b + 1])
   -- Each new band starts with the permits in use of the old bands whose window is no longer
   -- than its own (the most of them), spent now, at most its permits.
