@@ -9,6 +9,7 @@ use ::redis::cluster_routing::Slot;
 
 use crate::all_of::{take_in_order, PartError, Tally};
 use crate::decision::Decision;
+use crate::error::CostError;
 use crate::reservation::{Origin, Reservation, SettleError};
 
 use super::conn::{self, Conn};
@@ -202,7 +203,9 @@ impl<'a> RedisAllOf<'a> {
 
     /// What [`try_acquire`](RedisAllOf::try_acquire) would decide now, changing nothing: one
     /// script call that decides every part and writes nothing (a snapshot of all the parts at
-    /// one instant).
+    /// one instant). A part whose limiter has a resolver or live policies, and whose key's
+    /// record names an older policy, is moved first, as its limiter's
+    /// [`peek`](super::RedisLimiter::peek) moves it.
     ///
     /// # Errors
     ///
@@ -334,9 +337,7 @@ impl<'a> RedisAllOf<'a> {
         };
         if let Err(error) = self.check() {
             // Refused as `AllOf` refuses a cost no state admits: never, with nothing sent.
-            let mut tally = Tally::default();
-            tally.failed(error.part(), error.error());
-            return Ok(Decided::from(tally, Vec::new()));
+            return Ok(Decided::refused(error.part(), error.error()));
         }
         let lead = first.shared;
         for part in &self.parts {
@@ -354,9 +355,7 @@ impl<'a> RedisAllOf<'a> {
         self.keys(lead, &choices)?;
         for (index, (part, choice)) in self.parts.iter().zip(&choices).enumerate() {
             if let Err(error) = choice.tier.check_cost(part.cost) {
-                let mut tally = Tally::default();
-                tally.failed(index, error);
-                return Ok(Decided::from(tally, Vec::new()));
+                return Ok(Decided::refused(index, error));
             }
         }
         // Where each part's reservation comes from and its serial number: the origin first,
@@ -382,6 +381,8 @@ impl<'a> RedisAllOf<'a> {
             return self.fallback(&choices, ask, &reserving, BackendError::Unavailable);
         }
         let now_micros = lead.test_micros()?;
+        // Each part's clock, read once: its answer's age is counted to here.
+        let clocks: Vec<u64> = self.parts.iter().map(|p| p.shared.clock.now()).collect();
         // A peek reports each policy's own answer, as a limiter's `peek` does.
         let shadow: Vec<bool> = self
             .parts
@@ -391,7 +392,8 @@ impl<'a> RedisAllOf<'a> {
         // Moves and follows per part: each part's key may be moved or followed as one key's.
         let mut moves = vec![0; self.parts.len()];
         let reply = loop {
-            let (keys, args) = self.call(lead, &choices, ask, &reserving, &shadow, now_micros)?;
+            let flags = (ask, shadow.as_slice(), (now_micros, clocks.as_slice()));
+            let (keys, args) = self.call(lead, &choices, &reserving, flags)?;
             let call = lead.script.call(
                 &keys,
                 &args,
@@ -414,7 +416,7 @@ impl<'a> RedisAllOf<'a> {
                                     conflict,
                                     &mut choices[index],
                                     part.cost,
-                                    now_micros,
+                                    (now_micros, clocks[index]),
                                 )
                                 .await;
                             match resolved {
@@ -422,9 +424,7 @@ impl<'a> RedisAllOf<'a> {
                                 Err(Moved::Other(BackendError::Cost(error))) => {
                                     // A cost the policy followed cannot admit: refused as
                                     // `AllOf` refuses it, with nothing spent.
-                                    let mut tally = Tally::default();
-                                    tally.failed(index, error);
-                                    return Ok(Decided::from(tally, Vec::new()));
+                                    return Ok(Decided::refused(index, error));
                                 }
                                 Err(failed) => failed,
                             }
@@ -500,19 +500,20 @@ impl<'a> RedisAllOf<'a> {
             decision: tally.decision(),
             each,
             reservations,
+            error: None,
         })
     }
 
     /// The keys and arguments of the call deciding `ask` on every part, each under its
-    /// `choices` entry, in shadow mode where `shadow` says, reserved where `reserving` says.
+    /// `choices` entry, in shadow mode where `shadow` says, reserved where `reserving` says,
+    /// at the script's instant `now_micros` (each answer's age counted to its part's clock
+    /// reading in `clocks`).
     fn call(
         &self,
         lead: &Shared,
         choices: &[Choice],
-        ask: PartsAsk,
         reserving: &[Option<(Origin, u64)>],
-        shadow: &[bool],
-        now_micros: Option<u64>,
+        (ask, shadow, (now_micros, clocks)): (PartsAsk, &[bool], (Option<u64>, &[u64])),
     ) -> Result<(Vec<String>, Vec<String>), BackendError> {
         let band_keys = self.keys(lead, choices)?;
         let mut args = script::parts_args(now_micros, ask, self.parts.len());
@@ -520,12 +521,9 @@ impl<'a> RedisAllOf<'a> {
         let mut band_keys = band_keys.into_iter();
         for (index, part) in self.parts.iter().enumerate() {
             let (shared, choice) = (part.shared, &choices[index]);
-            let recorded = shared.recorded().then(|| {
-                (
-                    choice.tier.text.as_str(),
-                    choice.chosen.arg(shared.clock.now()),
-                )
-            });
+            let recorded = shared
+                .recorded()
+                .then(|| (choice.tier.text.as_str(), choice.chosen.arg(clocks[index])));
             let bands = &choice.tier.bands;
             let tiered = recorded.is_some();
             bands.part_args(part.cost, shadow[index], recorded, &mut args);
@@ -557,6 +555,14 @@ impl<'a> RedisAllOf<'a> {
             let shared = each.shared;
             if !shared.script.same_connection(&lead.script) {
                 return Err(BackendError::OtherConnection { part });
+            }
+            // A record is named by prefix and key alone: two parts with records on one
+            // prefix would take each other's.
+            let record = shared
+                .recorded()
+                .then(|| Bands::record_key(&shared.prefix, each.key));
+            if let Some(key) = record.filter(|key| !seen.insert(key.clone())) {
+                return Err(BackendError::SharedKey { part, key });
             }
             for key in choices[part].tier.bands.keys(&shared.prefix, each.key) {
                 if !seen.insert(key.clone()) {
@@ -692,6 +698,7 @@ impl<'a> RedisAllOf<'a> {
             decision: tally.decision(),
             each: decisions,
             reservations,
+            error: None,
         })
     }
 }
@@ -707,6 +714,15 @@ pub(crate) struct Decided {
     pub(crate) each: Vec<Decision>,
     /// Each part's reservation (`None` for a part only spent); none at all unless admitted.
     reservations: Vec<Option<Reservation>>,
+    /// The part whose cost its policy cannot admit, and why (then `each` is empty).
+    #[cfg_attr(
+        not(feature = "tower"),
+        allow(
+            dead_code,
+            reason = "read by the HTTP layer, which answers it as a bad cost"
+        )
+    )]
+    pub(crate) error: Option<(usize, CostError)>,
 }
 
 impl Decided {
@@ -716,7 +732,16 @@ impl Decided {
             decision: tally.decision(),
             each,
             reservations: Vec::new(),
+            error: tally.error(),
         }
+    }
+
+    /// Refused for part `index`'s cost, which its policy cannot admit (`error`), with
+    /// nothing spent.
+    fn refused(index: usize, error: CostError) -> Self {
+        let mut tally = Tally::default();
+        tally.failed(index, error);
+        Decided::from(tally, Vec::new())
     }
 }
 

@@ -390,8 +390,9 @@ impl RedisLimiterBuilder {
     /// last changed on its server (dated on Redis's clock, so servers' clocks need not
     /// agree); asking again and getting the same answer does not date it anew. A request
     /// whose answer is older than the policy the key's record names is decided under the
-    /// record's, and its server keeps following that policy for the key until its own
-    /// answer changes. So a key moves once per changed answer (or per server that first
+    /// record's, and its server keeps following that policy for the key until it asks its
+    /// resolver again (then its own answer, dated as before if unchanged, meets the record
+    /// again). So a key moves once per changed answer (or per server that first
     /// answers for it: a start, or an answer dropped from a full cache), never back and
     /// forth on every renewal. A request that finds its key moved away three times in a row
     /// fails with [`BackendError::Reply`].

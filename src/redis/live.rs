@@ -97,7 +97,12 @@ pub(super) fn key(prefix: &str) -> String {
 pub(super) fn parse(value: &str) -> Result<Choice, BackendError> {
     let bad = || BackendError::Reply(format!("a stored policy `{value}`"));
     let (chosen, text) = value.split_once('|').ok_or_else(bad)?;
-    let chosen = chosen.parse().map_err(|_| bad())?;
+    // Below 2^53, as the scripts take it (`lua/record.lua`).
+    let chosen = chosen
+        .parse()
+        .ok()
+        .filter(|&chosen: &u64| chosen < 2 * LIVE_RANK)
+        .ok_or_else(bad)?;
     Ok(Choice {
         tier: Arc::new(Tier::recorded(text)?),
         chosen: Chosen::At(chosen),
@@ -135,6 +140,8 @@ mod tests {
         );
         assert!(matches!(parse("5/1min"), Err(BackendError::Reply(_))));
         assert!(matches!(parse("x|5/1min"), Err(BackendError::Reply(_))));
+        let beyond = format!("{}|5/1min", 2 * LIVE_RANK);
+        assert!(matches!(parse(&beyond), Err(BackendError::Reply(_))));
 
         assert!(live.due(0));
         assert!(!live.due(999_999_999));

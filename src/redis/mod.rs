@@ -278,7 +278,10 @@ impl RedisLimiter {
     }
 
     /// What a request of cost 1 for `key` would get now, changing nothing in Redis (the script
-    /// decides and writes nothing).
+    /// decides and writes nothing). With a [resolver](RedisLimiterBuilder::resolver) or
+    /// [live policies](RedisLimiterBuilder::live_policy), a key whose record names an older
+    /// policy is moved to this server's first, as the request would be, so that the answer
+    /// is the request's: the one write a peek may make.
     ///
     /// # Errors
     ///
@@ -431,7 +434,10 @@ impl RedisLimiter {
         self.shared.script.same_connection(&other.shared.script)
     }
 
-    /// The policy this limiter enforces.
+    /// The policy this limiter enforces: the builder's, or the latest policy set
+    /// [live](RedisLimiterBuilder::live_policy) that this server knows. Under a
+    /// [resolver](RedisLimiterBuilder::resolver), the builder's, which decides nothing (see
+    /// [`policy_of`](RedisLimiter::policy_of)).
     ///
     /// # Examples
     ///

@@ -78,7 +78,7 @@ impl Shared {
             },
             None => self.tier_of(key)?,
         };
-        let (keys, args) = self.call_for(&choice, key, ask, now_micros);
+        let (keys, args) = self.call_for(&choice, key, ask, (now_micros, self.clock.now()));
         // A refund is never sent twice: applied twice, it would give back more than was
         // held. A charge is resent once on a fresh connection, as a decision is: applied
         // twice it only refuses sooner, and dropped it would forgive a debt.

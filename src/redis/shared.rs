@@ -176,16 +176,13 @@ impl Shared {
         choice: &Choice,
         key: &str,
         ask: Ask,
-        now_micros: Option<u64>,
+        (now_micros, clock_now): (Option<u64>, u64),
     ) -> (Vec<String>, Vec<String>) {
         let bands = &choice.tier.bands;
         let mut args = bands.args(now_micros, ask);
         let mut keys = bands.call_keys(&self.prefix, key, ask, &self.instance, &mut args);
         if self.recorded() {
-            let recorded = (
-                choice.tier.text.as_str(),
-                choice.chosen.arg(self.clock.now()),
-            );
+            let recorded = (choice.tier.text.as_str(), choice.chosen.arg(clock_now));
             Bands::recorded(&self.prefix, key, recorded, &mut keys, &mut args);
         }
         (keys, args)
@@ -196,29 +193,35 @@ impl Shared {
     /// moves the key's state to `choice`'s, carrying the permits in use (one script call,
     /// counted in `policy_moves`; it may find a third policy and follow or move from it, up
     /// to [`MAX_MOVES`] calls in all). A cost the policy followed cannot admit is the
-    /// request's error.
+    /// request's error. A peek moves the key as a request would (the one write a peek makes,
+    /// so that it answers what the request would get, as in process). `now` is the script's
+    /// instant and this instance's clock reading, read once for the request.
     pub(super) async fn resolve_conflict(
         &self,
         key: &str,
         conflict: Conflict,
         choice: &mut Choice,
         cost: u64,
-        now_micros: Option<u64>,
+        now: (Option<u64>, u64),
     ) -> Result<(), Moved> {
+        let (now_micros, clock_now) = now;
         let mut conflict = conflict;
         for _ in 0..MAX_MOVES {
             let old = Tier::recorded(&conflict.recorded).map_err(Moved::Other)?;
             if conflict.follow {
                 old.check_cost(cost)
                     .map_err(|err| Moved::Other(err.into()))?;
-                *choice = Choice {
-                    tier: Arc::new(old),
-                    chosen: Chosen::At(conflict.at),
-                };
-                // Kept for the key's next requests, until the resolver's answer changes; a
+                let used = std::mem::replace(
+                    choice,
+                    Choice {
+                        tier: Arc::new(old),
+                        chosen: Chosen::At(conflict.at),
+                    },
+                );
+                // Kept for the key's next requests, until the resolver is asked again; a
                 // policy set live is taken for every key.
                 if let Some(tiers) = &self.tiers {
-                    tiers.follow(key, choice.clone());
+                    tiers.follow(key, choice.clone(), &used);
                 }
                 self.learn_live(choice);
                 return Ok(());
@@ -228,10 +231,7 @@ impl Shared {
                 &self.prefix,
                 key,
                 now_micros,
-                (
-                    [&old.text, &choice.tier.text],
-                    choice.chosen.arg(self.clock.now()),
-                ),
+                ([&old.text, &choice.tier.text], choice.chosen.arg(clock_now)),
             );
             let reply = self
                 .script
@@ -275,13 +275,15 @@ impl Shared {
         // Checked by the caller under the answer it had; the resolver may have answered
         // another since.
         choice.tier.check_cost(cover)?;
-        // Read before anything is sent: the deny cache measures Redis's retry_after from here.
+        // Read before anything is sent: the deny cache measures Redis's retry_after from here,
+        // and an answer's age is counted to here.
+        let clock_now = self.clock.now();
         let (now_micros, now) = match &self.test_clock {
-            Some(clock) => {
-                let micros = script::micros(clock.now())?;
+            Some(_) => {
+                let micros = script::micros(clock_now)?;
                 (Some(micros), micros * 1_000)
             }
-            None => (None, self.clock.now()),
+            None => (None, clock_now),
         };
         let mut ticket = 0;
         if let Some(cache) = &self.cache {
@@ -296,7 +298,7 @@ impl Shared {
         }
         let mut moves = 0;
         let reply = loop {
-            let (keys, args) = self.call_for(&choice, key, ask, now_micros);
+            let (keys, args) = self.call_for(&choice, key, ask, (now_micros, clock_now));
             let call = self.script.call(
                 &keys,
                 &args,
@@ -311,7 +313,13 @@ impl Shared {
                     Some(conflict) if moves < MAX_MOVES => {
                         moves += 1;
                         let resolved = self
-                            .resolve_conflict(key, conflict, &mut choice, cover, now_micros)
+                            .resolve_conflict(
+                                key,
+                                conflict,
+                                &mut choice,
+                                cover,
+                                (now_micros, clock_now),
+                            )
                             .await;
                         match resolved {
                             Ok(()) => continue,
@@ -471,8 +479,10 @@ impl Shared {
     /// tokens), and forgets its refusal in the deny cache and its lease: `true` when there
     /// was state to delete.
     pub(super) async fn reset(&self, key: &str) -> Result<bool, BackendError> {
-        // The key's policy here, before its answer is forgotten below.
-        let own = self.tier_of(key)?.tier;
+        // The key's policy here, before its answer is forgotten below (none when the
+        // resolver answers one the scripts cannot decide: the record's state goes all the
+        // same).
+        let own = self.tier_of(key).ok().map(|choice| choice.tier);
         // Forgotten before the DEL and again after it returns: a decision Redis refused
         // before the DEL may still be on its way, and must not cache its refusal after the
         // reset (see `DenyCache::forget`).
@@ -492,7 +502,7 @@ impl Shared {
         let mut del = ::redis::cmd("DEL");
         match &self.leases {
             Some(leases) => del.arg(leases.returner.keys(key)),
-            None => del.arg(own.bands.keys(&self.prefix, key)),
+            None => del.arg(own.map_or_else(Vec::new, |own| own.bands.keys(&self.prefix, key))),
         };
         if self.recorded() {
             // The state may be under another policy than this server's answer for the key:

@@ -8,8 +8,8 @@
 //! script's clock. A request names its tier and when it was chosen; when the record names
 //! another, the script decides nothing and returns the record: a choice made later moves the
 //! key to its tier first, carrying the permits in use, an earlier one is decided under the
-//! record's tier, which this instance then keeps following for the key until its own answer
-//! changes (`lua/record.lua`). A resolver's answer dates from when it last changed here, not
+//! record's tier, which this instance then keeps following for the key until it asks its
+//! resolver again (`lua/record.lua`). A resolver's answer dates from when it last changed here, not
 //! from when it was last asked again: servers whose answers differ for a while agree on the
 //! one that changed last, and a key moves once per change, not once per renewal.
 
@@ -121,7 +121,7 @@ struct Cached {
     /// The resolver's answer, dated from when it last changed here.
     own: Choice,
     /// A policy chosen later elsewhere, which the key's record named: followed until the
-    /// resolver's answer changes here.
+    /// resolver is asked again.
     follow: Option<Choice>,
     /// The clock reading (ns) until which the answer is used without asking again.
     until: u64,
@@ -145,7 +145,8 @@ impl Tiers {
 
     /// `key`'s tier at `clock`'s now: the cached answer (or the policy it follows) while it
     /// is fresh, else the resolver's (then cached), with whether the answer changed here. An
-    /// answer equal to the one it renews keeps its date, and what it follows.
+    /// answer equal to the one it renews keeps its date, and follows nothing until a record
+    /// says to again.
     ///
     /// # Errors
     ///
@@ -159,25 +160,27 @@ impl Tiers {
         let now = clock.now();
         let before = match self.cache().get(key) {
             Some(cached) if now < cached.until => return Ok((cached.choice(), false)),
-            Some(cached) => Some((cached.own.clone(), cached.follow.clone())),
+            Some(cached) => Some(cached.own.clone()),
             None => None,
         };
         // Asked with no lock held: a slow resolver holds up its own request only.
         let policy = (self.resolver)(key);
-        let (own, follow, changed) = match before {
-            Some((own, follow)) if own.tier.policy == policy => (own, follow, false),
+        let (own, changed) = match before {
+            // The same answer keeps its date. What it followed is dropped and looked at again
+            // (the record may have moved on, or gone with a reset): one call per key more.
+            Some(own) if own.tier.policy == policy => (own, false),
             before => {
                 let own = Choice {
                     tier: Arc::new(Tier::new(policy)?),
                     chosen: Chosen::Since(now),
                 };
-                (own, None, before.is_some())
+                (own, before.is_some())
             }
         };
         let ttl = u64::try_from(self.ttl.as_nanos()).unwrap_or(u64::MAX);
         let cached = Cached {
             own,
-            follow,
+            follow: None,
             until: now.saturating_add(ttl),
         };
         let choice = cached.choice();
@@ -190,10 +193,15 @@ impl Tiers {
     }
 
     /// Follows `choice`, a policy chosen later elsewhere that `key`'s record names, until the
-    /// resolver's answer for `key` changes here.
-    pub(super) fn follow(&self, key: &str, choice: Choice) {
+    /// resolver is asked again for `key`, if `key` is still decided under `used` (the choice
+    /// the request that met the record was decided under): an answer renewed meanwhile,
+    /// dated later, is not overruled by what an older request met.
+    pub(super) fn follow(&self, key: &str, choice: Choice, used: &Choice) {
         if let Some(cached) = self.cache().get_mut(key) {
-            cached.follow = Some(choice);
+            let current = cached.choice();
+            if Arc::ptr_eq(&current.tier, &used.tier) && current.chosen == used.chosen {
+                cached.follow = Some(choice);
+            }
         }
     }
 
@@ -269,7 +277,14 @@ mod tests {
             tier: Arc::new(Tier::new("3/1s".parse().unwrap()).unwrap()),
             chosen: Chosen::At(7),
         };
-        tiers.follow("a", other);
+        let stale = Choice {
+            tier: Arc::clone(&other.tier),
+            chosen: Chosen::At(1),
+        };
+        tiers.follow("a", other.clone(), &stale);
+        let now = tiers.tier("a", &clock).unwrap().0;
+        assert_eq!(now.chosen, first.chosen, "not decided under what was used");
+        tiers.follow("a", other, &first);
         clock.advance(Duration::from_secs(59));
         let (again, changed) = tiers.tier("a", &clock).unwrap();
         assert!(!changed);
@@ -281,7 +296,10 @@ mod tests {
         clock.advance(Duration::from_secs(1));
         let (renewed, changed) = tiers.tier("a", &clock).unwrap();
         assert!(!changed, "the same answer: 10/s");
-        assert_eq!(renewed.chosen, Chosen::At(7), "still following");
+        assert_eq!(
+            renewed.chosen, first.chosen,
+            "its own again, dated as before"
+        );
         clock.advance(Duration::from_secs(60));
         let (next, changed) = tiers.tier("a", &clock).unwrap();
         assert!(changed, "10/s then 11/s");

@@ -520,3 +520,46 @@ async fn live_policy_changes_reach_a_redis_route() {
     })
     .await;
 }
+
+/// A route of several Redis rules whose rule's key follows a later policy (another server
+/// chose it, and it is smaller than the route's cost) answers as for any cost the policy
+/// cannot admit, naming no missing rule.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cost_a_followed_policy_cannot_admit_is_a_cost_error() {
+    bounded(async {
+        let server = RedisServer::start();
+        let tiered = |answer: &'static str| {
+            RedisLimiter::builder("10000/1h".parse().unwrap())
+                .prefix("followed-tokens")
+                .timeout(Duration::from_millis(300))
+                .resolver(move |_: &str| answer.parse().unwrap())
+        };
+        let requests =
+            redis_limiter(&server, "100/1h", "followed-requests", FailurePolicy::Error).await;
+        let tokens = tiered("10000/1h").connect_shared(&requests).await.unwrap();
+        let layer = RateLimitLayer::new(requests.clone())
+            .key(peer())
+            .policy_name("requests")
+            .unwrap()
+            .and(
+                Limit::new(tokens.clone())
+                    .key(peer())
+                    .name("tokens")
+                    .unwrap()
+                    .cost(5_000)
+                    .unwrap(),
+            )
+            .unwrap();
+        let addr = serve(ok_router().layer(layer));
+        assert_eq!(get_path(addr, "/").status, 200);
+        // Another server's answer for the key, chosen later: 100 an hour.
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        let other = tiered("100/1h").connect(&server.url()).await.unwrap();
+        let key = LimitKey::Ip(LOOPBACK).to_string();
+        assert!(other.try_acquire(&key).await.unwrap().limit() == 100);
+        let reply = get_path(addr, "/");
+        assert_eq!(reply.status, 500, "{reply:?}");
+        assert!(reply.body.contains("cost"), "{reply:?}");
+    })
+    .await;
+}

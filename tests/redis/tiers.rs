@@ -650,3 +650,33 @@ async fn records_outlive_their_states() {
     assert!(state > 3_000, "the state counts for {state} ms");
     assert!(record > state, "record {record} ms, state {state} ms");
 }
+
+/// A peek answers what a request would get, as in process: for a key whose record names an
+/// older policy, it moves the key first (the one write a peek makes), so that a reservation
+/// made before gets no refund after it.
+#[tokio::test]
+async fn a_peek_moves_a_key_as_a_request_would() {
+    let server = RedisServer::start();
+    let clock = FakeClock::new();
+    at(&clock, T0);
+    let tier = Arc::new(AtomicUsize::new(0));
+    let answer = Arc::clone(&tier);
+    let limiter = tiered("peeks", &clock, move |_: &str| {
+        policy(["4/1h", "8/1h"][answer.load(Ordering::Relaxed)])
+    })
+    .connect(&server.url())
+    .await
+    .unwrap();
+    let r = limiter.reserve_n("k", 3).await.unwrap();
+    clock.advance(Duration::from_millis(1));
+    tier.store(1, Ordering::Relaxed);
+    let peeked = limiter.peek("k").await.unwrap();
+    assert_eq!((peeked.limit(), peeked.remaining()), (8, 4), "{peeked:?}");
+    assert_eq!(limiter.stats().policy_moves, 1);
+    limiter.settle("k", r, 1).await.unwrap();
+    assert_eq!(
+        limiter.available("k").await.unwrap(),
+        5,
+        "no refund after the move"
+    );
+}

@@ -423,6 +423,12 @@ impl Config {
             }
             Err(error) => return self.conclude(&parts[0].0, Err(Failure::Backend(error)), grpc),
         };
+        if let Some((part, error)) = decided.error {
+            // A cost the policy a rule was decided under cannot admit (a record named another
+            // policy than the one checked): the configuration's or the client's, as a cost.
+            let rule = &parts[part].0;
+            return self.conclude(rule, Err(Failure::of_cost(rule, error)), grpc);
+        }
         let decision = decided.decision;
         let rules: Vec<Ruled> = parts
             .into_iter()

@@ -69,8 +69,9 @@ local function record_conflict(key, text, at, part)
   return { 'tier', mode, recorded, fmt(recorded_at) }
 end
 
--- Writes the record at `key`: the policy `text`, chosen at `at` (or when the record says, if
--- it names `text` and is newer), kept while a state written now may still count anything,
+-- Writes the record at `key`: the policy `text`, chosen at `at` (a record already naming
+-- `text` keeps its date: the key is under that policy since then, and dates derived from
+-- answers' ages move with latency), kept while a state written now may still count anything,
 -- with no expiry on an injected clock. A state counts for at most four times its longest
 -- window `longest` us (a token bucket charged to twice its burst, whose interval, rounded up,
 -- makes the burst up to twice the window), and a reservation's token for twice it and a
@@ -80,7 +81,7 @@ end
 local function write_record(key, text, at, longest, expire)
   local recorded_at, recorded = read_record(key)
   local life = idiv(4 * longest + 1000000 + 999, 1000)
-  if recorded == text and recorded_at >= at then
+  if recorded == text then
     if not expire or redis.call('PTTL', key) >= life then
       return
     end
@@ -104,6 +105,9 @@ local function publish_policy(now)
   local text = ARGV[3]
   if #KEYS ~= 1 or #ARGV ~= 3 or not text or not string.find(text, '/', 1, true) then
     return redis.error_reply('tollgate: publish takes a key and a policy')
+  end
+  if now >= LIVE_RANK then
+    return redis.error_reply('tollgate: publish: the clock is beyond 2^52 us')
   end
   local chosen = LIVE_RANK + now
   local stored_at = read_record(KEYS[1])
@@ -143,6 +147,18 @@ local function convert_tier(now, expire)
   end
   if recorded ~= old_text or recorded_at >= chosen then
     return record_conflict(record, new_text, chosen)
+  end
+  -- Every band's algorithm is known before anything is written: a failed call changes
+  -- nothing.
+  for i = 1, a + b do
+    local o = 4 + 4 * (i - 1)
+    if i > a then
+      o = o + 1
+    end
+    local algorithm = ARGV[o]
+    if algorithm ~= 'tb' and algorithm ~= 'sc' and algorithm ~= 'sl' then
+      return redis.error_reply('tollgate: unknown algorithm ' .. tostring(algorithm))
+    end
   end
   -- Every old band's permits in use (its limit less what a request of cost 1 finds
   -- available), read before anything is written.
