@@ -230,6 +230,12 @@ impl<'a> RedisAllOf<'a> {
             return Err(BackendError::Part(error));
         }
         let decided = self.decide(PartsAsk::Reserve, None).await?;
+        // A cost the policy a part was decided under cannot admit (its resolver answered
+        // another since `check`, or its key's record named a smaller one): nothing spent.
+        if let Some((index, error)) = decided.error {
+            let name = self.parts.get(index).and_then(|part| part.name);
+            return Err(BackendError::Part(PartError::new(index, name, error)));
+        }
         Ok(RedisAllOfReservation {
             decision: decided.decision,
             parts: decided.reservations,

@@ -313,7 +313,7 @@ impl RedisLimiter {
     /// The permits `key` has now: the largest cost `n` for which
     /// [`try_acquire_n(key, n)`](RedisLimiter::try_acquire_n) would be allowed at this
     /// instant, 0 when even one request would be refused. One [`peek`](RedisLimiter::peek):
-    /// it changes nothing.
+    /// it changes nothing (but for moving a key to this server's policy, as a peek may).
     ///
     /// **Not `peek(key).remaining()`**: that is what would remain *after* one more request.
     /// While anything is left, `available` is one more; when nothing is, both are 0 (see

@@ -231,7 +231,12 @@ impl Shared {
                 &self.prefix,
                 key,
                 now_micros,
-                ([&old.text, &choice.tier.text], choice.chosen.arg(clock_now)),
+                // The record's own text, as the script compares it (a record written by
+                // another version may spell the policy otherwise).
+                (
+                    [&conflict.recorded, &choice.tier.text],
+                    choice.chosen.arg(clock_now),
+                ),
             );
             let reply = self
                 .script

@@ -261,8 +261,9 @@ mod tests {
     }
 
     /// An answer is used until its time to live ends; then the resolver is asked again: the
-    /// same answer keeps its date and what it follows, a different one is dated anew, says
-    /// the key changed tier, and follows nothing.
+    /// same answer keeps its date and follows nothing until a record says to again, a
+    /// different one is dated anew and says the key changed tier. A follow is set only while
+    /// the key is decided under the choice the request used.
     #[test]
     fn answers_are_cached_for_their_time_to_live() {
         let asked = Arc::new(AtomicU64::new(0));

@@ -305,3 +305,37 @@ async fn reservations_across_a_live_change() {
     limiter.settle("j", after_move, 9).await.unwrap();
     assert_eq!(limiter.available("j").await.unwrap(), 19);
 }
+
+/// Setting live a policy that is one of the resolver's tiers dates the keys' records anew:
+/// a server that has not read the change, whose resolver answers another tier, follows it
+/// rather than moving the keys away.
+#[tokio::test]
+async fn a_live_policy_equal_to_a_tier_outranks_the_resolvers() {
+    let server = RedisServer::start();
+    let clock = FakeClock::new();
+    at(&clock, T0);
+    let url = server.url();
+    let fresh = |answer: &'static str| {
+        RedisLimiter::builder(policy("100/1h"))
+            .prefix("equal-tier")
+            .test_clock(clock.clone())
+            .deny_cache(0)
+            .live_policy()
+            .resolver(move |_: &str| policy(answer))
+            .resolver_cache(100, Duration::from_secs(3600))
+            .connect(&url)
+    };
+    let setter = fresh("3/1h").await.unwrap();
+    assert!(setter.try_acquire("k").await.unwrap().is_allowed());
+    let other = fresh("50/1h").await.unwrap();
+    clock.advance(Duration::from_millis(1));
+    setter.set_policy(policy("3/1h")).await.unwrap();
+    assert!(setter.try_acquire("k").await.unwrap().is_allowed());
+    clock.advance(Duration::from_millis(1));
+    // `other` has not read the change; its answer (50/1h) dates from its first request,
+    // later than the record's first date, but not than the policy set live.
+    let d = other.try_acquire("k").await.unwrap();
+    assert!(d.is_allowed() && d.limit() == 3, "{d:?}");
+    assert!(!other.try_acquire("k").await.unwrap().is_allowed());
+    assert_eq!(other.stats().policy_moves, 0);
+}

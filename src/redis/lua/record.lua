@@ -70,18 +70,20 @@ local function record_conflict(key, text, at, part)
 end
 
 -- Writes the record at `key`: the policy `text`, chosen at `at` (a record already naming
--- `text` keeps its date: the key is under that policy since then, and dates derived from
--- answers' ages move with latency), kept while a state written now may still count anything,
--- with no expiry on an injected clock. A state counts for at most four times its longest
--- window `longest` us (a token bucket charged to twice its burst, whose interval, rounded up,
--- makes the burst up to twice the window), and a reservation's token for twice it and a
--- second: the record is kept that long and a second. It is given twice that life, and
--- rewritten only when it changes or has less than that left: an admission then reads its
--- time to live instead of writing it, and the record outlives the state.
+-- `text` keeps its date, as the key is under that policy since then and dates derived from
+-- answers' ages move with latency; but a policy set live later, an exact date, dates it
+-- anew, so that it outranks the resolvers' answers), kept while a state written now may
+-- still count anything, with no expiry on an injected clock. A state counts for at most
+-- four times its longest window `longest` us (a token bucket charged to twice its burst,
+-- whose interval, rounded up, makes the burst up to twice the window), and a reservation's
+-- token for twice it and a second: the record is kept that long and a second. It is given
+-- twice that life, and rewritten only when it changes, is dated anew, or has less than that
+-- left: an admission then reads its time to live instead of writing it, and the record
+-- outlives the state.
 local function write_record(key, text, at, longest, expire)
   local recorded_at, recorded = read_record(key)
   local life = idiv(4 * longest + 1000000 + 999, 1000)
-  if recorded == text then
+  if recorded == text and not (at >= LIVE_RANK and at > recorded_at) then
     if not expire or redis.call('PTTL', key) >= life then
       return
     end
