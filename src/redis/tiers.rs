@@ -283,6 +283,12 @@ mod tests {
             chosen: Chosen::At(1),
         };
         tiers.follow("a", other.clone(), &stale);
+        // The same tier, dated otherwise: not what the key is decided under either.
+        let redated = Choice {
+            tier: Arc::clone(&first.tier),
+            chosen: Chosen::At(99),
+        };
+        tiers.follow("a", other.clone(), &redated);
         let now = tiers.tier("a", &clock).unwrap().0;
         assert_eq!(now.chosen, first.chosen, "not decided under what was used");
         tiers.follow("a", other, &first);
@@ -313,6 +319,46 @@ mod tests {
         assert!(!changed, "a forgotten key has no answer to differ from");
         assert_eq!(Chosen::Since(1_000).arg(5_000_000), "-4999");
         assert_eq!(Chosen::At(42).arg(5_000_000), "42");
+    }
+
+    /// A full cache drops expired answers first, and arbitrary ones only down to three
+    /// quarters of its bound (at least one below it); one that is not full drops nothing.
+    #[test]
+    fn room_is_made_from_expired_answers_first() {
+        let asked = Arc::new(AtomicU64::new(0));
+        let tiers = tiers(8, &asked);
+        let clock = FakeClock::new();
+        for i in 0..4 {
+            tiers.tier(&format!("vip-old-{i}"), &clock).unwrap();
+        }
+        clock.advance(Duration::from_secs(61));
+        // Renewing one answer in a cache that is not full keeps the expired others.
+        tiers.tier("vip-old-0", &clock).unwrap();
+        assert_eq!(tiers.cache().len(), 4);
+        for i in 0..4 {
+            tiers.tier(&format!("vip-new-{i}"), &clock).unwrap();
+        }
+        assert_eq!(tiers.cache().len(), 8);
+        // Full: the three expired answers go, and nothing else.
+        tiers.tier("vip-new-4", &clock).unwrap();
+        assert_eq!(tiers.cache().len(), 6);
+        let before = asked.load(Ordering::Relaxed);
+        tiers.tier("vip-old-0", &clock).unwrap();
+        for i in 0..5 {
+            tiers.tier(&format!("vip-new-{i}"), &clock).unwrap();
+        }
+        assert_eq!(
+            asked.load(Ordering::Relaxed),
+            before,
+            "the fresh answers stayed"
+        );
+        // Full of fresh answers: arbitrary ones go, down to 6, and the new one comes in.
+        tiers.tier("vip-new-5", &clock).unwrap();
+        tiers.tier("vip-new-6", &clock).unwrap();
+        assert_eq!(tiers.cache().len(), 8);
+        tiers.tier("vip-new-7", &clock).unwrap();
+        assert_eq!(tiers.cache().len(), 7);
+        assert!(format!("{tiers:?}").contains("max_keys: 8"));
     }
 
     /// The cache never holds more than its bound, whatever the bound, and a full one keeps

@@ -61,9 +61,13 @@ async fn a_change_while_32_tasks_hammer_admits_the_carried_rule() {
             );
             handles.push(tokio::spawn(async move {
                 start.wait().await;
-                // Until the change is made, and 20 requests more.
+                // Until the change is made, and 20 requests more (a change that never comes
+                // fails the test, rather than hanging it).
                 let mut after = 0;
-                while after < 20 {
+                for _ in 0..100_000 {
+                    if after == 20 {
+                        break;
+                    }
                     let d = limiter.try_acquire("hot").await.unwrap();
                     if d.is_allowed() {
                         admitted.fetch_add(1, Ordering::Relaxed);
@@ -73,6 +77,7 @@ async fn a_change_while_32_tasks_hammer_admits_the_carried_rule() {
                     }
                     tokio::task::yield_now().await;
                 }
+                assert_eq!(after, 20, "the change never came");
             }));
         }
     }
