@@ -331,7 +331,8 @@ mod tests {
         for i in 0..4 {
             tiers.tier(&format!("vip-old-{i}"), &clock).unwrap();
         }
-        clock.advance(Duration::from_secs(61));
+        // Exactly the time to live: expired.
+        clock.advance(Duration::from_secs(60));
         // Renewing one answer in a cache that is not full keeps the expired others.
         tiers.tier("vip-old-0", &clock).unwrap();
         assert_eq!(tiers.cache().len(), 4);
