@@ -78,7 +78,10 @@ use super::tiers::Choice;
 /// as `remaining`, the least any part has available. [`Decision::part`] says which part
 /// decided, [`RedisAllOf::name`] its name. A cost no state of its part's policy could admit is
 /// refused without a round trip, as `AllOf` refuses it (`retry_after` `u64::MAX`
-/// nanoseconds); [`check`](RedisAllOf::check) names it.
+/// nanoseconds); [`check`](RedisAllOf::check) names it. (With a resolver or live policies, a
+/// part's policy may be known only from its key's record, once a call was made: the
+/// refusal then comes after it, with nothing spent, and other parts' keys possibly moved to
+/// their policies.)
 ///
 /// **Leases and deny caches.** The decision is Redis's, on the state in Redis: a lease a
 /// part's limiter holds counts there as spent (so it may refuse what the lease would admit,
@@ -224,7 +227,8 @@ impl<'a> RedisAllOf<'a> {
     /// # Errors
     ///
     /// [`BackendError::Part`] for a part whose cost no state of its policy could admit
-    /// (nothing is sent); otherwise as [`try_acquire`](RedisAllOf::try_acquire).
+    /// (nothing is sent, or with a resolver or live policies nothing spent); otherwise as
+    /// [`try_acquire`](RedisAllOf::try_acquire).
     pub async fn reserve(&self) -> Result<RedisAllOfReservation, BackendError> {
         if let Err(error) = self.check() {
             return Err(BackendError::Part(error));

@@ -47,8 +47,10 @@ use super::tiers::{Resolver, Tier, Tiers};
 ///
 /// [`connect`](RedisLimiterBuilder::connect) checks the settings before it connects, and
 /// refuses with [`BackendError::InvalidSetting`] (naming the setting and the value) a zero
-/// timeout, connect timeout or probe interval, `lease(0)`, and a lease of more than one permit
-/// under a policy with a sliding log band. A timeout or connect timeout above
+/// timeout, connect timeout or probe interval, `lease(0)`, a lease of more than one permit
+/// under a policy with a sliding log band, a lease with a resolver or live policies,
+/// `resolver_cache(0, _)`, and a resolver or live policies without a
+/// [`prefix`](RedisLimiterBuilder::prefix) given. A timeout or connect timeout above
 /// [`MAX_TIMEOUT`](RedisLimiterBuilder::MAX_TIMEOUT) (an hour) counts as an hour, so that
 /// `Duration::MAX` means "as long as it takes" without overflowing any deadline.
 ///
@@ -128,8 +130,9 @@ impl RedisLimiterBuilder {
     /// when they share the Redis, the prefix, the [`hash_tag`](RedisLimiterBuilder::hash_tag)
     /// (or its absence) and the policy's bands; limiters with a
     /// [`resolver`](RedisLimiterBuilder::resolver) or [`live_policy`](RedisLimiterBuilder::live_policy)
-    /// share each key's record of its policy by prefix alone, so each needs a prefix of its own,
-    /// given here (the default is refused for them at connect).
+    /// share each key's record of its policy by prefix alone, and move and follow each other's
+    /// keys: each needs a prefix of its own, given here (connect refuses them one not given;
+    /// it cannot tell whether another limiter uses it).
     ///
     /// # Examples
     ///
@@ -339,9 +342,11 @@ impl RedisLimiterBuilder {
     ///   route of several rules it fails the whole decision: give a shadow limiter
     ///   [`Open`](super::FailurePolicy::Open) so that adding it changes nothing during an
     ///   outage;
-    /// - a cost no state of the policy could admit (0, or above its smallest band) is
+    /// - a cost no state of the policy (or of the policy the key's record names, with
+    ///   records) could admit (0, or above its smallest band) is
     ///   [`BackendError::Cost`](super::BackendError::Cost) (in a `RedisAllOf`, a refusal
-    ///   of the whole naming the part), as without shadow mode: it is the caller's error.
+    ///   of the whole naming the part, or [`BackendError::Part`](super::BackendError::Part)
+    ///   from `reserve`), as without shadow mode: it is the caller's error.
     ///
     /// So `acquire` never waits, a reservation let through holds nothing (settling it is
     /// [`SettleError::Refused`](crate::SettleError::Refused); a `RedisAllOf` reservation
@@ -352,7 +357,12 @@ impl RedisLimiterBuilder {
     /// for each part alone, not for the whole.
     ///
     /// Shadow mode belongs to this limiter, not to the keys: another server's limiter on the
-    /// same keys without it enforces the same state.
+    /// same keys without it enforces the same state. Not so with a
+    /// [`resolver`](RedisLimiterBuilder::resolver) or
+    /// [`live_policy`](RedisLimiterBuilder::live_policy): the keys' records then name the
+    /// shadow limiter's policies, which every limiter of the prefix follows (and a
+    /// `set_policy` it makes is enforced by all). Give a shadow limiter with records a prefix
+    /// no enforcing limiter uses.
     ///
     /// # Examples
     ///
@@ -427,7 +437,7 @@ impl RedisLimiterBuilder {
 
     /// How many keys' [resolver](RedisLimiterBuilder::resolver) answers this instance keeps
     /// (default 100,000; at least 1), and for how long each is used before the resolver is
-    /// asked again (default 60 s; zero asks it on every request). A full cache drops expired
+    /// asked again (default 60 s; zero asks it at least once per request). A full cache drops expired
     /// answers first, then arbitrary ones.
     ///
     /// # Examples
@@ -452,9 +462,13 @@ impl RedisLimiterBuilder {
     /// The policy a `set_policy` sets is stored in Redis (`<prefix>:live-policy`, with when
     /// it was set), and each server reads it again at most once a second, on a request; a
     /// server that starts later reads it when it connects. The newest `set_policy` of any
-    /// server wins. Until one is made, the builder's policy (or the resolver) applies; a
-    /// deploy that changes the configured policy calls `set_policy` with it, since a stored
-    /// policy wins over the builder's.
+    /// server wins. Until one is made, the builder's policy (or the resolver) applies, dated
+    /// from when the limiter was built: a server deployed later with another configured
+    /// policy moves the keys it serves, and older servers follow it and take it. Once one is
+    /// stored it wins over every configured policy, so a deploy that changes the configured
+    /// policy then calls `set_policy` with it. `set_policy` replaces a resolver for good (on
+    /// the prefix). A [`FailurePolicy::Local`](super::FailurePolicy::Local) limiter keeps its
+    /// own policy.
     ///
     /// Each key's state records the policy it is under, as with a
     /// [`resolver`](RedisLimiterBuilder::resolver): a key moves to the new policy on its next
@@ -652,6 +666,7 @@ impl RedisLimiterBuilder {
             None => Arc::new(SystemClock::new()),
         };
         let exact = self.test_clock.is_some();
+        let started = clock.now();
         let max_lease = self.lease.unwrap_or(0).min(self.policy.max_cost());
         // The instance's name in its tokens: random, so that servers never share one (a
         // serial number alone restarts with the process).
@@ -707,6 +722,7 @@ impl RedisLimiterBuilder {
             leases,
             shadow: self.shadow,
             live: self.live_policy.then(Live::default),
+            started,
         });
         if let Some(leases) = &shared.leases {
             let sweeper = sweeper(Arc::downgrade(&shared), leases.sweep_period());

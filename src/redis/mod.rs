@@ -112,14 +112,18 @@ use self::shared::Shared;
 /// shares the Redis and the key prefix shares one limit per key.
 ///
 /// Cheap to clone (the clones share the connection, the deny cache and the counters) and
-/// `Send + Sync`. Calls are async, on tokio; every call is bounded by the limiter's timeout.
+/// `Send + Sync`. Calls are async, on tokio; every round trip to Redis is bounded by the
+/// limiter's timeout. With a [resolver](RedisLimiterBuilder::resolver) or
+/// [live policies](RedisLimiterBuilder::live_policy) a request may make more than one: a
+/// read of the policy set live (at most once a second), and the move of a key to its
+/// policy (once per change), each bounded so.
 ///
 /// | call | Redis round trips |
 /// |---|---|
 /// | [`try_acquire`](RedisLimiter::try_acquire), [`try_acquire_n`](RedisLimiter::try_acquire_n), [`peek`](RedisLimiter::peek) | one `EVALSHA` (none when the deny cache answers; one more `EVAL` after a `NOSCRIPT`) |
 /// | [`reserve_n`](RedisLimiter::reserve_n) | as `try_acquire_n` |
 /// | [`settle`](RedisLimiter::settle), [`cancel`](RedisLimiter::cancel) | one `EVALSHA` (none when the reservation was refused, made by the failure policy, or is settled at what it holds) |
-/// | [`reset`](RedisLimiter::reset) | one `DEL` |
+/// | [`reset`](RedisLimiter::reset) | one `DEL` (with a resolver or live policies, a `GET` of the key's record first) |
 ///
 /// With [leases](RedisLimiterBuilder::lease), `try_acquire` (and `try_acquire_n` and `peek`
 /// when the lease holds enough) answer from a lease without a round trip; taking a lease and
@@ -350,7 +354,8 @@ impl RedisLimiter {
     }
 
     /// Deletes `key`'s state in Redis (all bands) and its refusal in this limiter's deny
-    /// cache: the key starts fresh. Returns `true` when there was state to delete. Other
+    /// cache: the key starts fresh. Returns `true` when there was state (or only a record of
+    /// its policy) to delete. Other
     /// limiters' deny caches may still refuse the key until their cached retry_after.
     ///
     /// The key's reservation tokens are deleted with it: a reservation made before, by any
@@ -498,7 +503,7 @@ impl RedisLimiter {
     ///     .connect("redis://127.0.0.1:6379")
     ///     .await?;
     /// limiter.set_policy("50/min".parse()?).await?; // every server, within a second
-    /// assert_eq!(limiter.policy().to_string(), "token-bucket 50/1min");
+    /// assert_eq!(limiter.policy().to_string(), "token-bucket 50/1m");
     /// # Ok(())
     /// # }
     /// ```
@@ -530,7 +535,7 @@ impl RedisLimiter {
     ///     })
     ///     .connect("redis://127.0.0.1:6379")
     ///     .await?;
-    /// assert_eq!(limiter.policy_of("paid-7")?.to_string(), "token-bucket 1000/1min");
+    /// assert_eq!(limiter.policy_of("paid-7")?.to_string(), "token-bucket 1000/1m");
     /// # Ok(())
     /// # }
     /// ```

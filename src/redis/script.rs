@@ -42,8 +42,8 @@ pub(super) const SOURCE: &str = concat!(
 /// value of the script below 2^53, where Lua's doubles are exact integers.
 pub(super) const MAX_WINDOW_MICROS: u64 = 1 << 50;
 
-/// The largest injected clock reading, in microseconds (2^52 us, about 142 years): see
-/// [`MAX_WINDOW_MICROS`].
+/// The bound of injected clock readings, in microseconds (2^52 us, about 142 years; a
+/// reading must be below it): see [`MAX_WINDOW_MICROS`].
 pub(super) const MAX_NOW_MICROS: u64 = 1 << 52;
 
 /// The largest charge sent to the script: a charge of at least 2N permits fills every band
@@ -658,10 +658,10 @@ pub(super) fn converted(reply: &::redis::Value) -> Result<Result<bool, Conflict>
 ///
 /// # Errors
 ///
-/// [`BackendError::ClockOutOfRange`] beyond [`MAX_NOW_MICROS`].
+/// [`BackendError::ClockOutOfRange`] at [`MAX_NOW_MICROS`] or beyond.
 pub(super) fn micros(nanos: u64) -> Result<u64, BackendError> {
     let micros = nanos / 1_000;
-    if micros > MAX_NOW_MICROS {
+    if micros >= MAX_NOW_MICROS {
         return Err(BackendError::ClockOutOfRange {
             now: Duration::from_nanos(nanos),
         });

@@ -85,12 +85,13 @@ impl Shared {
         }
     }
 
-    /// A key's record named `choice`, a policy set live later than the one known here (the
-    /// records' dates put policies set live after every resolver's answer): taken at once,
-    /// as reading the stored policy would.
+    /// A key's record named `choice`, a policy chosen later than this server's: taken at
+    /// once for every key, as reading the stored policy would, when it is a policy set live
+    /// (the records' dates put those after every resolver's answer), or when this limiter
+    /// has no resolver (another server's configured policy, started later: a deploy).
     pub(super) fn learn_live(&self, choice: &Choice) {
         if let (Some(known), Chosen::At(at)) = (&self.live, choice.chosen) {
-            if at >= live::LIVE_RANK {
+            if at >= live::LIVE_RANK || self.tiers.is_none() {
                 self.take_live(known, choice.clone());
             }
         }

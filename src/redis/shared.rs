@@ -91,6 +91,8 @@ pub(super) struct Shared {
     pub(super) shadow: bool,
     /// The policy set on any server (`RedisLimiterBuilder::live_policy`), as known here.
     pub(super) live: Option<Live>,
+    /// The clock's reading when the limiter was built: when its builder's policy was chosen.
+    pub(super) started: u64,
 }
 
 impl Drop for Shared {
@@ -144,10 +146,11 @@ impl Shared {
             return Ok(choice);
         }
         let Some(tiers) = &self.tiers else {
-            // The builder's policy, chosen before any other.
+            // The builder's policy, chosen when this limiter was built: a server started
+            // later with another configured policy is the later choice.
             return Ok(Choice {
                 tier: Arc::clone(&self.tier),
-                chosen: Chosen::At(0),
+                chosen: Chosen::Since(self.started),
             });
         };
         let (choice, changed) = tiers.tier(key, &*self.clock)?;

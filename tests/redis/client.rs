@@ -98,7 +98,12 @@ async fn throttles_on_four_instances_keep_one_quota() {
             })
             .count()
     };
-    assert_eq!((in_window(0), in_window(1)), (5, 5), "{admitted:?}");
+    // Recorded when each task saw its permit, after Redis admitted it: a loaded machine
+    // delays a record, never advances it, so a window never holds more than Redis admitted
+    // in it, and the last permits come at least two windows after the first (less the
+    // first's own delay).
+    assert!(in_window(0) <= 5 && in_window(1) <= 5, "{admitted:?}");
+    assert!(admitted[11] - first >= Duration::from_millis(1_500), "{admitted:?}");
 }
 
 #[cfg(feature = "tower")]

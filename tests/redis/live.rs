@@ -344,3 +344,44 @@ async fn a_live_policy_equal_to_a_tier_outranks_the_resolvers() {
     assert!(!other.try_acquire("k").await.unwrap().is_allowed());
     assert_eq!(other.stats().policy_moves, 0);
 }
+
+/// With nothing set live, a limiter's configured policy is dated from when it was built: a
+/// server deployed later with another policy moves the keys it serves, and the older
+/// servers follow it and take it for every key; a stored policy that cannot be read is
+/// counted, and changes nothing.
+#[tokio::test]
+async fn a_later_deploys_policy_wins_and_bad_stored_policies_are_counted() {
+    let server = RedisServer::start();
+    let clock = FakeClock::new();
+    at(&clock, T0);
+    let url = server.url();
+    let deployed = |configured: &'static str| {
+        RedisLimiter::builder(policy(configured))
+            .prefix("deploys")
+            .test_clock(clock.clone())
+            .deny_cache(0)
+            .live_policy()
+            .connect(&url)
+    };
+    let old = deployed("4/1h").await.unwrap();
+    for key in ["a", "b"] {
+        assert!(old.try_acquire_n(key, 3).await.unwrap().is_allowed());
+    }
+    clock.advance(Duration::from_millis(1));
+    let new = deployed("6/1h").await.unwrap();
+    assert_eq!(new.available("a").await.unwrap(), 3, "moved, 3 of 6 spent");
+    let d = old.try_acquire("a").await.unwrap();
+    assert!(
+        d.is_allowed() && d.limit() == 6,
+        "the older server follows: {d:?}"
+    );
+    assert_eq!(old.policy(), policy("6/1h"), "and takes it");
+    // It moves the keys it serves to it too.
+    assert_eq!(old.available("b").await.unwrap(), 3);
+    assert_eq!(old.stats().policy_moves, 1);
+
+    server.command(&["SET", "deploys:live-policy", "not a policy"]);
+    let third = deployed("6/1h").await.unwrap();
+    assert_eq!(third.stats().policy_read_failures, 1);
+    assert_eq!(third.policy(), policy("6/1h"));
+}
