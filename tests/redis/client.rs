@@ -103,7 +103,10 @@ async fn throttles_on_four_instances_keep_one_quota() {
     // in it, and the last permits come at least two windows after the first (less the
     // first's own delay).
     assert!(in_window(0) <= 5 && in_window(1) <= 5, "{admitted:?}");
-    assert!(admitted[11] - first >= Duration::from_millis(1_500), "{admitted:?}");
+    assert!(
+        admitted[11] - first >= Duration::from_millis(1_500),
+        "{admitted:?}"
+    );
 }
 
 #[cfg(feature = "tower")]
