@@ -48,9 +48,8 @@ use super::tiers::{Resolver, Tier, Tiers};
 /// [`connect`](RedisLimiterBuilder::connect) checks the settings before it connects, and
 /// refuses with [`BackendError::InvalidSetting`] (naming the setting and the value) a zero
 /// timeout, connect timeout or probe interval, `lease(0)`, a lease of more than one permit
-/// under a policy with a sliding log band, a lease with a resolver or live policies,
-/// `resolver_cache(0, _)`, and a resolver or live policies without a
-/// [`prefix`](RedisLimiterBuilder::prefix) given. A timeout or connect timeout above
+/// under a policy with a sliding log band, a lease with a resolver or live policies, and
+/// `resolver_cache(0, _)`. A timeout or connect timeout above
 /// [`MAX_TIMEOUT`](RedisLimiterBuilder::MAX_TIMEOUT) (an hour) counts as an hour, so that
 /// `Duration::MAX` means "as long as it takes" without overflowing any deadline.
 ///
@@ -131,8 +130,8 @@ impl RedisLimiterBuilder {
     /// (or its absence) and the policy's bands; limiters with a
     /// [`resolver`](RedisLimiterBuilder::resolver) or [`live_policy`](RedisLimiterBuilder::live_policy)
     /// share each key's record of its policy by prefix alone, and move and follow each other's
-    /// keys: each needs a prefix of its own, given here (connect refuses them one not given;
-    /// it cannot tell whether another limiter uses it).
+    /// keys: each needs a prefix of its own, given here (connect warns when it is left at the
+    /// default; it cannot tell whether another limiter uses a prefix).
     ///
     /// # Examples
     ///
@@ -407,9 +406,10 @@ impl RedisLimiterBuilder {
     /// forth on every renewal. A request that finds its key moved away three times in a row
     /// fails with [`BackendError::Reply`].
     ///
-    /// **Give the limiter a [`prefix`](RedisLimiterBuilder::prefix) of its own** (the
-    /// default prefix is refused at connect): the records are named by prefix and key, and
-    /// another limiter with a resolver on the same prefix would take them for its own.
+    /// **Give the limiter a [`prefix`](RedisLimiterBuilder::prefix) of its own**: the
+    /// records are named by prefix and key, and another limiter with a resolver or live
+    /// policies on the same prefix would take them for its own (they would be one limiter,
+    /// moving each other's keys). Connect logs a warning for the default prefix.
     ///
     /// The resolver runs on the request's task, with no lock held: keep it a quick lookup,
     /// and never call the limiter from it. An answer the scripts cannot decide is the
@@ -607,11 +607,12 @@ impl RedisLimiterBuilder {
             "while Redis is down every call would probe it, and the closed failure policy would tell clients to retry at once",
         )?;
         if (self.resolver.is_some() || self.live_policy) && !self.prefix_given {
-            return Err(BackendError::InvalidSetting {
-                setting: "prefix",
-                value: format!("{:?} (the default)", self.prefix),
-                reason: "a limiter with a resolver or live policies records each key's policy under its prefix, and another limiter on that prefix would take those records (and the live policy) for its own: give each such limiter a prefix of its own",
-            });
+            // Allowed (a single limiter of the kind needs no prefix), but worth a word: two
+            // on one prefix are one limiter, and take each other's records for their own.
+            log::warn!(
+                "tollgate: a Redis limiter with a resolver or live policies on the default prefix `{}`: every such limiter on it shares the keys' policy records and the policy set live; give each a prefix of its own",
+                self.prefix
+            );
         }
         if self.resolver_cache.0 == 0 {
             return Err(BackendError::InvalidSetting {

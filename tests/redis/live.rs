@@ -166,20 +166,15 @@ async fn the_newest_change_wins_everywhere() {
         ),
         "{err}"
     );
+    // The default prefix is allowed (a warning is logged): a limiter alone on it works.
     let unnamed = RedisLimiter::builder(policy("10/1h"))
         .live_policy()
         .connect(&server.url())
         .await
-        .unwrap_err();
-    assert!(
-        matches!(
-            unnamed,
-            BackendError::InvalidSetting {
-                setting: "prefix",
-                ..
-            }
-        ),
-        "{unnamed}"
+        .unwrap();
+    assert_eq!(
+        unnamed.set_policy(policy("5/1h")).await.unwrap(),
+        policy("5/1h")
     );
     let leased = RedisLimiter::builder(policy("10/1h"))
         .prefix("leased")
