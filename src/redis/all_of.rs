@@ -411,8 +411,8 @@ impl<'a> RedisAllOf<'a> {
                 true,
                 lead.timeout,
             );
-            let failed = match call.await {
-                Ok(Ok(reply)) => match script::conflict(&reply) {
+            let failed = match Moved::reply(call.await) {
+                Ok(reply) => match script::conflict(&reply) {
                     None => break reply,
                     // A part's state is under another policy: follow it, or move the state.
                     Some(conflict) => match conflict.part.filter(|&i| i < self.parts.len()) {
@@ -443,8 +443,7 @@ impl<'a> RedisAllOf<'a> {
                         None => Moved::Other(BackendError::Reply(format!("{reply:?}"))),
                     },
                 },
-                Ok(Err(err)) => Moved::Redis(err),
-                Err(_) => Moved::Timeout,
+                Err(failed) => failed,
             };
             return match failed {
                 Moved::Redis(err) if conn::is_unavailable(&err) => {

@@ -29,7 +29,7 @@ pub(super) const NOT_IN_REDIS: Marks = [u64::MAX; Policy::MAX_BANDS];
 /// A request's decision, for a reservation or a lease that Redis admitted each band's mark
 /// ([`NOT_IN_REDIS`] when the failure policy decided), for a lease the permits it took, and
 /// the policy it was decided under.
-pub(super) type Decided = (Decision, Marks, u64, Policy);
+pub(super) type KeyDecided = (Decision, Marks, u64, Policy);
 
 /// How many times one request moves its key to its policy before it gives up (another
 /// server moving it back each time: servers whose resolvers disagree).
@@ -43,6 +43,19 @@ pub(super) enum Moved {
     Timeout,
     /// Anything else (an unexpected reply, a record that is no policy, too many moves).
     Other(BackendError),
+}
+
+impl Moved {
+    /// A script call's outcome (`conn::Script::call`): its reply, or why there is none.
+    pub(super) fn reply(
+        call: Result<Result<::redis::Value, ::redis::RedisError>, tokio::time::error::Elapsed>,
+    ) -> Result<::redis::Value, Moved> {
+        match call {
+            Ok(Ok(reply)) => Ok(reply),
+            Ok(Err(err)) => Err(Moved::Redis(err)),
+            Err(_) => Err(Moved::Timeout),
+        }
+    }
 }
 
 /// The error of a request whose key was moved to another policy [`MAX_MOVES`] times.
@@ -251,11 +264,7 @@ impl Shared {
                     self.timeout,
                 )
                 .await;
-            let reply = match reply {
-                Ok(Ok(reply)) => reply,
-                Ok(Err(err)) => return Err(Moved::Redis(err)),
-                Err(_) => return Err(Moved::Timeout),
-            };
+            let reply = Moved::reply(reply)?;
             match script::converted(&reply).map_err(Moved::Other)? {
                 Ok(moved) => {
                     if moved {
@@ -275,7 +284,7 @@ impl Shared {
     /// Decides what `ask` asks for `key`: the decision, for a reservation or a lease that
     /// Redis admitted each band's mark ([`NOT_IN_REDIS`] when the failure policy decided),
     /// and for a lease the permits it took (0 when refused or not decided by Redis).
-    pub(super) async fn decide(&self, key: &str, ask: Ask) -> Result<Decided, BackendError> {
+    pub(super) async fn decide(&self, key: &str, ask: Ask) -> Result<KeyDecided, BackendError> {
         self.read_live().await;
         let mut choice = self.tier_of(key)?;
         // A peek is a request of cost 1 that writes nothing: the deny cache treats it so.
@@ -314,8 +323,8 @@ impl Shared {
                 true,
                 self.timeout,
             );
-            let failed = match call.await {
-                Ok(Ok(reply)) => match script::conflict(&reply) {
+            let failed = match Moved::reply(call.await) {
+                Ok(reply) => match script::conflict(&reply) {
                     None => break reply,
                     // The key's state is under another policy: follow it, or move the state.
                     Some(conflict) if moves < MAX_MOVES => {
@@ -336,8 +345,7 @@ impl Shared {
                     }
                     Some(_) => Moved::Other(kept_changing(key)),
                 },
-                Ok(Err(err)) => Moved::Redis(err),
-                Err(_) => Moved::Timeout,
+                Err(failed) => failed,
             };
             return match failed {
                 Moved::Redis(err) if conn::is_unavailable(&err) => {
@@ -398,7 +406,7 @@ impl Shared {
         key: &str,
         ask: Ask,
         err: BackendError,
-    ) -> Result<Decided, BackendError> {
+    ) -> Result<KeyDecided, BackendError> {
         self.switch_to_failure(&err);
         self.fallback(tier, key, ask, err)
     }
@@ -425,7 +433,7 @@ impl Shared {
         key: &str,
         ask: Ask,
         err: BackendError,
-    ) -> Result<Decided, BackendError> {
+    ) -> Result<KeyDecided, BackendError> {
         bump(&self.counters.failure_decisions);
         // Open and Closed read no band's state: they report the shortest window's permits.
         let limit = tier.policy.first_band().permits();
