@@ -9,13 +9,15 @@
 //! ```
 //!
 //! Contestants: `tollgate` (a `RateLimiter<u64>`, one hot key), `direct` (a `DirectLimiter`),
+//! `all_of` and `three_calls` (the criterion `all_of` group's two: three hot parts in one
+//! `AllOf`, and the same three decided one after another),
 //! `mutex_fast` (the same GCRA in a `parking_lot::Mutex<HashMap<u64, u64>>` with foldhash:
 //! benches/limiters/baseline.rs), `floor` (a clock read, a load and a compare-and-swap) and
 //! `clock` (a clock read alone). Each call goes through a function that is never inlined.
 
 use std::hint::black_box;
 
-use tollgate::{Clock, Decision, DirectLimiter, RateLimiter, SystemClock};
+use tollgate::{AllOf, Clock, Decision, DirectLimiter, RateLimiter, SystemClock};
 
 #[path = "../benches/limiters/baseline.rs"]
 #[allow(dead_code)]
@@ -31,6 +33,31 @@ fn keyed(l: &RateLimiter<u64>, k: &u64) -> Decision {
 #[inline(never)]
 fn direct(l: &DirectLimiter) -> Decision {
     l.try_acquire()
+}
+
+/// The `all_of` benchmark's three parts: a user's key, a budget of tokens at a cost of 100
+/// and a global direct limiter.
+struct Three {
+    users: RateLimiter<u64>,
+    tokens: RateLimiter<u64>,
+    global: DirectLimiter,
+}
+
+#[inline(never)]
+fn all_of(t: &Three, k: &u64) -> bool {
+    AllOf::new()
+        .key(&t.users, k)
+        .key_n(&t.tokens, k, 100)
+        .direct(&t.global)
+        .try_acquire()
+        .is_allowed()
+}
+
+#[inline(never)]
+fn three_calls(t: &Three, k: &u64) -> bool {
+    t.users.try_acquire(k).is_allowed()
+        & t.tokens.try_acquire_n(k, 100).is_ok_and(|d| d.is_allowed())
+        & t.global.try_acquire().is_allowed()
 }
 
 #[inline(never)]
@@ -69,6 +96,20 @@ fn main() {
                 let _ = black_box(direct(black_box(&l)));
             }
         }
+        "all_of" | "three_calls" => {
+            let t = Three {
+                users: RateLimiter::new(policy),
+                // As the benchmark's: 10^12 tokens at once, never exhausted at a cost of 100.
+                tokens: RateLimiter::new(
+                    "token-bucket 1000000000000/1000s".parse().expect("policy"),
+                ),
+                global: DirectLimiter::new(policy),
+            };
+            let decide = if which == "all_of" { all_of } else { three_calls };
+            for _ in 0..calls {
+                black_box(decide(black_box(&t), black_box(&key)));
+            }
+        }
         "mutex_fast" => {
             let l: MutexFast<u64> = MutexFast::new(permits, window_nanos);
             for _ in 0..calls {
@@ -87,6 +128,6 @@ fn main() {
                 black_box(clock(black_box(&c)));
             }
         }
-        other => panic!("unknown contestant {other}: tollgate, direct, mutex_fast, floor, clock"),
+        other => panic!("unknown contestant {other}: tollgate, direct, all_of, three_calls, mutex_fast, floor, clock"),
     }
 }

@@ -12,10 +12,16 @@ use tollgate::{AllOf, DirectLimiter, RateLimiter};
 
 use crate::common::{self, FAST};
 
+/// The budget of tokens: one token a nanosecond, 10^12 at once.
+const TOKENS: &str = "token-bucket 1000000000000/1000s";
+
 pub fn bench(c: &mut Criterion) {
     let mut g = common::group(c, "all_of");
     let users: RateLimiter<u64> = RateLimiter::new(common::policy(FAST));
-    let tokens: RateLimiter<u64> = RateLimiter::new(common::policy(FAST));
+    // A budget no run can exhaust at a cost of 100 (a burst of 10^12 tokens): every decision
+    // in both contestants is an admission. A `FAST` budget, 10^9 a second, runs out within a
+    // second at this cost, and the rest of the run would time refusals.
+    let tokens: RateLimiter<u64> = RateLimiter::new(common::policy(TOKENS));
     let global = DirectLimiter::new(common::policy(FAST));
     let user = 7_u64;
 
