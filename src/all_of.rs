@@ -3,6 +3,7 @@
 use std::fmt;
 use std::hash::{BuildHasher, Hash};
 
+use crate::clock::Reading;
 use crate::decision::Decision;
 use crate::direct::DirectLimiter;
 use crate::error::CostError;
@@ -103,6 +104,17 @@ pub use self::parts::{DirectPart, KeyPart};
 /// [`peek`](AllOf::peek) refuse such a request, spending nothing, with a `retry_after` of
 /// `u64::MAX` nanoseconds (never) and [`Decision::part`] naming the part. Check costs that
 /// come from input with `check` or `reserve`.
+///
+/// **One instant.** [`try_acquire`](AllOf::try_acquire) and [`reserve`](AllOf::reserve)
+/// read the time once: the parts on the system clock decide at that one reading of the
+/// machine's counter, each from its own clock's zero (see
+/// [`Clock::now_in`](crate::Clock::now_in)), so they agree on when the request came and the
+/// decision pays for one clock read, not one per part. A part on a clock of another kind
+/// ([`FakeClock`](crate::FakeClock), a clock of your own) reads its own. A key its limiter
+/// does not track yet is decided at its limiter's own time, and the parts after it read the
+/// time afresh: creating a key may take long (a resolver's lookup, its bucket's lock, a
+/// sweep), and a part decided at an instant that long past could admit, in real time, more
+/// than its policy. Give-backs and peeks read each limiter's own clock.
 ///
 /// An `AllOf` borrows its limiters and keys and allocates nothing to decide; build one per
 /// request. With no part it allows everything.
@@ -206,7 +218,7 @@ impl<P: Parts> AllOf<P> {
     pub fn try_acquire(&self) -> Decision {
         let mut tally = Tally::default();
         // An admission keeps its permits: what each part holds is dropped unsettled.
-        self.parts.acquire_all(&mut tally);
+        self.parts.acquire_all(&mut tally, &mut Reading::default());
         tally.decision()
     }
 
@@ -240,7 +252,9 @@ impl<P: Parts> AllOf<P> {
     pub fn reserve(&self) -> Result<AllOfReservation, PartError> {
         let mut tally = Tally::default();
         let mut held = P::Held::default();
-        let admitted = self.parts.take_all(&mut tally, &mut held);
+        let admitted = self
+            .parts
+            .take_all(&mut tally, &mut held, &mut Reading::default());
         self.error(&tally)?;
         let mut parts = Vec::with_capacity(P::LEN);
         if admitted {

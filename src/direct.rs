@@ -7,7 +7,7 @@ use std::sync::{Mutex, OnceLock};
 use crossbeam_utils::CachePadded;
 use scc::{AtomicShared, Guard, Shared, Tag};
 
-use crate::clock::{Clock, SystemClock};
+use crate::clock::{Clock, Fixed, Reading, SystemClock};
 use crate::decision::Decision;
 use crate::engine::dispatch::{Builder, Holds, PerAlgorithm, Storage};
 use crate::engine::rebuilds::Rebuilds;
@@ -217,6 +217,19 @@ impl<C: Clock> DirectLimiter<C> {
     /// ```
     #[inline(always)]
     pub fn try_acquire(&self) -> Decision {
+        self.acquire_at(&mut Reading::default())
+    }
+
+    /// [`try_acquire`](DirectLimiter::try_acquire) at `reading`'s instant (see
+    /// [`Clock::now_in`]): a fresh one, or the one reading of an `AllOf`.
+    #[inline(always)]
+    pub(crate) fn acquire_at(&self, reading: &mut Reading) -> Decision {
+        self.acquire_on(&Fixed(self.clock.now_in(reading)))
+    }
+
+    /// [`DirectLimiter::acquire_at`], at `clock`'s time.
+    #[inline(always)]
+    fn acquire_on(&self, clock: &impl Clock) -> Decision {
         // Relaxed: a stale `PLAIN` sends the request to the first state's word, which decides
         // exactly whether or not the key is striped (stripes only hold runs the word handed
         // out), and which a policy change retires before it changes the mode (see
@@ -225,26 +238,26 @@ impl<C: Clock> DirectLimiter<C> {
             // The token bucket's cost-1 check is the hottest path of the crate: straight to
             // the cell, with no cost check (1 is within every policy) and no Result to unwrap.
             if let PerAlgorithm::TokenBucket(direct) = &self.first.state {
-                let now = self.clock.now();
+                let now = clock.now();
                 let lost = || self.lost_one();
                 if let Some((decision, _)) = direct.cell.reserve_at(&direct.params, now, 1, lost) {
                     return decision;
                 }
             }
         }
-        self.acquire_one()
+        self.acquire_one(clock)
     }
 
     /// A striped key's hot path: a permit of the calling thread's own stripe, on the first
     /// state (no guard to take).
     #[inline(always)]
-    fn striped_home(&self) -> Option<Decision> {
+    fn striped_home(&self, clock: &impl Clock) -> Option<Decision> {
         let (PerAlgorithm::TokenBucket(direct), Some(stripes)) =
             (&self.first.state, self.first.stripes.get())
         else {
             return None;
         };
-        let now = self.clock.now();
+        let now = clock.now();
         stripes.try_home(&direct.cell, &direct.params, now)
     }
 
@@ -266,34 +279,34 @@ impl<C: Clock> DirectLimiter<C> {
     /// policy change: a striped key's own stripe first, in a small frame; the rest in
     /// [`DirectLimiter::acquire_rest`].
     #[inline(never)]
-    fn acquire_one(&self) -> Decision {
+    fn acquire_one(&self, clock: &impl Clock) -> Decision {
         // Relaxed: as in `try_acquire`; a stale mode only moves the request between the
         // stripes and the word, both exact.
         if self.mode.load(Ordering::Relaxed) == STRIPED {
-            if let Some(decision) = self.striped_home() {
+            if let Some(decision) = self.striped_home(clock) {
                 return decision;
             }
         }
-        self.acquire_rest()
+        self.acquire_rest(clock)
     }
 
     /// [`DirectLimiter::acquire_one`] past a striped key's own stripe.
     #[inline(never)]
-    fn acquire_rest(&self) -> Decision {
+    fn acquire_rest(&self, clock: &impl Clock) -> Decision {
         let mode = self.mode.load(Ordering::Relaxed);
         if mode == STRIPED {
-            if let Some(decision) = self.striped(&self.first) {
+            if let Some(decision) = self.striped(&self.first, clock) {
                 return decision;
             }
         } else if mode & STRIPED != 0 {
             let guard = Guard::new();
             if let Some(generation) = self.latest(&guard) {
-                if let Some(decision) = self.striped(generation) {
+                if let Some(decision) = self.striped(generation, clock) {
                     return decision;
                 }
             }
         }
-        match self.decide(1) {
+        match self.decide(1, clock) {
             Ok(decision) => decision,
             // Every policy has at least one permit, so a cost of 1 is always acceptable.
             Err(_) => unreachable!("a cost of 1 is within every policy"),
@@ -302,11 +315,11 @@ impl<C: Clock> DirectLimiter<C> {
 
     /// A request of cost 1 on the stripes of `generation`'s token bucket. `None` for another
     /// algorithm or a retired state: the caller decides on the state as for any request.
-    fn striped(&self, generation: &Generation) -> Option<Decision> {
+    fn striped(&self, generation: &Generation, clock: &impl Clock) -> Option<Decision> {
         let PerAlgorithm::TokenBucket(direct) = &generation.state else {
             return None;
         };
-        let now = self.clock.now();
+        let now = clock.now();
         let stripes = generation
             .stripes
             .get_or_init(|| Stripes::for_machine(&direct.params, now));
@@ -337,18 +350,29 @@ impl<C: Clock> DirectLimiter<C> {
     /// ```
     #[inline]
     pub fn try_acquire_n(&self, n: u64) -> Result<Decision, CostError> {
+        self.acquire_n_at(n, &mut Reading::default())
+    }
+
+    /// [`try_acquire_n`](DirectLimiter::try_acquire_n) at `reading`'s instant, as
+    /// [`acquire_at`](DirectLimiter::acquire_at).
+    #[inline(always)]
+    pub(crate) fn acquire_n_at(
+        &self,
+        n: u64,
+        reading: &mut Reading,
+    ) -> Result<Decision, CostError> {
         if n == 1 {
             // The path that knows the stripes.
-            return Ok(self.try_acquire());
+            return Ok(self.acquire_at(reading));
         }
         CostError::nonzero(n)?;
-        self.decide(n)
+        self.decide(n, &Fixed(self.clock.now_in(reading)))
     }
 
     #[inline(always)]
-    fn decide(&self, cost: u64) -> Result<Decision, CostError> {
+    fn decide(&self, cost: u64, clock: &impl Clock) -> Result<Decision, CostError> {
         // Inlined, the marks are never stored.
-        self.reserve_cost(cost).map(|(decision, _)| decision)
+        self.reserve_cost(cost, clock).map(|(decision, _)| decision)
     }
 
     /// Takes `n` permits now for a request whose real cost is known later: decided exactly as
@@ -373,7 +397,9 @@ impl<C: Clock> DirectLimiter<C> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn reserve_n(&self, n: u64) -> Result<Reservation, CostError> {
-        self.take_part(n, |decision, held| self.part_reservation(decision, n, held))
+        self.take_part(n, &mut Reading::default(), |decision, held| {
+            self.part_reservation(decision, n, held)
+        })
     }
 
     /// [`reserve_n`](DirectLimiter::reserve_n), guarded: the [`ReservationGuard`] cancels the
@@ -486,17 +512,19 @@ impl<C: Clock> DirectLimiter<C> {
     }
 
     /// A request of `cost` decided as [`reserve_n`](DirectLimiter::reserve_n) decides it, for
-    /// a part of an `AllOf`: the decision and what a reservation of it keeps.
+    /// a part of an `AllOf`: the decision and what a reservation of it keeps. Decided at
+    /// `reading`'s instant, as [`acquire_at`](DirectLimiter::acquire_at).
     #[inline]
     pub(crate) fn take_part<R>(
         &self,
         cost: u64,
+        reading: &mut Reading,
         on: impl FnOnce(Decision, PartHeld) -> R,
     ) -> Result<R, CostError> {
         CostError::nonzero(cost)?;
         // Read before the decision, as `reserve_n`'s origin.
         let made = self.rebuilds.read();
-        let (decision, marks) = self.reserve_cost(cost)?;
+        let (decision, marks) = self.reserve_cost(cost, &Fixed(self.clock.now_in(reading)))?;
         let held = PartHeld {
             marks,
             made,
@@ -543,26 +571,30 @@ impl<C: Clock> DirectLimiter<C> {
 
     /// A request of `cost`, and where its admission stands.
     #[inline(always)]
-    fn reserve_cost(&self, cost: u64) -> Result<(Decision, Marks), CostError> {
+    fn reserve_cost(&self, cost: u64, clock: &impl Clock) -> Result<(Decision, Marks), CostError> {
         // Relaxed: a stale `REPLACED` bit only sends us to the first state, which a policy
         // change retires before it sets the bit, so we then get `None` and take the slow path.
         if self.mode.load(Ordering::Relaxed) & REPLACED == 0 {
-            if let Some(result) = self.first.state.reserve_checked(&self.clock, cost) {
+            if let Some(result) = self.first.state.reserve_checked(clock, cost) {
                 return result;
             }
         }
-        self.acquire_replaced(cost)
+        self.acquire_replaced(cost, clock)
     }
 
     /// The path after a policy change: the latest generation, behind a pointer.
     #[cold]
     #[inline(never)]
-    fn acquire_replaced(&self, cost: u64) -> Result<(Decision, Marks), CostError> {
+    fn acquire_replaced(
+        &self,
+        cost: u64,
+        clock: &impl Clock,
+    ) -> Result<(Decision, Marks), CostError> {
         let guard = Guard::new();
         let mut retry = Retry::new();
         loop {
             if let Some(generation) = self.latest(&guard) {
-                if let Some(result) = generation.state.reserve_checked(&self.clock, cost) {
+                if let Some(result) = generation.state.reserve_checked(clock, cost) {
                     return result;
                 }
             }

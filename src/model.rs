@@ -350,6 +350,7 @@ impl<C: Clock> crate::all_of::Part for ModelPart<'_, C> {
         index: usize,
         tally: &mut crate::all_of::Tally,
         slot: &mut Option<Self::Held>,
+        _: &mut crate::clock::Reading,
     ) -> bool {
         let taken = self
             .cell
@@ -361,8 +362,13 @@ impl<C: Clock> crate::all_of::Part for ModelPart<'_, C> {
 
     /// A model cell has one way to decide: the part added last takes as the others do,
     /// and its permits stay spent.
-    fn acquire(&self, index: usize, tally: &mut crate::all_of::Tally) -> bool {
-        self.take(index, tally, &mut None)
+    fn acquire(
+        &self,
+        index: usize,
+        tally: &mut crate::all_of::Tally,
+        reading: &mut crate::clock::Reading,
+    ) -> bool {
+        self.take(index, tally, &mut None, reading)
     }
 
     fn look_own(&self, index: usize, tally: &mut crate::all_of::Tally) {
@@ -426,7 +432,7 @@ impl ModelAllOf {
         };
         let chain = (part(1 - first), (part(first), ()));
         let mut tally = crate::all_of::Tally::default();
-        chain.acquire_all(&mut tally);
+        chain.acquire_all(&mut tally, &mut crate::clock::Reading::default());
         tally.decision()
     }
 

@@ -13,7 +13,7 @@ use std::borrow::Borrow;
 use std::fmt;
 use std::hash::{BuildHasher, Hash};
 
-use crate::clock::Clock;
+use crate::clock::{Clock, Reading};
 use crate::decision::Decision;
 use crate::direct::DirectLimiter;
 use crate::error::CostError;
@@ -31,17 +31,25 @@ pub trait Part {
     /// mode).
     type Held;
 
-    /// Takes the part's permits, recording its decision in `tally` as part `index`: whether
-    /// the part let the request through, and in `slot` what holds the permits (`None` when
-    /// it refused, or let the request through without spending). Written where the decision
-    /// is made, what holds them is never moved through the request path's results (moved, it
-    /// costs store-forwarding stalls).
-    fn take(&self, index: usize, tally: &mut Tally, slot: &mut Option<Self::Held>) -> bool;
+    /// Takes the part's permits at the decision's one `reading` of the time (see
+    /// [`Clock::now_in`]; a part that took a path that may take long, a key new to its
+    /// limiter, clears it, so that the parts after it read the time afresh), recording its
+    /// decision in `tally` as part `index`: whether the part let the request through, and in
+    /// `slot` what holds the permits (`None` when it refused, or let the request through
+    /// without spending). Written where the decision is made, what holds them is never moved
+    /// through the request path's results (moved, it costs store-forwarding stalls).
+    fn take(
+        &self,
+        index: usize,
+        tally: &mut Tally,
+        slot: &mut Option<Self::Held>,
+        reading: &mut Reading,
+    ) -> bool;
     /// Spends the part's permits for good, recording its decision in `tally` as part
     /// `index`: whether it let the request through. For the part added last, which is never
     /// given back: by the limiter's own request path, which is faster than a reservation's
-    /// (and spreads a contended key over stripes).
-    fn acquire(&self, index: usize, tally: &mut Tally) -> bool;
+    /// (and spreads a contended key over stripes). At `reading`, as `take`.
+    fn acquire(&self, index: usize, tally: &mut Tally, reading: &mut Reading) -> bool;
     /// Records in `tally`, as part `index`, what `acquire` would decide now, taking nothing:
     /// by the limiter's own peek (which counts a striped key's stripes for a cost of 1).
     fn look_own(&self, index: usize, tally: &mut Tally);
@@ -75,7 +83,9 @@ pub(crate) fn record<H>(
 ) -> bool {
     tally.decided(index, &decision, cost);
     if decision.spent() {
-        *slot = Some(held);
+        // Each part is taken once, into an empty slot: nothing to drop there first.
+        debug_assert!(slot.is_none(), "a part is taken once");
+        slot.get_or_insert(held);
     }
     decision.is_allowed()
 }
@@ -159,20 +169,30 @@ where
     type Held = PartHeld;
 
     #[inline]
-    fn take(&self, index: usize, tally: &mut Tally, slot: &mut Option<PartHeld>) -> bool {
+    fn take(
+        &self,
+        index: usize,
+        tally: &mut Tally,
+        slot: &mut Option<PartHeld>,
+        reading: &mut Reading,
+    ) -> bool {
         let cost = self.cost;
-        let taken = self.limiter.take_part(self.key, cost, |decision, held| {
-            record(index, cost, (decision, held), slot, tally)
-        });
+        let taken = self.limiter.take_part(
+            self.key,
+            cost,
+            reading,
+            #[inline(always)]
+            |decision, held| record(index, cost, (decision, held), slot, tally),
+        );
         record_error(index, taken, tally)
     }
 
     #[inline]
-    fn acquire(&self, index: usize, tally: &mut Tally) -> bool {
+    fn acquire(&self, index: usize, tally: &mut Tally, reading: &mut Reading) -> bool {
         let decided = if self.cost == 1 {
-            Ok(self.limiter.try_acquire(self.key))
+            Ok(self.limiter.acquire_at(self.key, reading))
         } else {
-            self.limiter.try_acquire_n(self.key, self.cost)
+            self.limiter.acquire_n_at(self.key, self.cost, reading)
         };
         let taken =
             decided.map(|decision| record(index, self.cost, (decision, ()), &mut None, tally));
@@ -261,21 +281,26 @@ impl<C: Clock> Part for DirectPart<'_, C> {
     type Held = PartHeld;
 
     #[inline]
-    fn take(&self, index: usize, tally: &mut Tally, slot: &mut Option<PartHeld>) -> bool {
+    fn take(
+        &self,
+        index: usize,
+        tally: &mut Tally,
+        slot: &mut Option<PartHeld>,
+        reading: &mut Reading,
+    ) -> bool {
         let cost = self.cost;
-        let taken = self.limiter.take_part(cost, |decision, held| {
-            record(index, cost, (decision, held), slot, tally)
-        });
+        let taken = self.limiter.take_part(
+            cost,
+            reading,
+            #[inline(always)]
+            |decision, held| record(index, cost, (decision, held), slot, tally),
+        );
         record_error(index, taken, tally)
     }
 
     #[inline]
-    fn acquire(&self, index: usize, tally: &mut Tally) -> bool {
-        let decided = if self.cost == 1 {
-            Ok(self.limiter.try_acquire())
-        } else {
-            self.limiter.try_acquire_n(self.cost)
-        };
+    fn acquire(&self, index: usize, tally: &mut Tally, reading: &mut Reading) -> bool {
+        let decided = self.limiter.acquire_n_at(self.cost, reading);
         let taken =
             decided.map(|decision| record(index, self.cost, (decision, ()), &mut None, tally));
         record_error(index, taken, tally)
@@ -332,10 +357,10 @@ pub trait Chain {
     /// Takes every part in the order added, recording each decision in `tally` and what each
     /// part holds in `held`: whether all of them let the request through; when one refused,
     /// nothing is held anywhere (the parts after it only looked at).
-    fn take_all(&self, tally: &mut Tally, held: &mut Self::Held) -> bool;
+    fn take_all(&self, tally: &mut Tally, held: &mut Self::Held, reading: &mut Reading) -> bool;
     /// As `take_all`, spending for good: the part added last by its limiter's own request
     /// path (`Part::acquire`), as nothing ever gives it back. The answer is in `tally`.
-    fn acquire_all(&self, tally: &mut Tally);
+    fn acquire_all(&self, tally: &mut Tally, reading: &mut Reading);
     /// Gives back what `take_all` took, the last added first, leaving `held` empty.
     fn give_back_all(&self, held: &mut Self::Held);
     /// Records what every part would decide now, taking nothing.
@@ -366,11 +391,11 @@ impl Chain for () {
     const LEN: usize = 0;
     type Held = ();
 
-    fn take_all(&self, _: &mut Tally, (): &mut ()) -> bool {
+    fn take_all(&self, _: &mut Tally, (): &mut (), _: &mut Reading) -> bool {
         true
     }
 
-    fn acquire_all(&self, _: &mut Tally) {}
+    fn acquire_all(&self, _: &mut Tally, _: &mut Reading) {}
 
     fn give_back_all(&self, (): &mut ()) {}
 
@@ -400,15 +425,20 @@ impl<X: Part, R: Chain> Chain for (X, R) {
     type Held = (Option<X::Held>, R::Held);
 
     #[inline]
-    fn take_all(&self, tally: &mut Tally, (mine, before): &mut Self::Held) -> bool {
+    fn take_all(
+        &self,
+        tally: &mut Tally,
+        (mine, before): &mut Self::Held,
+        reading: &mut Reading,
+    ) -> bool {
         let (part, earlier) = self;
         let index = R::LEN;
-        if !earlier.take_all(tally, before) {
+        if !earlier.take_all(tally, before, reading) {
             // An earlier part refused: this one is only looked at, for the longest wait.
             part.look(index, tally);
             return false;
         }
-        if part.take(index, tally, mine) {
+        if part.take(index, tally, mine, reading) {
             true
         } else {
             earlier.give_back_all(before);
@@ -417,13 +447,13 @@ impl<X: Part, R: Chain> Chain for (X, R) {
     }
 
     #[inline]
-    fn acquire_all(&self, tally: &mut Tally) {
+    fn acquire_all(&self, tally: &mut Tally, reading: &mut Reading) {
         let (part, earlier) = self;
         let index = R::LEN;
         let mut before = R::Held::default();
-        if !earlier.take_all(tally, &mut before) {
+        if !earlier.take_all(tally, &mut before, reading) {
             part.look_own(index, tally);
-        } else if !part.acquire(index, tally) {
+        } else if !part.acquire(index, tally, reading) {
             earlier.give_back_all(&mut before);
         }
         // Admitted, what the earlier parts hold stays spent.

@@ -469,3 +469,80 @@ fn debug_shows_each_parts_name_and_cost() {
          (KeyPart { name: Some(\"tokens\"), cost: 3, .. }, ())) }"
     );
 }
+
+/// A part whose key is new to its limiter may take long (here a resolver that sleeps 300 ms):
+/// the parts after it decide at a fresh reading of the time, not at the one taken before it,
+/// which would see 300 ms less of a refill (and could admit more, in real time, than a
+/// policy allows).
+#[test]
+fn a_part_after_a_key_new_to_its_limiter_reads_the_time_afresh() {
+    use crate::clock::SystemClock;
+
+    let slow: RateLimiter<String, SystemClock> = RateLimiter::with_resolver(
+        |_: &String| {
+            std::thread::sleep(Duration::from_millis(300));
+            "10/1s".parse().unwrap()
+        },
+        SystemClock::new(),
+    );
+    let global = DirectLimiter::new("1/1s".parse().unwrap());
+    assert!(global.try_acquire().is_allowed());
+    let refused = AllOf::new().key(&slow, "new").direct(&global).try_acquire();
+    assert!(!refused.is_allowed());
+    assert_eq!(refused.part(), 1);
+    // Decided at least 300 ms after the global permit was spent: at most 700 ms to wait
+    // (decided at the reading taken before the slow part, it would be about 1 s).
+    assert!(
+        refused.retry_after() <= Duration::from_millis(700),
+        "retry after {:?}",
+        refused.retry_after()
+    );
+    // The refusal gave the new key's permit back.
+    assert_eq!(slow.available("new"), 10);
+}
+
+/// A system clock that notes, each time a part asks it for the time at the decision's
+/// reading, whether the reading was already taken.
+#[derive(Default)]
+struct Probe {
+    clock: crate::clock::SystemClock,
+    found_taken: std::sync::Mutex<Vec<bool>>,
+}
+
+impl crate::Clock for Probe {
+    fn now(&self) -> u64 {
+        self.clock.now()
+    }
+
+    fn now_in(&self, reading: &mut crate::clock::Reading) -> u64 {
+        self.found_taken.lock().unwrap().push(reading.is_taken());
+        self.clock.now_in(reading)
+    }
+}
+
+/// The first part takes the decision's one reading of the time and every later part
+/// decides at it; a key new to its limiter clears it, and the part after it takes a new one.
+#[test]
+fn the_parts_share_one_reading_until_a_key_is_new() {
+    let probe = Arc::new(Probe::default());
+    let direct = |policy: &str| DirectLimiter::with_clock(policy.parse().unwrap(), probe.clone());
+    let (first, second) = (direct("10/1h"), direct("10/1h"));
+    let users: RateLimiter<String, Arc<Probe>> =
+        RateLimiter::with_clock("10/1h".parse().unwrap(), probe.clone());
+    let all = || {
+        AllOf::new()
+            .direct(&first)
+            .key(&users, "ann")
+            .direct(&second)
+    };
+
+    assert!(all().try_acquire().is_allowed());
+    // "ann" was new: the part after it read afresh.
+    assert_eq!(*probe.found_taken.lock().unwrap(), [false, true, false]);
+    probe.found_taken.lock().unwrap().clear();
+    assert!(all().try_acquire().is_allowed());
+    assert_eq!(*probe.found_taken.lock().unwrap(), [false, true, true]);
+    probe.found_taken.lock().unwrap().clear();
+    assert!(all().reserve().unwrap().decision().is_allowed());
+    assert_eq!(*probe.found_taken.lock().unwrap(), [false, true, true]);
+}

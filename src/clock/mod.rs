@@ -32,7 +32,7 @@ mod tokio_clock;
 
 pub use coarse::{ClockError, CoarseClock};
 pub use fake::FakeClock;
-pub use source::Clock;
+pub use source::{Clock, Reading};
 pub use system::SystemClock;
 #[cfg(feature = "tokio")]
 pub use tokio_clock::TokioClock;

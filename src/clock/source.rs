@@ -47,12 +47,87 @@ pub trait Clock: Send + Sync {
     fn granularity(&self) -> Duration {
         Duration::ZERO
     }
+
+    /// This clock's time, in the nanoseconds of [`now`](Clock::now), at one reading shared
+    /// by the clocks of a decision over several limiters ([`AllOf`](crate::AllOf)), so that
+    /// the parts decide at one instant and the decision pays for one reading, not one per
+    /// part.
+    ///
+    /// The default is [`now`](Clock::now), read afresh; it leaves `reading` alone (a clock
+    /// of its own decides at its own instant). [`SystemClock`](super::SystemClock) takes the
+    /// reading of the machine's counter if `reading` holds none yet, and answers from the
+    /// one it holds, which every `SystemClock` shares.
+    ///
+    /// An implementation must answer what `now` would have answered at some instant since
+    /// `reading` was made: the same zero, never ahead of a `now` read after it. The limiters
+    /// decide with it as with `now`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::clock::{Clock, FakeClock, Reading};
+    ///
+    /// let clock = FakeClock::new();
+    /// let mut reading = Reading::default();
+    /// assert_eq!(clock.now_in(&mut reading), 0); // a clock of its own: its own time
+    /// ```
+    #[inline]
+    fn now_in(&self, reading: &mut Reading) -> u64 {
+        let _ = reading;
+        self.now()
+    }
+}
+
+/// One reading of the machine's monotonic counter, shared by the clocks of one decision over
+/// several limiters (see [`Clock::now_in`]): empty until the first clock that can use it
+/// takes it. Make one per decision: a reading kept stops time for every clock given it (it
+/// is neither `Clone` nor `Copy`, so that one is not kept by mistake).
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate::clock::{Clock, Reading, SystemClock};
+///
+/// let (first, second) = (SystemClock::new(), SystemClock::new());
+/// let mut reading = Reading::default();
+/// let at_first = first.now_in(&mut reading); // reads the counter
+/// std::thread::sleep(Duration::from_millis(2));
+/// let at_second = second.now_in(&mut reading); // the same reading, from its own zero
+/// assert!(at_second <= at_first, "the second clock started later, at the same instant");
+/// assert_eq!(first.now_in(&mut reading), at_first);
+/// assert!(first.now() > at_first);
+/// ```
+#[derive(Debug, Default)]
+pub struct Reading {
+    /// The counter's raw value, once read (`quanta::Clock::raw`: every `quanta::Clock` of
+    /// the process reads the same counter, calibrated once).
+    ticks: Option<u64>,
+}
+
+impl Reading {
+    /// Whether a clock took the reading.
+    #[cfg(test)]
+    pub(crate) fn is_taken(&self) -> bool {
+        self.ticks.is_some()
+    }
+
+    /// The reading, taken with `read` if there is none yet.
+    #[inline]
+    pub(super) fn ticks(&mut self, read: impl FnOnce() -> u64) -> u64 {
+        *self.ticks.get_or_insert_with(read)
+    }
 }
 
 impl<C: Clock + ?Sized> Clock for &C {
     #[inline]
     fn now(&self) -> u64 {
         (**self).now()
+    }
+
+    #[inline]
+    fn now_in(&self, reading: &mut Reading) -> u64 {
+        (**self).now_in(reading)
     }
 
     fn sleep(&self, duration: Duration) {
@@ -68,6 +143,11 @@ impl<C: Clock + ?Sized> Clock for Arc<C> {
     #[inline]
     fn now(&self) -> u64 {
         (**self).now()
+    }
+
+    #[inline]
+    fn now_in(&self, reading: &mut Reading) -> u64 {
+        (**self).now_in(reading)
     }
 
     fn sleep(&self, duration: Duration) {

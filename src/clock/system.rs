@@ -1,6 +1,6 @@
 //! [`SystemClock`]: the real monotonic clock.
 
-use super::source::Clock;
+use super::source::{Clock, Reading};
 
 /// The real monotonic clock, read through `quanta` (the CPU's time-stamp counter where it is
 /// reliable, the OS monotonic clock elsewhere).
@@ -52,5 +52,11 @@ impl Clock for SystemClock {
         // `delta_as_nanos` scales raw counter ticks to nanoseconds and returns 0 for a reading
         // below the origin, so the result never goes below zero.
         self.clock.delta_as_nanos(self.origin, self.clock.raw())
+    }
+
+    #[inline]
+    fn now_in(&self, reading: &mut Reading) -> u64 {
+        let raw = reading.ticks(|| self.clock.raw());
+        self.clock.delta_as_nanos(self.origin, raw)
     }
 }

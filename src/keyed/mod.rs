@@ -26,7 +26,7 @@ use std::fmt;
 use std::hash::{BuildHasher, Hash};
 use std::sync::Arc;
 
-use crate::clock::{Clock, SystemClock};
+use crate::clock::{Clock, Fixed, Reading, SystemClock};
 use crate::decision::Decision;
 use crate::error::CostError;
 use crate::keys::KeyHasher;
@@ -469,9 +469,24 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
         K: Borrow<Q> + From<Q::Owned>,
         Q: Hash + Eq + ToOwned + ?Sized,
     {
-        if let Some(decision) = self.generations.hit_of_cost_one(key) {
+        self.acquire_at(key, &mut Reading::default())
+    }
+
+    /// [`try_acquire`](RateLimiter::try_acquire) at `reading`'s instant (see
+    /// [`Clock::now_in`]): a fresh one, or the one reading of an `AllOf`. A key not tracked
+    /// yet is decided at the limiter's own time, and clears `reading`: its path may take long
+    /// (the resolver, its bucket's lock, a sweep), and what is decided after it reads afresh.
+    #[inline(always)]
+    pub(crate) fn acquire_at<Q>(&self, key: &Q, reading: &mut Reading) -> Decision
+    where
+        K: Borrow<Q> + From<Q::Owned>,
+        Q: Hash + Eq + ToOwned + ?Sized,
+    {
+        let at = Fixed(self.generations.clock.now_in(reading));
+        if let Some(decision) = self.generations.hit_of_cost_one(key, &at) {
             return self.finish(decision);
         }
+        *reading = Reading::default();
         match self.generations.miss(key, Job::Decide(1)) {
             Ok(decided) => self.finish(decided.decision),
             // Every policy has at least one permit, so a cost of 1 is always acceptable.
@@ -506,9 +521,26 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
         K: Borrow<Q> + From<Q::Owned>,
         Q: Hash + Eq + ToOwned + ?Sized,
     {
+        self.acquire_n_at(key, n, &mut Reading::default())
+    }
+
+    /// [`try_acquire_n`](RateLimiter::try_acquire_n) at `reading`'s instant, as
+    /// [`acquire_at`](RateLimiter::acquire_at).
+    #[inline(always)]
+    pub(crate) fn acquire_n_at<Q>(
+        &self,
+        key: &Q,
+        n: u64,
+        reading: &mut Reading,
+    ) -> Result<Decision, CostError>
+    where
+        K: Borrow<Q> + From<Q::Owned>,
+        Q: Hash + Eq + ToOwned + ?Sized,
+    {
         CostError::nonzero(n)?;
         // Inlined, the marks are never stored.
-        self.reserve_cost(key, n).map(|decided| decided.decision)
+        self.reserve_cost(key, n, reading)
+            .map(|decided| decided.decision)
     }
 
     /// What a request of cost 1 for `key` would get now, changing nothing and creating no
@@ -663,26 +695,35 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
     /// A request of `cost` (at least 1) for `key`, its decision through stats and shadow
     /// mode, and where its admission stands.
     #[inline(always)]
-    fn reserve_cost<Q>(&self, key: &Q, cost: u64) -> Result<Decided, CostError>
+    fn reserve_cost<Q>(
+        &self,
+        key: &Q,
+        cost: u64,
+        reading: &mut Reading,
+    ) -> Result<Decided, CostError>
     where
         K: Borrow<Q> + From<Q::Owned>,
         Q: Hash + Eq + ToOwned + ?Sized,
     {
-        self.generations.decide(key, cost).map(|decided| Decided {
-            decision: self.finish(decided.decision),
-            ..decided
-        })
+        self.generations
+            .decide(key, cost, reading)
+            .map(|decided| Decided {
+                decision: self.finish(decided.decision),
+                ..decided
+            })
     }
 
     /// A request of `cost` for `key` decided as [`reserve_n`](RateLimiter::reserve_n) decides
     /// it, for a part of an `AllOf`: the decision and what a reservation of it keeps, less
     /// the key's hash, which only a give-back needs ([`RateLimiter::part_reservation`]).
+    /// Decided at `reading`'s instant, as [`acquire_at`](RateLimiter::acquire_at).
     #[inline]
     pub(crate) fn take_part<Q, R>(
         &self,
         key: &Q,
         cost: u64,
-        on: impl FnOnce(Decision, PartHeld) -> R,
+        reading: &mut Reading,
+        mut on: impl FnMut(Decision, PartHeld) -> R,
     ) -> Result<R, CostError>
     where
         K: Borrow<Q> + From<Q::Owned>,
@@ -691,14 +732,20 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
         CostError::nonzero(cost)?;
         // Read before the decision, as `reserve_n`'s origin.
         let made = self.generations.rebuilds.read();
-        self.generations.decide_with(key, cost, |decided| {
-            let held = PartHeld {
-                marks: decided.marks,
-                made,
-                overflow: decided.overflow,
-            };
-            on(self.finish(decided.decision), held)
-        })
+        self.generations.decide_with(
+            key,
+            cost,
+            reading,
+            #[inline(always)]
+            |decided| {
+                let held = PartHeld {
+                    marks: decided.marks,
+                    made,
+                    overflow: decided.overflow,
+                };
+                on(self.finish(decided.decision), held)
+            },
+        )
     }
 
     /// The reservation of `key` that [`RateLimiter::take_part`] took, `decision` on `cost`.
@@ -752,7 +799,7 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
         K: Borrow<Q> + From<Q::Owned>,
         Q: Hash + Eq + ToOwned + ?Sized,
     {
-        self.take_part(key, n, |decision, held| {
+        self.take_part(key, n, &mut Reading::default(), |decision, held| {
             self.part_reservation(key, decision, n, held)
         })
     }
@@ -1072,7 +1119,8 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
     fn finish(&self, decision: Decision) -> Decision {
         match &self.extras {
             None => decision,
-            Some(extras) => extras.finish(decision),
+            Some(extras) if extras.count(&decision) => decision.shadowed(),
+            Some(_) => decision,
         }
     }
 }

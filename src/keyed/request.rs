@@ -9,7 +9,7 @@ use std::sync::Arc;
 use scc::Guard;
 
 use crate::bounded::SWEEP_WHEN_FULL;
-use crate::clock::{Clock, Fixed};
+use crate::clock::{Clock, Fixed, Reading};
 use crate::decision::Decision;
 use crate::engine::dispatch::{with_state, PerAlgorithm};
 use crate::engine::retry::Retry;
@@ -78,8 +78,10 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
     /// cost check) for a key already tracked in the current generation, found without a lock.
     /// `None` for a key not in the current generation's table, or whose state was retired
     /// under us, which [`Generations::miss`] then handles.
+    /// Decided at `clock`'s instant: the limiter's own clock, or the one reading of an
+    /// `AllOf`.
     #[inline(always)]
-    pub(super) fn hit_of_cost_one<Q>(&self, key: &Q) -> Option<Decision>
+    pub(super) fn hit_of_cost_one<Q>(&self, key: &Q, clock: &impl Clock) -> Option<Decision>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
@@ -88,14 +90,17 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
         let generation = self.generation(&guard);
         match &generation.keys {
             // The token bucket's table knows its striped keys (see `keyed::striped`).
-            AnyKeys::Uniform(PerAlgorithm::TokenBucket(keyed)) => {
-                keyed.table.read(key, &guard, |cell| {
+            AnyKeys::Uniform(PerAlgorithm::TokenBucket(keyed)) => keyed.table.read(
+                key,
+                &guard,
+                #[inline(always)]
+                |cell| {
                     keyed
                         .hot
-                        .acquire(cell, &keyed.params, &self.clock, self.may_stripe, &guard)
-                })
-            }
-            keys => self.one_elsewhere(keys, key, &guard),
+                        .acquire(cell, &keyed.params, clock, self.may_stripe, &guard)
+                },
+            ),
+            keys => self.one_elsewhere(keys, key, &guard, clock),
         }
     }
 
@@ -106,36 +111,48 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
         keyed: &Keys<K, St, S>,
         key: &Q,
         guard: &Guard,
+        clock: &impl Clock,
     ) -> Option<Decision>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
         keyed.table.read(key, guard, |state| {
-            state.bind(&keyed.params).try_acquire(&self.clock, 1)
+            state.bind(&keyed.params).try_acquire(clock, 1)
         })
     }
 
     /// [`Generations::one_in`] for every table but the token bucket's, out of line (see
     /// [`Generations::hit`]).
     #[inline(never)]
-    fn one_elsewhere<Q>(&self, keys: &AnyKeys<K, S>, key: &Q, guard: &Guard) -> Option<Decision>
+    fn one_elsewhere<Q>(
+        &self,
+        keys: &AnyKeys<K, S>,
+        key: &Q,
+        guard: &Guard,
+        clock: &impl Clock,
+    ) -> Option<Decision>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        with_keys!(keys, keyed => self.one_in(keyed, key, guard))
+        with_keys!(keys, keyed => self.one_in(keyed, key, guard, clock))
     }
 
-    /// Decides a request of `cost` (at least 1) for `key`: the decision, and where its
-    /// admission stands.
+    /// Decides a request of `cost` (at least 1) for `key` at `reading`'s instant (see
+    /// `RateLimiter::acquire_at`): the decision, and where its admission stands.
     #[inline(always)]
-    pub(super) fn decide<Q>(&self, key: &Q, cost: u64) -> Result<Decided, CostError>
+    pub(super) fn decide<Q>(
+        &self,
+        key: &Q,
+        cost: u64,
+        reading: &mut Reading,
+    ) -> Result<Decided, CostError>
     where
         K: Borrow<Q> + From<Q::Owned>,
         Q: Hash + Eq + ToOwned + ?Sized,
     {
-        self.decide_with(key, cost, |decided| decided)
+        self.decide_with(key, cost, reading, |decided| decided)
     }
 
     /// [`Generations::decide`], handing the result to `on` where it is made: the caller
@@ -148,29 +165,34 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
         &self,
         key: &Q,
         cost: u64,
-        on: impl FnOnce(Decided) -> R,
+        reading: &mut Reading,
+        mut on: impl FnMut(Decided) -> R,
     ) -> Result<R, CostError>
     where
         K: Borrow<Q> + From<Q::Owned>,
         Q: Hash + Eq + ToOwned + ?Sized,
     {
-        let mut on = Some(on);
+        // `on` is called once, on whichever path decides.
+        let at = Fixed(self.clock.now_in(reading));
+        let clock = &at;
         let guard = Guard::new();
         let generation = self.generation(&guard);
         let hit = match &generation.keys {
             AnyKeys::Uniform(PerAlgorithm::TokenBucket(keyed)) => {
-                self.hit_in(keyed, key, &guard, cost, &mut on)
+                self.hit_in(keyed, key, &guard, clock, cost, &mut on)
             }
-            keys => self.hit_elsewhere(keys, key, &guard, cost).map(|result| {
-                result.map(|decided| on.take().map(|on| on(decided)).expect("decided once"))
-            }),
+            keys => self
+                .hit_elsewhere(keys, key, &guard, clock, cost)
+                .map(|result| result.map(&mut on)),
         };
         drop(guard);
         match hit {
             Some(result) => result,
-            None => self
-                .miss(key, Job::Decide(cost))
-                .map(|decided| on.take().map(|on| on(decided)).expect("decided once")),
+            None => {
+                // As in `RateLimiter::acquire_at`: a miss may take long.
+                *reading = Reading::default();
+                self.miss(key, Job::Decide(cost)).map(on)
+            }
         }
     }
 
@@ -185,22 +207,20 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
         keyed: &Keys<K, St, S>,
         key: &Q,
         guard: &Guard,
+        clock: &impl Clock,
         cost: u64,
-        on: &mut Option<impl FnOnce(Decided) -> R>,
+        on: &mut impl FnMut(Decided) -> R,
     ) -> Option<Result<R, CostError>>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
         keyed.table.read(key, guard, |state| {
-            match state
-                .bind(&keyed.params)
-                .reserve_checked(&self.clock, cost)?
-            {
-                Ok(decided) => Some(Ok(on.take()?(Decided::own(decided)))),
+            match state.bind(&keyed.params).reserve_checked(clock, cost)? {
+                Ok(decided) => Some(Ok(on(Decided::own(decided)))),
                 Err(refused) => state
                     .bind(&keyed.params)
-                    .peek(&self.clock, 1)
+                    .peek(clock, 1)
                     .map(|_| Err(refused)),
             }
         })
@@ -213,13 +233,14 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
         keys: &AnyKeys<K, S>,
         key: &Q,
         guard: &Guard,
+        clock: &impl Clock,
         cost: u64,
     ) -> Option<Result<Decided, CostError>>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        with_keys!(keys, keyed => self.hit_in(keyed, key, guard, cost, &mut Some(|decided| decided)))
+        with_keys!(keys, keyed => self.hit_in(keyed, key, guard, clock, cost, &mut |decided| decided))
     }
 
     /// A key not in the current generation's map: straight to the map's entry API, which

@@ -13,18 +13,16 @@ pub(super) struct Extras {
 }
 
 impl Extras {
-    /// Counts a decision and applies shadow mode. Out of line: a limiter with neither
-    /// extra never runs it.
+    /// Counts `decision`: whether shadow mode lets it through. Out of line, and given the
+    /// decision by reference and answering one bit, so that the hot path of a limiter with
+    /// neither extra keeps its decision in registers (returned whole from here, it would be
+    /// merged with that path's through memory, and read back past store forwarding).
     #[inline(never)]
-    pub(super) fn finish(&self, decision: Decision) -> Decision {
+    pub(super) fn count(&self, decision: &Decision) -> bool {
         if let Some(counters) = &self.counters {
-            counters.record(&decision);
+            counters.record(decision);
         }
-        if self.shadow {
-            decision.shadowed()
-        } else {
-            decision
-        }
+        self.shadow
     }
 
     /// What `extras` counted, with `keys` tracked now.
