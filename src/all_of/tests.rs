@@ -546,3 +546,51 @@ fn the_parts_share_one_reading_until_a_key_is_new() {
     assert!(all().reserve().unwrap().decision().is_allowed());
     assert_eq!(*probe.found_taken.lock().unwrap(), [false, true, true]);
 }
+
+/// Of equal answers the first part's is reported: among admissions the first with the least
+/// left, among refusals the first with the longest wait.
+#[test]
+fn the_first_of_equal_parts_is_reported() {
+    let clock = FakeClock::new();
+    let (a, b) = (direct("5/1s", &clock), direct("5/1s", &clock));
+    let allowed = AllOf::new().direct(&a).direct(&b).try_acquire();
+    assert!(allowed.is_allowed());
+    assert_eq!((allowed.part(), allowed.remaining()), (0, 4));
+    for _ in 0..4 {
+        assert!(AllOf::new()
+            .direct(&a)
+            .direct(&b)
+            .try_acquire()
+            .is_allowed());
+    }
+    let refused = AllOf::new().direct(&a).direct(&b).try_acquire();
+    assert!(!refused.is_allowed());
+    assert_eq!(refused.part(), 0);
+    assert_eq!(refused.retry_after(), Duration::from_millis(200));
+}
+
+/// A part on a clock of its own decides at that clock's time, not at zero.
+#[test]
+fn a_part_on_a_fake_clock_decides_at_its_time() {
+    let clock = FakeClock::new();
+    let (a, b) = (direct("1/1s", &clock), keyed("1/1s", &clock));
+    assert!(AllOf::new()
+        .direct(&a)
+        .key(&b, "k")
+        .try_acquire()
+        .is_allowed());
+    clock.advance(Duration::from_millis(600));
+    let refused = AllOf::new().direct(&a).key(&b, "k").try_acquire();
+    assert_eq!(refused.retry_after(), Duration::from_millis(400));
+    clock.advance(Duration::from_millis(400));
+    assert!(AllOf::new()
+        .direct(&a)
+        .key(&b, "k")
+        .try_acquire()
+        .is_allowed());
+    assert!(AllOf::new()
+        .key(&b, "k")
+        .direct(&a)
+        .reserve()
+        .is_ok_and(|r| !r.decision().is_allowed()));
+}

@@ -174,3 +174,83 @@ impl Clock for Fixed {
         self.0
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use super::{Clock, Reading};
+    use crate::clock::{CoarseClock, FakeClock, SystemClock};
+
+    /// What a clock answers, asked through the `Clock` impl of its own type `C` (a
+    /// reference, an `Arc`): its time, its time at `reading`, and its granularity.
+    fn answers<C: Clock>(clock: C, reading: &mut Reading) -> (u64, u64, Duration) {
+        (clock.now(), clock.now_in(reading), clock.granularity())
+    }
+
+    /// Sleeps `clock` through the `Clock` impl of its own type `C`.
+    fn sleep_on<C: Clock>(clock: C, duration: Duration) {
+        clock.sleep(duration);
+    }
+
+    /// A clock of its own answers its own time at any reading, and leaves the reading empty;
+    /// a reference and an `Arc` answer as the clock does.
+    #[test]
+    fn a_clock_of_its_own_answers_its_time_through_references() {
+        let clock = FakeClock::new();
+        clock.advance(Duration::from_secs(5));
+        let mut reading = Reading::default();
+        assert_eq!(clock.now_in(&mut reading), 5_000_000_000);
+        assert!(!reading.is_taken());
+        let own = (5_000_000_000, 5_000_000_000, Duration::ZERO);
+        assert_eq!(answers(&clock, &mut reading), own);
+        assert_eq!(answers(Arc::new(clock.clone()), &mut reading), own);
+
+        sleep_on(&clock, Duration::from_secs(1));
+        sleep_on(Arc::new(clock.clone()), Duration::from_secs(1));
+        assert_eq!(
+            clock.now(),
+            7_000_000_000,
+            "both slept on the fake clock's time"
+        );
+
+        let coarse = CoarseClock::new(Duration::from_millis(2)).unwrap();
+        assert_eq!(answers(&coarse, &mut reading).2, Duration::from_millis(2));
+        assert_eq!(
+            answers(Arc::new(coarse), &mut reading).2,
+            Duration::from_millis(2)
+        );
+    }
+
+    /// A clock that only says `now`: the defaults sleep the thread for real and answer `now`
+    /// at any reading.
+    #[test]
+    fn the_defaults_sleep_for_real_and_answer_now() {
+        struct Seven;
+        impl Clock for Seven {
+            fn now(&self) -> u64 {
+                7
+            }
+        }
+        let mut reading = Reading::default();
+        assert_eq!(Seven.now_in(&mut reading), 7);
+        let started = std::time::Instant::now();
+        Seven.sleep(Duration::from_millis(5));
+        assert!(started.elapsed() >= Duration::from_millis(5));
+    }
+
+    /// Every system clock, through a reference or an `Arc`, answers from the one reading it
+    /// shares.
+    #[test]
+    fn system_clocks_share_one_reading_through_references() {
+        let clock = SystemClock::new();
+        let mut reading = Reading::default();
+        let first = clock.now_in(&mut reading);
+        assert!(reading.is_taken());
+        std::thread::sleep(Duration::from_millis(1));
+        assert_eq!(answers(&clock, &mut reading).1, first);
+        assert_eq!(answers(Arc::new(clock.clone()), &mut reading).1, first);
+        assert!(clock.now() > first);
+    }
+}
