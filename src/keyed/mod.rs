@@ -36,7 +36,7 @@ use crate::reservation_guard::ReservationGuard;
 use crate::stats::{Counters, Stats};
 
 use self::generations::Generations;
-use self::request::{Decided, Job};
+use self::request::Decided;
 use self::rules::Rules;
 use self::stats::Extras;
 
@@ -474,8 +474,7 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
 
     /// [`try_acquire`](RateLimiter::try_acquire) at `reading`'s instant (see
     /// [`Clock::now_in`]): a fresh one, or the one reading of an `AllOf`. A key not tracked
-    /// yet is decided at the limiter's own time, and clears `reading`: its path may take long
-    /// (the resolver, its bucket's lock, a sweep), and what is decided after it reads afresh.
+    /// yet is decided at the limiter's own time, and clears `reading` (`Generations::miss_at`).
     #[inline(always)]
     pub(crate) fn acquire_at<Q>(&self, key: &Q, reading: &mut Reading) -> Decision
     where
@@ -486,8 +485,7 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
         if let Some(decision) = self.generations.hit_of_cost_one(key, &at) {
             return self.finish(decision);
         }
-        *reading = Reading::default();
-        match self.generations.miss(key, Job::Decide(1)) {
+        match self.generations.miss_at(key, 1, reading) {
             Ok(decided) => self.finish(decided.decision),
             // Every policy has at least one permit, so a cost of 1 is always acceptable.
             Err(_) => unreachable!("a cost of 1 is within every policy"),

@@ -188,12 +188,27 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
         drop(guard);
         match hit {
             Some(result) => result,
-            None => {
-                // As in `RateLimiter::acquire_at`: a miss may take long.
-                *reading = Reading::default();
-                self.miss(key, Job::Decide(cost)).map(on)
-            }
+            None => self.miss_at(key, cost, reading).map(on),
         }
+    }
+
+    /// A request of `cost` for a key the hit path did not find, decided by
+    /// [`Generations::miss`] at the limiter's own time. It clears `reading`: a miss may take
+    /// long (the resolver, the key's bucket lock, a sweep), and what is decided after it at
+    /// that reading (the next parts of an `AllOf`) reads the time afresh.
+    #[inline]
+    pub(super) fn miss_at<Q>(
+        &self,
+        key: &Q,
+        cost: u64,
+        reading: &mut Reading,
+    ) -> Result<Decided, CostError>
+    where
+        K: Borrow<Q> + From<Q::Owned>,
+        Q: Hash + Eq + ToOwned + ?Sized,
+    {
+        *reading = Reading::default();
+        self.miss(key, Job::Decide(cost))
     }
 
     /// The request of `decide_with` on `keyed`'s table, found without a lock, its result
