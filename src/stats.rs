@@ -24,8 +24,6 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use crossbeam_utils::CachePadded;
 
-use crate::decision::Decision;
-
 /// What a limiter has decided since it was built, and how many keys it tracks.
 ///
 /// Counters are kept only by limiters built with `with_stats()` (they cost one uncontended
@@ -82,18 +80,19 @@ impl Counters {
         }
     }
 
-    /// Counts one decision (as the policy made it, before shadow mode).
+    /// Counts one decision (as the policy made it, before shadow mode): whether it was
+    /// allowed, and whether a shared overflow state decided it.
     #[inline]
-    pub(crate) fn record(&self, decision: &Decision) {
+    pub(crate) fn record(&self, allowed: bool, overflow: bool) {
         let stripe = &self.stripes[stripe_index()];
         // Relaxed: independent counters; readers sum them once the counting is done, and an
         // atomic add never loses an increment.
-        if decision.is_allowed() {
+        if allowed {
             stripe.allowed.fetch_add(1, Ordering::Relaxed);
         } else {
             stripe.refused.fetch_add(1, Ordering::Relaxed);
         }
-        if decision.is_overflow() {
+        if overflow {
             stripe.overflowed.fetch_add(1, Ordering::Relaxed);
         }
     }

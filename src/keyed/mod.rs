@@ -1117,7 +1117,9 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
     fn finish(&self, decision: Decision) -> Decision {
         match &self.extras {
             None => decision,
-            Some(extras) if extras.count(&decision) => decision.shadowed(),
+            Some(extras) if extras.count(decision.is_allowed(), decision.is_overflow()) => {
+                decision.shadowed()
+            }
             Some(_) => decision,
         }
     }

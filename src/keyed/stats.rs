@@ -1,6 +1,5 @@
 //! Decision counters and shadow mode.
 
-use crate::decision::Decision;
 use crate::stats::{Counters, Stats};
 
 /// What a limiter does with each decision beyond deciding it, when asked to: count it, let
@@ -13,14 +12,16 @@ pub(super) struct Extras {
 }
 
 impl Extras {
-    /// Counts `decision`: whether shadow mode lets it through. Out of line, and given the
-    /// decision by reference and answering one bit, so that the hot path of a limiter with
-    /// neither extra keeps its decision in registers (returned whole from here, it would be
-    /// merged with that path's through memory, and read back past store forwarding).
+    /// Counts a decision, given the two bits the counters read of it (whether it was
+    /// allowed, whether a shared overflow state decided it): whether shadow mode lets it
+    /// through. Out of line, given two bits and answering one, so that the hot path of a
+    /// limiter with neither extra keeps its decision in registers: given the decision, by
+    /// value or by reference, the caller would first copy it to memory, and read it back
+    /// past store forwarding.
     #[inline(never)]
-    pub(super) fn count(&self, decision: &Decision) -> bool {
+    pub(super) fn count(&self, allowed: bool, overflow: bool) -> bool {
         if let Some(counters) = &self.counters {
-            counters.record(decision);
+            counters.record(allowed, overflow);
         }
         self.shadow
     }
