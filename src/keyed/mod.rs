@@ -482,14 +482,8 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
         Q: Hash + Eq + ToOwned + ?Sized,
     {
         let at = Fixed(self.generations.clock.now_in(reading));
-        if let Some(decision) = self.generations.hit_of_cost_one(key, &at) {
-            return self.finish(decision);
-        }
-        match self.generations.miss_at(key, 1, reading) {
-            Ok(decided) => self.finish(decided.decision),
-            // Every policy has at least one permit, so a cost of 1 is always acceptable.
-            Err(_) => unreachable!("a cost of 1 is within every policy"),
-        }
+        self.generations
+            .acquire_one(key, &at, reading, |decision| self.finish(decision))
     }
 
     /// Decides a request of cost `n` for `key`: allowed only if `n` permits are available,

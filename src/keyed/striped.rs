@@ -35,7 +35,7 @@ use scc::{AtomicShared, Guard, Shared, Tag};
 
 use crate::clock::Clock;
 use crate::decision::Decision;
-use crate::engine::stripes::{Stripes, QUIET_SPAN};
+use crate::engine::stripes::{allowed, Stripes, QUIET_SPAN};
 use crate::engine::sync::Mutex;
 use crate::engine::token_bucket::{Gcra, GcraCell};
 
@@ -124,8 +124,9 @@ impl Hot {
     }
 
     /// Decides a request of cost 1 on `cell`, a token bucket of this table found under
-    /// `guard`: on its stripes when it has them, else on its word. `None` when the state was
-    /// retired.
+    /// `guard`, where that takes no more than a few registers: on its word, or from a slot of
+    /// its home stripe's lease when it has stripes. `None` for the rest, which
+    /// [`Hot::acquire_rest`] decides (out of line: see `Generations::acquire_one`).
     #[inline(always)]
     pub(super) fn acquire<C: Clock>(
         &self,
@@ -136,10 +137,11 @@ impl Hot {
         guard: &Guard,
     ) -> Option<Decision> {
         let place = place_of(cell);
-        if self.is_marked(place) {
-            return self.acquire_striped(place, cell, gcra, clock, guard);
-        }
         let now = clock.now();
+        if self.is_marked(place) {
+            let (slot, end) = self.home_slot(place, gcra, now, guard)?;
+            return Some(allowed(cell, gcra, now, slot, end));
+        }
         let lost = || {
             if may_stripe {
                 self.lost_one(place, cell, gcra, now);
@@ -149,52 +151,51 @@ impl Hot {
             .map(|(decision, _)| decision)
     }
 
-    /// [`Hot::acquire`] for a key whose spot is marked: its home stripe's lease, else
-    /// [`Hot::acquire_rest`]. Out of line, so that a request on a key not striped carries
-    /// none of it (inlined, it saved a striped decision a nanosecond and a half and added
-    /// four instructions to every hit).
+    /// [`Hot::acquire`] for a key whose spot is marked: a slot of its home stripe's lease at
+    /// `now` (see `Stripes::home_slot`), as the stretch it took. Out of line, so that a
+    /// request on a key not striped carries none of it (inlined, it saved a striped decision
+    /// a nanosecond and a half and added four instructions to every hit); two words come
+    /// back in registers.
     #[inline(never)]
-    fn acquire_striped<C: Clock>(
-        &self,
-        place: usize,
-        cell: &GcraCell,
-        gcra: &Gcra,
-        clock: &C,
-        guard: &Guard,
-    ) -> Option<Decision> {
-        let now = clock.now();
-        let hot = self.find(place, guard);
-        if let Some(decision) = hot.and_then(|hot| hot.stripes.try_home(cell, gcra, now)) {
-            return Some(decision);
-        }
-        self.acquire_rest(hot, place, cell, gcra, now)
+    fn home_slot(&self, place: usize, gcra: &Gcra, now: u64, guard: &Guard) -> Option<(u64, u64)> {
+        self.find(place, guard)
+            .and_then(|hot| hot.stripes.home_slot(gcra, now))
     }
 
-    /// A request whose home stripe had nothing at `now`: a new lease, a steal or a refusal
-    /// (`Stripes::acquire`). On the key's word when the key is not striped after all (another
-    /// key of its spot is) or its stripes were retired (unstriped meanwhile), counting a lost
-    /// compare-and-swap there (the spot is marked, so striping is on).
-    #[inline(never)]
-    fn acquire_rest(
+    /// A request of cost 1 on `cell` at `now` that [`Hot::acquire`] left: for a striped key,
+    /// a new lease, a steal or a refusal (`Stripes::acquire`); on the key's word otherwise,
+    /// and when the key is not striped after all (another key of its spot is) or its stripes
+    /// were retired (unstriped meanwhile). A compare-and-swap lost on the word counts towards
+    /// striping the key (always when its spot is marked: striping is on). `None` when the
+    /// state itself was retired: the caller looks the key up again.
+    pub(super) fn acquire_rest(
         &self,
-        hot: Option<&HotKey>,
-        place: usize,
         cell: &GcraCell,
         gcra: &Gcra,
         now: u64,
+        may_stripe: bool,
+        guard: &Guard,
     ) -> Option<Decision> {
-        if let Some(hot) = hot {
-            if let Some(striped) = hot.stripes.acquire(cell, gcra, now) {
-                if striped.quiet {
-                    hot.stripes
-                        .give_back(striped.home, self.lock_of(place), cell, now);
-                    self.remove(place, Some(hot));
+        let place = place_of(cell);
+        let marked = self.is_marked(place);
+        if marked {
+            if let Some(hot) = self.find(place, guard) {
+                if let Some(striped) = hot.stripes.acquire(cell, gcra, now) {
+                    if striped.quiet {
+                        hot.stripes
+                            .give_back(striped.home, self.lock_of(place), cell, now);
+                        self.remove(place, Some(hot));
+                    }
+                    return Some(striped.decision);
                 }
-                return Some(striped.decision);
             }
         }
-        // `None` when the state itself was retired: the caller looks the key up again.
-        cell.reserve_at(gcra, now, 1, || self.lost_one(place, cell, gcra, now))
+        let lost = || {
+            if marked || may_stripe {
+                self.lost_one(place, cell, gcra, now);
+            }
+        };
+        cell.reserve_at(gcra, now, 1, lost)
             .map(|(decision, _)| decision)
     }
 
