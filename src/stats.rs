@@ -24,6 +24,8 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use crossbeam_utils::CachePadded;
 
+use crate::decision::Decision;
+
 /// What a limiter has decided since it was built, and how many keys it tracks.
 ///
 /// Counters are kept only by limiters built with `with_stats()` (they cost one uncontended
@@ -73,6 +75,26 @@ pub(crate) struct Counters {
     stripes: [CachePadded<Stripe>; STRIPES],
 }
 
+/// What the counters read of a decision: whether it was allowed, and whether a shared
+/// overflow state decided it. Two bits that travel in registers, where the decision itself,
+/// handed to a call, is first copied to memory (and read back past store forwarding).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Counted {
+    allowed: bool,
+    overflow: bool,
+}
+
+impl Counted {
+    /// What the counters read of `decision`.
+    #[inline(always)]
+    pub(crate) fn of(decision: &Decision) -> Self {
+        Counted {
+            allowed: decision.is_allowed(),
+            overflow: decision.is_overflow(),
+        }
+    }
+}
+
 impl Counters {
     pub(crate) fn new() -> Self {
         Counters {
@@ -80,10 +102,9 @@ impl Counters {
         }
     }
 
-    /// Counts one decision (as the policy made it, before shadow mode): whether it was
-    /// allowed, and whether a shared overflow state decided it.
+    /// Counts one decision, as the policy made it (before shadow mode).
     #[inline]
-    pub(crate) fn record(&self, allowed: bool, overflow: bool) {
+    pub(crate) fn record(&self, Counted { allowed, overflow }: Counted) {
         let stripe = &self.stripes[stripe_index()];
         // Relaxed: independent counters; readers sum them once the counting is done, and an
         // atomic add never loses an increment.

@@ -311,9 +311,9 @@ impl Stripes {
     }
 
     /// [`Stripes::try_home`]'s admission as the stretch it took, `(slot, end)`: a slot
-    /// ending at `slot` from a run ending at `end`, for [`allowed`] to decide. Two words
-    /// come back in registers from a call kept out of line, where a decision comes back
-    /// through memory, to be copied past store forwarding.
+    /// ending at `slot` from a run ending at `end`, for [`allowed`] to decide where the
+    /// caller keeps its decision in registers (the keyed limiter's hit: see
+    /// `keyed::request`).
     #[inline(always)]
     pub(crate) fn home_slot(&self, gcra: &Gcra, now: u64) -> Option<(u64, u64)> {
         match self.take(thread_index() & self.mask, true, gcra, now) {

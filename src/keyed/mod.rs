@@ -33,7 +33,7 @@ use crate::keys::KeyHasher;
 use crate::policy::Policy;
 use crate::reservation::{Origin, PartHeld, Reservation, SettleError};
 use crate::reservation_guard::ReservationGuard;
-use crate::stats::{Counters, Stats};
+use crate::stats::{Counted, Counters, Stats};
 
 use self::generations::Generations;
 use self::request::Decided;
@@ -1111,9 +1111,7 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
     fn finish(&self, decision: Decision) -> Decision {
         match &self.extras {
             None => decision,
-            Some(extras) if extras.count(decision.is_allowed(), decision.is_overflow()) => {
-                decision.shadowed()
-            }
+            Some(extras) if extras.count(Counted::of(&decision)) => decision.shadowed(),
             Some(_) => decision,
         }
     }
@@ -1153,6 +1151,30 @@ mod tests {
         assert!(reservation.decision().is_allowed() && reservation.decision().would_refuse());
         let stats = limiter.stats();
         assert_eq!((stats.allowed, stats.refused), (1, 2));
+    }
+
+    /// Every algorithm's cost-1 request is counted once, with the policy's answer, and shadow
+    /// mode lets its refusals through: the token bucket's on its inline hit, the others on
+    /// the out-of-line path, and every first request on the miss.
+    #[test]
+    fn each_algorithms_cost_one_decisions_are_counted_once_and_shadowed() {
+        for policy in [
+            "5/1h",
+            "sliding-counter 5/1h",
+            "sliding-log 5/1h",
+            "5/1h & 10/1d",
+        ] {
+            let limiter: RateLimiter<u64, FakeClock> =
+                RateLimiter::with_clock(policy.parse().unwrap(), FakeClock::new())
+                    .with_stats()
+                    .shadow();
+            let decisions: Vec<_> = (0..8).map(|_| limiter.try_acquire(&1)).collect();
+            assert!(decisions.iter().all(|d| d.is_allowed()), "{policy}");
+            let refused = decisions.iter().filter(|d| d.would_refuse()).count();
+            assert_eq!(refused, 3, "{policy}: the policy admits 5 of 8");
+            let stats = limiter.stats();
+            assert_eq!((stats.allowed, stats.refused), (5, 3), "{policy}");
+        }
     }
 
     /// A limiter with no cap whose table runs out of places sends new keys to the shared

@@ -1,6 +1,6 @@
 //! Decision counters and shadow mode.
 
-use crate::stats::{Counters, Stats};
+use crate::stats::{Counted, Counters, Stats};
 
 /// What a limiter does with each decision beyond deciding it, when asked to: count it, let
 /// refusals through (shadow mode). Kept behind one pointer, so the hot path of a limiter
@@ -12,16 +12,15 @@ pub(super) struct Extras {
 }
 
 impl Extras {
-    /// Counts a decision, given the two bits the counters read of it (whether it was
-    /// allowed, whether a shared overflow state decided it): whether shadow mode lets it
+    /// Counts a decision, given what the counters read of it: whether shadow mode lets it
     /// through. Out of line, given two bits and answering one, so that the hot path of a
     /// limiter with neither extra keeps its decision in registers: given the decision, by
     /// value or by reference, the caller would first copy it to memory, and read it back
     /// past store forwarding.
     #[inline(never)]
-    pub(super) fn count(&self, allowed: bool, overflow: bool) -> bool {
+    pub(super) fn count(&self, counted: Counted) -> bool {
         if let Some(counters) = &self.counters {
-            counters.record(allowed, overflow);
+            counters.record(counted);
         }
         self.shadow
     }

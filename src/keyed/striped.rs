@@ -33,7 +33,6 @@ use std::sync::PoisonError;
 
 use scc::{AtomicShared, Guard, Shared, Tag};
 
-use crate::clock::Clock;
 use crate::decision::Decision;
 use crate::engine::stripes::{allowed, Stripes, QUIET_SPAN};
 use crate::engine::sync::Mutex;
@@ -123,51 +122,41 @@ impl Hot {
         marks != 0 && marks & (1 << spot(place)) != 0
     }
 
-    /// Decides a request of cost 1 on `cell`, a token bucket of this table found under
-    /// `guard`, where that takes no more than a few registers: on its word, or from a slot of
-    /// its home stripe's lease when it has stripes. `None` for the rest, which
-    /// [`Hot::acquire_rest`] decides (out of line: see `Generations::acquire_one`).
+    /// Decides a request of cost 1 at `now` on `cell`, a token bucket of this table found
+    /// under `guard`, where that takes no more than a few registers: from a slot of its home
+    /// stripe's lease when the key is striped, on its word otherwise (and when its spot is
+    /// marked for another key). `None` when it is not decided here (a striped key's home
+    /// stripe has nothing, or the state was retired): `Generations::acquire_slow` looks the
+    /// key up again and [`Hot::acquire_rest`] decides, out of line.
+    ///
+    /// A striped key's side-table lookup is inline: a request on a key not striped runs the
+    /// same instructions as with it out of line (callgrind), and a striped key's decision
+    /// saves the call (two threads on one key, 15.0 to 14.2 ns a decision in aggregate).
     #[inline(always)]
-    pub(super) fn acquire<C: Clock>(
+    pub(super) fn acquire(
         &self,
         cell: &GcraCell,
         gcra: &Gcra,
-        clock: &C,
+        now: u64,
         may_stripe: bool,
         guard: &Guard,
     ) -> Option<Decision> {
         let place = place_of(cell);
-        let now = clock.now();
-        if self.is_marked(place) {
-            let (slot, end) = self.home_slot(place, gcra, now, guard)?;
-            return Some(allowed(cell, gcra, now, slot, end));
-        }
-        let lost = || {
-            if may_stripe {
-                self.lost_one(place, cell, gcra, now);
+        let marked = self.is_marked(place);
+        if marked {
+            if let Some(hot) = self.find(place, guard) {
+                let (slot, end) = hot.stripes.home_slot(gcra, now)?;
+                return Some(allowed(cell, gcra, now, slot, end));
             }
-        };
-        cell.reserve_at(gcra, now, 1, lost)
-            .map(|(decision, _)| decision)
-    }
-
-    /// [`Hot::acquire`] for a key whose spot is marked: a slot of its home stripe's lease at
-    /// `now` (see `Stripes::home_slot`), as the stretch it took. Inline: a request on a key
-    /// not striped runs the same instructions as with it out of line (callgrind), and a
-    /// striped key's decision saves the call (two threads on one key, 15.0 to 14.2 ns a
-    /// decision in aggregate).
-    #[inline(always)]
-    fn home_slot(&self, place: usize, gcra: &Gcra, now: u64, guard: &Guard) -> Option<(u64, u64)> {
-        self.find(place, guard)
-            .and_then(|hot| hot.stripes.home_slot(gcra, now))
+        }
+        self.on_word(cell, gcra, now, place, marked || may_stripe)
     }
 
     /// A request of cost 1 on `cell` at `now` that [`Hot::acquire`] left: for a striped key,
-    /// a new lease, a steal or a refusal (`Stripes::acquire`); on the key's word otherwise,
-    /// and when the key is not striped after all (another key of its spot is) or its stripes
-    /// were retired (unstriped meanwhile). A compare-and-swap lost on the word counts towards
-    /// striping the key (always when its spot is marked: striping is on). `None` when the
-    /// state itself was retired: the caller looks the key up again.
+    /// a new lease, a steal or a refusal (`Stripes::acquire`); on the key's word when the key
+    /// is not striped (after all: another key of its spot is) or its stripes were retired
+    /// (unstriped meanwhile). `None` when the state itself was retired: the caller looks the
+    /// key up again.
     pub(super) fn acquire_rest(
         &self,
         cell: &GcraCell,
@@ -190,8 +179,24 @@ impl Hot {
                 }
             }
         }
+        self.on_word(cell, gcra, now, place, marked || may_stripe)
+    }
+
+    /// A request of cost 1 at `now` on `cell`'s word, at `place`: a compare-and-swap lost
+    /// there counts towards striping the key when `counts` (striping is on: the builder's
+    /// setting, or a marked spot, which only striping marks; the two differ only for a key a
+    /// test striped by hand). `None` when the state was retired.
+    #[inline(always)]
+    fn on_word(
+        &self,
+        cell: &GcraCell,
+        gcra: &Gcra,
+        now: u64,
+        place: usize,
+        counts: bool,
+    ) -> Option<Decision> {
         let lost = || {
-            if marked || may_stripe {
+            if counts {
                 self.lost_one(place, cell, gcra, now);
             }
         };

@@ -59,6 +59,62 @@ fn stripe(limiter: &Limiter, key: u64) {
     assert!(limiter.is_striped(&key));
 }
 
+/// A striped key's decisions, on every path a request of cost 1 takes (a slot of its home
+/// stripe, inline; a lease taken, and the refusals once the key is spent, out of line; the
+/// miss after a reset), are each counted once, with the policy's answer, and shadow mode lets
+/// the refusals through.
+#[test]
+fn a_striped_keys_decisions_are_counted_once_and_shadowed() {
+    let clock = FakeClock::new();
+    let limiter: Limiter = RateLimiter::with_clock("100/1h".parse().unwrap(), clock)
+        .with_stats()
+        .shadow();
+    assert!(limiter.try_acquire(&1).is_allowed());
+    stripe(&limiter, 1);
+    let decisions: Vec<_> = (0..149).map(|_| limiter.try_acquire(&1)).collect();
+    assert!(limiter.is_striped(&1), "a frozen clock never goes quiet");
+    assert!(decisions.iter().all(|d| d.is_allowed()));
+    assert_eq!(decisions.iter().filter(|d| d.would_refuse()).count(), 50);
+    assert!(limiter.reset(&1));
+    let after = limiter.try_acquire(&1);
+    assert!(
+        after.is_allowed() && !after.would_refuse(),
+        "a reset key starts afresh"
+    );
+    let stats = limiter.stats();
+    assert_eq!((stats.allowed, stats.refused), (101, 50));
+}
+
+/// A striped key whose stripes were retired (unstriped under a request that found them)
+/// decides on its word, one permit at a time, and exactly its policy's permits.
+#[test]
+fn stripes_retired_but_still_linked_send_requests_to_the_word() {
+    let (limiter, _) = limiter("10/1h");
+    assert!(limiter.try_acquire(&1).is_allowed());
+    stripe(&limiter, 1);
+    with_table(&limiter, |keyed, guard| {
+        keyed.table.read(&1, guard, |cell| {
+            let hot = keyed.hot.find(place_of(cell), guard).expect("striped");
+            hot.stripes.retire();
+            Some(())
+        })
+    })
+    .expect("tracked");
+    for left in (0..9).rev() {
+        let decision = limiter.try_acquire(&1);
+        assert!(decision.is_allowed());
+        assert_eq!(
+            decision.remaining(),
+            left,
+            "one permit of the word each time"
+        );
+    }
+    assert!(
+        !limiter.try_acquire(&1).is_allowed(),
+        "exactly the policy's 10"
+    );
+}
+
 #[test]
 fn sixteen_threads_on_a_striped_key_admit_exactly_its_permits() {
     for trial in 0..20 {
