@@ -67,6 +67,15 @@ fn spot(place: usize) -> usize {
     ((place as u64 >> 3).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 58) as usize
 }
 
+/// Whether a compare-and-swap lost on a key's word counts towards striping the key: when
+/// striping is on, by the builder's setting (`may_stripe`) or because the key's spot is
+/// `marked` (only striping marks a spot; the two differ only for a key a test striped by
+/// hand).
+#[inline(always)]
+fn losses_count(marked: bool, may_stripe: bool) -> bool {
+    marked || may_stripe
+}
+
 /// A striped key: its place and its stripes.
 struct HotKey {
     place: usize,
@@ -149,7 +158,7 @@ impl Hot {
                 return Some(allowed(cell, gcra, now, slot, end));
             }
         }
-        self.on_word(cell, gcra, now, place, marked || may_stripe)
+        self.on_word(cell, gcra, now, place, losses_count(marked, may_stripe))
     }
 
     /// A request of cost 1 on `cell` at `now` that [`Hot::acquire`] left: for a striped key,
@@ -179,13 +188,12 @@ impl Hot {
                 }
             }
         }
-        self.on_word(cell, gcra, now, place, marked || may_stripe)
+        self.on_word(cell, gcra, now, place, losses_count(marked, may_stripe))
     }
 
     /// A request of cost 1 at `now` on `cell`'s word, at `place`: a compare-and-swap lost
-    /// there counts towards striping the key when `counts` (striping is on: the builder's
-    /// setting, or a marked spot, which only striping marks; the two differ only for a key a
-    /// test striped by hand). `None` when the state was retired.
+    /// there counts towards striping the key when `counts` (see [`losses_count`]). `None`
+    /// when the state was retired.
     #[inline(always)]
     fn on_word(
         &self,

@@ -14,7 +14,7 @@ use crate::keyed::key_state::{AnyKeys, Keys};
 use crate::keyed::RateLimiter;
 use crate::keys::KeyHasher;
 
-use super::{place_of, spot, IDLE_SPAN, LOST_BEFORE_STRIPING, PROBES};
+use super::{losses_count, place_of, spot, IDLE_SPAN, LOST_BEFORE_STRIPING, PROBES};
 use crate::race::race;
 
 type Limiter = RateLimiter<u64, FakeClock>;
@@ -57,6 +57,19 @@ fn try_stripe(limiter: &Limiter, key: u64) -> bool {
 fn stripe(limiter: &Limiter, key: u64) {
     assert!(try_stripe(limiter, key), "key {key} is tracked");
     assert!(limiter.is_striped(&key));
+}
+
+/// Lost compare-and-swaps count towards striping whenever striping is on, by the builder's
+/// setting or by a marked spot, and never when it is off.
+#[test]
+fn losses_count_when_striping_is_on() {
+    assert!(
+        losses_count(false, true),
+        "a key not striped yet, striping on"
+    );
+    assert!(losses_count(true, true));
+    assert!(losses_count(true, false), "a spot marked: striping was on");
+    assert!(!losses_count(false, false), "striping off");
 }
 
 /// A striped key's decisions, on every path a request of cost 1 takes (a slot of its home
