@@ -306,18 +306,8 @@ impl Stripes {
     /// thread's own line. `None` otherwise: [`Stripes::acquire`] decides.
     #[inline(always)]
     pub(crate) fn try_home(&self, central: &GcraCell, gcra: &Gcra, now: u64) -> Option<Decision> {
-        self.home_slot(gcra, now)
-            .map(|(slot, end)| allowed(central, gcra, now, slot, end))
-    }
-
-    /// [`Stripes::try_home`]'s admission as the stretch it took, `(slot, end)`: a slot
-    /// ending at `slot` from a run ending at `end`, for [`allowed`] to decide where the
-    /// caller keeps its decision in registers (the keyed limiter's hit: see
-    /// `keyed::request`).
-    #[inline(always)]
-    pub(crate) fn home_slot(&self, gcra: &Gcra, now: u64) -> Option<(u64, u64)> {
         match self.take(thread_index() & self.mask, true, gcra, now) {
-            Took::Slot(slot, end) => Some((slot, end)),
+            Took::Slot(slot, end) => Some(allowed(central, gcra, now, slot, end)),
             _ => None,
         }
     }
@@ -678,7 +668,7 @@ impl Stripes {
 /// stripe's lease is not counted: reading every stripe on every decision would pull their
 /// lines; see the module docs); the key is at rest when the central TAT is reached.
 #[inline(always)]
-pub(crate) fn allowed(central: &GcraCell, gcra: &Gcra, now: u64, slot: u64, end: u64) -> Decision {
+fn allowed(central: &GcraCell, gcra: &Gcra, now: u64, slot: u64, end: u64) -> Decision {
     // The central TAT is at or after the end of every lease (a give-back or a refund lowers
     // it no further than the runs the stripes hold), so it is when the key comes to rest.
     let tat = central.tat_relaxed().unwrap_or(end);

@@ -34,7 +34,7 @@ use std::sync::PoisonError;
 use scc::{AtomicShared, Guard, Shared, Tag};
 
 use crate::decision::Decision;
-use crate::engine::stripes::{allowed, Stripes, QUIET_SPAN};
+use crate::engine::stripes::{Stripes, QUIET_SPAN};
 use crate::engine::sync::Mutex;
 use crate::engine::token_bucket::{Gcra, GcraCell};
 
@@ -154,8 +154,7 @@ impl Hot {
         let marked = self.is_marked(place);
         if marked {
             if let Some(hot) = self.find(place, guard) {
-                let (slot, end) = hot.stripes.home_slot(gcra, now)?;
-                return Some(allowed(cell, gcra, now, slot, end));
+                return hot.stripes.try_home(cell, gcra, now);
             }
         }
         self.on_word(cell, gcra, now, place, losses_count(marked, may_stripe))
