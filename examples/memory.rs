@@ -5,6 +5,7 @@
 //! cargo run --release --example memory -- memory.csv    # and writes them as CSV
 //! cargo run --release --example memory -- --rss tollgate # resident memory per key instead
 //! cargo run --release --example memory -- --rss governor
+//! cargo run --release --example memory -- --rss papaya   # a map with each state inline
 //! ```
 //!
 //! Bytes per key = (heap bytes live after inserting `n` keys - before) / `n`: the map's
@@ -18,6 +19,9 @@
 //! `--rss`: what the counting allocator cannot see, the allocator's own overhead per block:
 //! the growth of the process's resident memory (`/proc/self/statm`, Linux) while 1,000,000
 //! `u64` keys are tracked on a token bucket, per key, in a process that does nothing else.
+//! `papaya` is not a limiter: papaya's lock-free map holding each key's 8-byte state inline
+//! in its entry, what a keyed table would hold at least with a papaya index (see "Levers
+//! measured and not taken" in docs/BENCHMARKS.md).
 //!
 //! Eviction: 1,000,000 `u64` keys are made to rest on a fake clock, then one `evict_idle`
 //! (governor: `retain_recent`) is timed; "peak" is the most heap it held above what was live
@@ -146,7 +150,15 @@ fn resident_per_key(limiter: Option<&str>) -> Result<(), Box<dyn std::error::Err
                 .for_each(|k| assert!(limiter.check_key(k).is_ok()));
             resident()?
         }
-        _ => return Err("--rss takes tollgate or governor".into()),
+        Some("papaya") => {
+            let map = papaya::HashMap::with_hasher(ahash::RandomState::new());
+            let pinned = map.pin();
+            keys.iter().for_each(|k| {
+                pinned.insert(*k, std::sync::atomic::AtomicU64::new(0));
+            });
+            resident()?
+        }
+        _ => return Err("--rss takes tollgate, governor or papaya".into()),
     };
     println!(
         "{}: {:.1} resident bytes per u64 key ({} keys, token bucket)",

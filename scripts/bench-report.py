@@ -46,6 +46,7 @@ GROUPS = [
     ("cached_clock_keyed_hot_str", "keyed, one hot String key, both on cached clocks (1 ms)"),
     ("primitives", "the parts of a decision, timed alone"),
     ("maps_hot_u64", "one hot-key lookup in each map, value read with one load"),
+    ("maps_random_u64_100k", "lookups of 100k u64 keys in random order in each map, value read with one load"),
 ]
 CONTESTANTS = [
     "tollgate",

@@ -17,7 +17,7 @@
 //! | `algorithms` | `algorithms_direct`, `algorithms_keyed_hot` |
 //! | `evict` | `evict_1m` |
 //! | `cached_clock` | `cached_clock_direct`, `cached_clock_keyed_hot_str`: both on their opt-in cached clocks |
-//! | `primitives` | `primitives`, `maps_hot_u64`: the parts, timed alone |
+//! | `primitives` | `primitives`, `maps_hot_u64`, `maps_random_u64_100k`: the parts, timed alone |
 //! | `all_of` | `all_of`: three hot parts in one `AllOf`, beside three calls |
 //!
 //! Contestant names are the same everywhere: `tollgate`, `tollgate_foldhash`, `governor`,
