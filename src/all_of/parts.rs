@@ -189,11 +189,7 @@ where
 
     #[inline]
     fn acquire(&self, index: usize, tally: &mut Tally, reading: &mut Reading) -> bool {
-        let decided = if self.cost == 1 {
-            Ok(self.limiter.acquire_at(self.key, reading))
-        } else {
-            self.limiter.acquire_n_at(self.key, self.cost, reading)
-        };
+        let decided = self.limiter.acquire_n_at(self.key, self.cost, reading);
         let taken =
             decided.map(|decision| record(index, self.cost, (decision, ()), &mut None, tally));
         record_error(index, taken, tally)

@@ -529,6 +529,10 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
         K: Borrow<Q> + From<Q::Owned>,
         Q: Hash + Eq + ToOwned + ?Sized,
     {
+        if n == 1 {
+            // The path that knows the stripes.
+            return Ok(self.acquire_at(key, reading));
+        }
         CostError::nonzero(n)?;
         // Inlined, the marks are never stored.
         self.reserve_cost(key, n, reading)

@@ -497,3 +497,23 @@ fn a_key_is_striped_once() {
     let (striped, marked) = with_table(&limiter, |keyed, _| keyed.hot.census());
     assert_eq!((striped, marked), (1, true));
 }
+
+#[test]
+fn a_cost_of_one_asked_as_a_cost_takes_the_stripes_permits_too() {
+    // An interval of 1 us: a lease takes ten permits.
+    let (limiter, _) = limiter("1000/1ms");
+    assert!(limiter.try_acquire(&1).is_allowed());
+    stripe(&limiter, 1);
+    // A lease into this thread's home stripe: the central word lends it several permits.
+    assert!(limiter.try_acquire(&1).is_allowed());
+    let mut admitted = 2;
+    while limiter
+        .try_acquire_n(&1, 1)
+        .expect("a cost of 1")
+        .is_allowed()
+    {
+        admitted += 1;
+    }
+    assert_eq!(admitted, 1000, "every permit, the stripe's included");
+    assert!(limiter.is_striped(&1), "a frozen clock never goes quiet");
+}
