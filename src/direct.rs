@@ -376,7 +376,9 @@ impl<C: Clock> DirectLimiter<C> {
     }
 
     /// Takes `n` permits now for a request whose real cost is known later: decided exactly as
-    /// [`try_acquire_n`](DirectLimiter::try_acquire_n), and the [`Reservation`] remembers
+    /// [`try_acquire_n`](DirectLimiter::try_acquire_n) (but for a contended limiter's stripes,
+    /// which a reservation never takes from, as for
+    /// [`RateLimiter::reserve_n`](crate::RateLimiter::reserve_n)), and the [`Reservation`] remembers
     /// what it took, so that [`settle`](DirectLimiter::settle) can give back what the request
     /// did not use or charge what it used on top. See [`RateLimiter::reserve_n`](crate::RateLimiter::reserve_n) for the
     /// rules.

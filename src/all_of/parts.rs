@@ -196,11 +196,7 @@ where
     }
 
     fn look_own(&self, index: usize, tally: &mut Tally) {
-        let peeked = if self.cost == 1 {
-            Ok(self.limiter.peek(self.key))
-        } else {
-            self.limiter.peek_n(self.key, self.cost)
-        };
+        let peeked = self.limiter.peek_n(self.key, self.cost);
         record_look(index, self.cost, peeked, tally);
     }
 
@@ -303,11 +299,7 @@ impl<C: Clock> Part for DirectPart<'_, C> {
     }
 
     fn look_own(&self, index: usize, tally: &mut Tally) {
-        let peeked = if self.cost == 1 {
-            Ok(self.limiter.peek())
-        } else {
-            self.limiter.peek_n(self.cost)
-        };
+        let peeked = self.limiter.peek_n(self.cost);
         record_look(index, self.cost, peeked, tally);
     }
 

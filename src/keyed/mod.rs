@@ -764,9 +764,12 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
 
     /// Takes `n` permits for `key` now, for a request whose real cost is known only after it
     /// ran: the tokens an LLM call really used, an order that may fail. Decided exactly as
-    /// [`try_acquire_n`](RateLimiter::try_acquire_n); the [`Reservation`] remembers where its
-    /// admission stands in each band, so that [`settle`](RateLimiter::settle) can give back
-    /// what the request did not use, or charge what it used on top.
+    /// [`try_acquire_n`](RateLimiter::try_acquire_n), except on a contended key spread over
+    /// stripes (see [`striping`](RateLimiter::striping)): a reservation takes from the key's
+    /// own state only, where a request of cost 1 also takes what the stripes hold. The
+    /// [`Reservation`] remembers where its admission stands in each band, so that
+    /// [`settle`](RateLimiter::settle) can give back what the request did not use, or charge
+    /// what it used on top.
     ///
     /// An allowed reservation's permits are spent at once, so every other request sees
     /// them. A refused one holds nothing (its decision says when to retry). A reservation

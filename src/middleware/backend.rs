@@ -15,7 +15,6 @@ use crate::reservation::{Reservation, SettleError};
 
 /// An in-process limiter as the layer sees it: any clock, any hasher.
 pub(super) trait Local: Send + Sync {
-    fn try_acquire(&self, key: &LimitKey) -> Decision;
     fn try_acquire_n(&self, key: &LimitKey, cost: u64) -> Result<Decision, CostError>;
     fn reserve_n(&self, key: &LimitKey, cost: u64) -> Result<Reservation, CostError>;
     fn settle(
@@ -34,11 +33,6 @@ where
     C: Clock + 'static,
     S: BuildHasher + Clone + Send + Sync + 'static,
 {
-    #[inline]
-    fn try_acquire(&self, key: &LimitKey) -> Decision {
-        RateLimiter::try_acquire(self, key)
-    }
-
     fn try_acquire_n(&self, key: &LimitKey, cost: u64) -> Result<Decision, CostError> {
         RateLimiter::try_acquire_n(self, key, cost)
     }

@@ -254,13 +254,9 @@ impl Config {
                 self.hold(rules, decision, held, grpc).into()
             }
             Limiter::Local(limiter) => {
-                let decided = if cost == 1 {
-                    Ok(limiter.try_acquire(&key))
-                } else {
-                    limiter
-                        .try_acquire_n(&key, cost)
-                        .map_err(|error| Failure::of_cost(rule, error))
-                };
+                let decided = limiter
+                    .try_acquire_n(&key, cost)
+                    .map_err(|error| Failure::of_cost(rule, error));
                 self.conclude(rule, decided, grpc).into()
             }
             #[cfg(feature = "redis")]
