@@ -6,6 +6,7 @@
 //! cargo run --release --example memory -- --rss tollgate # resident memory per key instead
 //! cargo run --release --example memory -- --rss governor
 //! cargo run --release --example memory -- --rss papaya   # a map with each state inline
+//! cargo run --release --example memory -- --rss papaya 1600000   # at another number of keys
 //! ```
 //!
 //! Bytes per key = (heap bytes live after inserting `n` keys - before) / `n`: the map's
@@ -18,10 +19,12 @@
 //!
 //! `--rss`: what the counting allocator cannot see, the allocator's own overhead per block:
 //! the growth of the process's resident memory (`/proc/self/statm`, Linux) while 1,000,000
-//! `u64` keys are tracked on a token bucket, per key, in a process that does nothing else.
+//! `u64` keys (or the number given) are tracked on a token bucket, per key, in a process that
+//! does nothing else. Maps grow by doubling, so compare at several numbers of keys.
 //! `papaya` is not a limiter: papaya's lock-free map holding each key's 8-byte state inline
 //! in its entry, what a keyed table would hold at least with a papaya index (see "Levers
-//! measured and not taken" in docs/BENCHMARKS.md).
+//! measured and not taken" in docs/BENCHMARKS.md), its tables outgrown freed before the
+//! reading (its collector frees retired memory one block at a time, not in batches).
 //!
 //! Eviction: 1,000,000 `u64` keys are made to rest on a fake clock, then one `evict_idle`
 //! (governor: `retain_recent`) is timed; "peak" is the most heap it held above what was live
@@ -65,7 +68,11 @@ struct Row {
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let csv_path = std::env::args().nth(1);
     if csv_path.as_deref() == Some("--rss") {
-        return resident_per_key(std::env::args().nth(2).as_deref());
+        let keys = match std::env::args().nth(3) {
+            Some(n) => n.parse()?,
+            None => EVICT_KEYS,
+        };
+        return resident_per_key(std::env::args().nth(2).as_deref(), keys);
     }
     let mut rows = Vec::new();
 
@@ -126,14 +133,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     Ok(())
 }
 
-/// Resident memory per key of one limiter holding `EVICT_KEYS` `u64` keys.
-fn resident_per_key(limiter: Option<&str>) -> Result<(), Box<dyn std::error::Error>> {
+/// Resident memory per key of one limiter holding `count` `u64` keys.
+fn resident_per_key(limiter: Option<&str>, count: u64) -> Result<(), Box<dyn std::error::Error>> {
     fn resident() -> Result<u64, Box<dyn std::error::Error>> {
         let statm = std::fs::read_to_string("/proc/self/statm")?;
         let pages: u64 = statm.split_whitespace().nth(1).ok_or("statm")?.parse()?;
         Ok(pages * 4096)
     }
-    let keys: Vec<u64> = (0..EVICT_KEYS).collect();
+    let keys: Vec<u64> = (0..count).collect();
     let before = resident()?;
     let after = match limiter {
         Some("tollgate") => {
@@ -151,20 +158,30 @@ fn resident_per_key(limiter: Option<&str>) -> Result<(), Box<dyn std::error::Err
             resident()?
         }
         Some("papaya") => {
-            let map = papaya::HashMap::with_hasher(ahash::RandomState::new());
+            let map = papaya::HashMap::builder()
+                .hasher(ahash::RandomState::new())
+                .collector(seize::Collector::new().batch_size(1))
+                .build();
             let pinned = map.pin();
             keys.iter().for_each(|k| {
                 pinned.insert(*k, std::sync::atomic::AtomicU64::new(0));
             });
+            // Unpinned, so the tables it outgrew are freed.
+            drop(pinned);
             resident()?
         }
         _ => return Err("--rss takes tollgate, governor or papaya".into()),
     };
     println!(
-        "{}: {:.1} resident bytes per u64 key ({} keys, token bucket)",
+        "{}: {:.1} resident bytes per u64 key ({} keys, {})",
         limiter.unwrap_or_default(),
-        (after - before) as f64 / EVICT_KEYS as f64,
-        EVICT_KEYS
+        (after - before) as f64 / count as f64,
+        count,
+        if limiter == Some("papaya") {
+            "an 8-byte state inline"
+        } else {
+            "token bucket"
+        }
     );
     Ok(())
 }
