@@ -34,6 +34,9 @@
 //! (the fastest would be one where they did not run side by side). On 2 cores, 4 threads
 //! oversubscribe: they run time-sliced, and may be preempted holding a lock; as they cannot
 //! all run side by side, their rows are the median of every repetition.
+//! The row "2 threads, a u64 key each" is the reference for the one-key rows: each thread on
+//! a key of its own, so tollgate's threads share no line and show what two cores give
+//! (the mutex version's still share its lock).
 
 use std::borrow::Borrow;
 use std::hash::Hash;
@@ -63,6 +66,15 @@ type GovCachedKeyed<K> = governor::RateLimiter<K, DashMapStateStore<K>, QuantaUp
 
 /// How often both cached clocks are refreshed.
 const CACHED_RESOLUTION: std::time::Duration = std::time::Duration::from_millis(1);
+
+thread_local! {
+    /// A key of the calling thread's own, for the rows where threads share no key.
+    static OWN_KEY: u64 = {
+        static NEXT: AtomicU64 = AtomicU64::new(1 << 40);
+        // Relaxed: a number, no memory published through it.
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    };
+}
 
 /// One clock read, one load, one compare-and-swap: the floor of any exact decision.
 struct Floor {
@@ -571,6 +583,32 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         row(case, t, g, Some(m), None);
         kept.push((case.trim_end_matches(" *"), vec![tn, gn, mn]));
     }
+
+    // The same decisions with nothing shared: each thread on a key of its own (numbered as
+    // the thread first decides). What two cores give when no line moves between them, the
+    // ceiling a striped key is measured against; the mutex version still shares its lock.
+    let [(t, tn), (g, gn), (m, mn)] = bench.threads(
+        2,
+        [
+            &|| {
+                OWN_KEY.with(|own| {
+                    let _ = black_box(keyed(&k, black_box(own)));
+                })
+            },
+            &|| {
+                OWN_KEY.with(|own| {
+                    black_box(gov_keyed(&gk, black_box(own)));
+                })
+            },
+            &|| {
+                OWN_KEY.with(|own| {
+                    black_box(mutex_fast(&mk, black_box(own)));
+                })
+            },
+        ],
+    );
+    row("2 threads, a u64 key each *", t, g, Some(m), None);
+    kept.push(("2 threads, a u64 key each", vec![tn, gn, mn]));
 
     // Contention, reported honestly: a mutex wins aggregate throughput by letting one thread
     // keep the lock, so beside it, how the decisions were shared out and how long each took.
