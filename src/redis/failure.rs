@@ -114,8 +114,9 @@ pub struct BackendStats {
     pub timeouts: u64,
     /// Calls that failed because Redis could not be reached or was not ready.
     pub unavailable: u64,
-    /// Times the script was sent again because Redis did not know its SHA (`NOSCRIPT`: after
-    /// a restart, a failover or `SCRIPT FLUSH`).
+    /// Times the code was loaded again because Redis had lost it: the function library (after
+    /// a restart without persistence or `FUNCTION FLUSH`), or, where Redis has no functions,
+    /// the script (`NOSCRIPT`: after a restart, a failover or `SCRIPT FLUSH`).
     pub script_reloads: u64,
     /// Permits taken from Redis in leases
     /// ([`RedisLimiterBuilder::lease`](super::RedisLimiterBuilder::lease)); the first

@@ -120,14 +120,14 @@ use self::shared::Shared;
 ///
 /// | call | Redis round trips |
 /// |---|---|
-/// | [`try_acquire`](RedisLimiter::try_acquire), [`try_acquire_n`](RedisLimiter::try_acquire_n), [`peek`](RedisLimiter::peek) | one `EVALSHA` (none when the deny cache answers; one more `EVAL` after a `NOSCRIPT`) |
+/// | [`try_acquire`](RedisLimiter::try_acquire), [`try_acquire_n`](RedisLimiter::try_acquire_n), [`peek`](RedisLimiter::peek) | one `FCALL` (none when the deny cache answers; a `FUNCTION LOAD` and a second `FCALL` when Redis lost the function; `EVALSHA` where Redis has no functions) |
 /// | [`reserve_n`](RedisLimiter::reserve_n) | as `try_acquire_n` |
-/// | [`settle`](RedisLimiter::settle), [`cancel`](RedisLimiter::cancel) | one `EVALSHA` (none when the reservation was refused, made by the failure policy, or is settled at what it holds) |
+/// | [`settle`](RedisLimiter::settle), [`cancel`](RedisLimiter::cancel) | one `FCALL` (none when the reservation was refused, made by the failure policy, or is settled at what it holds) |
 /// | [`reset`](RedisLimiter::reset) | one `DEL` (with a resolver or live policies, a `GET` of the key's record first) |
 ///
 /// With [leases](RedisLimiterBuilder::lease), `try_acquire` (and `try_acquire_n` and `peek`
 /// when the lease holds enough) answer from a lease without a round trip; taking a lease and
-/// giving one back are one `EVALSHA` each.
+/// giving one back are one `FCALL` each.
 ///
 /// # Examples
 ///

@@ -1,7 +1,7 @@
 //! The Redis backend on a 3-node Redis Cluster started by the test: composite policies
 //! decided in one script call per key without CROSSSLOT errors, keys spread over every
 //! node, exact limits per key, one global limit across instances, script reloads after
-//! `SCRIPT FLUSH` on every node, leases, several keys in one decision (`RedisAllOf`)
+//! `FUNCTION FLUSH` on every node, leases, several keys in one decision (`RedisAllOf`)
 //! with one hash tag (refused without it), shadow mode, per-key policies and live policy
 //! changes.
 //!
@@ -92,9 +92,10 @@ async fn composite_policies_on_a_three_node_cluster() {
     let admitted = hammer(&limiters, 8, 40).await;
     assert_eq!(admitted, 600);
 
-    // 4. SCRIPT FLUSH on every node: the next calls reload the script where they land.
+    // 4. FUNCTION FLUSH on every node: the next call loads the function again (on every
+    //    primary: one reload, or a few if calls race).
     for node in cluster.nodes() {
-        assert_eq!(node.command(&["SCRIPT", "FLUSH"]).text(), "OK");
+        assert_eq!(node.command(&["FUNCTION", "FLUSH"]).text(), "OK");
     }
     let before = limiter.stats().script_reloads;
     for i in 0..30 {
@@ -350,8 +351,9 @@ async fn a_migrating_slot_is_followed_with_asking() {
     assert!(holds(target) && !holds(source));
 
     // The slot is still the source's: it answers ASK, and the call goes to the target, whose
-    // script cache is emptied first: NOSCRIPT there must lead to EVAL, as anywhere else.
-    nodes[target].command(&["SCRIPT", "FLUSH"]);
+    // functions are flushed first: a missing function there must be loaded again, as anywhere
+    // else, and the call sent again after ASKING.
+    nodes[target].command(&["FUNCTION", "FLUSH"]);
     let reloads = limiter.stats().script_reloads;
     let decision = limiter.try_acquire(key).await.unwrap();
     assert_eq!(limiter.stats().script_reloads, reloads + 1);

@@ -1,5 +1,6 @@
 //! The Redis backend when Redis fails: killed mid-run (each failure policy, then recovery
-//! after a restart), paused (timeouts), and `SCRIPT FLUSH` mid-run (nothing lost or counted
+//! after a restart), paused (timeouts), and `FUNCTION FLUSH` / `SCRIPT FLUSH` mid-run, on a
+//! server with functions and on one whose user may not use them (nothing lost or counted
 //! twice). Each test starts its own `redis-server`.
 //!
 //! Needs `redis-server` on PATH (`scripts/install-redis.sh`); without it every test fails
@@ -258,52 +259,92 @@ async fn paused_redis_times_out_then_recovers() {
     assert_eq!(limiter.stats().switches_to_redis, 1);
 }
 
-/// `SCRIPT FLUSH` in a loop while four limiters hammer one key of capacity 1,000: every
-/// call succeeds, the script is reloaded, and exactly 1,000 are admitted.
+/// How many calls of `command` (`fcall`, `evalsha`, `eval`) the server has run.
+fn calls_of(server: &RedisServer, command: &str) -> u64 {
+    let stats = server.command(&["INFO", "commandstats"]).text();
+    let prefix = format!("cmdstat_{command}:calls=");
+    stats
+        .lines()
+        .find_map(|line| line.strip_prefix(prefix.as_str()))
+        .map_or(0, |rest| rest.split(',').next().unwrap().parse().unwrap())
+}
+
+/// `FUNCTION FLUSH` and `SCRIPT FLUSH` in a loop while four limiters hammer one key of
+/// capacity 1,000: every call succeeds, the code is loaded again, and exactly 1,000 are
+/// admitted. Once on a server where the limiters call a function, and once where the
+/// user's ACL denies `FUNCTION` and `FCALL`, so they load a script and call it with
+/// `EVALSHA` (as on Redis before 7).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn script_flush_mid_run_loses_and_double_counts_nothing() {
     let server = RedisServer::start();
-    for policy in [
-        "1000/3650d",
-        "1000/3650d & sliding-log 1000/3650d & sliding-counter 1000/3650d",
-    ] {
-        let mut limiters = Vec::new();
-        for _ in 0..4 {
-            limiters.push(
-                RedisLimiter::builder(policy.parse().unwrap())
-                    .prefix("flush")
-                    .timeout(Duration::from_secs(10))
-                    .deny_cache(0)
-                    .connect(&server.url())
-                    .await
-                    .unwrap(),
-            );
-        }
-        let stop = Arc::new(AtomicBool::new(false));
-        let flushes = Arc::new(AtomicU64::new(0));
-        let port = server.port();
-        let flusher = {
-            let (stop, flushes) = (Arc::clone(&stop), Arc::clone(&flushes));
-            std::thread::spawn(move || {
-                while !stop.load(Ordering::Relaxed) {
-                    let reply = redis_server::command_at(port, &["SCRIPT", "FLUSH"]).unwrap();
-                    assert_eq!(reply, redis_server::Reply::Status("OK".into()));
-                    flushes.fetch_add(1, Ordering::Relaxed);
-                    std::thread::sleep(Duration::from_millis(2));
-                }
-            })
+    for functions in [true, false] {
+        let acl: &[&str] = if functions {
+            &["ACL", "SETUSER", "default", "+@all"]
+        } else {
+            &["ACL", "SETUSER", "default", "-function", "-fcall"]
         };
-        let admitted = hammer(&limiters, 8, 60).await;
-        stop.store(true, Ordering::Relaxed);
-        flusher.join().unwrap();
-        let reloads: u64 = limiters.iter().map(|l| l.stats().script_reloads).sum();
-        let decided: u64 = limiters.iter().map(|l| l.stats().redis_decisions).sum();
-        assert_eq!(admitted, 1000, "{policy}");
-        assert_eq!(decided, 4 * 8 * 60, "{policy}");
-        assert!(
-            reloads >= 1 && flushes.load(Ordering::Relaxed) >= 1,
-            "{policy}: {reloads} reloads, {flushes:?} flushes"
-        );
-        server.command(&["FLUSHALL"]);
+        assert_eq!(server.command(acl).text(), "OK");
+        for policy in [
+            "1000/3650d",
+            "1000/3650d & sliding-log 1000/3650d & sliding-counter 1000/3650d",
+        ] {
+            server.command(&["CONFIG", "RESETSTAT"]);
+            let mut limiters = Vec::new();
+            for _ in 0..4 {
+                limiters.push(
+                    RedisLimiter::builder(policy.parse().unwrap())
+                        .prefix("flush")
+                        .timeout(Duration::from_secs(10))
+                        .deny_cache(0)
+                        .connect(&server.url())
+                        .await
+                        .unwrap(),
+                );
+            }
+            let stop = Arc::new(AtomicBool::new(false));
+            let flushes = Arc::new(AtomicU64::new(0));
+            let port = server.port();
+            let flusher = {
+                let (stop, flushes) = (Arc::clone(&stop), Arc::clone(&flushes));
+                std::thread::spawn(move || {
+                    let flush: &[&str] = if functions {
+                        &["FUNCTION", "FLUSH"]
+                    } else {
+                        &["SCRIPT", "FLUSH"]
+                    };
+                    while !stop.load(Ordering::Relaxed) {
+                        let reply = redis_server::command_at(port, flush).unwrap();
+                        assert_eq!(reply, redis_server::Reply::Status("OK".into()));
+                        flushes.fetch_add(1, Ordering::Relaxed);
+                        std::thread::sleep(Duration::from_millis(2));
+                    }
+                })
+            };
+            let admitted = hammer(&limiters, 8, 60).await;
+            stop.store(true, Ordering::Relaxed);
+            flusher.join().unwrap();
+            let reloads: u64 = limiters.iter().map(|l| l.stats().script_reloads).sum();
+            let decided: u64 = limiters.iter().map(|l| l.stats().redis_decisions).sum();
+            assert_eq!(admitted, 1000, "{policy}");
+            assert_eq!(decided, 4 * 8 * 60, "{policy}");
+            assert!(
+                reloads >= 1 && flushes.load(Ordering::Relaxed) >= 1,
+                "{policy}: {reloads} reloads, {flushes:?} flushes"
+            );
+            let (fcall, evalsha) = (calls_of(&server, "fcall"), calls_of(&server, "evalsha"));
+            if functions {
+                assert!(
+                    fcall >= decided && evalsha == 0,
+                    "{policy}: {fcall} FCALL, {evalsha} EVALSHA"
+                );
+            } else {
+                assert!(
+                    fcall == 0 && evalsha >= 1,
+                    "{policy}: {fcall} FCALL, {evalsha} EVALSHA"
+                );
+            }
+            server.command(&["FLUSHALL"]);
+        }
     }
+    server.command(&["ACL", "SETUSER", "default", "+@all"]);
 }

@@ -39,13 +39,17 @@ fn tiered(
         .resolver_cache(1_000, Duration::ZERO)
 }
 
-/// How many script calls the server has run (`EVALSHA` and `EVAL`).
+/// How many script calls the server has run (`FCALL`, `EVALSHA` and `EVAL`).
 fn script_calls(server: &RedisServer) -> u64 {
     server
         .command(&["INFO", "commandstats"])
         .text()
         .lines()
-        .filter(|line| line.starts_with("cmdstat_evalsha:") || line.starts_with("cmdstat_eval:"))
+        .filter(|line| {
+            ["cmdstat_fcall:", "cmdstat_evalsha:", "cmdstat_eval:"]
+                .iter()
+                .any(|name| line.starts_with(name))
+        })
         .filter_map(|line| {
             line.split("calls=")
                 .nth(1)?

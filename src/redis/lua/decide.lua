@@ -60,6 +60,8 @@
 -- by every band writes: a refusal changes nothing anywhere. A settle applies every band's
 -- own rule, unconditionally.
 
+forget_records()
+
 if redis.replicate_commands then
   -- Redis 3.2 to 4: replicate the writes, not the script (it reads TIME). A no-op from 5 on.
   redis.replicate_commands()

@@ -32,7 +32,12 @@ local function chosen_at(arg, now)
 end
 
 -- The records read by this call, by key, so that a write after a check reads nothing more.
+-- Emptied at the start of every call (decide.lua): loaded as a function library, the code's
+-- top-level values live from one call to the next.
 local records_read = {}
+local function forget_records()
+  records_read = {}
+end
 
 -- The record at `key`: when its policy was chosen, and its text (nil for no record).
 local function read_record(key)
