@@ -8,11 +8,12 @@ use crate::decision::Decision;
 use crate::direct::DirectLimiter;
 use crate::error::CostError;
 use crate::keyed::RateLimiter;
-use crate::reservation::{Reservation, SettleError};
+use crate::reservation::SettleError;
 
 #[cfg(any(feature = "redis", feature = "tower"))]
 pub(crate) use self::in_order::take_in_order;
 pub(crate) use self::parts::Chain;
+use self::parts::PartSlot;
 #[cfg(tollgate_loom)]
 pub(crate) use self::parts::{record, record_error, record_look, Part};
 pub(crate) use self::tally::Tally;
@@ -66,9 +67,11 @@ pub use self::parts::{DirectPart, KeyPart};
 /// [`peek`](AllOf::peek) looks at it as its limiter's `peek` does. At the first refusal, the
 /// parts already taken are given back at once, the last taken first, each by a refund of
 /// every permit it took (`cancel`), and the parts after the refusing one are only looked at
-/// (`peek_n`). So a part
-/// never admits more than its own policy, under any number of racing threads, and a refused
-/// request leaves every part as it was, except for time: a request racing the refused one
+/// (`peek_n`). A key the refused request was the first to ask a part's limiter about is
+/// removed again with the give-back, unless another request spent from it meanwhile, and
+/// a give-back to a full limiter's shared overflow state (`max_keys`) goes to that state. So
+/// a part never admits more than its own policy, under any number of racing threads, and a
+/// refused request leaves every part as it was, keys included, except for time: a request racing the refused one
 /// on a part it took and gave back may be refused in between (it saw those permits taken),
 /// at most as many permits as the refused request's cost on that part, for as long as the
 /// give-back takes (a few compare-and-swaps).
@@ -365,11 +368,11 @@ pub struct AllOfReservation {
     parts: Parted,
 }
 
-/// Each part's reservation of an [`AllOfReservation`], in the order added (`None` for a part
-/// that spent nothing; none at all when refused), and how many parts its `AllOf` had.
+/// What each part of an [`AllOfReservation`] holds, in the order added (none at all when
+/// refused), and how many parts its `AllOf` had.
 #[derive(Debug)]
 struct Parted {
-    reservations: Vec<Option<Reservation>>,
+    reservations: Vec<PartSlot>,
     len: usize,
 }
 

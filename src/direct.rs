@@ -531,6 +531,8 @@ impl<C: Clock> DirectLimiter<C> {
             marks,
             made,
             overflow: None,
+            overflowed: false,
+            created: false,
         };
         Ok(on(decision, held))
     }
@@ -549,11 +551,6 @@ impl<C: Clock> DirectLimiter<C> {
         Reservation::new(decision, cost, held.marks, origin)
     }
 
-    /// Whether `reservation` holds permits of this limiter, without settling it.
-    pub(crate) fn owns(&self, reservation: &Reservation) -> Result<(), SettleError> {
-        reservation.check(self.origin())
-    }
-
     /// Stripes the key now, as contention would.
     #[cfg(test)]
     pub(crate) fn stripe_now(&self) {
@@ -561,7 +558,7 @@ impl<C: Clock> DirectLimiter<C> {
     }
 
     /// What a reservation made here is marked with.
-    fn origin(&self) -> Origin {
+    pub(crate) fn origin(&self) -> Origin {
         Origin {
             limiter: self.id,
             key: 0,

@@ -383,8 +383,8 @@ impl<C: Clock> crate::all_of::Part for ModelPart<'_, C> {
         crate::Reservation::new(Decision::allow(0, 0, 0), self.cost, marks, MODEL_ORIGIN)
     }
 
-    fn owns(&self, held: &crate::Reservation) -> Result<(), crate::SettleError> {
-        held.check(MODEL_ORIGIN)
+    fn origin(&self) -> crate::reservation::Origin {
+        MODEL_ORIGIN
     }
 
     fn settle(&self, held: crate::Reservation, actual: u64) -> Result<(), crate::SettleError> {

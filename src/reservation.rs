@@ -16,9 +16,11 @@ use crate::policy::Policy;
 /// log's stamp of its entries, a sliding counter's start of the window it counted in.
 pub(crate) type Marks = [u64; Policy::MAX_BANDS];
 
-/// Which limiter, and which key of it, a reservation was made on, and when.
+/// Which limiter, and which key of it, a reservation was made on, and when. Public in name
+/// only, for the sealed `all_of::Part`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Origin {
+#[allow(unreachable_pub)]
+pub struct Origin {
     /// The limiter's serial number ([`next_limiter_id`]).
     pub(crate) limiter: u64,
     /// The key's hash under the limiter's hasher (0 for a limiter of one key).
@@ -27,6 +29,19 @@ pub(crate) struct Origin {
     /// change) when the reservation was made: a refund after one of those would land on a
     /// state that never held the reservation's permits.
     pub(crate) rebuilds: u64,
+}
+
+impl Origin {
+    /// Whether `other` names the same limiter and key as this origin.
+    pub(crate) fn check_place(&self, other: Origin) -> Result<(), SettleError> {
+        if self.limiter != other.limiter {
+            return Err(SettleError::OtherLimiter);
+        }
+        if self.key != other.key {
+            return Err(SettleError::OtherKey);
+        }
+        Ok(())
+    }
 }
 
 /// A reservation being settled, once checked against where it was made.
@@ -119,6 +134,12 @@ pub struct PartHeld {
     pub(crate) made: u64,
     /// As `Reservation::overflow`.
     pub(crate) overflow: Option<Box<Policy>>,
+    /// Whether the shared overflow state of a full limiter decided it: a refund goes there.
+    pub(crate) overflowed: bool,
+    /// Whether deciding it created the key's state: given back, the state is removed again
+    /// if nothing else has spent from it (`AllOf` leaves a refused request's keys as it
+    /// found them).
+    pub(crate) created: bool,
 }
 
 impl Reservation {
@@ -197,16 +218,17 @@ impl Reservation {
     /// Whether this reservation holds permits and was made where `origin` says (its limiter
     /// and key), without settling it.
     pub(crate) fn check(&self, origin: Origin) -> Result<(), SettleError> {
-        if self.origin.limiter != origin.limiter {
-            return Err(SettleError::OtherLimiter);
-        }
-        if self.origin.key != origin.key {
-            return Err(SettleError::OtherKey);
-        }
+        self.check_place(origin)?;
         if self.held == 0 {
             return Err(SettleError::Refused);
         }
         Ok(())
+    }
+
+    /// Whether this reservation was made where `origin` says (its limiter and key), whether
+    /// or not it holds permits.
+    pub(crate) fn check_place(&self, origin: Origin) -> Result<(), SettleError> {
+        self.origin.check_place(origin)
     }
 
     /// The permits held and the bands' marks, once `origin` is checked to be where the

@@ -18,7 +18,7 @@ use crate::decision::Decision;
 use crate::direct::DirectLimiter;
 use crate::error::CostError;
 use crate::keyed::RateLimiter;
-use crate::reservation::{PartHeld, Reservation, SettleError};
+use crate::reservation::{Origin, PartHeld, Reservation, SettleError};
 
 use super::tally::Tally;
 
@@ -57,8 +57,8 @@ pub trait Part {
     fn give_back(&self, held: Self::Held);
     /// `held` as the reservation it is, for `AllOf::reserve`.
     fn reservation(&self, held: Self::Held) -> Reservation;
-    /// Whether `held` is a reservation of this part, without settling it.
-    fn owns(&self, held: &Reservation) -> Result<(), SettleError>;
+    /// Where this part's reservations are made: its limiter and key.
+    fn origin(&self) -> Origin;
     /// Settles `held`, what `take` took, at `actual` permits: 0 gives every permit back.
     fn settle(&self, held: Reservation, actual: u64) -> Result<(), SettleError>;
     /// Records in `tally`, as part `index`, what `take` would decide now, taking nothing.
@@ -201,9 +201,15 @@ where
     }
 
     fn give_back(&self, held: PartHeld) {
+        let created = held.created;
         // The reservation is this part's own and holds permits: a settle fails only for
         // another limiter's or key's, or for a refused one.
         let _ = self.limiter.cancel(self.key, self.reservation(held));
+        if created {
+            // A key the request was the first to meet leaves with it, unless another request
+            // has spent from it since.
+            self.limiter.forget_at_rest(self.key);
+        }
     }
 
     fn reservation(&self, held: PartHeld) -> Reservation {
@@ -211,8 +217,8 @@ where
             .part_reservation(self.key, TOOK, self.cost, held)
     }
 
-    fn owns(&self, held: &Reservation) -> Result<(), SettleError> {
-        self.limiter.owns(self.key, held)
+    fn origin(&self) -> Origin {
+        self.limiter.origin(self.key)
     }
 
     fn settle(&self, held: Reservation, actual: u64) -> Result<(), SettleError> {
@@ -312,8 +318,8 @@ impl<C: Clock> Part for DirectPart<'_, C> {
         self.limiter.part_reservation(TOOK, self.cost, held)
     }
 
-    fn owns(&self, held: &Reservation) -> Result<(), SettleError> {
-        self.limiter.owns(held)
+    fn origin(&self) -> Origin {
+        self.limiter.origin()
     }
 
     fn settle(&self, held: Reservation, actual: u64) -> Result<(), SettleError> {
@@ -331,6 +337,18 @@ impl<C: Clock> Part for DirectPart<'_, C> {
     fn set_name(&mut self, name: &'static str) {
         self.name = Some(name);
     }
+}
+
+/// What one part of an [`AllOfReservation`](super::AllOfReservation) holds. Public in name
+/// only, as [`Chain`].
+#[derive(Debug)]
+#[allow(unreachable_pub)]
+pub enum PartSlot {
+    /// The part's reservation.
+    Held(Reservation),
+    /// Nothing (a refusal that shadow mode let through): only where it would have been
+    /// made, so that a settle can tell a reservation of other parts.
+    Nothing(Origin),
 }
 
 /// What deciding a chain of parts needs (see the module docs). Public in name only, for the
@@ -356,19 +374,14 @@ pub trait Chain {
     /// As `look_all`, the part added last looked at as `acquire_all` decides it
     /// (`Part::look_own`).
     fn peek_all(&self, tally: &mut Tally);
-    /// What every part holds, as reservations in the order added (`None` for a part that
-    /// spent nothing).
-    fn flatten(&self, held: Self::Held, into: &mut Vec<Option<Reservation>>);
-    /// Whether every reservation of `held` (in the order added) belongs to its part.
-    fn owns_all(&self, held: &[Option<Reservation>]) -> Result<(), SettleError>;
+    /// What every part holds, in the order added.
+    fn flatten(&self, held: Self::Held, into: &mut Vec<PartSlot>);
+    /// Whether every part of `held` (in the order added) was made by its part here.
+    fn owns_all(&self, held: &[PartSlot]) -> Result<(), SettleError>;
     /// Settles the reservation of each part in `held` (in the order added, popped from the
     /// end) at `actual[index]`, the last added first; a part with no entry keeps what it
     /// reserved. See `AllOf::settle`.
-    fn settle_all(
-        &self,
-        held: &mut Vec<Option<Reservation>>,
-        actual: &[u64],
-    ) -> Result<(), SettleError>;
+    fn settle_all(&self, held: &mut Vec<PartSlot>, actual: &[u64]) -> Result<(), SettleError>;
     /// The name of part `index`.
     fn name_of(&self, index: usize) -> Option<&'static str>;
     /// Names the part added last.
@@ -391,13 +404,13 @@ impl Chain for () {
 
     fn peek_all(&self, _: &mut Tally) {}
 
-    fn flatten(&self, (): (), _: &mut Vec<Option<Reservation>>) {}
+    fn flatten(&self, (): (), _: &mut Vec<PartSlot>) {}
 
-    fn owns_all(&self, _: &[Option<Reservation>]) -> Result<(), SettleError> {
+    fn owns_all(&self, _: &[PartSlot]) -> Result<(), SettleError> {
         Ok(())
     }
 
-    fn settle_all(&self, _: &mut Vec<Option<Reservation>>, _: &[u64]) -> Result<(), SettleError> {
+    fn settle_all(&self, _: &mut Vec<PartSlot>, _: &[u64]) -> Result<(), SettleError> {
         Ok(())
     }
 
@@ -464,25 +477,27 @@ impl<X: Part, R: Chain> Chain for (X, R) {
         self.0.look_own(R::LEN, tally);
     }
 
-    fn flatten(&self, (held, before): Self::Held, into: &mut Vec<Option<Reservation>>) {
+    fn flatten(&self, (held, before): Self::Held, into: &mut Vec<PartSlot>) {
         self.1.flatten(before, into);
-        into.push(held.map(|held| self.0.reservation(held)));
+        into.push(match held {
+            Some(held) => PartSlot::Held(self.0.reservation(held)),
+            None => PartSlot::Nothing(self.0.origin()),
+        });
     }
 
-    fn owns_all(&self, held: &[Option<Reservation>]) -> Result<(), SettleError> {
-        if let Some(reservation) = &held[R::LEN] {
-            self.0.owns(reservation)?;
+    fn owns_all(&self, held: &[PartSlot]) -> Result<(), SettleError> {
+        let origin = self.0.origin();
+        match &held[R::LEN] {
+            PartSlot::Held(reservation) => reservation.check(origin)?,
+            PartSlot::Nothing(made) => made.check_place(origin)?,
         }
         self.1.owns_all(held)
     }
 
-    fn settle_all(
-        &self,
-        held: &mut Vec<Option<Reservation>>,
-        actual: &[u64],
-    ) -> Result<(), SettleError> {
+    fn settle_all(&self, held: &mut Vec<PartSlot>, actual: &[u64]) -> Result<(), SettleError> {
         // The last added first, as a refund of the newest reservation first is exact.
-        if let (Some(Some(reservation)), Some(&actual)) = (held.pop(), actual.get(R::LEN)) {
+        if let (Some(PartSlot::Held(reservation)), Some(&actual)) = (held.pop(), actual.get(R::LEN))
+        {
             self.0.settle(reservation, actual)?;
         }
         self.1.settle_all(held, actual)

@@ -594,3 +594,95 @@ fn a_part_on_a_fake_clock_decides_at_its_time() {
         .reserve()
         .is_ok_and(|r| !r.decision().is_allowed()));
 }
+
+/// A part that always refuses: its one permit spent for a thousand hours.
+fn spent(clock: &FakeClock) -> DirectLimiter<FakeClock> {
+    let limiter = direct("1/1000h", clock);
+    assert!(limiter.try_acquire().is_allowed());
+    limiter
+}
+
+#[test]
+fn a_refusal_gives_back_what_a_full_limiters_shared_state_took() {
+    let clock = FakeClock::new();
+    let full = keyed("3/1h", &clock).max_keys(1);
+    assert!(full.try_acquire("tracked").is_allowed());
+    let closed = spent(&clock);
+    // "newcomer" finds the limiter full: its requests are decided by the shared state.
+    for _ in 0..3 {
+        let all = AllOf::new().key(&full, "newcomer").direct(&closed);
+        assert!(!all.try_acquire().is_allowed());
+    }
+    assert_eq!(
+        full.available("newcomer"),
+        3,
+        "the shared state got its permits back"
+    );
+    assert!(full.try_acquire("someone-else").is_allowed());
+}
+
+#[test]
+fn a_cancel_gives_back_what_a_full_limiters_shared_state_took() {
+    let clock = FakeClock::new();
+    let full = keyed("3/1h", &clock).max_keys(1);
+    assert!(full.try_acquire("tracked").is_allowed());
+    let global = direct("100/1h", &clock);
+    let all = AllOf::new().key_n(&full, "newcomer", 3).direct(&global);
+    let reservation = all.reserve().unwrap();
+    assert!(reservation.decision().is_allowed());
+    assert_eq!(full.available("newcomer"), 0);
+    all.cancel(reservation).unwrap();
+    assert_eq!((full.available("newcomer"), global.available()), (3, 100));
+}
+
+#[test]
+fn a_refusal_leaves_no_key_behind() {
+    let clock = FakeClock::new();
+    let users = keyed("5/1h", &clock).sweep_per_insert(0).with_stats();
+    let closed = spent(&clock);
+    for i in 0..100 {
+        let key = format!("user-{i}");
+        let all = AllOf::new().key(&users, key.as_str()).direct(&closed);
+        assert!(!all.try_acquire().is_allowed());
+    }
+    assert_eq!((users.len(), users.stats().keys), (0, 0));
+    // A key that was there before stays, at rest or not.
+    assert!(users.try_acquire("known").is_allowed());
+    users
+        .cancel("known", users.reserve_n("known", 1).unwrap())
+        .unwrap();
+    let all = AllOf::new().key(&users, "known").direct(&closed);
+    assert!(!all.try_acquire().is_allowed());
+    assert_eq!((users.len(), users.available("known")), (1, 4));
+}
+
+#[test]
+fn a_key_created_by_a_refused_request_stays_when_another_spent_from_it() {
+    let clock = FakeClock::new();
+    let users = keyed("5/1h", &clock);
+    let closed = spent(&clock);
+    // The part's take creates the key; another request spends from it before the give-back.
+    let racing = AllOf::new().key(&users, "alice").direct(&closed);
+    assert!(!racing.try_acquire().is_allowed());
+    assert!(users.try_acquire("alice").is_allowed());
+    assert!(!racing.try_acquire().is_allowed());
+    assert_eq!((users.len(), users.available("alice")), (1, 4));
+}
+
+#[test]
+fn a_settle_refuses_another_all_ofs_reservation_with_a_shadow_part() {
+    let clock = FakeClock::new();
+    let shadowed = keyed("1/1h", &clock).shadow();
+    assert!(shadowed.try_acquire("a").is_allowed());
+    let (other, global) = (keyed("10/1h", &clock), direct("10/1h", &clock));
+    let mine = AllOf::new().key(&shadowed, "a").direct(&global);
+    let reservation = mine.reserve().unwrap();
+    // The shadow part refused and let the request through, holding nothing.
+    assert!(reservation.decision().is_allowed());
+    let theirs = AllOf::new().key(&other, "z").direct(&global);
+    assert_eq!(
+        theirs.settle(reservation, &[5, 5]),
+        Err(SettleError::OtherLimiter)
+    );
+    assert_eq!(global.available(), 9, "nothing settled");
+}

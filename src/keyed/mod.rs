@@ -613,13 +613,9 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
         self.generations.peek(key, cost, false)
     }
 
-    /// Whether `reservation` holds permits of this limiter's `key`, without settling it.
-    pub(crate) fn owns<Q: Hash + ?Sized>(
-        &self,
-        key: &Q,
-        reservation: &Reservation,
-    ) -> Result<(), SettleError> {
-        reservation.check(self.generations.origin(key))
+    /// Where a reservation of `key` made now would come from: this limiter and key.
+    pub(crate) fn origin<Q: Hash + ?Sized>(&self, key: &Q) -> Origin {
+        self.generations.origin(key)
     }
 
     /// Whether `key`'s requests of cost 1 are now spread over stripes: the key was
@@ -738,6 +734,8 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
                     marks: decided.marks,
                     made,
                     overflow: decided.overflow,
+                    overflowed: decided.decision.is_overflow(),
+                    created: decided.created,
                 };
                 on(self.finish(decided.decision), held)
             },
@@ -759,7 +757,23 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
             rebuilds: held.made,
             ..self.generations.origin(key)
         };
+        // The shared overflow state's flag, for the settle to find that state again.
+        let decision = if held.overflowed {
+            decision.overflowed()
+        } else {
+            decision
+        };
         Reservation::new(decision, cost, held.marks, origin).decided_under(held.overflow)
+    }
+
+    /// Removes `key`'s state if it is at rest: a state that an `AllOf` part created and
+    /// gave back, which nothing else has spent from since.
+    pub(crate) fn forget_at_rest<Q>(&self, key: &Q)
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        self.generations.forget_at_rest(key);
     }
 
     /// Takes `n` permits for `key` now, for a request whose real cost is known only after it

@@ -33,6 +33,8 @@ pub(super) struct Decided {
     pub(super) marks: Marks,
     /// Boxed: a policy is 200 bytes, and every decision moves a `Decided` about.
     pub(super) overflow: Option<Box<Policy>>,
+    /// Whether the key's state was created for this decision.
+    pub(super) created: bool,
 }
 
 impl Decided {
@@ -43,6 +45,7 @@ impl Decided {
             decision,
             marks,
             overflow: None,
+            created: false,
         }
     }
 }
@@ -61,6 +64,7 @@ const SETTLED: Decided = Decided {
     decision: Decision::allow(0, 0, 0),
     marks: [0; Policy::MAX_BANDS],
     overflow: None,
+    created: false,
 };
 
 /// How far one attempt at a decision got.
@@ -340,7 +344,10 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
                     if self.sweep_slice > 0 {
                         self.sweep(generation, self.sweep_slice, true, &guard);
                     }
-                    return result;
+                    return result.map(|decided| Decided {
+                        created: true,
+                        ..decided
+                    });
                 }
                 // The generation was replaced, or is being replaced (a policy change between
                 // retiring the shared overflow state and swapping the new generation in):
@@ -473,6 +480,7 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
                 decision: decision.overflowed(),
                 marks,
                 overflow: St::blueprint_policy(blueprint).map(Box::new),
+                created: false,
             })),
             None => Attempt::Stale,
         }

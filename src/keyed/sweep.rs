@@ -116,6 +116,25 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
         removed
     }
 
+    /// Removes `key`'s state from the current generation if it is at rest now (retired as
+    /// eviction retires it, so a request that spent from it meanwhile keeps it).
+    pub(super) fn forget_at_rest<Q>(&self, key: &Q)
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let guard = Guard::new();
+        let now = self.clock.now();
+        let generation = self.generation(&guard);
+        let removed = with_keys!(&generation.keys, keyed => {
+            keyed.table.remove_if(key, |state| keyed.retire_at_rest(state, now))
+        });
+        if removed {
+            // Relaxed: a statistic, decremented after the removal.
+            self.tracked.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+
     /// Forgets `key`'s state, in whatever generation it is; whether one was removed.
     pub(super) fn reset<Q>(&self, key: &Q) -> bool
     where

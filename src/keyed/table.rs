@@ -143,12 +143,32 @@ impl<K: Hash + Eq + Clone + 'static, St, C: Cells<St>, S: BuildHasher> Table<K, 
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        let entry = self.index.get_sync(key)?;
-        let retired = retire(self.cells.get(entry.get()));
+        let mut retired = None;
+        self.remove_if(key, |state| {
+            retired = Some(retire(state));
+            true
+        });
+        retired
+    }
+
+    /// Removes `key`'s entry if `try_retire` retires its state (it must retire the state
+    /// when it returns `true`, and leave it be otherwise), under the key's bucket lock;
+    /// whether it did.
+    pub(super) fn remove_if<Q>(&self, key: &Q, try_retire: impl FnOnce(&St) -> bool) -> bool
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let Some(entry) = self.index.get_sync(key) else {
+            return false;
+        };
+        if !try_retire(self.cells.get(entry.get())) {
+            return false;
+        }
         let freed = C::freed(entry.get());
         entry.remove_entry();
         self.cells.release(vec![freed]);
-        Some(retired)
+        true
     }
 
     /// Removes every state `try_retire` retires (it must retire the state when it returns

@@ -282,17 +282,20 @@ impl<'a> RedisAllOf<'a> {
         if !decision.is_allowed() {
             return Err(SettleError::Refused.into());
         }
-        // Parts that hold nothing (a part a shadow-mode `Local` failure policy let through,
-        // one the HTTP layer only spent) have nothing to settle, as in `AllOf`.
+        // Every part checked, holding permits or not: a reservation of other parts is
+        // refused whole.
+        for (part, reservation) in self.parts.iter().zip(&parts) {
+            if let Some(reservation) = reservation {
+                reservation.check_place(part.shared.origin(part.key))?;
+            }
+        }
+        // Parts that hold nothing (a refusal shadow mode let through, a part a shadow-mode
+        // `Local` failure policy let through, one the HTTP layer only spent) have nothing to
+        // settle, as in `AllOf`.
         let held: Vec<Option<Reservation>> = parts
             .into_iter()
             .map(|r| r.filter(|r| r.held() > 0))
             .collect();
-        for (part, reservation) in self.parts.iter().zip(&held) {
-            if let Some(reservation) = reservation {
-                reservation.check(part.shared.origin(part.key))?;
-            }
-        }
         let mut first = None;
         for (index, (part, reservation)) in self.parts.iter().zip(held).enumerate() {
             let Some(reservation) = reservation else {

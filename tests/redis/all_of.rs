@@ -457,3 +457,32 @@ async fn reserve_then_settle_each_part() {
         other => panic!("{other}"),
     }
 }
+
+/// A reservation whose shadow-mode part let a refusal through (holding nothing there) is
+/// still told apart from a reservation of other parts: settling it on them is refused whole.
+#[tokio::test]
+async fn a_settle_checks_every_part_even_one_that_holds_nothing() {
+    let server = RedisServer::start();
+    let clock = FakeClock::new();
+    at(&clock, T0);
+    let shadowed = crate::clocked::clocked("1/1h", "s-shadow", &clock)
+        .shadow()
+        .connect(&server.url())
+        .await
+        .unwrap();
+    let global = shared_at(&shadowed, "10/1h", "s-global", &clock).await;
+    let other = shared_at(&shadowed, "10/1h", "s-other", &clock).await;
+    assert!(shadowed.try_acquire("a").await.unwrap().is_allowed());
+    let mine = RedisAllOf::new().key(&shadowed, "a").key(&global, "g");
+    let reservation = mine.reserve().await.unwrap();
+    assert!(
+        reservation.decision().is_allowed(),
+        "the refusal let through"
+    );
+    let theirs = RedisAllOf::new().key(&other, "z").key(&global, "g");
+    assert!(matches!(
+        theirs.settle(reservation, &[5, 5]).await,
+        Err(BackendError::Settle(SettleError::OtherLimiter))
+    ));
+    assert_eq!(global.available("g").await.unwrap(), 9, "nothing settled");
+}

@@ -40,7 +40,7 @@ pub async fn shared_at(
 }
 
 /// The builder of [`limiter_at`] and [`shared_at`].
-fn clocked(policy: &str, prefix: &str, clock: &FakeClock) -> RedisLimiterBuilder {
+pub fn clocked(policy: &str, prefix: &str, clock: &FakeClock) -> RedisLimiterBuilder {
     RedisLimiter::builder(policy.parse().unwrap())
         .prefix(prefix)
         .test_clock(clock.clone())
