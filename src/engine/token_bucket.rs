@@ -144,12 +144,13 @@ impl Gcra {
     /// back the rest), and never below now (a full bucket). `now` is read as at least
     /// `tat - B`, a lower bound of the latest clock reading an admission decided at, so a
     /// clock set back does not make a refund larger. The bucket keeps one number, so it
-    /// cannot tell which permits came back first: the rule is exact when reservations are
-    /// settled in the order they were taken, or in the reverse order, or before time has
-    /// returned any of their permits; when an earlier reservation is refunded after a later
-    /// one was taken and time then runs past the earlier one's permits, the later one's
-    /// refund may give back permits time already returned, at most its own (see
-    /// `docs/ALGORITHMS.md`). A charge of `k` more moves the TAT on by `k*T`, admitted
+    /// cannot tell which permits came back first: the rule is exact when no reservation
+    /// taken before this one was refunded since it was taken (in particular when
+    /// reservations are settled newest first), or before time has returned any of their
+    /// permits. When an earlier reservation is refunded while a later one is outstanding
+    /// (settling oldest first does this), the later one's mark still counts the time the
+    /// earlier refund gave back, so its refund may give back permits time already
+    /// returned, at most its own (see `docs/ALGORITHMS.md`). A charge of `k` more moves the TAT on by `k*T`, admitted
     /// whatever the state: a debt later requests wait out, up to `now + 2B`.
     pub(crate) fn settle(&self, tat: u64, held: u64, mark: u64, actual: u64, now: u64) -> u64 {
         if actual <= held {
