@@ -60,6 +60,21 @@ where
     )
 }
 
+/// The server's time per call of `command` (`fcall`, `evalsha`) since the last
+/// `CONFIG RESETSTAT`, in microseconds, from `INFO commandstats`; 0 when it ran none.
+fn server_time(server: &RedisServer, command: &str) -> f64 {
+    let stats = server.command(&["INFO", "commandstats"]).text();
+    let prefix = format!("cmdstat_{command}:");
+    stats
+        .lines()
+        .find_map(|line| line.strip_prefix(prefix.as_str()))
+        .and_then(|rest| {
+            rest.split(',')
+                .find_map(|f| f.strip_prefix("usec_per_call="))
+        })
+        .map_or(0.0, |us| us.parse().unwrap())
+}
+
 async fn limiter(server: &RedisServer, policy: &str, prefix: &str, cache: bool) -> RedisLimiter {
     leasing(server, policy, prefix, cache, 0).await
 }
@@ -197,6 +212,7 @@ async fn redis_throughput() {
     // one global key in one script call, beside one key of the same policy alone.
     let policy = "1000000/1s";
     let single = limiter(&server, policy, "single", true).await;
+    server.command(&["CONFIG", "RESETSTAT"]);
     let alone = measure(64, move |task, i| {
         let single = single.clone();
         async move {
@@ -209,6 +225,10 @@ async fn redis_throughput() {
         "distinct keys, token bucket, one key (admissions)",
         64,
         alone,
+    );
+    println!(
+        "<!-- one key, FCALL: {:.2} us of server time a call -->",
+        server_time(&server, "fcall")
     );
     // The same under a resolver (every key's record read, and written on admission).
     let tiered = RedisLimiter::builder(policy.parse().unwrap())
@@ -249,6 +269,7 @@ async fn redis_throughput() {
             .await
             .unwrap(),
     );
+    server.command(&["CONFIG", "RESETSTAT"]);
     let three = measure(64, move |task, i| {
         let (user, ip, global) = parts.clone();
         async move {
@@ -271,8 +292,98 @@ async fn redis_throughput() {
         three,
     );
     println!(
+        "<!-- RedisAllOf of 3 parts, FCALL: {:.2} us of server time a call -->",
+        server_time(&server, "fcall")
+    );
+    println!(
         "<!-- RedisAllOf of 3 parts: {:.2}x the admissions per second of one key -->",
         three.0 / alone.0
+    );
+    server.command(&["FLUSHALL"]);
+
+    // The same two cases through a user whose ACL denies functions: the script, called
+    // with EVALSHA, as on Redis before 7.
+    server.command(&[
+        "ACL",
+        "SETUSER",
+        "scripts",
+        "on",
+        ">scripts",
+        "~*",
+        "&*",
+        "+@all",
+        "-function",
+        "-fcall",
+    ]);
+    let url = server
+        .url()
+        .replacen("redis://", "redis://scripts:scripts@", 1);
+    let scripted = |prefix: &'static str, policy: &'static str| {
+        RedisLimiter::builder(policy.parse().unwrap())
+            .prefix(prefix)
+            .timeout(Duration::from_secs(5))
+            .deny_cache(100_000)
+    };
+    let single = scripted("s-single", policy).connect(&url).await.unwrap();
+    server.command(&["CONFIG", "RESETSTAT"]);
+    let alone = measure(64, move |task, i| {
+        let single = single.clone();
+        async move {
+            let key = format!("user-{}", (task as u64 * 7919 + i) % 10_000);
+            single.try_acquire(&key).await.unwrap().is_allowed()
+        }
+    })
+    .await;
+    row(
+        "distinct keys, token bucket, one key (admissions), EVALSHA",
+        64,
+        alone,
+    );
+    println!(
+        "<!-- one key, EVALSHA: {:.2} us of server time a call -->",
+        server_time(&server, "evalsha")
+    );
+    let user = scripted("s-user", policy).connect(&url).await.unwrap();
+    let parts = (
+        user.clone(),
+        scripted("s-ip", policy)
+            .connect_shared(&user)
+            .await
+            .unwrap(),
+        scripted("s-global", "1000000000/1h")
+            .connect_shared(&user)
+            .await
+            .unwrap(),
+    );
+    server.command(&["CONFIG", "RESETSTAT"]);
+    let three = measure(64, move |task, i| {
+        let (user, ip, global) = parts.clone();
+        async move {
+            let n = (task as u64 * 7919 + i) % 10_000;
+            let (key, address) = (format!("user-{n}"), format!("10.0.{}.{}", n / 250, n % 250));
+            RedisAllOf::new()
+                .key(&user, &key)
+                .key(&ip, &address)
+                .key(&global, "all")
+                .try_acquire()
+                .await
+                .unwrap()
+                .is_allowed()
+        }
+    })
+    .await;
+    row(
+        "distinct keys, RedisAllOf of 3 parts (admissions), EVALSHA",
+        64,
+        three,
+    );
+    println!(
+        "<!-- with EVALSHA, RedisAllOf of 3 parts: {:.2}x the admissions per second of one key -->",
+        three.0 / alone.0
+    );
+    println!(
+        "<!-- RedisAllOf of 3 parts, EVALSHA: {:.2} us of server time a call -->",
+        server_time(&server, "evalsha")
     );
     server.command(&["FLUSHALL"]);
 
