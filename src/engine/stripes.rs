@@ -82,9 +82,11 @@ pub(crate) const QUIET_SPAN: u64 = 1_000_000;
 /// [`BUSY`], before the `Release` store that publishes the lease, so a request that read
 /// `next` with `Acquire` reads that lease's `end` or a later one's. A stripe's `next` only
 /// grows from one lease to the next (a lease starts at or after the central TAT, which is at
-/// or after every run a stripe holds: a give-back or a refund never moves it below one), so a
-/// compare-and-swap from a `next` read before a new lease was stored fails: `next` and `end`
-/// are always of one lease when it succeeds.
+/// or after every run a stripe holds or gave back: a give-back leaves the TAT at the run's
+/// `next` and the emptied stripe's `end` there, and a refund never moves the TAT below any
+/// stripe's `end`), so a compare-and-swap from a `next` read before a new lease was stored
+/// fails: `next` and `end` are always of one lease when it succeeds. An [`EMPTY`] stripe's
+/// `end` is 0, or where its last give-back left the TAT.
 #[derive(Debug)]
 struct Stripe {
     next: AtomicU64,
@@ -531,7 +533,11 @@ impl Stripes {
             // Release, before the stripe is emptied: a refusal that sees it empty sees the
             // count moved (module's orderings).
             self.leasing.returns.fetch_add(1, Ordering::Release);
-            stripe.publish(EMPTY, None);
+            // The emptied stripe keeps `from` as its end: a refund stops there
+            // (`held_until`), so the TAT never goes back below a `next` this run had, and
+            // a compare-and-swap from one read before the give-back fails against any
+            // later lease of the stripe, whose `next` starts above `from`.
+            stripe.publish(EMPTY, Some(from));
         } else {
             // The same run back: requests that read `next` before the claim may take from it.
             stripe.publish(next, None);
@@ -591,15 +597,16 @@ impl Stripes {
         }
     }
 
-    /// The end of the furthest run any stripe holds; `None` while a lease is being stored
-    /// (its end is not known yet).
+    /// The end of the furthest run any stripe holds, or gave back (an emptied stripe's end
+    /// is where its give-back left the TAT); `None` while a lease is being stored (its end
+    /// is not known yet).
     fn held_until(&self) -> Option<u64> {
         let mut furthest = 0;
         for stripe in &*self.stripes {
             // Acquire: as every read of a stripe.
             match stripe.next.load(Ordering::Acquire) {
                 BUSY => return None,
-                EMPTY | RETIRED => {}
+                RETIRED => {}
                 _ => furthest = furthest.max(stripe.end()),
             }
         }

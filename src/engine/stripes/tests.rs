@@ -351,3 +351,47 @@ proptest::proptest! {
         }
     }
 }
+
+#[test]
+fn a_refund_stops_where_a_give_back_left_the_central_word() {
+    let (central, gcra) = parts("10/1s");
+    let lock = std::sync::OnceLock::new();
+    let stripes = lock.get_or_init(|| Stripes::new(2, 4));
+    // A reservation of 2 (0, 0.2 s], then a lease on stripe 0 (0.2, 0.6 s], one taken.
+    let (_, mark) = central.reserve_at(&gcra, 0, 2, || {}).unwrap();
+    assert!(admits(stripes, &central, &gcra, 0, 0));
+    // The stripe gives back its three unused permits: the TAT goes back to 0.3 s.
+    stripes.give_back(0, &Mutex::new(()), &central, 0);
+    assert_eq!(central.tat_relaxed(), Some(S * 3 / 10));
+    // The reservation's refund would take the TAT below where the give-back left it, under
+    // the `next` the run had: it stops there, so no later lease of the stripe starts at a
+    // `next` a request may still hold from before the give-back.
+    Stripes::settle(
+        || lock.get(),
+        &Mutex::new(()),
+        &central,
+        &gcra,
+        (2, mark, 0),
+        0,
+    )
+    .unwrap();
+    assert_eq!(central.tat_relaxed(), Some(S * 3 / 10));
+    // Once time has passed that point, a refund is no longer held back by it.
+    assert!(admits(stripes, &central, &gcra, S, 1));
+    let tat = central.tat_relaxed().unwrap();
+    let (_, mark) = central.reserve_at(&gcra, S, 1, || {}).unwrap();
+    Stripes::settle(
+        || lock.get(),
+        &Mutex::new(()),
+        &central,
+        &gcra,
+        (1, mark, 0),
+        S,
+    )
+    .unwrap();
+    assert_eq!(
+        central.tat_relaxed(),
+        Some(tat),
+        "given back above the runs"
+    );
+}
