@@ -83,14 +83,21 @@ pub(crate) const QUIET_SPAN: u64 = 1_000_000;
 /// `next` with `Acquire` reads that lease's `end` or a later one's. A stripe's `next` only
 /// grows from one lease to the next (a lease starts at or after the central TAT, which is at
 /// or after every run a stripe holds or gave back: a give-back leaves the TAT at the run's
-/// `next` and the emptied stripe's `end` there, and a refund never moves the TAT below any
-/// stripe's `end`), so a compare-and-swap from a `next` read before a new lease was stored
-/// fails: `next` and `end` are always of one lease when it succeeds. An [`EMPTY`] stripe's
-/// `end` is 0, or where its last give-back left the TAT.
+/// `next`, and a refund never moves the TAT below a run's end or below `given_back`), so a
+/// compare-and-swap from a `next` read before a new lease was stored fails: `next` and
+/// `end` are always of one lease when it succeeds.
 #[derive(Debug)]
 struct Stripe {
     next: AtomicU64,
     end: AtomicU64,
+    /// Where the stripe's latest give-back left the TAT (0: none). A refund never moves the
+    /// TAT below it, so the TAT never goes back under a `next` a request may have read from
+    /// the stripe before the give-back, and that request's compare-and-swap fails against
+    /// any later lease of the stripe. A word of its own, not `end`: a request that read
+    /// `next` before the give-back may read `end` after it, and must find there an end of
+    /// a run, not a point inside it (loom found a refusal with a permit left that way).
+    /// Written and read under the key's `lowering` lock.
+    given_back: AtomicU64,
 }
 
 impl Stripe {
@@ -98,6 +105,7 @@ impl Stripe {
         Stripe {
             next: AtomicU64::new(EMPTY),
             end: AtomicU64::new(0),
+            given_back: AtomicU64::new(0),
         }
     }
 
@@ -533,11 +541,10 @@ impl Stripes {
             // Release, before the stripe is emptied: a refusal that sees it empty sees the
             // count moved (module's orderings).
             self.leasing.returns.fetch_add(1, Ordering::Release);
-            // The emptied stripe keeps `from` as its end: a refund stops there
-            // (`held_until`), so the TAT never goes back below a `next` this run had, and
-            // a compare-and-swap from one read before the give-back fails against any
-            // later lease of the stripe, whose `next` starts above `from`.
-            stripe.publish(EMPTY, Some(from));
+            // Relaxed: read only under `lowering`, which this give-back holds (see
+            // `Stripe::given_back`).
+            stripe.given_back.store(from, Ordering::Relaxed);
+            stripe.publish(EMPTY, None);
         } else {
             // The same run back: requests that read `next` before the claim may take from it.
             stripe.publish(next, None);
@@ -597,18 +604,21 @@ impl Stripes {
         }
     }
 
-    /// The end of the furthest run any stripe holds, or gave back (an emptied stripe's end
-    /// is where its give-back left the TAT); `None` while a lease is being stored (its end
-    /// is not known yet).
+    /// The end of the furthest run any stripe holds, and the furthest point a stripe's
+    /// give-back left the TAT at (see `Stripe::given_back`); `None` while a lease is being
+    /// stored (its end is not known yet). Called under the key's `lowering` lock.
     fn held_until(&self) -> Option<u64> {
         let mut furthest = 0;
         for stripe in &*self.stripes {
             // Acquire: as every read of a stripe.
             match stripe.next.load(Ordering::Acquire) {
                 BUSY => return None,
-                RETIRED => {}
+                RETIRED => continue,
+                EMPTY => {}
                 _ => furthest = furthest.max(stripe.end()),
             }
+            // Relaxed: written under the `lowering` lock the caller holds.
+            furthest = furthest.max(stripe.given_back.load(Ordering::Relaxed));
         }
         Some(furthest)
     }
