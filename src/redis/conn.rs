@@ -4,7 +4,7 @@
 //! `EVALSHA` (sent again as `EVAL` on `NOSCRIPT`), and retried only on replies that prove
 //! the script did not run.
 
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -111,6 +111,9 @@ pub(super) struct Script {
     sha: String,
     /// The function library it was loaded as, where Redis has functions: `FCALL` then.
     function: Option<Function>,
+    /// Set once Redis refused `FCALL` itself (no such command, or an ACL that denies it
+    /// while it allowed `FUNCTION LOAD`): every clone calls the script from then on.
+    scripts_only: Arc<AtomicBool>,
     /// Names the connection: the same for every clone of this script, different for every
     /// other load.
     id: u64,
@@ -165,10 +168,10 @@ impl Script {
         let loaded = tokio::time::timeout(timeout, function.load(&conn))
             .await
             .map_err(|_| BackendError::Timeout(timeout))?;
+        // Any refusal (no such command, an ACL, `OOM` under `maxmemory`, which `SCRIPT LOAD`
+        // is not refused for) leaves the script; a server that is down fails that load too.
         let function = match loaded {
             Ok(()) => Some(function),
-            // Unreachable or not ready: fail as the script's load would.
-            Err(err) if is_unavailable(&err) => return Err(err.into()),
             Err(err) => {
                 log::info!("tollgate: Redis functions unavailable ({err}); using EVALSHA");
                 None
@@ -189,6 +192,7 @@ impl Script {
             conn,
             sha,
             function,
+            scripts_only: Arc::new(AtomicBool::new(false)),
             id: next_limiter_id(),
         })
     }
@@ -213,9 +217,16 @@ impl Script {
         resend_dropped: bool,
         timeout: Duration,
     ) -> Result<Result<Value, RedisError>, tokio::time::error::Elapsed> {
+        // Relaxed: a hint; a call that misses it meets the same refusal and sets it again.
+        let function = if self.scripts_only.load(Ordering::Relaxed) {
+            None
+        } else {
+            self.function.as_ref()
+        };
         let call = eval(
             &self.conn,
-            self.function.as_ref(),
+            function,
+            &self.scripts_only,
             &self.sha,
             keys,
             args,
@@ -247,20 +258,24 @@ fn function_missing(err: &RedisError) -> bool {
             .is_some_and(|d| d.starts_with("Function not found"))
 }
 
-/// Whether `err` is Redis saying that it has no such command (`FCALL` before Redis 7).
-fn unknown_command(err: &RedisError) -> bool {
-    err.code() == Some("ERR")
-        && err
-            .detail()
-            .is_some_and(|d| d.starts_with("unknown command"))
+/// Whether `err` is Redis refusing the command itself: no such command (`FCALL` before
+/// Redis 7), or an ACL that does not let the user run it.
+fn command_refused(err: &RedisError) -> bool {
+    err.code() == Some("NOPERM")
+        || (err.code() == Some("ERR")
+            && err
+                .detail()
+                .is_some_and(|d| d.starts_with("unknown command")))
 }
 
 /// Runs the script with `keys` and `args`: as `FCALL` of `function` when it was loaded as
 /// one, else as `EVALSHA sha`. A function found missing (Redis restarted without
 /// persistence, or ran `FUNCTION FLUSH`) is loaded again and called once more; after
 /// `NOSCRIPT` (Redis restarted, failed over, or ran `SCRIPT FLUSH`), or where loading the
-/// function fails or the server no longer has `FCALL`, the same call goes as `EVAL` with
-/// the [`SOURCE`], which also caches the script. Each reload bumps `reloads`.
+/// function fails, the same call goes as `EVAL` with the [`SOURCE`], which also caches the
+/// script. Each reload bumps `reloads`. Where Redis refuses `FCALL` itself (no such command,
+/// or an ACL), the call goes as `EVALSHA` and `scripts_only` is set, so that every later
+/// call does too; refused with `OOM`, this one call goes as `EVALSHA`.
 ///
 /// A call is sent again after a reply that Redis gives *instead of* running the script
 /// (`NOSCRIPT`, `MOVED`, `ASK`, `TRYAGAIN`, `CLUSTERDOWN`, `LOADING`, `MASTERDOWN`,
@@ -277,9 +292,14 @@ fn unknown_command(err: &RedisError) -> bool {
 /// `MOVED` by sending again (the client refreshes its slot map from the reply), `ASK` (a
 /// slot being migrated, the key already on the importing node) by sending `ASKING` and the
 /// call to the node the reply names.
+#[allow(
+    clippy::too_many_arguments,
+    reason = "one call's whole context, passed once"
+)]
 async fn eval(
     conn: &Conn,
     function: Option<&Function>,
+    scripts_only: &AtomicBool,
     sha: &str,
     keys: &[String],
     args: &[String],
@@ -326,12 +346,24 @@ async fn eval(
                     _ => Send::Source,
                 };
             }
-            Err(err)
-                if (send == Send::Reloaded && function_missing(&err))
-                    || (matches!(send, Send::Function | Send::Reloaded)
-                        && unknown_command(&err)) =>
-            {
+            Err(err) if send == Send::Reloaded && function_missing(&err) => {
                 send = Send::Source;
+            }
+            // Under `maxmemory` with `noeviction`, Redis refuses a function that may write
+            // before it runs; a script runs, and only its first write is refused (after every
+            // read, so nothing is written): sent as one, a refusal is still answered.
+            Err(err)
+                if matches!(send, Send::Function | Send::Reloaded) && err.code() == Some("OOM") =>
+            {
+                send = Send::Sha;
+            }
+            Err(err)
+                if matches!(send, Send::Function | Send::Reloaded) && command_refused(&err) =>
+            {
+                log::info!("tollgate: FCALL refused ({err}); using EVALSHA");
+                // Relaxed: see `Script::call`.
+                scripts_only.store(true, Ordering::Relaxed);
+                send = Send::Sha;
             }
             Err(err)
                 if err.kind() == ErrorKind::Server(ServerErrorKind::NoScript)

@@ -520,6 +520,9 @@ impl Shared {
             Some(leases) => del.arg(leases.returner.keys(key)),
             None => del.arg(own.map_or_else(Vec::new, |own| own.bands.keys(&self.prefix, key))),
         };
+        // Every server's lease tokens for the key go with its state, whether or not this
+        // limiter leases: a lease taken before the reset gives nothing back to the fresh one.
+        del.arg(Bands::lease_key(&self.prefix, key));
         if self.recorded() {
             // The state may be under another policy than this server's answer for the key:
             // the one its record names goes too, with the record.

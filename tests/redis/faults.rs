@@ -259,16 +259,6 @@ async fn paused_redis_times_out_then_recovers() {
     assert_eq!(limiter.stats().switches_to_redis, 1);
 }
 
-/// How many calls of `command` (`fcall`, `evalsha`, `eval`) the server has run.
-fn calls_of(server: &RedisServer, command: &str) -> u64 {
-    let stats = server.command(&["INFO", "commandstats"]).text();
-    let prefix = format!("cmdstat_{command}:calls=");
-    stats
-        .lines()
-        .find_map(|line| line.strip_prefix(prefix.as_str()))
-        .map_or(0, |rest| rest.split(',').next().unwrap().parse().unwrap())
-}
-
 /// `FUNCTION FLUSH` and `SCRIPT FLUSH` in a loop while four limiters hammer one key of
 /// capacity 1,000: every call succeeds, the code is loaded again, and exactly 1,000 are
 /// admitted. Once on a server where the limiters call a function, and once where the
@@ -331,7 +321,10 @@ async fn script_flush_mid_run_loses_and_double_counts_nothing() {
                 reloads >= 1 && flushes.load(Ordering::Relaxed) >= 1,
                 "{policy}: {reloads} reloads, {flushes:?} flushes"
             );
-            let (fcall, evalsha) = (calls_of(&server, "fcall"), calls_of(&server, "evalsha"));
+            let (fcall, evalsha) = (
+                server.command_stat("fcall", "calls") as u64,
+                server.command_stat("evalsha", "calls") as u64,
+            );
             if functions {
                 assert!(
                     fcall >= decided && evalsha == 0,
@@ -347,4 +340,66 @@ async fn script_flush_mid_run_loses_and_double_counts_nothing() {
         }
     }
     server.command(&["ACL", "SETUSER", "default", "+@all"]);
+}
+
+/// A user whose ACL lets it load functions but not call them: the first refused `FCALL`
+/// sends the call as a script, and every later call goes as one.
+#[tokio::test]
+async fn fcall_denied_while_function_load_is_allowed_uses_the_script() {
+    let server = RedisServer::start();
+    server.command(&["ACL", "SETUSER", "default", "-fcall", "-fcall_ro"]);
+    let limiter = RedisLimiter::builder("2/1h".parse().unwrap())
+        .prefix("no-fcall")
+        .deny_cache(0)
+        .connect(&server.url())
+        .await
+        .unwrap();
+    for expected in [true, true, false] {
+        let decision = limiter.try_acquire("k").await.unwrap();
+        assert_eq!(decision.is_allowed(), expected, "{decision:?}");
+    }
+    let rejected = server.command_stat("fcall", "rejected_calls") as u64;
+    let evalsha = server.command_stat("evalsha", "calls") as u64;
+    server.command(&["ACL", "SETUSER", "default", "+@all"]);
+    assert_eq!(rejected, 1, "FCALL tried once");
+    assert!(evalsha >= 2, "{evalsha} EVALSHA");
+}
+
+/// Redis full (`maxmemory` with `noeviction`): a limiter that connects then uses the script,
+/// and one connected before, calling a function, has each call Redis refuses with `OOM`
+/// sent again as a script. Either way Redis still answers a refusal, and an admission, which
+/// would write, gets the failure policy.
+#[tokio::test]
+async fn redis_out_of_memory_still_answers_refusals() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let connect = || {
+        RedisLimiter::builder("1/1h".parse().unwrap())
+            .prefix("oom")
+            .deny_cache(0)
+            .failure_policy(FailurePolicy::Closed)
+            .timeout(Duration::from_secs(2))
+            .connect(&url)
+    };
+    let before = connect().await.unwrap();
+    assert!(before.try_acquire("spent").await.unwrap().is_allowed());
+    assert_eq!(
+        server.command(&["CONFIG", "SET", "maxmemory", "1"]).text(),
+        "OK"
+    );
+    server.command(&["FUNCTION", "FLUSH"]);
+    let during = connect().await.unwrap();
+    for limiter in [&before, &during] {
+        let refused = limiter.try_acquire("spent").await.unwrap();
+        assert!(
+            !refused.is_allowed() && refused.retry_after() > Duration::ZERO,
+            "{refused:?}"
+        );
+        // An admission would write: Redis refuses it, and the failure policy (closed) decides.
+        let failed = limiter.try_acquire("fresh").await.unwrap();
+        assert!(!failed.is_allowed());
+    }
+    let failures = before.stats().failure_decisions + during.stats().failure_decisions;
+    server.command(&["CONFIG", "SET", "maxmemory", "0"]);
+    assert_eq!(failures, 2, "the two admissions, not the refusals");
 }

@@ -670,15 +670,17 @@ async fn a_request_cancelled_mid_refill_leaves_nothing_stuck() {
 }
 
 /// A `reset` deletes every limiter's lease token of the key with its state: a lease another
-/// server still holds gives nothing back to the fresh state.
+/// server still holds gives nothing back to the fresh state. Whether the limiter that resets
+/// takes leases itself or not (an admin tool, a server configured without them).
 #[tokio::test]
 async fn a_reset_on_one_server_keeps_the_others_leases_from_giving_back_to_the_fresh_state() {
     let server = RedisServer::start();
     let clock = FakeClock::new();
     at(&clock, T0);
-    for policy in ["100/1h", "sliding-counter 100/1h", "100/1h & 100/2h"] {
-        let prefix = format!("reset-{}", policy.len());
-        let a = limiter(&server, policy, &prefix, 32, Some(&clock)).await;
+    let policies = ["100/1h", "sliding-counter 100/1h", "100/1h & 100/2h"];
+    for (policy, leasing) in policies.iter().flat_map(|p| [(*p, 32), (*p, 0)]) {
+        let prefix = format!("reset-{}-{leasing}", policy.len());
+        let a = limiter(&server, policy, &prefix, leasing, Some(&clock)).await;
         let b = limiter(&server, policy, &prefix, 32, Some(&clock)).await;
         let view = limiter(&server, policy, &prefix, 0, Some(&clock)).await;
         for _ in 0..8 {

@@ -60,19 +60,90 @@ where
     )
 }
 
-/// The server's time per call of `command` (`fcall`, `evalsha`) since the last
-/// `CONFIG RESETSTAT`, in microseconds, from `INFO commandstats`; 0 when it ran none.
-fn server_time(server: &RedisServer, command: &str) -> f64 {
-    let stats = server.command(&["INFO", "commandstats"]).text();
-    let prefix = format!("cmdstat_{command}:");
-    stats
-        .lines()
-        .find_map(|line| line.strip_prefix(prefix.as_str()))
-        .and_then(|rest| {
-            rest.split(',')
-                .find_map(|f| f.strip_prefix("usec_per_call="))
-        })
-        .map_or(0.0, |us| us.parse().unwrap())
+/// 64 tasks deciding on 10,000 keys of `single`, one key a decision.
+async fn one_key(single: RedisLimiter) -> (f64, f64) {
+    measure(64, move |task, i| {
+        let single = single.clone();
+        async move {
+            let key = format!("user-{}", (task as u64 * 7919 + i) % 10_000);
+            single.try_acquire(&key).await.unwrap().is_allowed()
+        }
+    })
+    .await
+}
+
+/// 64 tasks deciding a user's key, an address's key and one global key at once, over
+/// 10,000 users and addresses.
+async fn three_parts(parts: (RedisLimiter, RedisLimiter, RedisLimiter)) -> (f64, f64) {
+    measure(64, move |task, i| {
+        let (user, ip, global) = parts.clone();
+        async move {
+            let n = (task as u64 * 7919 + i) % 10_000;
+            let (key, address) = (format!("user-{n}"), format!("10.0.{}.{}", n / 250, n % 250));
+            RedisAllOf::new()
+                .key(&user, &key)
+                .key(&ip, &address)
+                .key(&global, "all")
+                .try_acquire()
+                .await
+                .unwrap()
+                .is_allowed()
+        }
+    })
+    .await
+}
+
+/// One key alone, then a `RedisAllOf` of three parts, through limiters connected to `url`
+/// (their prefixes start with `prefix`), each row with the server's time per call of
+/// `command` (`fcall` or `evalsha`); returns the one-key figures.
+async fn one_and_three(server: &RedisServer, url: &str, prefix: &str, command: &str) -> (f64, f64) {
+    let policy = "1000000/1s";
+    let builder = |name: &str, policy: &str| {
+        RedisLimiter::builder(policy.parse().unwrap())
+            .prefix(&format!("{prefix}{name}"))
+            .timeout(Duration::from_secs(5))
+            .deny_cache(100_000)
+    };
+    let how = command.to_uppercase();
+    let single = builder("single", policy).connect(url).await.unwrap();
+    server.command(&["CONFIG", "RESETSTAT"]);
+    let alone = one_key(single).await;
+    println!(
+        "| distinct keys, token bucket, one key (admissions), {how} | 64 | {:.0} | {:.1} % |",
+        alone.0,
+        alone.1 * 100.0
+    );
+    println!(
+        "<!-- one key, {how}: {:.2} us of server time a call -->",
+        server.command_stat(command, "usec_per_call")
+    );
+    let user = builder("all-user", policy).connect(url).await.unwrap();
+    let parts = (
+        user.clone(),
+        builder("all-ip", policy)
+            .connect_shared(&user)
+            .await
+            .unwrap(),
+        builder("all-global", "1000000000/1h")
+            .connect_shared(&user)
+            .await
+            .unwrap(),
+    );
+    server.command(&["CONFIG", "RESETSTAT"]);
+    let three = three_parts(parts).await;
+    println!(
+        "| distinct keys, RedisAllOf of 3 parts (admissions), {how} | 64 | {:.0} | {:.1} % |",
+        three.0,
+        three.1 * 100.0
+    );
+    println!(
+        "<!-- RedisAllOf of 3 parts, {how}: {:.2} us of server time a call; {:.2}x the \
+         admissions per second of one key -->",
+        server.command_stat(command, "usec_per_call"),
+        three.0 / alone.0
+    );
+    server.command(&["FLUSHALL"]);
+    alone
 }
 
 async fn limiter(server: &RedisServer, policy: &str, prefix: &str, cache: bool) -> RedisLimiter {
@@ -208,29 +279,8 @@ async fn redis_throughput() {
         server.command(&["FLUSHALL"]);
     }
 
-    // Several keys in one decision, every call admitted: a user's key, an address's key and
-    // one global key in one script call, beside one key of the same policy alone.
+    // The same policy under a resolver (every key's record read, and written on admission).
     let policy = "1000000/1s";
-    let single = limiter(&server, policy, "single", true).await;
-    server.command(&["CONFIG", "RESETSTAT"]);
-    let alone = measure(64, move |task, i| {
-        let single = single.clone();
-        async move {
-            let key = format!("user-{}", (task as u64 * 7919 + i) % 10_000);
-            single.try_acquire(&key).await.unwrap().is_allowed()
-        }
-    })
-    .await;
-    row(
-        "distinct keys, token bucket, one key (admissions)",
-        64,
-        alone,
-    );
-    println!(
-        "<!-- one key, FCALL: {:.2} us of server time a call -->",
-        server_time(&server, "fcall")
-    );
-    // The same under a resolver (every key's record read, and written on admission).
     let tiered = RedisLimiter::builder(policy.parse().unwrap())
         .prefix("tiered")
         .timeout(Duration::from_secs(5))
@@ -238,71 +288,23 @@ async fn redis_throughput() {
         .connect(&server.url())
         .await
         .unwrap();
-    let recorded = measure(64, move |task, i| {
-        let tiered = tiered.clone();
-        async move {
-            let key = format!("user-{}", (task as u64 * 7919 + i) % 10_000);
-            tiered.try_acquire(&key).await.unwrap().is_allowed()
-        }
-    })
-    .await;
+    let recorded = one_key(tiered).await;
     row(
         "distinct keys, token bucket, resolver (admissions)",
         64,
         recorded,
     );
+    server.command(&["FLUSHALL"]);
+
+    // Several keys in one decision, every call admitted: a user's key, an address's key and
+    // one global key in one call, beside one key of the same policy alone. Through the
+    // default user, which calls the code as a function; then through a user whose ACL denies
+    // functions, which calls it as a script with EVALSHA, as on Redis before 7.
+    let alone = one_and_three(&server, &server.url(), "", "fcall").await;
     println!(
         "<!-- a resolver's records: {:.2}x the admissions per second of one key alone -->",
         recorded.0 / alone.0
     );
-    let user = limiter(&server, policy, "all-user", true).await;
-    let parts = (
-        user.clone(),
-        RedisLimiter::builder(policy.parse().unwrap())
-            .prefix("all-ip")
-            .connect_shared(&user)
-            .await
-            .unwrap(),
-        RedisLimiter::builder("1000000000/1h".parse().unwrap())
-            .prefix("all-global")
-            .connect_shared(&user)
-            .await
-            .unwrap(),
-    );
-    server.command(&["CONFIG", "RESETSTAT"]);
-    let three = measure(64, move |task, i| {
-        let (user, ip, global) = parts.clone();
-        async move {
-            let n = (task as u64 * 7919 + i) % 10_000;
-            let (key, address) = (format!("user-{n}"), format!("10.0.{}.{}", n / 250, n % 250));
-            RedisAllOf::new()
-                .key(&user, &key)
-                .key(&ip, &address)
-                .key(&global, "all")
-                .try_acquire()
-                .await
-                .unwrap()
-                .is_allowed()
-        }
-    })
-    .await;
-    row(
-        "distinct keys, RedisAllOf of 3 parts (admissions)",
-        64,
-        three,
-    );
-    println!(
-        "<!-- RedisAllOf of 3 parts, FCALL: {:.2} us of server time a call -->",
-        server_time(&server, "fcall")
-    );
-    println!(
-        "<!-- RedisAllOf of 3 parts: {:.2}x the admissions per second of one key -->",
-        three.0 / alone.0
-    );
-    server.command(&["FLUSHALL"]);
-
-    // The same two cases through a user whose ACL denies functions: the script, called
-    // with EVALSHA, as on Redis before 7.
     server.command(&[
         "ACL",
         "SETUSER",
@@ -318,74 +320,7 @@ async fn redis_throughput() {
     let url = server
         .url()
         .replacen("redis://", "redis://scripts:scripts@", 1);
-    let scripted = |prefix: &'static str, policy: &'static str| {
-        RedisLimiter::builder(policy.parse().unwrap())
-            .prefix(prefix)
-            .timeout(Duration::from_secs(5))
-            .deny_cache(100_000)
-    };
-    let single = scripted("s-single", policy).connect(&url).await.unwrap();
-    server.command(&["CONFIG", "RESETSTAT"]);
-    let alone = measure(64, move |task, i| {
-        let single = single.clone();
-        async move {
-            let key = format!("user-{}", (task as u64 * 7919 + i) % 10_000);
-            single.try_acquire(&key).await.unwrap().is_allowed()
-        }
-    })
-    .await;
-    row(
-        "distinct keys, token bucket, one key (admissions), EVALSHA",
-        64,
-        alone,
-    );
-    println!(
-        "<!-- one key, EVALSHA: {:.2} us of server time a call -->",
-        server_time(&server, "evalsha")
-    );
-    let user = scripted("s-user", policy).connect(&url).await.unwrap();
-    let parts = (
-        user.clone(),
-        scripted("s-ip", policy)
-            .connect_shared(&user)
-            .await
-            .unwrap(),
-        scripted("s-global", "1000000000/1h")
-            .connect_shared(&user)
-            .await
-            .unwrap(),
-    );
-    server.command(&["CONFIG", "RESETSTAT"]);
-    let three = measure(64, move |task, i| {
-        let (user, ip, global) = parts.clone();
-        async move {
-            let n = (task as u64 * 7919 + i) % 10_000;
-            let (key, address) = (format!("user-{n}"), format!("10.0.{}.{}", n / 250, n % 250));
-            RedisAllOf::new()
-                .key(&user, &key)
-                .key(&ip, &address)
-                .key(&global, "all")
-                .try_acquire()
-                .await
-                .unwrap()
-                .is_allowed()
-        }
-    })
-    .await;
-    row(
-        "distinct keys, RedisAllOf of 3 parts (admissions), EVALSHA",
-        64,
-        three,
-    );
-    println!(
-        "<!-- with EVALSHA, RedisAllOf of 3 parts: {:.2}x the admissions per second of one key -->",
-        three.0 / alone.0
-    );
-    println!(
-        "<!-- RedisAllOf of 3 parts, EVALSHA: {:.2} us of server time a call -->",
-        server_time(&server, "evalsha")
-    );
-    server.command(&["FLUSHALL"]);
+    one_and_three(&server, &url, "s-", "evalsha").await;
 
     // The same hot key in process, for scale.
     let local: Arc<RateLimiter<String>> = Arc::new(RateLimiter::new(hot.parse().unwrap()));

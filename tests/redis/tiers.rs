@@ -41,23 +41,9 @@ fn tiered(
 
 /// How many script calls the server has run (`FCALL`, `EVALSHA` and `EVAL`).
 fn script_calls(server: &RedisServer) -> u64 {
-    server
-        .command(&["INFO", "commandstats"])
-        .text()
-        .lines()
-        .filter(|line| {
-            ["cmdstat_fcall:", "cmdstat_evalsha:", "cmdstat_eval:"]
-                .iter()
-                .any(|name| line.starts_with(name))
-        })
-        .filter_map(|line| {
-            line.split("calls=")
-                .nth(1)?
-                .split(',')
-                .next()?
-                .parse::<u64>()
-                .ok()
-        })
+    ["fcall", "evalsha", "eval"]
+        .iter()
+        .map(|command| server.command_stat(command, "calls") as u64)
         .sum()
 }
 

@@ -278,6 +278,20 @@ impl RedisServer {
             .unwrap_or_else(|e| panic!("command {args:?} on port {}: {e}", self.port))
     }
 
+    /// `field` (`calls`, `usec_per_call`, ...) of `command`'s line in `INFO commandstats`
+    /// (`fcall`, `evalsha`, `eval`): since the start or the last `CONFIG RESETSTAT`; 0 when
+    /// the server ran no such command.
+    pub fn command_stat(&self, command: &str, field: &str) -> f64 {
+        let stats = self.command(&["INFO", "commandstats"]).text();
+        let line = format!("cmdstat_{command}:");
+        let field = format!("{field}=");
+        stats
+            .lines()
+            .find_map(|l| l.strip_prefix(line.as_str()))
+            .and_then(|rest| rest.split(',').find_map(|f| f.strip_prefix(field.as_str())))
+            .map_or(0.0, |value| value.parse().unwrap())
+    }
+
     /// Kills the process (SIGKILL, as a crash) and waits for it.
     pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {
