@@ -986,6 +986,20 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
         self.generations.replace_rules(Rules::Uniform(policy));
     }
 
+    /// [`set_policy`](RateLimiter::set_policy), moving every key tracked to `policy` now
+    /// rather than on its next request: what each key has in use is counted at this instant
+    /// (for a client throttle whose log widens, the calls its old log still counts now,
+    /// which on their next request it might no longer). A walk over every key: for a
+    /// limiter of few keys.
+    #[cfg_attr(
+        not(feature = "tower"),
+        allow(dead_code, reason = "the client throttle's, behind `tower`")
+    )]
+    pub(crate) fn set_policy_now(&self, policy: Policy) {
+        self.set_policy(policy);
+        self.generations.move_every_key();
+    }
+
     /// Chooses every key's policy with `resolver` from now on, under the same rule for keys
     /// already tracked as [`set_policy`](RateLimiter::set_policy).
     ///
@@ -1148,6 +1162,8 @@ impl<K, C, S: BuildHasher> fmt::Debug for RateLimiter<K, C, S> {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use scc::Guard;
 
     use super::key_state::AnyKeys;
@@ -1250,5 +1266,31 @@ mod tests {
         assert!(!limiter.is_empty());
         assert_eq!(limiter.len(), 2);
         assert_eq!(format!("{limiter:?}"), "RateLimiter { keys: 2, .. }");
+    }
+
+    #[test]
+    fn set_policy_now_counts_what_every_key_has_in_use_at_once() {
+        let clock = FakeClock::new();
+        let limiter: RateLimiter<u64, FakeClock> =
+            RateLimiter::with_clock("sliding-log 2/1020ms".parse().unwrap(), clock.clone());
+        assert!(limiter.try_acquire(&1).is_allowed());
+        assert!(limiter.try_acquire(&1).is_allowed());
+        assert!(limiter.try_acquire(&2).is_allowed());
+        clock.set(Duration::from_millis(110));
+        limiter.set_policy_now("sliding-log 2/1170ms".parse().unwrap());
+        assert_eq!(limiter.len(), 2, "moved, not copied");
+        // At 1,020 ms the narrower log no longer counts the calls made at 0: moved on its
+        // next request, key 1 would have carried nothing. Moved at 110 ms, it carried both,
+        // counted until 110 + 1,170 ms.
+        clock.set(Duration::from_millis(1_020));
+        assert!(!limiter.try_acquire(&1).is_allowed());
+        assert_eq!(
+            limiter.try_acquire(&2).remaining(),
+            0,
+            "one carried, one now"
+        );
+        clock.set(Duration::from_millis(1_281));
+        assert!(limiter.try_acquire(&1).is_allowed());
+        assert_eq!(limiter.len(), 2);
     }
 }

@@ -57,6 +57,8 @@ pub(super) enum Job<'a> {
     Decide(u64),
     /// Settle this reservation (a charge for a key whose state was gone).
     Settle(&'a Settle<'a>),
+    /// Move the key from an older generation, if one still holds it, deciding nothing.
+    Move,
 }
 
 /// What a settle's pass through the creation path returns in place of a decision.
@@ -380,11 +382,13 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
         let Some(blueprint) = St::blueprint(&keyed.params, resolved) else {
             return Attempt::Stale;
         };
-        // A settle passes every cost check: it decides no request.
+        // A settle or a move passes every cost check: it decides no request.
         let (cost, settle) = match ask {
             Job::Decide(cost) => (cost, None),
             Job::Settle(settle) => (0, Some(settle)),
+            Job::Move => (0, None),
         };
+        let moving = matches!(ask, Job::Move);
         let mut owned = K::from(key.to_owned());
         let mut swept = false;
         loop {
@@ -396,6 +400,9 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
             // Every path that retires a state unlinks it under the same hold of its bucket
             // lock (see `keyed::table`), and we hold that lock: the state found here is live.
             let decide = |state: &St| {
+                if moving {
+                    return Ok(SETTLED);
+                }
                 if let Some(settle) = settle {
                     let settled =
                         settle.on(KeyState::<K>::bind(state, &keyed.params), self.clock.now());
@@ -423,6 +430,10 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
             // A key still in an older generation moves here: its place is already counted, so
             // it takes no new one.
             let moved = self.take_from_older(generation, key, now, guard);
+            if moving && moved.is_none() {
+                // Gone from the older generations meanwhile: nothing to move.
+                return Attempt::Done(Ok(SETTLED));
+            }
             if moved.is_none() && !self.take_place() {
                 if !swept {
                     // Full: let go of the bucket (the sweep may need it), sweep a larger slice

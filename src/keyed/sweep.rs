@@ -15,6 +15,7 @@ use crate::engine::state::Decides;
 
 use super::generations::{Generation, Generations};
 use super::key_state::{with_keys, AnyKeys, KeyState, Keys};
+use super::request::Job;
 
 impl<K: Hash + Eq + Clone + 'static, St: KeyState<K>, S: BuildHasher> Keys<K, St, S> {
     /// Removes every state at rest at `now`; returns how many.
@@ -132,6 +133,29 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
         if removed {
             // Relaxed: a statistic, decremented after the removal.
             self.tracked.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Moves every key that an older generation still holds to the current one now, with
+    /// the permits it has in use, as its next request would (see `RateLimiter::set_policy`).
+    pub(super) fn move_every_key(&self) {
+        let keys: Vec<K> = {
+            let guard = Guard::new();
+            let mut keys = Vec::new();
+            // Acquire: as every walk of the chain.
+            let mut older = self
+                .generation(&guard)
+                .older
+                .load(Ordering::Acquire, &guard);
+            while let Some(old) = older.as_ref() {
+                with_keys!(&old.keys, keyed => keyed.table.keys_into(&mut keys, &guard));
+                older = old.older.load(Ordering::Acquire, &guard);
+            }
+            keys
+        };
+        for key in keys {
+            // A move decides nothing, so no cost is refused.
+            let _ = self.miss(&key, Job::Move);
         }
     }
 

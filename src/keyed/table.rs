@@ -171,6 +171,14 @@ impl<K: Hash + Eq + Clone + 'static, St, C: Cells<St>, S: BuildHasher> Table<K, 
         true
     }
 
+    /// Appends every key of the table to `keys` (a snapshot under `guard`).
+    pub(super) fn keys_into(&self, keys: &mut Vec<K>, guard: &Guard)
+    where
+        K: Clone,
+    {
+        keys.extend(self.index.iter(guard).map(|(key, _)| key.clone()));
+    }
+
     /// Removes every state `try_retire` retires (it must retire the state when it returns
     /// `true`, and leave it be otherwise), one bucket at a time; returns how many.
     pub(super) fn retain(&self, mut try_retire: impl FnMut(&St) -> bool) -> usize {

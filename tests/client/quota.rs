@@ -130,3 +130,77 @@ async fn the_margin_is_at_most_a_quarter_of_the_window() {
         "sliding-log 4/1250ms"
     );
 }
+
+/// A margin widened after calls were admitted covers them too: the first two calls of a
+/// `2/1s` quota take 110 ms, the margin grows from 20 ms to 170 ms, and the next two wait
+/// until no window of arrivals can hold more than two.
+#[tokio::test(start_paused = true)]
+async fn a_widened_margin_covers_the_calls_admitted_before_it() {
+    let throttle = Throttle::quota("2/1s".parse().unwrap()).unwrap();
+    // The first two calls arrive 100 ms after they are sent and are answered 10 ms later;
+    // every later call arrives and is answered at once.
+    let slow = Answer::ok().delays(Duration::from_millis(100), Duration::from_millis(10));
+    let upstream = Upstream::new(vec![slow.clone(), slow], |_| Answer::ok());
+    let layer = ThrottleLayer::new(throttle.clone());
+    let tasks: Vec<_> = (0..4)
+        .map(|_| {
+            let mut client = layer.layer(upstream.clone());
+            tokio::spawn(async move { client.call(get("api.example.com")).await.unwrap() })
+        })
+        .collect();
+    for task in tasks {
+        task.await.unwrap();
+    }
+    assert_eq!(throttle.stats().margin, Some(Duration::from_millis(170)));
+    let arrivals = upstream.arrived();
+    assert_eq!(
+        most_in_any_window(&arrivals, Duration::from_secs(1)),
+        2,
+        "arrivals: {arrivals:?}"
+    );
+}
+
+/// Round trips of 0 to 160 ms (within a quarter of the window), arriving anywhere in them,
+/// six tasks, forty calls: the margin grows as answers come, and no window of arrivals
+/// ever holds more than the quota.
+#[tokio::test(start_paused = true)]
+async fn random_round_trips_never_put_more_than_the_quota_in_a_window() {
+    fn lcg(seed: u64) -> u64 {
+        seed.wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407)
+            >> 33
+    }
+    for seed in 0..20u64 {
+        for (quota, most) in [("3/1s", 3), ("5/1s", 5), ("1/1s", 1)] {
+            let throttle = Throttle::quota(quota.parse().unwrap()).unwrap();
+            let upstream = Upstream::new(vec![], move |i| {
+                let r = lcg(seed ^ (i as u64 * 7919));
+                let total = r % 161;
+                let arrive = lcg(r) % (total + 1);
+                Answer::ok().delays(
+                    Duration::from_millis(arrive),
+                    Duration::from_millis(total - arrive),
+                )
+            });
+            let layer = ThrottleLayer::new(throttle);
+            let next = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+            let tasks: Vec<_> = (0..6)
+                .map(|_| {
+                    let mut client = layer.layer(upstream.clone());
+                    let next = std::sync::Arc::clone(&next);
+                    tokio::spawn(async move {
+                        while next.fetch_add(1, std::sync::atomic::Ordering::Relaxed) < 40 {
+                            client.call(get("api.example.com")).await.unwrap();
+                        }
+                    })
+                })
+                .collect();
+            for task in tasks {
+                task.await.unwrap();
+            }
+            let arrivals = upstream.arrived();
+            let seen = most_in_any_window(&arrivals, Duration::from_secs(1));
+            assert!(seen <= most, "seed {seed}, {quota}: {seen} in one window");
+        }
+    }
+}
