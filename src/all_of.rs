@@ -68,7 +68,9 @@ pub use self::parts::{DirectPart, KeyPart};
 /// parts already taken are given back at once, the last taken first, each by a refund of
 /// every permit it took (`cancel`), and the parts after the refusing one are only looked at
 /// (`peek_n`). A key the refused request was the first to ask a part's limiter about is
-/// removed again with the give-back, unless another request spent from it meanwhile, and
+/// removed again with the give-back, unless another request spent from it meanwhile (or a
+/// policy change came in between, or the key started with permits a full limiter's shared
+/// state had counted for it: then it holds real state, and stays), and
 /// a give-back to a full limiter's shared overflow state (`max_keys`) goes to that state. So
 /// a part never admits more than its own policy, under any number of racing threads, and a
 /// refused request leaves every part as it was, keys included, except for time: a request racing the refused one

@@ -557,11 +557,14 @@ impl Quota {
         // The widened policy was valid at a smaller margin and only its windows grow, within
         // the longest window a policy may have only if the quota's was: keep the old one if not.
         if let Ok(policy) = widened(self.policy, wanted) {
-            // Every key moved now: the calls the narrower log counts at this instant stay
-            // counted by the wider one (moved on its next call, a key would carry only those
-            // its narrower log still counted then).
-            self.limiter.set_policy_now(policy);
+            self.limiter.set_policy(policy);
             *margin = wanted;
+            // Every key moved now, out of the lock that answers wait on: the calls the
+            // narrower log counts at this instant stay counted by the wider one (moved on
+            // its next call, a key would carry only those its narrower log still counted
+            // then). A later widening meanwhile moves them to its own policy.
+            drop(margin);
+            self.limiter.move_every_key_now();
         }
     }
 }

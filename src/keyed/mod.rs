@@ -986,17 +986,16 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
         self.generations.replace_rules(Rules::Uniform(policy));
     }
 
-    /// [`set_policy`](RateLimiter::set_policy), moving every key tracked to `policy` now
-    /// rather than on its next request: what each key has in use is counted at this instant
-    /// (for a client throttle whose log widens, the calls its old log still counts now,
-    /// which on their next request it might no longer). A walk over every key: for a
-    /// limiter of few keys.
+    /// Moves every key still under a policy replaced by [`set_policy`](RateLimiter::set_policy)
+    /// to the policy in force now, rather than on its next request: what each key has in use
+    /// is counted at this instant (for a client throttle whose log widens, the calls its old
+    /// log still counts now, which on their next request it might no longer). A walk over
+    /// every key, each under its bucket's lock for its move only.
     #[cfg_attr(
         not(feature = "tower"),
         allow(dead_code, reason = "the client throttle's, behind `tower`")
     )]
-    pub(crate) fn set_policy_now(&self, policy: Policy) {
-        self.set_policy(policy);
+    pub(crate) fn move_every_key_now(&self) {
         self.generations.move_every_key();
     }
 
@@ -1269,7 +1268,7 @@ mod tests {
     }
 
     #[test]
-    fn set_policy_now_counts_what_every_key_has_in_use_at_once() {
+    fn moving_every_key_now_counts_what_each_has_in_use_at_once() {
         let clock = FakeClock::new();
         let limiter: RateLimiter<u64, FakeClock> =
             RateLimiter::with_clock("sliding-log 2/1020ms".parse().unwrap(), clock.clone());
@@ -1277,7 +1276,8 @@ mod tests {
         assert!(limiter.try_acquire(&1).is_allowed());
         assert!(limiter.try_acquire(&2).is_allowed());
         clock.set(Duration::from_millis(110));
-        limiter.set_policy_now("sliding-log 2/1170ms".parse().unwrap());
+        limiter.set_policy("sliding-log 2/1170ms".parse().unwrap());
+        limiter.move_every_key_now();
         assert_eq!(limiter.len(), 2, "moved, not copied");
         // At 1,020 ms the narrower log no longer counts the calls made at 0: moved on its
         // next request, key 1 would have carried nothing. Moved at 110 ms, it carried both,

@@ -73,8 +73,9 @@ const SETTLED: Decided = Decided {
 enum Attempt {
     /// Decided (or the cost refused).
     Done(Result<Decided, CostError>),
-    /// Decided on a state just created for the key.
-    Created(Result<Decided, CostError>),
+    /// Decided on a state just created for the key: moved from an older generation
+    /// (`true`), or new to the limiter.
+    Created(Result<Decided, CostError>, bool),
     /// The generation was replaced: start over in the new one.
     Stale,
 }
@@ -341,13 +342,13 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
             });
             match step {
                 Attempt::Done(result) => return result,
-                Attempt::Created(result) => {
+                Attempt::Created(result, moved) => {
                     // Pay for a few steps of the incremental sweep, now that no lock is held.
                     if self.sweep_slice > 0 {
                         self.sweep(generation, self.sweep_slice, true, &guard);
                     }
                     return result.map(|decided| Decided {
-                        created: true,
+                        created: !moved,
                         ..decided
                     });
                 }
@@ -430,6 +431,7 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
             // A key still in an older generation moves here: its place is already counted, so
             // it takes no new one.
             let moved = self.take_from_older(generation, key, now, guard);
+            let was_moved = moved.is_some();
             if moving && moved.is_none() {
                 // Gone from the older generations meanwhile: nothing to move.
                 return Attempt::Done(Ok(SETTLED));
@@ -461,7 +463,7 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
                 self.tracked.fetch_sub(1, Ordering::Relaxed);
                 return self.overflow(keyed, &blueprint, settle, cost);
             };
-            return Attempt::Created(decide(entry.get()));
+            return Attempt::Created(decide(entry.get()), was_moved);
         }
     }
 

@@ -168,10 +168,14 @@ impl Script {
         let loaded = tokio::time::timeout(timeout, function.load(&conn))
             .await
             .map_err(|_| BackendError::Timeout(timeout))?;
-        // Any refusal (no such command, an ACL, `OOM` under `maxmemory`, which `SCRIPT LOAD`
-        // is not refused for) leaves the script; a server that is down fails that load too.
+        // A refusal (no such command, an ACL, `OOM` under `maxmemory`, which `SCRIPT LOAD` is
+        // not refused for) leaves the script; a server down or not ready fails the connect,
+        // as the script's load would.
         let function = match loaded {
             Ok(()) => Some(function),
+            Err(err) if is_unavailable(&err) && err.code() != Some("OOM") => {
+                return Err(err.into());
+            }
             Err(err) => {
                 log::info!("tollgate: Redis functions unavailable ({err}); using EVALSHA");
                 None
@@ -258,14 +262,15 @@ fn function_missing(err: &RedisError) -> bool {
             .is_some_and(|d| d.starts_with("Function not found"))
 }
 
-/// Whether `err` is Redis refusing the command itself: no such command (`FCALL` before
-/// Redis 7), or an ACL that does not let the user run it.
-fn command_refused(err: &RedisError) -> bool {
-    err.code() == Some("NOPERM")
-        || (err.code() == Some("ERR")
-            && err
-                .detail()
-                .is_some_and(|d| d.starts_with("unknown command")))
+/// Whether `err` is Redis refusing `FCALL` itself: no such command (before Redis 7), or an
+/// ACL that does not let the user run it (not one that denies a key: the call's own error).
+fn fcall_refused(err: &RedisError) -> bool {
+    let detail = err.detail().unwrap_or("");
+    match err.code() {
+        Some("NOPERM") => detail.contains("'fcall'"),
+        Some("ERR") => detail.starts_with("unknown command"),
+        _ => false,
+    }
 }
 
 /// Runs the script with `keys` and `args`: as `FCALL` of `function` when it was loaded as
@@ -311,6 +316,8 @@ async fn eval(
     } else {
         Send::Sha
     };
+    // Whether this call left the function for the script, which may never have been loaded.
+    let mut fell_back = false;
     let mut attempt = 0;
     let mut reconnected = false;
     // Set by an ASK reply: the next attempt goes to that node, after ASKING.
@@ -355,21 +362,22 @@ async fn eval(
             Err(err)
                 if matches!(send, Send::Function | Send::Reloaded) && err.code() == Some("OOM") =>
             {
-                send = Send::Sha;
+                (send, fell_back) = (Send::Sha, true);
             }
-            Err(err)
-                if matches!(send, Send::Function | Send::Reloaded) && command_refused(&err) =>
-            {
+            Err(err) if matches!(send, Send::Function | Send::Reloaded) && fcall_refused(&err) => {
                 log::info!("tollgate: FCALL refused ({err}); using EVALSHA");
                 // Relaxed: see `Script::call`.
                 scripts_only.store(true, Ordering::Relaxed);
-                send = Send::Sha;
+                (send, fell_back) = (Send::Sha, true);
             }
             Err(err)
                 if err.kind() == ErrorKind::Server(ServerErrorKind::NoScript)
                     && send == Send::Sha =>
             {
-                bump(reloads);
+                // A script never loaded (the limiter loaded the function) is not lost.
+                if !fell_back {
+                    bump(reloads);
+                }
                 send = Send::Source;
             }
             // The connection was found dead (typically Redis restarted while this limiter

@@ -363,6 +363,11 @@ async fn fcall_denied_while_function_load_is_allowed_uses_the_script() {
     server.command(&["ACL", "SETUSER", "default", "+@all"]);
     assert_eq!(rejected, 1, "FCALL tried once");
     assert!(evalsha >= 2, "{evalsha} EVALSHA");
+    assert_eq!(
+        limiter.stats().script_reloads,
+        0,
+        "a script never loaded was not lost"
+    );
 }
 
 /// Redis full (`maxmemory` with `noeviction`): a limiter that connects then uses the script,
