@@ -376,6 +376,19 @@ fn a_refund_stops_where_a_give_back_left_the_central_word() {
     )
     .unwrap();
     assert_eq!(central.tat_relaxed(), Some(S * 3 / 10));
+    // The point, not the end of the run given back: a reservation taken after the give-back
+    // is refunded down to it.
+    let (_, later) = central.reserve_at(&gcra, 0, 5, || {}).unwrap(); // (0.3, 0.8 s]
+    Stripes::settle(
+        || lock.get(),
+        &Mutex::new(()),
+        &central,
+        &gcra,
+        (5, later, 0),
+        0,
+    )
+    .unwrap();
+    assert_eq!(central.tat_relaxed(), Some(S * 3 / 10));
     // Once time has passed that point, a refund is no longer held back by it.
     assert!(admits(stripes, &central, &gcra, S, 1));
     let tat = central.tat_relaxed().unwrap();
