@@ -348,14 +348,15 @@ impl<'a> RedisAllOf<'a> {
         let Some(first) = self.parts.first() else {
             return Ok(Decided::from(Tally::default(), Vec::new()));
         };
+        // The policies set live first: a cost an old one refuses may be the new one's.
+        for part in &self.parts {
+            part.shared.read_live().await;
+        }
         if let Err(error) = self.check() {
             // Refused as `AllOf` refuses a cost no state admits: never, with nothing sent.
             return Ok(Decided::refused(error.part(), error.error()));
         }
         let lead = first.shared;
-        for part in &self.parts {
-            part.shared.read_live().await;
-        }
         // Each part's policy: its limiter's, set live, or its resolver's answer for the key
         // (or the one its record names, when that was chosen later).
         let mut choices = self

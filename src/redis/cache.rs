@@ -66,6 +66,8 @@ use crate::keys::KeyHasher;
 /// One cached refusal.
 #[derive(Clone, Copy, Debug)]
 struct Refusal {
+    /// The clock reading (ns) at which the refused request was sent.
+    sent: u64,
     /// The clock reading (ns) from which Redis may admit again.
     until: u64,
     /// The clock reading (ns) at which the key's state is at rest.
@@ -136,6 +138,11 @@ impl DenyCache {
     /// The cached refusal of a request of `cost` for `key` at `now`, if one covers it.
     pub(super) fn check(&self, key: &str, cost: u64, now: u64) -> Option<Decision> {
         let refusal = self.map.read_sync(key, |_, refusal| *refusal)?;
+        if now < refusal.sent {
+            // The clock went back past the refusal: Redis decides (its answer's waits are
+            // capped by the policy; this one's would not be).
+            return None;
+        }
         if now >= refusal.until {
             // Expired: forget it (unless a newer refusal replaced it meanwhile).
             self.map.remove_if_sync(key, |r| now >= r.until);
@@ -201,6 +208,7 @@ impl DenyCache {
         self.map.upsert_sync(
             key,
             Refusal {
+                sent,
                 until,
                 reset_at: sent.saturating_add(reset),
                 cost,

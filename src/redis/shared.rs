@@ -147,8 +147,8 @@ impl Shared {
     }
 
     /// The policy `key` is decided under: the builder's, or the resolver's answer (cached),
-    /// with when it was chosen. A key whose answer changed here has its cached refusal
-    /// forgotten (it was another policy's).
+    /// with when it was chosen. A key whose answer may have changed here has its cached
+    /// refusal forgotten (it may have been another policy's).
     ///
     /// # Errors
     ///

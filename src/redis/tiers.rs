@@ -144,7 +144,9 @@ impl Tiers {
     }
 
     /// `key`'s tier at `clock`'s now: the cached answer (or the policy it follows) while it
-    /// is fresh, else the resolver's (then cached), with whether the answer changed here. An
+    /// is fresh, else the resolver's (then cached), with whether the answer may have changed
+    /// here: a different answer, or one with none to compare with (a key new here, or whose
+    /// answer was dropped to make room, or forgotten by a reset). An
     /// answer equal to the one it renews keeps its date, and follows nothing until a record
     /// says to again.
     ///
@@ -169,12 +171,12 @@ impl Tiers {
             // The same answer keeps its date. What it followed is dropped and looked at again
             // (the record may have moved on, or gone with a reset): one call per key more.
             Some(own) if own.tier.policy == policy => (own, false),
-            before => {
+            _ => {
                 let own = Choice {
                     tier: Arc::new(Tier::new(policy)?),
                     chosen: Chosen::Since(now),
                 };
-                (own, before.is_some())
+                (own, true)
             }
         };
         let ttl = u64::try_from(self.ttl.as_nanos()).unwrap_or(u64::MAX);
@@ -316,7 +318,10 @@ mod tests {
         assert_eq!(asked.load(Ordering::Relaxed), 3);
         tiers.forget("a");
         let (_, changed) = tiers.tier("a", &clock).unwrap();
-        assert!(!changed, "a forgotten key has no answer to differ from");
+        assert!(
+            changed,
+            "a forgotten key has no answer to compare with: what was cached for it goes"
+        );
         assert_eq!(Chosen::Since(1_000).arg(5_000_000), "-4999");
         assert_eq!(Chosen::At(42).arg(5_000_000), "42");
     }

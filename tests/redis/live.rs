@@ -380,3 +380,47 @@ async fn a_later_deploys_policy_wins_and_bad_stored_policies_are_counted() {
     assert_eq!(third.stats().policy_read_failures, 1);
     assert_eq!(third.policy(), policy("6/1h"));
 }
+
+/// A server whose requests cost more than its old policy allows still reads the policy set
+/// live (at most a second late), rather than refuse every such cost for good: through
+/// `try_acquire_n`, `reserve_n` and a `RedisAllOf`.
+#[tokio::test]
+async fn a_cost_above_the_old_policy_reaches_the_new_one() {
+    let server = RedisServer::start();
+    let clock = FakeClock::new();
+    at(&clock, T0);
+    let url = server.url();
+    for (case, prefix) in [(0, "lc-one"), (1, "lc-reserve"), (2, "lc-all")] {
+        let five = || {
+            RedisLimiter::builder(policy("5/1h"))
+                .prefix(prefix)
+                .test_clock(clock.clone())
+                .timeout(Duration::from_secs(10))
+                .deny_cache(0)
+                .live_policy()
+                .connect(&url)
+        };
+        let (a, b) = (five().await.unwrap(), five().await.unwrap());
+        clock.advance(Duration::from_millis(1));
+        assert_eq!(
+            b.set_policy(policy("10/1h")).await.unwrap(),
+            policy("10/1h")
+        );
+        assert!(
+            b.try_acquire("k").await.unwrap().is_allowed(),
+            "B moves k to 10/1h"
+        );
+        clock.advance(Duration::from_secs(5));
+        let allowed = match case {
+            0 => a.try_acquire_n("k", 8).await.unwrap().is_allowed(),
+            1 => a.reserve_n("k", 8).await.unwrap().decision().is_allowed(),
+            _ => RedisAllOf::new()
+                .key_n(&a, "k", 8)
+                .try_acquire()
+                .await
+                .unwrap()
+                .is_allowed(),
+        };
+        assert!(allowed, "case {case}: 8 of the new 10, one spent");
+    }
+}

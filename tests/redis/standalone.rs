@@ -860,3 +860,28 @@ async fn available_is_the_largest_cost_admitted_now() {
         );
     }
 }
+
+/// A clock set back past a cached refusal: Redis decides again, rather than the cache
+/// report a wait longer than the policy could need.
+#[tokio::test]
+async fn a_cached_refusal_is_not_used_after_the_clock_went_back() {
+    let server = RedisServer::start();
+    let clock = FakeClock::new();
+    at(&clock, 2 * 3_600_000_000);
+    let cached = RedisLimiter::builder("1/1s".parse().unwrap())
+        .prefix("back")
+        .test_clock(clock.clone())
+        .timeout(Duration::from_secs(10))
+        .connect(&server.url())
+        .await
+        .unwrap();
+    assert!(cached.try_acquire("k").await.unwrap().is_allowed());
+    assert!(!cached.try_acquire("k").await.unwrap().is_allowed());
+    clock.set(Duration::from_micros(3_600_000_000));
+    let refused = cached.try_acquire("k").await.unwrap();
+    assert!(!refused.is_allowed());
+    assert!(
+        refused.retry_after() <= Duration::from_secs(2),
+        "at most what the policy could need: {refused:?}"
+    );
+}

@@ -670,3 +670,43 @@ async fn a_peek_moves_a_key_as_a_request_would() {
         "no refund after the move"
     );
 }
+
+/// A tier change reaches a key whose answer was dropped from a full resolver cache: its
+/// refusal cached under the old tier is forgotten with the answer it had, rather than kept
+/// for the old tier's whole wait.
+#[tokio::test]
+async fn a_tier_change_after_the_answer_was_dropped_is_not_hidden_by_the_deny_cache() {
+    let server = RedisServer::start();
+    let clock = FakeClock::new();
+    at(&clock, T0);
+    let tier = Arc::new(AtomicUsize::new(0));
+    let answer = Arc::clone(&tier);
+    let limiter = RedisLimiter::builder(policy("1/1s"))
+        .prefix("dropped")
+        .test_clock(clock.clone())
+        .timeout(Duration::from_secs(10))
+        .resolver(move |key: &str| match key {
+            "k" => policy(["1/1h", "100/1h"][answer.load(Ordering::Relaxed)]),
+            _ => policy("100/1h"),
+        })
+        .resolver_cache(1, Duration::from_secs(60))
+        .connect(&server.url())
+        .await
+        .unwrap();
+    assert!(limiter.try_acquire("k").await.unwrap().is_allowed());
+    assert!(
+        !limiter.try_acquire("k").await.unwrap().is_allowed(),
+        "1/1h spent: cached"
+    );
+    tier.store(1, Ordering::Relaxed);
+    clock.advance(Duration::from_millis(1));
+    // Another key takes the resolver cache's one place: k's answer is dropped.
+    assert!(limiter.try_acquire("other").await.unwrap().is_allowed());
+    clock.advance(Duration::from_millis(1));
+    let decision = limiter.try_acquire("k").await.unwrap();
+    assert!(
+        decision.is_allowed(),
+        "k under 100/1h, one spent: {decision:?}"
+    );
+    assert_eq!(decision.remaining(), 98);
+}
