@@ -244,3 +244,30 @@ fn the_builder_refuses_what_it_cannot_combine() {
         "{renamed:?}"
     );
 }
+
+/// A rule named as another rule's composite band items are (`<name>-<window>`) would make
+/// two `RateLimit-Policy` items alike: refused, in either order.
+#[test]
+fn a_rule_named_like_a_composite_rules_band_is_refused() {
+    let composite = || RateLimiter::<LimitKey>::new("1/s & 10/min".parse().unwrap());
+    let single = || RateLimiter::<LimitKey>::new("5/s".parse().unwrap());
+    let layer = RateLimitLayer::new(composite())
+        .key(GlobalKey)
+        .policy_name("api")
+        .unwrap()
+        .and(Limit::new(single()).key(GlobalKey).name("api-1s").unwrap());
+    assert!(matches!(layer, Err(ConfigError::CannotCombine { .. })));
+    let layer = RateLimitLayer::new(single())
+        .key(GlobalKey)
+        .policy_name("api-1s")
+        .unwrap()
+        .and(Limit::new(composite()).key(GlobalKey).name("api").unwrap());
+    assert!(matches!(layer, Err(ConfigError::CannotCombine { .. })));
+    // Single-band rules may share a prefix.
+    let layer = RateLimitLayer::new(single())
+        .key(GlobalKey)
+        .policy_name("api")
+        .unwrap()
+        .and(Limit::new(single()).key(GlobalKey).name("api-ip").unwrap());
+    assert!(layer.is_ok());
+}

@@ -346,3 +346,30 @@ fn a_computed_cost_alone_is_spent_and_shadow_mode_still_settles() {
     assert_eq!(response.status(), StatusCode::OK);
     assert_eq!(left(&tokens, &LimitKey::Global), 689);
 }
+
+/// A `settle_with` that panics on a response: no response goes out, and the reservation
+/// comes back, as for any request that got no response.
+#[test]
+fn a_settle_with_that_panics_gives_the_reservation_back() {
+    let clock = FakeClock::new();
+    let tokens = frozen("1000/min", &clock);
+    let router: Router = Router::new().route("/", post(|| async { "ok" }));
+    let panics =
+        |_: &http::response::Parts| -> Option<u64> { panic!("a usage header it cannot read") };
+    let mut service = RateLimitLayer::new(Arc::clone(&tokens))
+        .key(GlobalKey)
+        .route(
+            Route::any("/").cost(400).unwrap().settle_with(panics),
+            Arc::clone(&tokens),
+        )
+        .layer(router);
+    let mut cx = Context::from_waker(std::task::Waker::noop());
+    let mut future = Box::pin(service.call(Request::post("/").body(Body::empty()).unwrap()));
+    assert_eq!(left(&tokens, &LimitKey::Global), 600);
+    let polled = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        (0..100).any(|_| future.as_mut().poll(&mut cx).is_ready())
+    }));
+    assert!(polled.is_err(), "the settle's panic reached the caller");
+    drop(future);
+    assert_eq!(left(&tokens, &LimitKey::Global), 1000);
+}

@@ -167,11 +167,10 @@ impl Config {
             .chain(routes)
             .find_map(|rules| {
                 rules.iter().enumerate().find_map(|(i, rule)| {
-                    let name = rule.policy_name();
                     rules[..i]
                         .iter()
-                        .any(|earlier| earlier.policy_name() == name)
-                        .then(|| format!("\"{name}\""))
+                        .any(|earlier| earlier.clashes_with(rule))
+                        .then(|| format!("\"{}\"", rule.policy_name()))
                 })
             })
     }

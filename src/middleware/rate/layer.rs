@@ -201,7 +201,8 @@ impl RateLimitLayer {
     /// [`ConfigError::CannotCombine`] when the route added last is exempt; when `limit`'s
     /// limiter is in process and the route's on Redis, or the other way round, or both on
     /// Redis but on different connections; when `limit` has the name of a rule of the route
-    /// already (each rule but one needs its own name: [`Limit::name`]).
+    /// already (each rule but one needs its own name: [`Limit::name`]), or a name that a
+    /// composite rule's items take (`<name>-<window>`), or the other way round.
     ///
     /// Some combinations show only on a request, and are answered `500` with the cause in the
     /// log: on Redis, rules whose keys name one Redis key (the same limiter and key twice),
@@ -246,7 +247,7 @@ impl RateLimitLayer {
         }
         let limit_name = limit.terms.name.clone();
         let rule = Rule::with_terms(&limit.terms, limit.backend.0, &name, style);
-        if rules.iter().any(|r| r.policy_name() == rule.policy_name()) {
+        if rules.iter().any(|r| r.clashes_with(&rule)) {
             let reason = "one route's rules have distinct names, so that RateLimit-Policy tells them apart (Limit::name)";
             return Err(cannot_combine(limit_name.as_deref(), &name, reason));
         }

@@ -94,6 +94,17 @@ impl Rule {
         bare.replace("\\\"", "\"").replace("\\\\", "\\")
     }
 
+    /// Whether this rule's `RateLimit-Policy` items and `other`'s may share a name: the same
+    /// name, or one rule's composite band items (`<name>-<window>`) named as the other is. A
+    /// rule whose policy is not known here (a resolver's) is taken as possibly composite.
+    pub(super) fn clashes_with(&self, other: &Rule) -> bool {
+        let (mine, theirs) = (self.policy_name(), other.policy_name());
+        let banded = |rule: &Rule| rule.limiter.policy().is_none_or(|p| p.bands().count() > 1);
+        mine == theirs
+            || (banded(self) && theirs.starts_with(&format!("{mine}-")))
+            || (banded(other) && mine.starts_with(&format!("{theirs}-")))
+    }
+
     /// The fields `decision` puts on its response.
     pub(super) fn fields(&self, decision: &Decision) -> Fields {
         if self.style != HeaderStyle::Draft {

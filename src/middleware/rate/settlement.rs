@@ -78,14 +78,28 @@ impl Settlement {
         )
     )]
     pub(crate) fn settle(mut self, response: &response::Parts) -> Option<Fields> {
+        self.held.as_ref()?;
+        // Every rule's cost read from the response before the reservations are taken out: a
+        // `settle_with` that panics leaves them held, and `Drop` gives them back, as for a
+        // request that got no response.
+        let actuals: Vec<Option<u64>> = self
+            .rules
+            .iter()
+            .map(|ruled| {
+                ruled
+                    .rule
+                    .settle
+                    .as_ref()
+                    .and_then(|actual| actual(response))
+            })
+            .collect();
         let held = self.held.take()?;
-        let actual = |rule: &Rule| rule.settle.as_ref().and_then(|actual| actual(response));
         let reservations = match held {
             Held::Local(reservations) => reservations,
             #[cfg(feature = "redis")]
             Held::Redis(limiter, reservation) => {
                 // `None`: dropping the reservation keeps its permits spent.
-                let actual = actual(&self.rules[0].rule)?;
+                let actual = actuals[0]?;
                 let key = self.rules[0].key.to_string();
                 settle_in_background(
                     async move { limiter.settle(&key, reservation, actual).await },
@@ -97,7 +111,8 @@ impl Settlement {
                 let costs: Vec<u64> = self
                     .rules
                     .iter()
-                    .map(|ruled| actual(&ruled.rule).unwrap_or(ruled.cost))
+                    .zip(&actuals)
+                    .map(|(ruled, actual)| actual.unwrap_or(ruled.cost))
                     .collect();
                 let keys: Vec<String> = self.rules.iter().map(|r| r.key.to_string()).collect();
                 settle_all_in_background(limiters, keys, reservation, costs);
@@ -107,7 +122,7 @@ impl Settlement {
         let mut changed = false;
         for (index, limiter, reservation) in reservations {
             let ruled = &mut self.rules[index];
-            let Some(actual) = actual(&ruled.rule) else {
+            let Some(actual) = actuals[index] else {
                 continue;
             };
             // A settle fails only for a reservation made elsewhere, which this one is not.
