@@ -563,3 +563,49 @@ async fn a_cost_a_followed_policy_cannot_admit_is_a_cost_error() {
     })
     .await;
 }
+
+/// A request dropped while its reservation is on its way to Redis (an outer timeout, Redis
+/// slow): the decision finishes on a task of its own, and finding no one to take it, gives
+/// the reservation back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_dropped_while_redis_decides_gives_its_reservation_back() {
+    use tower_layer::Layer;
+    use tower_service::Service;
+    bounded(async {
+        let server = RedisServer::start();
+        let limiter = redis_limiter(&server, "1000/1h", "dropped", FailurePolicy::Error).await;
+        let mut service = RateLimitLayer::new(limiter.clone())
+            .key(tollgate::middleware::GlobalKey)
+            .route(
+                Route::any("/").cost(400).unwrap().settle_with(|_| Some(1)),
+                limiter.clone(),
+            )
+            .layer(ok_router());
+        // The connection made, Redis held while the request's reservation is in flight.
+        let _ = limiter.peek("global").await.unwrap();
+        server.pause();
+        let future = service.call(
+            http::Request::get("/")
+                .body(axum::body::Body::empty())
+                .unwrap(),
+        );
+        assert!(tokio::time::timeout(Duration::from_millis(150), future)
+            .await
+            .is_err());
+        server.resume();
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        loop {
+            let peek = limiter.peek("global").await.unwrap();
+            let left = peek.remaining() + u64::from(peek.is_allowed());
+            if left == 1000 {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{left} left: a request that got no response kept its reservation"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+}

@@ -351,6 +351,28 @@ impl Config {
         self.conclude_several(&rules, Ok(decision), grpc).into()
     }
 
+    /// [`Config::decide_remote`] on a task of its own where a tokio runtime runs, so that a
+    /// request dropped while Redis decides (an outer timeout, a client gone) leaves the
+    /// decision to finish: its answer, finding no one to take it, is dropped, and a
+    /// reservation in it is given back (`Settlement`'s drop). Without a runtime, inline.
+    #[cfg(feature = "redis")]
+    pub(super) async fn decide_remote_detached(self: Arc<Self>, remote: Remote) -> Handling {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return self.decide_remote(remote).await;
+        };
+        let grpc = remote.grpc;
+        let (answer, answered) = tokio::sync::oneshot::channel();
+        runtime.spawn(async move {
+            // Sent, or dropped here when the request is gone.
+            let _ = answer.send(self.decide_remote(remote).await);
+        });
+        answered.await.unwrap_or_else(|_| {
+            // The task ended without an answer: the runtime is shutting down.
+            let lost = crate::redis::BackendError::Reply("no decision: the runtime stopped".into());
+            Handling::Respond(Failure::Backend(lost).response(grpc))
+        })
+    }
+
     /// Decides a request by Redis: each key's [`Display`](fmt::Display) form is its Redis
     /// key; several rules in one call ([`RedisAllOf`](crate::redis::RedisAllOf)).
     #[cfg(feature = "redis")]

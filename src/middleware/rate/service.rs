@@ -146,7 +146,7 @@ where
                 let mut inner = std::mem::replace(&mut self.inner, ready);
                 let config = Arc::clone(&self.config);
                 ResponseFuture::deciding(Box::pin(async move {
-                    match config.decide_remote(remote).await {
+                    match config.decide_remote_detached(remote).await {
                         Handling::Pass(decision, fields, settlement) => {
                             if let Some(decision) = decision {
                                 request.extensions_mut().insert(decision);
