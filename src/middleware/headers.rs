@@ -350,9 +350,13 @@ fn problem(status: StatusCode, detail: &str, retry_after: Option<u64>) -> Bytes 
 
 /// Whether a request is gRPC (`content-type: application/grpc...`): refused the gRPC way.
 pub(crate) fn is_grpc(headers: &HeaderMap) -> bool {
-    headers
-        .get(CONTENT_TYPE)
-        .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"))
+    headers.get(CONTENT_TYPE).is_some_and(|v| {
+        // A media type's type and subtype are case-insensitive (RFC 9110, 8.3.1).
+        let prefix = b"application/grpc";
+        v.as_bytes()
+            .get(..prefix.len())
+            .is_some_and(|start| start.eq_ignore_ascii_case(prefix))
+    })
 }
 
 /// The gRPC status code closest to an HTTP refusal status.
@@ -406,6 +410,21 @@ pub(crate) fn error_response(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn grpc_is_told_by_its_media_type_in_any_case() {
+        for (value, grpc) in [
+            ("application/grpc", true),
+            ("application/grpc+proto", true),
+            ("Application/GRPC", true),
+            ("application/json", false),
+            ("application/grp", false),
+        ] {
+            let mut headers = HeaderMap::new();
+            headers.insert(CONTENT_TYPE, HeaderValue::from_static(value));
+            assert_eq!(is_grpc(&headers), grpc, "{value}");
+        }
+    }
 
     fn policy(s: &str) -> Option<Policy> {
         Some(s.parse().unwrap())
