@@ -273,7 +273,10 @@ mod tests {
         let clock = FakeClock::new();
         clock.set(Duration::from_secs(1));
         let (first, changed) = tiers.tier("a", &clock).unwrap();
-        assert!(!changed);
+        assert!(
+            changed,
+            "a key new here: nothing to compare its answer with"
+        );
         assert_eq!(first.tier.policy.first_band().permits(), 10);
         assert_eq!(first.chosen, Chosen::Since(1_000_000_000));
         let other = Choice {
