@@ -267,9 +267,7 @@ impl RedisLimiter {
     /// # }
     /// ```
     pub async fn try_acquire_n(&self, key: &str, n: u64) -> Result<Decision, BackendError> {
-        // The policy set live first: a cost the old one refuses may be the new one's.
-        self.shared.read_live().await;
-        self.shared.check_cost(key, n)?;
+        self.shared.check_cost(key, n).await?;
         self.acquire_now(key, n).await
     }
 

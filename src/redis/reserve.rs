@@ -15,9 +15,7 @@ impl Shared {
     /// Reserves `n` permits for `key`, decided as a request of cost `n`; an admission
     /// writes the reservation's token next to the key's state.
     pub(super) async fn reserve(&self, key: &str, n: u64) -> Result<Reservation, BackendError> {
-        // The policy set live first: a cost the old one refuses may be the new one's.
-        self.read_live().await;
-        self.check_cost(key, n)?;
+        self.check_cost(key, n).await?;
         // The origin first: its count of resets must not be newer than the state the
         // reservation is decided on.
         let origin = self.origin(key);

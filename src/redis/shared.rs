@@ -181,8 +181,10 @@ impl Shared {
     }
 
     /// `n` as a request's cost for `key`: at least 1, at most the smallest band's permits of
-    /// its policy.
-    pub(super) fn check_cost(&self, key: &str, n: u64) -> Result<(), BackendError> {
+    /// its policy. The policy set live is read first (when due): a cost the old one refuses
+    /// may be the new one's.
+    pub(super) async fn check_cost(&self, key: &str, n: u64) -> Result<(), BackendError> {
+        self.read_live().await;
         Ok(self.tier_of(key)?.tier.check_cost(n)?)
     }
 
