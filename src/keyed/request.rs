@@ -73,9 +73,8 @@ const SETTLED: Decided = Decided {
 enum Attempt {
     /// Decided (or the cost refused).
     Done(Result<Decided, CostError>),
-    /// Decided on a state just created for the key: moved from an older generation
-    /// (`true`), or new to the limiter.
-    Created(Result<Decided, CostError>, bool),
+    /// Decided on a state just created for the key.
+    Created(Result<Decided, CostError>),
     /// The generation was replaced: start over in the new one.
     Stale,
 }
@@ -342,15 +341,12 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
             });
             match step {
                 Attempt::Done(result) => return result,
-                Attempt::Created(result, moved) => {
+                Attempt::Created(result) => {
                     // Pay for a few steps of the incremental sweep, now that no lock is held.
                     if self.sweep_slice > 0 {
                         self.sweep(generation, self.sweep_slice, true, &guard);
                     }
-                    return result.map(|decided| Decided {
-                        created: !moved,
-                        ..decided
-                    });
+                    return result;
                 }
                 // The generation was replaced, or is being replaced (a policy change between
                 // retiring the shared overflow state and swapping the new generation in):
@@ -431,12 +427,13 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
             // A key still in an older generation moves here: its place is already counted, so
             // it takes no new one.
             let moved = self.take_from_older(generation, key, now, guard);
-            let was_moved = moved.is_some();
-            if moving && moved.is_none() {
+            // A state made for a key new to the limiter, not moved from an older generation.
+            let created = moved.is_none();
+            if moving && created {
                 // Gone from the older generations meanwhile: nothing to move.
                 return Attempt::Done(Ok(SETTLED));
             }
-            if moved.is_none() && !self.take_place() {
+            if created && !self.take_place() {
                 if !swept {
                     // Full: let go of the bucket (the sweep may need it), sweep a larger slice
                     // for states at rest, then try once more with the same blueprint.
@@ -463,7 +460,8 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
                 self.tracked.fetch_sub(1, Ordering::Relaxed);
                 return self.overflow(keyed, &blueprint, settle, cost);
             };
-            return Attempt::Created(decide(entry.get()), was_moved);
+            let decided = decide(entry.get()).map(|decided| Decided { created, ..decided });
+            return Attempt::Created(decided);
         }
     }
 
