@@ -17,7 +17,7 @@ use crate::reservation::next_limiter_id;
 
 use super::error::BackendError;
 use super::failure::bump;
-use super::script::{library, SOURCE};
+use super::source::{library, SOURCE};
 
 /// A connection that reconnects by itself: the connection manager for one node (a
 /// multiplexed connection, replaced in the background when it drops), or the cluster client

@@ -61,6 +61,7 @@
 //! |---|---|
 //! | `error` | [`BackendError`]: why a decision could not be made |
 //! | `failure` | what decides while Redis is down ([`FailurePolicy`]), the switch to it and back, the counters ([`BackendStats`]) |
+//! | `source` | the Lua code as Redis runs it: one script, or one function library |
 //! | `script` | the Lua script, its arguments for a policy, the key names, its replies |
 //! | `conn` | the connection and the script call on it: `NOSCRIPT`, redirects, which errors are retried |
 //! | `cache` | the deny cache: refusals answered without a round trip |
@@ -91,6 +92,7 @@ mod reserve;
 mod script;
 mod set_policy;
 mod shared;
+mod source;
 mod tiers;
 mod wait;
 

@@ -4,8 +4,8 @@
 //! its algorithm's file (`lua/gcra.lua`, `lua/counter.lua`, `lua/log.lua`, dispatched and
 //! merged by `lua/band.lua`) with the helpers of `lua/arith.lua`; `lua/parts.lua` decides
 //! several keys, each under its own policy, all or nothing. They are concatenated at compile
-//! time into one source (and into one function library, [`library`]), so one call decides a
-//! whole composite policy, or a whole [`RedisAllOf`](super::RedisAllOf).
+//! time into one source (`super::source`), so one call decides a whole composite policy, or
+//! a whole [`RedisAllOf`](super::RedisAllOf).
 
 use std::fmt::Write as _;
 use std::time::Duration;
@@ -15,49 +15,6 @@ use crate::policy::{Algorithm, Policy};
 use crate::reservation::Marks;
 
 use super::error::BackendError;
-
-/// The files that define what `lua/decide.lua` uses, in order (each defines what the next
-/// ones use).
-macro_rules! helpers {
-    () => {
-        concat!(
-            include_str!("lua/arith.lua"),
-            "\n",
-            include_str!("lua/gcra.lua"),
-            "\n",
-            include_str!("lua/counter.lua"),
-            "\n",
-            include_str!("lua/log.lua"),
-            "\n",
-            include_str!("lua/band.lua"),
-            "\n",
-            include_str!("lua/tokens.lua"),
-            "\n",
-            include_str!("lua/record.lua"),
-            "\n",
-            include_str!("lua/parts.lua"),
-        )
-    };
-}
-
-/// The script Redis runs as `EVAL`: the helpers, then `lua/decide.lua` at the top level.
-pub(super) const SOURCE: &str = concat!(helpers!(), "\n", include_str!("lua/decide.lua"));
-
-/// The same code as a Redis function library (Redis 7 and later), named `name`, which
-/// registers one function of that name. Redis creates a script's local functions each time
-/// it runs the script, and a library's once, when it is loaded: the helpers are defined at
-/// the library's top level, and `lua/decide.lua` becomes the body of the function called.
-/// `KEYS` and `ARGV`, globals in a script, are locals of the library that each call sets
-/// before it runs that body.
-pub(super) fn library(name: &str) -> String {
-    format!(
-        "#!lua name={name}\nlocal KEYS, ARGV\n{}\nlocal function decide()\n{}\nend\n\
-         redis.register_function('{name}', function(keys, args)\n  \
-         KEYS, ARGV = keys, args\n  return decide()\nend)\n",
-        helpers!(),
-        include_str!("lua/decide.lua"),
-    )
-}
 
 /// The longest window the script supports, in microseconds: 2^50 us, about 35.7 years.
 /// Keeping windows (and clock readings, below 2^52 us) this small keeps every intermediate
