@@ -249,25 +249,25 @@ fn the_builder_refuses_what_it_cannot_combine() {
 /// two `RateLimit-Policy` items alike: refused, in either order.
 #[test]
 fn a_rule_named_like_a_composite_rules_band_is_refused() {
-    let composite = || RateLimiter::<LimitKey>::new("1/s & 10/min".parse().unwrap());
-    let single = || RateLimiter::<LimitKey>::new("5/s".parse().unwrap());
-    let layer = RateLimitLayer::new(composite())
-        .key(GlobalKey)
-        .policy_name("api")
-        .unwrap()
-        .and(Limit::new(single()).key(GlobalKey).name("api-1s").unwrap());
-    assert!(matches!(layer, Err(ConfigError::CannotCombine { .. })));
-    let layer = RateLimitLayer::new(single())
-        .key(GlobalKey)
-        .policy_name("api-1s")
-        .unwrap()
-        .and(Limit::new(composite()).key(GlobalKey).name("api").unwrap());
-    assert!(matches!(layer, Err(ConfigError::CannotCombine { .. })));
+    let limiter = |policy: &str| RateLimiter::<LimitKey>::new(policy.parse().unwrap());
+    // The layer's rule under `first` named `name`, and a rule under `second` named `other`.
+    let combined = |first: &str, name: &str, second: &str, other: &str| {
+        RateLimitLayer::new(limiter(first))
+            .key(GlobalKey)
+            .policy_name(name)
+            .unwrap()
+            .and(
+                Limit::new(limiter(second))
+                    .key(GlobalKey)
+                    .name(other)
+                    .unwrap(),
+            )
+    };
+    let (composite, single) = ("1/s & 10/min", "5/s");
+    let refused = combined(composite, "api", single, "api-1s");
+    assert!(matches!(refused, Err(ConfigError::CannotCombine { .. })));
+    let refused = combined(single, "api-1s", composite, "api");
+    assert!(matches!(refused, Err(ConfigError::CannotCombine { .. })));
     // Single-band rules may share a prefix.
-    let layer = RateLimitLayer::new(single())
-        .key(GlobalKey)
-        .policy_name("api")
-        .unwrap()
-        .and(Limit::new(single()).key(GlobalKey).name("api-ip").unwrap());
-    assert!(layer.is_ok());
+    assert!(combined(single, "api", single, "api-ip").is_ok());
 }
