@@ -119,11 +119,17 @@ pub(super) struct Script {
     id: u64,
 }
 
-/// The script as a Redis function: its name, which is also its library's, and the library.
+/// The script as a Redis function: its name, which is also its library's, the library, and
+/// how many times this connection loaded it again.
 #[derive(Clone)]
 struct Function {
     name: Arc<str>,
     library: Arc<str>,
+    /// The reloads done, behind the lock that makes them one at a time: a call that found the
+    /// function missing reloads it only if no reload finished since it was sent.
+    reloaded: Arc<tokio::sync::Mutex<u64>>,
+    /// The same count, readable without the lock: what a call sees before it is sent.
+    reloads_done: Arc<AtomicU64>,
 }
 
 impl Function {
@@ -134,7 +140,33 @@ impl Function {
         Function {
             library: library(&name).into(),
             name: name.into(),
+            reloaded: Arc::new(tokio::sync::Mutex::new(0)),
+            reloads_done: Arc::new(AtomicU64::new(0)),
         }
+    }
+
+    /// How many reloads had finished, read before a call is sent.
+    fn reloads_seen(&self) -> u64 {
+        // Acquire: pairs with the Release store in `reload`; a call that sees a reload's
+        // count is sent after that reload's `FUNCTION LOAD` was answered.
+        self.reloads_done.load(Ordering::Acquire)
+    }
+
+    /// Loads the library again after a call sent when `seen` reloads had finished found the
+    /// function missing, unless another call reloaded it since: every call in flight when
+    /// Redis lost the function meets the same error, and one `FUNCTION LOAD` (which compiles
+    /// the whole library, blocking Redis meanwhile) serves them all. `true` when this call
+    /// loaded it (counted as a reload).
+    async fn reload(&self, conn: &Conn, seen: u64) -> Result<bool, RedisError> {
+        let mut done = self.reloaded.lock().await;
+        if *done != seen {
+            return Ok(false);
+        }
+        self.load(conn).await?;
+        *done += 1;
+        // Release: see `reloads_seen`.
+        self.reloads_done.store(*done, Ordering::Release);
+        Ok(true)
     }
 
     /// Loads the library on `conn` (on every primary of a cluster), replacing the one of the
@@ -275,7 +307,8 @@ fn fcall_refused(err: &RedisError) -> bool {
 
 /// Runs the script with `keys` and `args`: as `FCALL` of `function` when it was loaded as
 /// one, else as `EVALSHA sha`. A function found missing (Redis restarted without
-/// persistence, or ran `FUNCTION FLUSH`) is loaded again and called once more; after
+/// persistence, or ran `FUNCTION FLUSH`) is loaded again, once for all the calls that were
+/// in flight then ([`Function::reload`]), and called once more; after
 /// `NOSCRIPT` (Redis restarted, failed over, or ran `SCRIPT FLUSH`), or where loading the
 /// function fails, the same call goes as `EVAL` with the [`SOURCE`], which also caches the
 /// script. Each reload bumps `reloads`. Where Redis refuses `FCALL` itself (no such command,
@@ -322,9 +355,12 @@ async fn eval(
     let mut reconnected = false;
     // Set by an ASK reply: the next attempt goes to that node, after ASKING.
     let mut asked: Option<Node> = None;
+    // The function's reloads finished when this call was last sent as `FCALL`.
+    let mut seen = 0;
     loop {
         let mut cmd = match (send, function) {
             (Send::Function | Send::Reloaded, Some(function)) => {
+                seen = function.reloads_seen();
                 let mut cmd = ::redis::cmd("FCALL");
                 cmd.arg(&*function.name);
                 cmd
@@ -347,10 +383,17 @@ async fn eval(
         };
         match reply {
             Err(err) if send == Send::Function && function_missing(&err) => {
-                bump(reloads);
                 send = match function {
-                    Some(function) if function.load(conn).await.is_ok() => Send::Reloaded,
-                    _ => Send::Source,
+                    Some(function) => match function.reload(conn, seen).await {
+                        Ok(loaded) => {
+                            if loaded {
+                                bump(reloads);
+                            }
+                            Send::Reloaded
+                        }
+                        Err(_) => Send::Source,
+                    },
+                    None => Send::Source,
                 };
             }
             Err(err) if send == Send::Reloaded && function_missing(&err) => {

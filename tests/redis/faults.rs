@@ -342,6 +342,44 @@ async fn script_flush_mid_run_loses_and_double_counts_nothing() {
     server.command(&["ACL", "SETUSER", "default", "+@all"]);
 }
 
+/// Every call in flight when Redis loses the function meets "function not found"; one
+/// `FUNCTION LOAD` serves them all (each load compiles the whole library, blocking Redis
+/// meanwhile), and every call is still decided by Redis, exactly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_in_flight_when_the_function_is_lost_reload_it_once() {
+    let server = RedisServer::start();
+    let limiter = RedisLimiter::builder("1000/1h".parse().unwrap())
+        .prefix("storm")
+        .timeout(Duration::from_secs(10))
+        .deny_cache(0)
+        .connect(&server.url())
+        .await
+        .unwrap();
+    assert_eq!(server.command_stat("function|load", "calls"), 1.0);
+    for round in 1..=3u64 {
+        server.command(&["FUNCTION", "FLUSH"]);
+        let calls: Vec<_> = (0..64)
+            .map(|i| {
+                let limiter = limiter.clone();
+                tokio::spawn(async move { limiter.try_acquire(&format!("k{i}")).await })
+            })
+            .collect();
+        for call in calls {
+            let decision = call.await.unwrap().unwrap();
+            assert!(decision.is_allowed(), "{decision:?}");
+        }
+        let loads = server.command_stat("function|load", "calls") as u64;
+        assert_eq!(loads, 1 + round, "round {round}: {loads} FUNCTION LOADs");
+        assert_eq!(limiter.stats().script_reloads, round);
+        assert_eq!(
+            server.command_stat("eval", "calls"),
+            0.0,
+            "no call fell back"
+        );
+    }
+    assert_eq!(limiter.stats().redis_decisions, 3 * 64);
+}
+
 /// A user whose ACL lets it load functions but not call them: the first refused `FCALL`
 /// sends the call as a script, and every later call goes as one.
 #[tokio::test]
