@@ -107,6 +107,12 @@ pub enum ConfigError {
         /// The entry as given.
         cidr: String,
     },
+    /// A trusted proxy network of prefix 0 (`0.0.0.0/0`, `::/0`): every client would be a
+    /// trusted proxy, and the leftmost forwarding entry, which the client writes, its key.
+    TrustsEveryAddress {
+        /// The entry as given.
+        cidr: String,
+    },
     /// A prefix length beyond the address size (32 for IPv4, 128 for IPv6).
     InvalidPrefix {
         /// The prefix asked for.
@@ -149,8 +155,16 @@ impl fmt::Display for ConfigError {
                 )
             }
             ConfigError::InvalidPrefix { prefix, max } => {
-                write!(f, "prefix length must be at most {max}, got {prefix}")
+                let family = if *max == 32 { "IPv4" } else { "IPv6" };
+                write!(
+                    f,
+                    "{family} prefix length must be at most {max}, got {prefix}"
+                )
             }
+            ConfigError::TrustsEveryAddress { cidr } => write!(
+                f,
+                "trusted proxy `{cidr}` covers every address: any client could name its own key"
+            ),
             ConfigError::InvalidHeaderName { name } => {
                 write!(f, "header name `{name}` is not a valid HTTP header name")
             }

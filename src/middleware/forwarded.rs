@@ -15,7 +15,7 @@ use http::{HeaderMap, HeaderName};
 use super::error::{ConfigError, KeyError};
 use super::key::{trim, KeyExtractor, LimitKey, RequestHead};
 use super::peer::Peer;
-use crate::ip::{mask, mask128, mask32};
+use crate::ip::{mask128, mask32, network};
 
 /// `X-Forwarded-For`, which `http` has no constant for.
 const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
@@ -48,7 +48,7 @@ impl Cidr {
             Some(_) => return None,
         };
         Some(Cidr {
-            network: mask(address, prefix, prefix),
+            network: network(address, prefix),
             prefix,
         })
     }
@@ -162,7 +162,9 @@ impl ClientIp {
     ///
     /// # Errors
     ///
-    /// [`ConfigError::InvalidCidr`] for an entry that is not an address or CIDR block.
+    /// [`ConfigError::InvalidCidr`] for an entry that is not an address or CIDR block, and
+    /// [`ConfigError::TrustsEveryAddress`] for a network of prefix 0, which would make every
+    /// client a trusted proxy.
     ///
     /// # Examples
     ///
@@ -171,6 +173,7 @@ impl ClientIp {
     ///
     /// let extractor = ClientIp::trusted_proxies(["10.0.0.0/8", "192.0.2.10"])?;
     /// assert!(ClientIp::trusted_proxies(["10.0.0.0/8", "ten"]).is_err());
+    /// assert!(ClientIp::trusted_proxies(["0.0.0.0/0"]).is_err()); // would trust every client
     /// # Ok::<(), tollgate::middleware::ConfigError>(())
     /// ```
     pub fn trusted_proxies<I>(cidrs: I) -> Result<Self, ConfigError>
@@ -181,9 +184,14 @@ impl ClientIp {
         let networks = cidrs
             .into_iter()
             .map(|cidr| {
-                Cidr::parse(cidr.as_ref()).ok_or_else(|| ConfigError::InvalidCidr {
-                    cidr: cidr.as_ref().to_owned(),
-                })
+                let text = || cidr.as_ref().to_owned();
+                match Cidr::parse(cidr.as_ref()) {
+                    None => Err(ConfigError::InvalidCidr { cidr: text() }),
+                    Some(network) if network.prefix == 0 => {
+                        Err(ConfigError::TrustsEveryAddress { cidr: text() })
+                    }
+                    Some(network) => Ok(network),
+                }
             })
             .collect::<Result<Vec<_>, _>>()?;
         Ok(ClientIp {

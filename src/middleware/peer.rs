@@ -107,8 +107,12 @@ impl fmt::Debug for Peer {
 ///
 /// Why /64: an IPv6 subscriber is routinely given a whole /64 (often a /56 or /48), and
 /// picks addresses in it freely, so keying by the full address would hand one client
-/// 2^64 budgets. IPv4 addresses are kept whole (`/32`) by default. IPv4-mapped IPv6 addresses
-/// (what a dual-stack socket reports) count as IPv4.
+/// 2^64 budgets. IPv4 addresses are kept whole (`/32`) by default. An IPv6 address that
+/// carries an IPv4 client counts as that IPv4 address: IPv4-mapped (what a dual-stack socket
+/// reports), the NAT64 well-known prefix `64:ff9b::/96` (an IPv6-only server behind a
+/// translator), IPv4-compatible, 6to4 (`2002::/16`) and Teredo (`2001::/32`). An operator's
+/// own NAT64 prefix cannot be told from native IPv6 and is masked as IPv6: key such a
+/// deployment with [`ipv6_prefix(128)`](PeerIp::ipv6_prefix), or by the translator's logs.
 ///
 /// The address comes from the request's extensions, looked up in this order:
 ///
