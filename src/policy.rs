@@ -408,9 +408,9 @@ impl Policy {
     ///
     /// # Errors
     ///
-    /// [`PolicyError::ZeroPermits`] for a zero `rate` or `burst`, and the errors of
-    /// [`Policy::new`] for the token bucket it describes (a window past
-    /// [`Policy::MAX_WINDOW`] when the burst takes that long to refill).
+    /// [`PolicyError::ZeroPermits`] for a zero `rate`, [`PolicyError::ZeroBurst`] for a zero
+    /// `burst`, [`PolicyError::BurstTooLong`] when the burst takes longer than
+    /// [`Policy::MAX_WINDOW`] to refill, and the errors of [`Policy::new`] for the rate.
     ///
     /// # Examples
     ///
@@ -426,8 +426,11 @@ impl Policy {
     /// # Ok::<(), tollgate::PolicyError>(())
     /// ```
     pub fn rate_with_burst(rate: u64, per: Duration, burst: u64) -> Result<Self, PolicyError> {
-        if rate == 0 || burst == 0 {
+        if rate == 0 {
             return Err(PolicyError::ZeroPermits);
+        }
+        if burst == 0 {
+            return Err(PolicyError::ZeroBurst);
         }
         if per.is_zero() {
             return Err(PolicyError::ZeroWindow);
@@ -450,6 +453,9 @@ impl Policy {
             Ok(secs) => Duration::new(secs, (nanos % 1_000_000_000) as u32),
             Err(_) => Duration::MAX,
         };
+        if window > Self::MAX_WINDOW {
+            return Err(PolicyError::BurstTooLong { rate, per, burst });
+        }
         let mut policy = Policy::new(Algorithm::TokenBucket, burst, window)?;
         policy.bands[0].rate = Some(Rate {
             permits: rate,
@@ -646,6 +652,19 @@ pub enum PolicyError {
         /// The most a policy may hold.
         max: usize,
     },
+    /// A token bucket's `burst` was 0 ([`Policy::rate_with_burst`](crate::Policy::rate_with_burst),
+    /// `"10/s burst 0"`).
+    ZeroBurst,
+    /// A token bucket's burst takes longer to refill at its rate than the longest supported
+    /// window ([`Policy::MAX_WINDOW`](crate::Policy::MAX_WINDOW)).
+    BurstTooLong {
+        /// The permits of the rate.
+        rate: u64,
+        /// The period of the rate.
+        per: Duration,
+        /// The burst asked for.
+        burst: u64,
+    },
     /// A policy string did not parse.
     Syntax {
         /// The whole string that was parsed.
@@ -685,6 +704,12 @@ impl fmt::Display for PolicyError {
             PolicyError::TooManyBands { bands, max } => write!(
                 f,
                 "bands {bands} is more than a policy may combine (at most {max})"
+            ),
+            PolicyError::ZeroBurst => f.write_str("burst must be at least 1, got 0"),
+            PolicyError::BurstTooLong { rate, per, burst } => write!(
+                f,
+                "burst {burst} at {rate} per {per:?} takes longer to refill than the supported maximum window of {:?}",
+                Policy::MAX_WINDOW
             ),
             PolicyError::Syntax {
                 input,

@@ -61,11 +61,14 @@ fn band(input: &str, part: &str) -> Result<Policy, PolicyError> {
 
     if let Some(r) = rest.strip_prefix('/') {
         rest = r;
-    } else if rest
+    } else if let Some(after) = rest
         .get(..3)
-        .is_some_and(|word| word.eq_ignore_ascii_case("per"))
+        .filter(|word| word.eq_ignore_ascii_case("per"))
+        .map(|_| &rest[3..])
+        // `per` as a word of its own, as `burst`: "5 pers" is not "5 per s".
+        .filter(|after| after.starts_with(char::is_whitespace))
     {
-        rest = &rest[3..];
+        rest = after;
     } else {
         let shown = rest.split_whitespace().next().unwrap_or("");
         return Err(syntax(input, "separator", shown, "`/` or `per`"));
@@ -290,6 +293,19 @@ mod tests {
             err("5 to 1s"),
             syntax("5 to 1s", "separator", "to", "`/` or `per`")
         );
+        // `per` is a word: not the start of another one.
+        for joined in ["5 pers", "5 persecond", "5 PERs", "5 per1s", "5 per"] {
+            let word = joined.split_whitespace().nth(1).unwrap_or("");
+            assert_eq!(
+                err(joined),
+                syntax(joined, "separator", word, "`/` or `per`"),
+                "{joined}"
+            );
+        }
+        assert_eq!(
+            "5 PER s".parse::<Policy>().unwrap(),
+            "5/s".parse::<Policy>().unwrap()
+        );
         assert_eq!(
             err("5/1fortnight"),
             syntax("5/1fortnight", "unit", "fortnight", UNITS)
@@ -414,7 +430,11 @@ mod tests {
             err("10/s bursts 1"),
             syntax("10/s bursts 1", "burst", "bursts", BURST)
         );
-        assert_eq!(err("10/s burst 0"), PolicyError::ZeroPermits);
+        assert_eq!(err("10/s burst 0"), PolicyError::ZeroBurst);
+        assert_eq!(
+            err("10/s burst 0").to_string(),
+            "burst must be at least 1, got 0"
+        );
         // More than one permit per nanosecond is refused as the rate alone would be.
         assert_eq!(
             err("10/ns burst 1"),
@@ -423,9 +443,16 @@ mod tests {
                 window: Duration::from_nanos(1)
             }
         );
-        assert!(matches!(
+        assert_eq!(
             err("1/d burst 18446744073709551615"),
-            PolicyError::WindowTooLong { .. }
-        ));
+            PolicyError::BurstTooLong {
+                rate: 1,
+                per: Duration::from_secs(86_400),
+                burst: u64::MAX
+            }
+        );
+        assert!(err("1/d burst 18446744073709551615")
+            .to_string()
+            .starts_with("burst 18446744073709551615 at 1 per 86400s takes longer to refill"));
     }
 }
