@@ -71,12 +71,19 @@ impl Gcra {
         let debt = tat.saturating_sub(now).min(self.max_debt());
         // debt <= 2B and cost * T <= B: saturating only guards B close to 2^63.
         let new_debt = debt.saturating_add(cost.saturating_mul(self.interval).min(self.burst));
-        if new_debt <= self.burst {
-            // Clamped below the retired value, which no live TAT reaches (a clock would have
-            // to read 584 years for the clamp to matter).
-            let new_tat = now.saturating_add(new_debt).min(u64::RETIRED - 1);
+        // The new TAT must stay at or below `LAST_LEASED`, under the retired value and the
+        // stripes' markers. A clock reading that close to `u64::MAX` (584 years from its
+        // zero: a clock gone wrong, or a `FakeClock` set to the end of its range) cannot
+        // store the debt, and a debt not stored would let the next request through as if
+        // the bucket were full: refused instead, as a request beyond the burst is.
+        // `new_debt <= B < 2^63` before the subtraction: no underflow.
+        if new_debt <= self.burst && now <= LAST_LEASED - new_debt {
+            let new_tat = now + new_debt;
             let remaining = self.per_interval.divide(self.burst - new_debt);
             Verdict::Allow(Decision::allow(remaining, self.limit, new_debt), new_tat)
+        } else if new_debt <= self.burst {
+            // No time comes at which the TAT fits: the wait is the request's own interval.
+            Verdict::Deny(Decision::deny(0, self.limit, self.interval, debt))
         } else {
             // A settled charge may leave more debt than the burst: nothing is available.
             let remaining = self.per_interval.divide(self.burst.saturating_sub(debt));
@@ -114,11 +121,20 @@ impl Gcra {
     }
 
     /// Permits a state holding `tat` has available at `now` (clamped like
-    /// [`Gcra::decide`]).
+    /// [`Gcra::decide`], and, like it, none past what fits below `LAST_LEASED`).
     #[inline(always)]
     pub(crate) fn room(&self, tat: u64, now: u64) -> u64 {
-        self.per_interval
-            .divide(self.burst.saturating_sub(self.reset_after(tat, now)))
+        let room = self
+            .per_interval
+            .divide(self.burst.saturating_sub(self.reset_after(tat, now)));
+        let start = tat.max(now);
+        if start <= LAST_LEASED - self.burst {
+            room
+        } else {
+            // Near the end of the clock's range: only what still fits below `LAST_LEASED`,
+            // as `decide` admits.
+            room.min(self.per_interval.divide(LAST_LEASED.saturating_sub(start)))
+        }
     }
 
     /// Nanoseconds until a state holding `tat` is at rest, seen at `now` with nothing more
@@ -272,13 +288,9 @@ impl GcraCell {
             if count == 0 {
                 return Some(None);
             }
-            // count * T <= B - (start - now) < 2^63. Clamped below the retired value and the
-            // stripes' markers, as `decide` clamps (a clock would have to read 584 years for
-            // it to matter).
-            let end = start.saturating_add(count * gcra.interval).min(LAST_LEASED);
-            if end <= start {
-                return Some(None);
-            }
+            // count * T <= B - (start - now) < 2^63, and `room` counts only what fits below
+            // `LAST_LEASED`: the end stays under the retired value and the stripes' markers.
+            let end = start + count * gcra.interval;
             // AcqRel: the Release half publishes the claim of the stripe the lease is for to
             // every request that reads the TAT with Acquire afterwards (`engine::stripes`).
             match self
@@ -499,11 +511,47 @@ mod tests {
 
     #[test]
     fn extreme_clock_readings_do_not_overflow() {
+        // A TAT that would not fit below the stripes' markers is not stored: refused, with a
+        // wait of one interval, neither wrapped nor clamped to a smaller debt.
         let g = gcra(1, Policy::MAX_WINDOW);
-        let (_, tat) = allowed(g.decide(0, u64::MAX - 1, 1));
-        assert!(tat < u64::RETIRED);
+        let refused = denied(g.decide(0, u64::MAX - 1, 1));
+        assert_eq!(refused.retry_after_nanos(), g.interval());
         let g = gcra(u64::MAX >> 2, Policy::MAX_WINDOW);
-        allowed(g.decide(0, u64::MAX - 1, u64::MAX >> 2));
+        denied(g.decide(0, u64::MAX - 1, u64::MAX >> 2));
+        // Up to the last instant that fits, admitted; the next permit is not, and the room
+        // says so (a lease takes no more than fits).
+        let g = gcra(10, Duration::from_secs(1));
+        let now = LAST_LEASED - 2 * g.interval();
+        let (remaining, tat) = allowed(g.decide(0, now, 2));
+        assert_eq!((remaining, tat), (8, LAST_LEASED));
+        assert_eq!(g.room(tat, now), 0);
+        denied(g.decide(tat, now, 1));
+        assert_eq!(g.room(0, now), 2);
+        assert_eq!(g.room(0, 0), 10);
+    }
+
+    /// A clock at the end of its range refuses rather than forgets a debt it cannot store:
+    /// a limit of 2 admits at most 2 there, however many ask.
+    #[test]
+    fn a_clock_at_the_end_of_its_range_admits_no_more_than_the_burst() {
+        let g = gcra(2, Duration::from_secs(1));
+        for now in [
+            u64::MAX,
+            u64::MAX - 1,
+            LAST_LEASED - g.interval(),
+            u64::MAX - 900 * MS,
+        ] {
+            let mut tat = 0;
+            let mut admitted = 0;
+            for _ in 0..100 {
+                if let Verdict::Allow(_, new) = g.decide(tat, now, 1) {
+                    assert!(new <= LAST_LEASED);
+                    tat = new;
+                    admitted += 1;
+                }
+            }
+            assert!(admitted <= 2, "{admitted} admitted at {now}");
+        }
     }
 
     #[test]

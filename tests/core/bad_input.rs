@@ -224,3 +224,55 @@ fn extreme_clock_readings_do_not_panic() {
         let _ = limiter.try_acquire(&2);
     }
 }
+
+/// A clock at the end of its range (a `FakeClock` set to `Duration::MAX`, or a faulty clock of
+/// one's own) never lets a limiter admit more than its policy: near `u64::MAX` nanoseconds a
+/// state cannot store the time it runs ahead, and refuses rather than forget it.
+#[test]
+fn a_clock_at_the_end_of_its_range_never_admits_extra() {
+    let policies = [
+        "2/1s",
+        "sliding-log 2/1s",
+        "sliding-counter 2/1s",
+        "2/1s & 3/1h",
+    ];
+    for reading in [
+        u64::MAX,
+        u64::MAX - 1,
+        u64::MAX - 500_000_000,
+        u64::MAX - 900_000_000,
+        u64::MAX - 2_000_000_000,
+    ] {
+        for policy in policies {
+            let clock = FakeClock::new();
+            clock.set(Duration::from_nanos(reading));
+            let policy: Policy = policy.parse().unwrap();
+            let keyed: RateLimiter<u64, FakeClock> =
+                RateLimiter::with_clock(policy.clone(), clock.clone());
+            let direct = DirectLimiter::with_clock(policy.clone(), clock.clone());
+            let admitted_keyed = (0..100)
+                .filter(|_| keyed.try_acquire(&1).is_allowed())
+                .count();
+            let admitted_direct = (0..100)
+                .filter(|_| direct.try_acquire().is_allowed())
+                .count();
+            assert!(
+                admitted_keyed <= 2 && admitted_direct <= 2,
+                "{policy} at {reading}: keyed {admitted_keyed}, direct {admitted_direct}"
+            );
+            // No longer than the policy could ever need (its longest window, twice).
+            let longest = if policy.to_string().contains("/1h") {
+                3600
+            } else {
+                1
+            };
+            for refused in [keyed.try_acquire(&1), direct.try_acquire()] {
+                assert!(
+                    !refused.is_allowed()
+                        && refused.retry_after() <= Duration::from_secs(2 * longest),
+                    "{policy} at {reading}: {refused:?}"
+                );
+            }
+        }
+    }
+}

@@ -69,12 +69,12 @@ fn the_fast_path_takes_from_the_stripe_its_thread_leased_on() {
 }
 
 #[test]
-fn a_clock_past_the_last_leased_instant_sends_requests_to_the_word() {
+fn a_clock_past_the_last_leased_instant_is_refused() {
     let (central, gcra) = parts("10/1s");
     let stripes = Stripes::new(2, 4);
-    assert!(stripes
-        .acquire_from(0, &central, &gcra, u64::MAX - 1)
-        .is_none());
+    for now in [u64::MAX - 1, LAST_LEASED] {
+        assert!(!admits(&stripes, &central, &gcra, now, 0), "{now}");
+    }
 }
 
 #[test]
@@ -265,7 +265,7 @@ fn a_refund_above_every_run_gives_back_and_a_racing_refusal_looks_again() {
 fn a_lease_at_the_end_of_the_clocks_range_stays_live() {
     let (central, gcra) = parts("10/1s");
     let stripes = Stripes::new(2, 4);
-    let now = u64::MAX - gcra.interval();
+    let now = LAST_LEASED - gcra.interval();
     assert!(admits(&stripes, &central, &gcra, now, 0));
     assert!(central.tat_relaxed().is_some(), "not retired");
     // Every request there is answered, none sent round for ever (a debug build panics
