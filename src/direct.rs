@@ -767,9 +767,9 @@ impl<C: Clock> DirectLimiter<C> {
     }
 
     /// Enforces `policy` from now on, under the keyed limiter's rule: permits already spent
-    /// stay spent (counted at this instant, capped at the new limit), and the limiter never
-    /// gains more than the new policy allows (see
-    /// [`RateLimiter::set_policy`](crate::RateLimiter::set_policy)).
+    /// stay spent (counted at this instant, capped at the new limit), the limiter never
+    /// gains more than the new policy allows, and re-applying the policy in force changes
+    /// nothing (see [`RateLimiter::set_policy`](crate::RateLimiter::set_policy)).
     ///
     /// Requests racing the change wait for it (a few hundred nanoseconds) rather than decide
     /// on either side of it. After the first change, each decision reads the state through one
@@ -797,6 +797,12 @@ impl<C: Clock> DirectLimiter<C> {
         // Retire the state in force, taking the permits it has in use. Only this call (under
         // the mutex) retires states, so it is live and the carry is there.
         let old = self.settled(&guard);
+        if old.policy == policy {
+            // Re-applying the policy in force changes nothing: no state rebuilt, no
+            // reservation's refund voided (a service may apply its configuration every
+            // minute), as for the keyed limiter.
+            return;
+        }
         // Counted from before the old state is retired to after the new one is published: a
         // refund never lands on the new state for a reservation made before (see `Rebuilds`).
         self.rebuilds.around(|| {

@@ -281,8 +281,13 @@ impl Composite {
     fn carry(&self, words: &[AtomicU64], now: u64) -> Carry {
         let mut carry = Carry::default();
         for placed in self.bands() {
-            let probe = placed.decide(&placed.view(words), now, 1).decision();
-            carry.push(placed.window, in_use(placed.limit, &probe));
+            let used = match (placed.band, placed.view(words)) {
+                (BandMath::SlidingCounter(counter), View::Counter(snap)) => {
+                    counter.in_use(snap, now)
+                }
+                (_, view) => in_use(placed.limit, &placed.decide(&view, now, 1).decision()),
+            };
+            carry.push(placed.window, used);
         }
         carry
     }

@@ -40,7 +40,7 @@
 use crate::clock::Clock;
 use crate::decision::Decision;
 use crate::engine::cells::{Reusable, Slab};
-use crate::engine::state::{in_use, one_mark, single_from_carry, Carry, RateState, Verdict};
+use crate::engine::state::{one_mark, single_from_carry, Carry, RateState, Verdict};
 use crate::engine::sync::{AtomicU128, Ordering};
 use crate::engine::word::{live, update, Retired, Update};
 use crate::policy::{Band, Policy};
@@ -302,10 +302,22 @@ impl Counter {
         }
     }
 
-    /// The permits `snap` has in use at `now`.
+    /// The permits `snap` has in use at `now`, as a policy change carries them: the weighted
+    /// estimate rounded up (a decision rounds the previous window's share down, admitting
+    /// what it has room for; a move to another policy counts every permit partly in use as
+    /// spent), at most N.
+    pub(crate) fn in_use(&self, snap: Snapshot, now: u64) -> u64 {
+        let r = self.roll(snap, now);
+        let left = self.window - r.elapsed;
+        // previous <= 2N < 2^32 and left <= W <= 2^62: the product fits in u128, the quotient
+        // (at most previous) in u64.
+        let share = (u128::from(r.previous) * u128::from(left)).div_ceil(u128::from(self.window));
+        (r.current + share as u64).min(self.limit)
+    }
+
+    /// The permits `snap` has in use at `now` ([`Counter::in_use`]).
     fn carry(&self, snap: Snapshot, now: u64) -> Carry {
-        let probe = self.decide(snap, now, 1).decision();
-        Carry::single(self.window, in_use(self.limit, &probe))
+        Carry::single(self.window, self.in_use(snap, now))
     }
 }
 

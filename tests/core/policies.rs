@@ -621,6 +621,55 @@ fn direct_limiter_reconfigures_under_the_same_rule() {
     assert_eq!(limiter.try_acquire().remaining(), 3);
 }
 
+/// Re-applying the direct limiter's policy in force changes nothing either: the log's entries
+/// keep their stamps (none is moved to now), and a reservation made before still gives back.
+#[test]
+fn direct_limiter_reapplying_the_policy_in_force_changes_nothing() {
+    let clock = FakeClock::new();
+    let limiter = DirectLimiter::with_clock(policy("sliding-log 2/1s"), clock.clone());
+    assert!(limiter.try_acquire().is_allowed());
+    let reservation = limiter.reserve_n(1).unwrap();
+    clock.set(Duration::from_millis(900));
+    limiter.set_policy(policy("sliding-log 2/1s"));
+    limiter.cancel(reservation).unwrap();
+    assert_eq!(limiter.available(), 1, "the refund after the reload");
+    clock.set(Duration::from_millis(1000));
+    let decision = limiter.try_acquire_n(2).unwrap();
+    assert!(
+        decision.is_allowed(),
+        "the first entry left at 1 s: {decision:?}"
+    );
+}
+
+/// A policy change counts a sliding counter's weighted estimate rounded up: 8 permits at 50 s
+/// of a 1-minute counter weigh 8 x 51/60 = 6.8 at 69 s, so 7 are carried as spent.
+#[test]
+fn a_counter_carries_its_estimate_rounded_up() {
+    let clock = FakeClock::new();
+    let direct = DirectLimiter::with_clock(policy("sliding-counter 10/min"), clock.clone());
+    let composite =
+        DirectLimiter::with_clock(policy("sliding-counter 10/min & 1000/1h"), clock.clone());
+    let (keyed, keyed_clock) = keyed("sliding-counter 10/min");
+    clock.set(Duration::from_secs(50));
+    keyed_clock.set(Duration::from_secs(50));
+    assert!(direct.try_acquire_n(8).unwrap().is_allowed());
+    assert!(composite.try_acquire_n(8).unwrap().is_allowed());
+    assert!(keyed.try_acquire_n("k", 8).unwrap().is_allowed());
+    clock.set(Duration::from_secs(69));
+    keyed_clock.set(Duration::from_secs(69));
+    assert_eq!(
+        direct.available(),
+        4,
+        "the counter itself rounds its estimate down"
+    );
+    direct.set_policy(policy("sliding-log 10/min"));
+    keyed.set_policy(policy("sliding-log 10/min"));
+    composite.set_policy(policy("sliding-log 10/min & 1000/1h"));
+    assert_eq!(direct.available(), 3);
+    assert_eq!(keyed.available("k"), 3);
+    assert_eq!(composite.available(), 3, "a composite's counter band too");
+}
+
 // ---------------------------------------------------------------- HTTP helpers
 
 #[test]
