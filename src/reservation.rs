@@ -13,8 +13,19 @@ use crate::policy::Policy;
 
 /// Per band of the policy, the instant the reservation's admission stood for, in nanoseconds
 /// on the limiter's clock: a token bucket's theoretical arrival time after it, a sliding
-/// log's stamp of its entries, a sliding counter's start of the window it counted in.
-pub(crate) type Marks = [u64; Policy::MAX_BANDS];
+/// log's stamp of its entries, a sliding counter's start of the window it counted in. Then,
+/// at [`STAMP`], the stamp of the policy it was decided under, where a key's state keeps its
+/// own policy.
+pub(crate) type Marks = [u64; Policy::MAX_BANDS + 1];
+
+/// Where [`Marks`] keep the stamp of the policy a reservation was decided under
+/// (`RateState::stamp`), for a state that keeps its own policy (a per-key policy): a key
+/// evicted at rest and created again may get another policy from its resolver, and a
+/// refund read against it would give back what that state never held (a sliding counter
+/// reading another policy's window start as one of its own). A refund applies only on a
+/// state of the same stamp. 0: not checked (a uniform policy: a policy change rebuilds
+/// every state, and `Rebuilds` keeps refunds off the new ones).
+pub(crate) const STAMP: usize = Policy::MAX_BANDS;
 
 /// Which limiter, and which key of it, a reservation was made on, and when. Public in name
 /// only, for the sealed `all_of::Part`.

@@ -22,6 +22,8 @@ impl Storage for WithParams {
 }
 
 impl Holds for WithParams {
+    const STAMPED: bool = true;
+
     #[inline(always)]
     fn bound<St: RateState>((state, kept): &(St, St::OwnParams)) -> Bound<'_, St> {
         Bound {

@@ -36,7 +36,7 @@ use crate::engine::retry::Retry;
 use crate::engine::seqlock::{SeqLock, WriteGuard};
 use crate::engine::sliding_counter::{Counter, Snapshot};
 use crate::engine::sliding_log::{Fix, Log, LogWords, Ring};
-use crate::engine::state::{in_use, Carry, RateState, Verdict};
+use crate::engine::state::{band_stamp, in_use, Carry, RateState, Verdict};
 use crate::engine::sync::{AtomicU64, Ordering};
 use crate::engine::token_bucket::Gcra;
 use crate::policy::{Algorithm, Policy};
@@ -568,6 +568,17 @@ impl RateState for CompositeCell {
         params.max_cost()
     }
 
+    fn stamp(params: &Composite) -> u64 {
+        params.bands().iter().fold(4, |stamp, placed| {
+            let tag = match placed.band {
+                BandMath::TokenBucket(_) => 1,
+                BandMath::SlidingLog { .. } => 3,
+                BandMath::SlidingCounter(_) => 2,
+            };
+            band_stamp(band_stamp(stamp, tag, 0), placed.limit, placed.window)
+        })
+    }
+
     fn fresh(params: &Composite) -> Self {
         CompositeCell {
             seq: SeqLock::new(),
@@ -592,12 +603,12 @@ impl RateState for CompositeCell {
                 .seq
                 .read_consistent(|_| params.decide(&self.words, now, cost))?;
             match verdict {
-                Verdict::Deny(decision) => return Some((decision, [0; Policy::MAX_BANDS])),
+                Verdict::Deny(decision) => return Some((decision, [0; Policy::MAX_BANDS + 1])),
                 // Entering from exactly `seq` proves every band's decision still holds.
                 Verdict::Allow(decision, writes) => {
                     if let Some(guard) = self.seq.try_enter(seq) {
                         self.publish(params, guard, seq, &writes, cost);
-                        let mut marks = [0; Policy::MAX_BANDS];
+                        let mut marks = [0; Policy::MAX_BANDS + 1];
                         for ((mark, placed), &write) in
                             marks.iter_mut().zip(params.bands()).zip(&writes)
                         {

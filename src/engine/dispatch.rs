@@ -17,7 +17,7 @@ use crate::engine::sliding_log::LogCell;
 use crate::engine::state::{Bound, Carry, Decides, RateState};
 use crate::engine::token_bucket::GcraCell;
 use crate::policy::{Algorithm, Policy};
-use crate::reservation::Marks;
+use crate::reservation::{Marks, STAMP};
 
 /// What a user stores for the algorithm whose state type is `St`.
 pub(crate) trait Storage {
@@ -82,8 +82,21 @@ pub(crate) use with_state;
 /// A family whose value for each algorithm holds a state and its parameters: its
 /// [`PerAlgorithm`] value decides as the state it holds, whatever the algorithm.
 pub(crate) trait Holds: Storage {
+    /// Whether a reservation is stamped with its state's policy ([`STAMP`]), and a refund
+    /// applies only on a state of the same: where states keep policies of their own.
+    const STAMPED: bool = false;
+
     /// The state in `held` and its parameters.
     fn bound<St: RateState>(held: &Self::Stored<St>) -> Bound<'_, St>;
+}
+
+/// `marks` with the stamp of `bound`'s policy, where `F` stamps them.
+#[inline(always)]
+fn stamped<F: Holds, St: RateState>(bound: &Bound<'_, St>, mut marks: Marks) -> Marks {
+    if F::STAMPED {
+        marks[STAMP] = bound.stamp();
+    }
+    marks
 }
 
 /// The one dispatch of every decision over the algorithms.
@@ -95,7 +108,12 @@ impl<F: Holds> Decides for PerAlgorithm<F> {
 
     #[inline(always)]
     fn reserve<C: Clock + ?Sized>(&self, clock: &C, cost: u64) -> Option<(Decision, Marks)> {
-        with_state!(self, held => F::bound(held).reserve(clock, cost))
+        with_state!(self, held => {
+            let bound = F::bound(held);
+            bound
+                .reserve(clock, cost)
+                .map(|(decision, marks)| (decision, stamped::<F, _>(&bound, marks)))
+        })
     }
 
     #[inline(always)]
@@ -105,11 +123,27 @@ impl<F: Holds> Decides for PerAlgorithm<F> {
         cost: u64,
     ) -> Option<Result<(Decision, Marks), crate::error::CostError>> {
         // Checked and decided under one match.
-        with_state!(self, held => F::bound(held).reserve_checked(clock, cost))
+        with_state!(self, held => {
+            let bound = F::bound(held);
+            bound.reserve_checked(clock, cost).map(|result| {
+                result.map(|(decision, marks)| (decision, stamped::<F, _>(&bound, marks)))
+            })
+        })
     }
 
     fn settle(&self, held: u64, marks: &Marks, actual: u64, now: u64) -> Option<()> {
-        with_state!(self, of => F::bound(of).settle(held, marks, actual, now))
+        with_state!(self, of => {
+            let bound = F::bound(of);
+            let stamp = marks[STAMP];
+            if F::STAMPED && actual < held && stamp != 0 && stamp != bound.stamp() {
+                // A refund read against another policy's state (the key evicted and created
+                // again under another one) would give back what that state never held: it
+                // has nothing of the reservation. A charge applies anywhere (it reads no
+                // mark).
+                return Some(());
+            }
+            bound.settle(held, marks, actual, now)
+        })
     }
 
     fn peek<C: Clock + ?Sized>(&self, clock: &C, cost: u64) -> Option<Decision> {

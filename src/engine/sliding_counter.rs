@@ -40,7 +40,7 @@
 use crate::clock::Clock;
 use crate::decision::Decision;
 use crate::engine::cells::{Reusable, Slab};
-use crate::engine::state::{one_mark, single_from_carry, Carry, RateState, Verdict};
+use crate::engine::state::{band_stamp, one_mark, single_from_carry, Carry, RateState, Verdict};
 use crate::engine::sync::{AtomicU128, Ordering};
 use crate::engine::word::{live, update, Retired, Update};
 use crate::policy::{Band, Policy};
@@ -369,6 +369,10 @@ impl RateState for CounterCell {
 
     fn max_cost(counter: &Counter) -> u64 {
         counter.limit
+    }
+
+    fn stamp(counter: &Counter) -> u64 {
+        band_stamp(2, counter.limit, counter.window)
     }
 
     #[inline]

@@ -24,7 +24,9 @@ use crate::decision::Decision;
 use crate::engine::cells::Boxed;
 use crate::engine::retry::Retry;
 use crate::engine::seqlock::SeqLock;
-use crate::engine::state::{in_use, one_mark, single_from_carry, Carry, RateState, Verdict};
+use crate::engine::state::{
+    band_stamp, in_use, one_mark, single_from_carry, Carry, RateState, Verdict,
+};
 use crate::engine::sync::{AtomicU64, Ordering};
 use crate::policy::{Band, Policy};
 use crate::reservation::Marks;
@@ -488,6 +490,10 @@ impl RateState for LogCell {
 
     fn max_cost(log: &Log) -> u64 {
         log.limit
+    }
+
+    fn stamp(log: &Log) -> u64 {
+        band_stamp(3, log.limit, log.window)
     }
 
     fn fresh(log: &Log) -> Self {

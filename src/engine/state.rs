@@ -70,6 +70,10 @@ pub(crate) trait RateState: Sized + Send + Sync + std::fmt::Debug + 'static {
     /// The most permits one request may cost under these parameters.
     fn max_cost(params: &Self::Params) -> u64;
 
+    /// A stamp of these parameters (never 0): the same for the same policy, and different
+    /// for different ones but by a 64-bit hash's chance (see `reservation::STAMP`).
+    fn stamp(params: &Self::Params) -> u64;
+
     /// A state at rest: it decides exactly as a key never seen before.
     fn fresh(params: &Self::Params) -> Self;
 
@@ -278,6 +282,14 @@ pub(crate) struct Bound<'a, St: RateState> {
     pub(crate) params: &'a St::Params,
 }
 
+impl<St: RateState> Bound<'_, St> {
+    /// The stamp of the parameters ([`RateState::stamp`]).
+    #[inline]
+    pub(crate) fn stamp(&self) -> u64 {
+        St::stamp(self.params)
+    }
+}
+
 impl<St: RateState> Decides for Bound<'_, St> {
     #[inline(always)]
     fn max_cost(&self) -> u64 {
@@ -403,6 +415,18 @@ pub(crate) fn in_use(limit: u64, probe: &Decision) -> u64 {
     limit.saturating_sub(available)
 }
 
+/// The stamp of one band (see [`RateState::stamp`]): its algorithm's `tag`, permits and
+/// window, mixed (the finalizer of splitmix64 after each), never 0. A composite's stamp
+/// folds its bands' in, each as the `tag` of the next.
+pub(crate) fn band_stamp(tag: u64, limit: u64, window: u64) -> u64 {
+    let mix = |h: u64| {
+        let h = (h ^ (h >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        let h = (h ^ (h >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        h ^ (h >> 31)
+    };
+    mix(mix(mix(tag) ^ limit) ^ window) | 1
+}
+
 /// `from_carry` for a single-band state: a fresh state that admits the carried permits at
 /// `now` in one request.
 pub(crate) fn single_from_carry<St: RateState>(
@@ -424,7 +448,7 @@ pub(crate) fn single_from_carry<St: RateState>(
 /// The marks of a single-band admission that stood at `mark`.
 #[inline(always)]
 pub(crate) fn one_mark(mark: u64) -> Marks {
-    let mut marks = [0; Policy::MAX_BANDS];
+    let mut marks = [0; Policy::MAX_BANDS + 1];
     marks[0] = mark;
     marks
 }

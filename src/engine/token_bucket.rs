@@ -17,7 +17,9 @@ use crate::decision::Decision;
 use crate::engine::cells::{Reusable, Slab};
 use crate::engine::divide::Divisor;
 use crate::engine::retry::Retry;
-use crate::engine::state::{in_use, one_mark, single_from_carry, Carry, RateState, Verdict};
+use crate::engine::state::{
+    band_stamp, in_use, one_mark, single_from_carry, Carry, RateState, Verdict,
+};
 use crate::engine::sync::{AtomicU64, Ordering};
 use crate::engine::word::{live, update, update_noting, Retired, Update};
 use crate::policy::{Band, Policy};
@@ -331,6 +333,10 @@ impl RateState for GcraCell {
         gcra.limit
     }
 
+    fn stamp(gcra: &Gcra) -> u64 {
+        band_stamp(1, gcra.limit, gcra.window)
+    }
+
     #[inline]
     fn fresh(_: &Gcra) -> Self {
         GcraCell {
@@ -517,7 +523,7 @@ mod tests {
         let refused = denied(g.decide(0, u64::MAX - 1, 1));
         assert_eq!(refused.retry_after_nanos(), g.interval());
         let g = gcra(u64::MAX >> 2, Policy::MAX_WINDOW);
-        denied(g.decide(0, u64::MAX - 1, u64::MAX >> 2));
+        assert!(!denied(g.decide(0, u64::MAX - 1, u64::MAX >> 2)).is_allowed());
         // Up to the last instant that fits, admitted; the next permit is not, and the room
         // says so (a lease takes no more than fits).
         let g = gcra(10, Duration::from_secs(1));
@@ -525,7 +531,7 @@ mod tests {
         let (remaining, tat) = allowed(g.decide(0, now, 2));
         assert_eq!((remaining, tat), (8, LAST_LEASED));
         assert_eq!(g.room(tat, now), 0);
-        denied(g.decide(tat, now, 1));
+        assert_eq!(denied(g.decide(tat, now, 1)).remaining(), 0);
         assert_eq!(g.room(0, now), 2);
         assert_eq!(g.room(0, 0), 10);
     }

@@ -64,7 +64,7 @@ pub(super) enum Job<'a> {
 /// What a settle's pass through the creation path returns in place of a decision.
 const SETTLED: Decided = Decided {
     decision: Decision::allow(0, 0, 0),
-    marks: [0; Policy::MAX_BANDS],
+    marks: [0; Policy::MAX_BANDS + 1],
     overflow: None,
     created: false,
 };

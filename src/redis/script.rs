@@ -452,7 +452,7 @@ pub(super) fn parts_decisions(
             0 => Decision::deny(remaining, limit, nanos(retry), nanos(reset)),
             _ => return Err(bad()),
         };
-        let mut out = [0; Policy::MAX_BANDS];
+        let mut out = [0; Policy::MAX_BANDS + 1];
         if marks {
             out[..count].copy_from_slice(&numbers[at + 5..at + 5 + count]);
         }
@@ -527,7 +527,7 @@ pub(super) fn decision(
         }
     }
     let [allowed, remaining, limit, retry, reset, ..] = numbers;
-    let mut out = [0; Policy::MAX_BANDS];
+    let mut out = [0; Policy::MAX_BANDS + 1];
     out[..marks].copy_from_slice(&numbers[5..5 + marks]);
     let count = if counted { numbers[5 + marks] } else { 0 };
     let nanos = |micros: u64| micros.saturating_mul(1_000);
@@ -689,7 +689,7 @@ mod tests {
     #[test]
     fn a_settle_sends_one_mark_per_band() {
         let bands = Bands::new(&"5/1s & sliding-counter 9/1min".parse().unwrap()).unwrap();
-        let marks = [11, 22, 0, 0];
+        let marks = [11, 22, 0, 0, 0];
         let refund = Ask::Refund {
             permits: 2,
             marks,
@@ -736,7 +736,7 @@ mod tests {
                 "1500"
             ]
         );
-        let marks = [11, 22, 0, 0];
+        let marks = [11, 22, 0, 0, 0];
         let back = Ask::Return {
             permits: 3,
             marks,

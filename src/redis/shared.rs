@@ -24,7 +24,7 @@ use super::tiers::{Choice, Chosen, Tier, Tiers};
 
 /// The marks of a reservation that Redis did not make (the failure policy admitted it):
 /// settling it changes nothing. No script mark comes near: they are below 2^53.
-pub(super) const NOT_IN_REDIS: Marks = [u64::MAX; Policy::MAX_BANDS];
+pub(super) const NOT_IN_REDIS: Marks = [u64::MAX; Policy::MAX_BANDS + 1];
 
 /// A request's decision, for a reservation or a lease that Redis admitted each band's mark
 /// ([`NOT_IN_REDIS`] when the failure policy decided), for a lease the permits it took, and

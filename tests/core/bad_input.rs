@@ -247,9 +247,8 @@ fn a_clock_at_the_end_of_its_range_never_admits_extra() {
             let clock = FakeClock::new();
             clock.set(Duration::from_nanos(reading));
             let policy: Policy = policy.parse().unwrap();
-            let keyed: RateLimiter<u64, FakeClock> =
-                RateLimiter::with_clock(policy.clone(), clock.clone());
-            let direct = DirectLimiter::with_clock(policy.clone(), clock.clone());
+            let keyed: RateLimiter<u64, FakeClock> = RateLimiter::with_clock(policy, clock.clone());
+            let direct = DirectLimiter::with_clock(policy, clock.clone());
             let admitted_keyed = (0..100)
                 .filter(|_| keyed.try_acquire(&1).is_allowed())
                 .count();

@@ -489,3 +489,76 @@ fn a_clock_set_back_never_makes_a_refund_give_more() {
     clock.set(Duration::from_secs(1));
     assert!(!limiter.try_acquire("k").is_allowed());
 }
+
+/// A key evicted at rest and created again may get another policy from its resolver (a
+/// tier changed meanwhile): a refund of a reservation made before gives nothing back to the
+/// new state, which never held it, whatever the two algorithms. Each case: the reservation
+/// under the first policy, the key idle long enough to be at rest and evicted, the second
+/// policy's whole limit spent, then the cancel.
+#[test]
+fn a_refund_never_lands_on_a_state_created_under_another_policy() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    for (before, after, limit) in [
+        ("sliding-counter 10/s", "sliding-counter 10/min", 10),
+        ("sliding-log 5/s", "sliding-counter 5/min", 5),
+        ("token-bucket 10/s", "sliding-counter 10/min", 10),
+        (
+            "sliding-counter 10/s",
+            "10/min & sliding-counter 10/min",
+            10,
+        ),
+    ] {
+        let clock = FakeClock::new();
+        let moved = Arc::new(AtomicBool::new(false));
+        let tier = Arc::clone(&moved);
+        let (before_policy, after_policy): (Policy, Policy) =
+            (before.parse().unwrap(), after.parse().unwrap());
+        let limiter: RateLimiter<u64, FakeClock> = RateLimiter::with_resolver(
+            move |_: &u64| {
+                if tier.load(Ordering::Relaxed) {
+                    after_policy
+                } else {
+                    before_policy
+                }
+            },
+            clock.clone(),
+        );
+        clock.set(Duration::from_millis(100));
+        let reservation = limiter.reserve_n(&1, limit).unwrap();
+        assert!(reservation.decision().is_allowed());
+        clock.set(Duration::from_millis(2_100));
+        assert_eq!(
+            limiter.evict_idle(),
+            1,
+            "{before}: at rest after two windows"
+        );
+        moved.store(true, Ordering::Relaxed);
+        assert!(limiter.try_acquire_n(&1, limit).unwrap().is_allowed());
+        limiter.cancel(&1, reservation).unwrap();
+        assert_eq!(
+            limiter.available(&1),
+            0,
+            "{before} then {after}: the refund gave the new state what it never held"
+        );
+        assert!(
+            !limiter.try_acquire(&1).is_allowed(),
+            "{before} then {after}"
+        );
+    }
+}
+
+/// The same policy before and after (the resolver's answer unchanged): a refund on the
+/// state that holds the reservation still gives back, stamp and all.
+#[test]
+fn a_refund_under_a_per_key_policy_still_gives_back() {
+    for policy in POLICIES {
+        let clock = FakeClock::new();
+        let chosen: Policy = policy.parse().unwrap();
+        let limiter: RateLimiter<u64, FakeClock> =
+            RateLimiter::with_resolver(move |_: &u64| chosen, clock.clone());
+        let reservation = limiter.reserve_n(&1, 4).unwrap();
+        assert_eq!(limiter.available(&1), 6, "{policy}");
+        limiter.settle(&1, reservation, 1).unwrap();
+        assert_eq!(limiter.available(&1), 9, "{policy}");
+    }
+}
