@@ -77,10 +77,10 @@ impl Gcra {
         // stripes' markers. A clock reading that close to `u64::MAX` (584 years from its
         // zero: a clock gone wrong, or a `FakeClock` set to the end of its range) cannot
         // store the debt, and a debt not stored would let the next request through as if
-        // the bucket were full: refused instead, as a request beyond the burst is.
-        // `new_debt <= B < 2^63` before the subtraction: no underflow.
-        if new_debt <= self.burst && now <= LAST_LEASED - new_debt {
-            let new_tat = now + new_debt;
+        // the bucket were full: refused instead, as a request beyond the burst is. The sum
+        // wraps exactly when it would not fit in u64 (then it is below `now`).
+        let new_tat = now.wrapping_add(new_debt);
+        if new_debt <= self.burst && new_tat <= LAST_LEASED && new_tat >= now {
             let remaining = self.per_interval.divide(self.burst - new_debt);
             Verdict::Allow(Decision::allow(remaining, self.limit, new_debt), new_tat)
         } else if new_debt <= self.burst {
