@@ -51,7 +51,9 @@ use crate::decision::Decision;
 pub struct Stats {
     /// Requests admitted (in shadow mode: admitted by the policy).
     pub allowed: u64,
-    /// Requests the policy refused (in shadow mode these were let through anyway).
+    /// Requests the policy refused (in shadow mode these were let through anyway). A
+    /// waiting acquire (`acquire_blocking`, `acquire`) counts each refused attempt on its
+    /// way, then its admission.
     pub refused: u64,
     /// Decisions made by the shared overflow state for new keys past `max_keys`.
     pub overflowed: u64,
