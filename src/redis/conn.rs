@@ -120,16 +120,36 @@ pub(super) struct Script {
 }
 
 /// The script as a Redis function: its name, which is also its library's, the library, and
-/// how many times this connection loaded it again.
+/// this connection's attempts to load it again.
 #[derive(Clone)]
 struct Function {
     name: Arc<str>,
     library: Arc<str>,
-    /// The reloads done, behind the lock that makes them one at a time: a call that found the
-    /// function missing reloads it only if no reload finished since it was sent.
-    reloaded: Arc<tokio::sync::Mutex<u64>>,
-    /// The same count, readable without the lock: what a call sees before it is sent.
-    reloads_done: Arc<AtomicU64>,
+    /// The last reload attempt, behind the lock that makes them one at a time: a call that
+    /// found the function missing tries to load it only if no attempt ended since it was
+    /// sent, and otherwise goes by how that one ended.
+    last_reload: Arc<tokio::sync::Mutex<Attempts>>,
+    /// How many attempts ended, readable without the lock: what a call sees before it is
+    /// sent.
+    attempts: Arc<AtomicU64>,
+}
+
+/// The attempts to load the function again that ended, and whether the last one loaded it.
+#[derive(Clone, Copy, Default)]
+struct Attempts {
+    ended: u64,
+    loaded: bool,
+}
+
+/// How a call that found the function missing goes on ([`Function::reload`]).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Reload {
+    /// This call loaded it: sent again, counted as a reload.
+    Loaded,
+    /// Another call loaded it since this one was sent: sent again.
+    LoadedBefore,
+    /// This call's attempt, or the last one since it was sent, failed: sent as `EVAL`.
+    Failed,
 }
 
 impl Function {
@@ -140,33 +160,44 @@ impl Function {
         Function {
             library: library(&name).into(),
             name: name.into(),
-            reloaded: Arc::new(tokio::sync::Mutex::new(0)),
-            reloads_done: Arc::new(AtomicU64::new(0)),
+            last_reload: Arc::new(tokio::sync::Mutex::new(Attempts::default())),
+            attempts: Arc::new(AtomicU64::new(0)),
         }
     }
 
-    /// How many reloads had finished, read before a call is sent.
-    fn reloads_seen(&self) -> u64 {
-        // Acquire: pairs with the Release store in `reload`; a call that sees a reload's
-        // count is sent after that reload's `FUNCTION LOAD` was answered.
-        self.reloads_done.load(Ordering::Acquire)
+    /// How many reload attempts had ended, read before a call is sent.
+    fn attempts_seen(&self) -> u64 {
+        // Acquire: pairs with the Release store in `reload`; a call that sees an attempt's
+        // count is sent after that attempt's `FUNCTION LOAD` was answered.
+        self.attempts.load(Ordering::Acquire)
     }
 
-    /// Loads the library again after a call sent when `seen` reloads had finished found the
-    /// function missing, unless another call reloaded it since: every call in flight when
-    /// Redis lost the function meets the same error, and one `FUNCTION LOAD` (which compiles
-    /// the whole library, blocking Redis meanwhile) serves them all. `true` when this call
-    /// loaded it (counted as a reload).
-    async fn reload(&self, conn: &Conn, seen: u64) -> Result<bool, RedisError> {
-        let mut done = self.reloaded.lock().await;
-        if *done != seen {
-            return Ok(false);
+    /// Loads the library again after a call, sent when `seen` attempts had ended, found the
+    /// function missing; unless an attempt ended since, whose outcome then serves this call
+    /// too. Every call in flight when Redis lost the function meets the same error, and one
+    /// `FUNCTION LOAD` (which compiles the whole library, blocking Redis meanwhile) serves
+    /// them all, whether it loads the library or is refused (an ACL, `OOM`).
+    async fn reload(&self, conn: &Conn, seen: u64) -> Reload {
+        let mut last = self.last_reload.lock().await;
+        if last.ended != seen {
+            return if last.loaded {
+                Reload::LoadedBefore
+            } else {
+                Reload::Failed
+            };
         }
-        self.load(conn).await?;
-        *done += 1;
-        // Release: see `reloads_seen`.
-        self.reloads_done.store(*done, Ordering::Release);
-        Ok(true)
+        let loaded = self.load(conn).await.is_ok();
+        *last = Attempts {
+            ended: last.ended + 1,
+            loaded,
+        };
+        // Release: see `attempts_seen`.
+        self.attempts.store(last.ended, Ordering::Release);
+        if loaded {
+            Reload::Loaded
+        } else {
+            Reload::Failed
+        }
     }
 
     /// Loads the library on `conn` (on every primary of a cluster), replacing the one of the
@@ -355,12 +386,12 @@ async fn eval(
     let mut reconnected = false;
     // Set by an ASK reply: the next attempt goes to that node, after ASKING.
     let mut asked: Option<Node> = None;
-    // The function's reloads finished when this call was last sent as `FCALL`.
+    // The function's reload attempts ended when this call was last sent as `FCALL`.
     let mut seen = 0;
     loop {
         let mut cmd = match (send, function) {
             (Send::Function | Send::Reloaded, Some(function)) => {
-                seen = function.reloads_seen();
+                seen = function.attempts_seen();
                 let mut cmd = ::redis::cmd("FCALL");
                 cmd.arg(&*function.name);
                 cmd
@@ -385,13 +416,12 @@ async fn eval(
             Err(err) if send == Send::Function && function_missing(&err) => {
                 send = match function {
                     Some(function) => match function.reload(conn, seen).await {
-                        Ok(loaded) => {
-                            if loaded {
-                                bump(reloads);
-                            }
+                        Reload::Loaded => {
+                            bump(reloads);
                             Send::Reloaded
                         }
-                        Err(_) => Send::Source,
+                        Reload::LoadedBefore => Send::Reloaded,
+                        Reload::Failed => Send::Source,
                     },
                     None => Send::Source,
                 };

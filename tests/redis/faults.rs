@@ -380,6 +380,45 @@ async fn calls_in_flight_when_the_function_is_lost_reload_it_once() {
     assert_eq!(limiter.stats().redis_decisions, 3 * 64);
 }
 
+/// The function lost where it cannot be loaded again (an ACL that no longer allows
+/// `FUNCTION LOAD`): the calls in flight do not each try in turn, blocking one another; one
+/// refused attempt sends them all as `EVAL`, which Redis runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_reload_is_tried_once_for_the_calls_in_flight() {
+    let server = RedisServer::start();
+    let limiter = RedisLimiter::builder("100000/1h".parse().unwrap())
+        .prefix("refused-reload")
+        .timeout(Duration::from_secs(10))
+        .deny_cache(0)
+        .connect(&server.url())
+        .await
+        .unwrap();
+    server.command(&["ACL", "SETUSER", "default", "-function|load"]);
+    server.command(&["FUNCTION", "FLUSH"]);
+    let calls: Vec<_> = (0..200)
+        .map(|i| {
+            let limiter = limiter.clone();
+            tokio::spawn(async move { limiter.try_acquire(&format!("k{i}")).await })
+        })
+        .collect();
+    let mut decided = 0;
+    for call in calls {
+        decided += usize::from(call.await.unwrap().is_ok_and(|d| d.is_allowed()));
+    }
+    let refused = server.command_stat("function|load", "rejected_calls") as u64;
+    let evals = server.command_stat("eval", "calls") as u64;
+    server.command(&["ACL", "SETUSER", "default", "+@all"]);
+    assert_eq!(decided, 200, "every call decided by Redis, as EVAL");
+    // Calls sent after an attempt ended may meet the loss again and try once more each
+    // time: a few, not one per call.
+    assert!(
+        (1..=5).contains(&refused),
+        "{refused} FUNCTION LOADs tried for one loss"
+    );
+    assert!(evals >= 200 - 5, "{evals} EVAL");
+    assert_eq!(limiter.stats().script_reloads, 0, "nothing was loaded");
+}
+
 /// A user whose ACL lets it load functions but not call them: the first refused `FCALL`
 /// sends the call as a script, and every later call goes as one.
 #[tokio::test]
