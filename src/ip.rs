@@ -44,17 +44,29 @@ pub(crate) fn network(ip: IpAddr, prefix: u8) -> IpAddr {
 /// A network-specific NAT64 prefix (an operator's own, RFC 6052 section 2.2) cannot be told
 /// from native IPv6 and is masked as IPv6.
 pub(crate) fn embedded_v4(v6: Ipv6Addr) -> Option<Ipv4Addr> {
+    if let Some(v4) = translated_v4(v6) {
+        return Some(v4);
+    }
     let bits = u128::from(v6);
     let low = bits as u32;
     let v4 = match (bits >> 96) as u32 {
-        // IPv4-mapped, the NAT64 well-known prefix, IPv4-compatible.
-        0 if bits >> 32 == 0xffff || (bits >> 32 == 0 && low > 1) => low,
-        0x0064_ff9b if (bits >> 32) as u64 == 0 => low,
+        // IPv4-compatible.
+        0 if bits >> 32 == 0 && low > 1 => low,
         0x2001_0000 => !low,
         top if top >> 16 == 0x2002 => (bits >> 80) as u32,
         _ => return None,
     };
     Some(Ipv4Addr::from(v4))
+}
+
+/// The IPv4 host an IPv6 address is a translation of: IPv4-mapped (a dual-stack socket's
+/// view of an IPv4 peer) or the NAT64 well-known prefix (a translator's). The connection
+/// then really comes from that host, so a trusted IPv4 proxy reached so is trusted; the
+/// other forms of [`embedded_v4`] name a client for a key, not a peer to trust.
+pub(crate) fn translated_v4(v6: Ipv6Addr) -> Option<Ipv4Addr> {
+    let bits = u128::from(v6);
+    let translated = bits >> 32 == 0xffff || bits >> 32 == 0x0064_ff9b_0000_0000_0000_0000;
+    translated.then(|| Ipv4Addr::from(bits as u32))
 }
 
 /// The netmask of a prefix length at most 32.

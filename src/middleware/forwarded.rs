@@ -15,7 +15,7 @@ use http::{HeaderMap, HeaderName};
 use super::error::{ConfigError, KeyError};
 use super::key::{trim, KeyExtractor, LimitKey, RequestHead};
 use super::peer::Peer;
-use crate::ip::{mask128, mask32, network};
+use crate::ip::{mask128, mask32, network, translated_v4};
 
 /// `X-Forwarded-For`, which `http` has no constant for.
 const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
@@ -53,15 +53,22 @@ impl Cidr {
         })
     }
 
+    /// Whether `ip` lies in the network; an IPv4 network holds the IPv6 translations of
+    /// its addresses too (IPv4-mapped, NAT64: `ip::translated_v4`), as a proxy reached
+    /// through them is that IPv4 host.
     fn contains(&self, ip: IpAddr) -> bool {
-        match (self.network, ip.to_canonical()) {
-            (IpAddr::V4(net), IpAddr::V4(ip)) => {
-                u32::from(ip) & mask32(self.prefix) == u32::from(net)
+        match (self.network, ip) {
+            (IpAddr::V4(net), ip) => {
+                let ip = match ip {
+                    IpAddr::V4(v4) => Some(v4),
+                    IpAddr::V6(v6) => translated_v4(v6),
+                };
+                ip.is_some_and(|ip| u32::from(ip) & mask32(self.prefix) == u32::from(net))
             }
             (IpAddr::V6(net), IpAddr::V6(ip)) => {
                 u128::from(ip) & mask128(self.prefix) == u128::from(net)
             }
-            _ => false,
+            (IpAddr::V6(_), IpAddr::V4(_)) => false,
         }
     }
 }
@@ -539,6 +546,10 @@ mod tests {
         assert!(!c("10.0.0.0/8").contains(ip("11.0.0.1")));
         assert!(c("10.1.2.3/8").contains(ip("10.0.0.1"))); // host bits ignored
         assert!(c("10.0.0.0/8").contains(ip("::ffff:10.9.9.9")));
+        // A proxy reached through NAT64 is that IPv4 host; the key-only forms are not.
+        assert!(c("192.0.2.10").contains(ip("64:ff9b::192.0.2.10")));
+        assert!(!c("192.0.2.10").contains(ip("2002:c000:20a::1")));
+        assert!(!c("192.0.2.10").contains(ip("::192.0.2.10")));
         assert!(c("::ffff:10.0.0.0/104").contains(ip("10.9.9.9")));
         assert!(c("2001:db8::/32").contains(ip("2001:db8:ffff::1")));
         assert!(!c("2001:db8::/32").contains(ip("10.0.0.1")));
