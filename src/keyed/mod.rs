@@ -958,6 +958,9 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
     /// that instant, capped at the new limit. A band of the new policy counts the permits of
     /// old bands whose window is no longer than its own (those were all spent within its
     /// window); a longer old window says nothing about a shorter new one and is not counted.
+    /// Counted as spent at the instant of the change, they are held for the new policy's
+    /// window from then: a change refuses more for a while, never less (a policy changed
+    /// again every window keeps a counter's last partly counted permit spent).
     /// A limiter built with a resolver enforces the one `policy` from then on.
     ///
     /// Reloads cost nothing over time: re-applying the policy in force changes nothing (a
