@@ -9,6 +9,21 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use http::{HeaderMap, HeaderName, StatusCode};
 
+/// The most policies of one upstream whose caps are kept apart; the members of a field
+/// beyond them are folded into one (the least remaining, the longest reset: never more
+/// than any of them lets through).
+pub(super) const MOST_POLICIES: usize = 4;
+
+/// What an answer said one of the upstream's policies leaves: at most `remaining` more in
+/// the next `reset`. `policy` names it: a hash of its name in a `RateLimit` field, 0 for the
+/// fields that name none.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Left {
+    pub(super) policy: u64,
+    pub(super) remaining: u64,
+    pub(super) reset: Duration,
+}
+
 /// What one answer said.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Heard {
@@ -16,9 +31,12 @@ pub(super) enum Heard {
     Nothing,
     /// Send nothing more for this long (a refusal).
     Pause(Duration),
-    /// At most `remaining` more until `reset` from now.
-    Left { remaining: u64, reset: Duration },
+    /// What each of the upstream's policies leaves, one or more of them.
+    Left(Lefts),
 }
+
+/// What an answer said of each policy it named, up to [`MOST_POLICIES`].
+pub(super) type Lefts = [Option<Left>; MOST_POLICIES];
 
 /// A `429` with no usable `Retry-After` and no reset: pause this long.
 pub(super) const DEFAULT_PAUSE: Duration = Duration::from_secs(1);
@@ -39,33 +57,52 @@ pub(super) fn hear(status: StatusCode, headers: &HeaderMap, max_pause: Duration)
             Some(pause) => Heard::Pause(pause),
             // A 503 without Retry-After is an outage, not a quota: nothing learned.
             None if unavailable => Heard::Nothing,
-            None => Heard::Pause(match left {
-                Some((_, reset)) if reset > Duration::ZERO => reset,
-                _ => DEFAULT_PAUSE,
-            }),
+            // The tightest policy's reset: the least remaining, and of those the longest.
+            None => Heard::Pause(
+                left.iter()
+                    .flatten()
+                    .min_by_key(|left| (left.remaining, std::cmp::Reverse(left.reset)))
+                    .map(|left| left.reset)
+                    .filter(|&reset| reset > Duration::ZERO)
+                    .unwrap_or(DEFAULT_PAUSE),
+            ),
         }
+    } else if left[0].is_some() {
+        Heard::Left(left)
     } else {
-        match left {
-            Some((remaining, reset)) => Heard::Left { remaining, reset },
-            None => Heard::Nothing,
-        }
+        Heard::Nothing
     };
     let heard = match heard {
         Heard::Pause(pause) => Heard::Pause(pause.min(max_pause)),
-        Heard::Left { remaining, reset } => Heard::Left {
-            remaining,
-            reset: reset.min(max_pause),
-        },
+        Heard::Left(mut lefts) => {
+            for left in lefts.iter_mut().flatten() {
+                left.reset = left.reset.min(max_pause);
+            }
+            Heard::Left(lefts)
+        }
         Heard::Nothing => Heard::Nothing,
     };
     (heard, malformed)
 }
 
-/// The remaining quota and its reset, from the first style of fields present.
-fn left(headers: &HeaderMap, malformed: &mut u64) -> Option<(u64, Duration)> {
-    if let Some(value) = one(headers, "ratelimit", malformed) {
-        match structured(value).or_else(|| dictionary(value)) {
-            Some(left) => return Some(left),
+/// What is left of each policy, from the first style of fields present (none: the first
+/// entry is `None`).
+fn left(headers: &HeaderMap, malformed: &mut u64) -> Lefts {
+    // A list field may come in several lines: one list, in order (RFC 9110, section 5.3).
+    let mut lines = Vec::new();
+    let mut unreadable = false;
+    for value in headers.get_all(HeaderName::from_static("ratelimit")) {
+        match value.to_str() {
+            Ok(text) => lines.push(text.trim()),
+            Err(_) => unreadable = true,
+        }
+    }
+    if unreadable {
+        *malformed += 1;
+    } else if !lines.is_empty() {
+        let value = lines.join(", ");
+        match structured(&value).or_else(|| dictionary(&value)) {
+            Some(lefts) => return lefts,
             None => *malformed += 1,
         }
     }
@@ -85,11 +122,22 @@ fn left(headers: &HeaderMap, malformed: &mut u64) -> Option<(u64, Duration)> {
             continue;
         };
         match seconds_or_epoch(reset) {
-            Some(reset) => return Some((remaining, reset)),
+            Some(reset) => return only(remaining, reset),
             None => *malformed += 1,
         }
     }
-    None
+    [None; MOST_POLICIES]
+}
+
+/// One unnamed policy's `remaining` and `reset`.
+fn only(remaining: u64, reset: Duration) -> Lefts {
+    let mut lefts = [None; MOST_POLICIES];
+    lefts[0] = Some(Left {
+        policy: 0,
+        remaining,
+        reset,
+    });
+    lefts
 }
 
 /// The field's one value as text; absent, repeated or not text counts as absent (the last
@@ -112,9 +160,11 @@ fn one<'a>(headers: &'a HeaderMap, name: &'static str, malformed: &mut u64) -> O
 }
 
 /// The current draft's structured field, `"name";r=42;t=17` with one member per policy:
-/// the member with the least remaining, and of those the longest reset.
-fn structured(value: &str) -> Option<(u64, Duration)> {
-    let mut tightest: Option<(u64, Duration)> = None;
+/// each member, named by a hash of its name (a name given twice is one policy, the least of
+/// its members). Members beyond [`MOST_POLICIES`] are folded into the last place: the least
+/// remaining, the longest reset.
+fn structured(value: &str) -> Option<Lefts> {
+    let mut lefts: Lefts = [None; MOST_POLICIES];
     for member in value.split(',') {
         let mut params = member.trim().split(';');
         let name = params.next()?.trim();
@@ -131,18 +181,38 @@ fn structured(value: &str) -> Option<(u64, Duration)> {
                 _ => {}
             }
         }
-        let member = (remaining?, reset?);
-        let tighter =
-            |best: (u64, Duration)| member.0 < best.0 || (member.0 == best.0 && member.1 > best.1);
-        if tightest.is_none_or(tighter) {
-            tightest = Some(member);
-        }
+        let member = Left {
+            policy: name_hash(name.trim_matches('"')),
+            remaining: remaining?,
+            reset: reset?,
+        };
+        let place = lefts
+            .iter()
+            .position(|left| left.is_none_or(|left| left.policy == member.policy))
+            .unwrap_or(MOST_POLICIES - 1);
+        lefts[place] = Some(match lefts[place] {
+            Some(left) => Left {
+                policy: left.policy,
+                remaining: left.remaining.min(member.remaining),
+                reset: left.reset.max(member.reset),
+            },
+            None => member,
+        });
     }
-    tightest
+    Some(lefts)
+}
+
+/// A policy's name as the caps tell policies apart: FNV-1a, never 0 (which names the
+/// fields without names).
+fn name_hash(name: &str) -> u64 {
+    let hash = name.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |hash, byte| {
+        (hash ^ u64::from(byte)).wrapping_mul(0x0000_0100_0000_01b3)
+    });
+    hash | 1
 }
 
 /// An earlier draft's dictionary, `limit=100, remaining=42, reset=17`.
-fn dictionary(value: &str) -> Option<(u64, Duration)> {
+fn dictionary(value: &str) -> Option<Lefts> {
     let (mut remaining, mut reset) = (None, None);
     for member in value.split(',') {
         let (key, value) = member.trim().split_once('=')?;
@@ -152,7 +222,7 @@ fn dictionary(value: &str) -> Option<(u64, Duration)> {
             _ => {}
         }
     }
-    Some((remaining?, reset?))
+    Some(only(remaining?, reset?))
 }
 
 /// `Retry-After`: delay-seconds or an HTTP date; absent is `None`, malformed is counted.
@@ -272,27 +342,72 @@ mod tests {
         hear(StatusCode::OK, &headers(fields), CAP)
     }
 
+    /// One unnamed policy's answer (the fields without names).
     fn left(remaining: u64, reset: u64) -> Heard {
-        Heard::Left {
-            remaining,
-            reset: Duration::from_secs(reset),
+        Heard::Left(only(remaining, Duration::from_secs(reset)))
+    }
+
+    /// The answer of the named policies `members`, `(name, remaining, reset)`.
+    fn named(members: &[(&str, u64, u64)]) -> Heard {
+        let mut lefts = [None; MOST_POLICIES];
+        for (place, &(name, remaining, reset)) in members.iter().enumerate() {
+            lefts[place] = Some(Left {
+                policy: name_hash(name),
+                remaining,
+                reset: Duration::from_secs(reset),
+            });
         }
+        Heard::Left(lefts)
     }
 
     #[test]
-    fn the_current_draft_takes_the_tightest_policy() {
+    fn the_current_draft_keeps_every_policy() {
         assert_eq!(
             ok(&[("ratelimit", "\"default\";r=42;t=17")]),
-            (left(42, 17), 0)
+            (named(&[("default", 42, 17)]), 0)
         );
         assert_eq!(
             ok(&[(
                 "ratelimit",
                 "\"minute\";r=5;t=30, \"day\";r=5;t=900, \"burst\";r=9;t=1"
             )]),
-            (left(5, 900), 0)
+            (
+                named(&[("minute", 5, 30), ("day", 5, 900), ("burst", 9, 1)]),
+                0
+            )
         );
-        assert_eq!(ok(&[("ratelimit", "default;r=0;t=2")]), (left(0, 2), 0));
+        assert_eq!(
+            ok(&[("ratelimit", "default;r=0;t=2")]),
+            (named(&[("default", 0, 2)]), 0)
+        );
+        // A list in two lines is one list; a name given twice is one policy, its least.
+        assert_eq!(
+            ok(&[
+                ("ratelimit", "\"minute\";r=0;t=60"),
+                ("ratelimit", "\"day\";r=500;t=3000, \"minute\";r=3;t=50")
+            ]),
+            (named(&[("minute", 0, 60), ("day", 500, 3_000)]), 0)
+        );
+        // Past four policies, the rest fold into the fourth: the least, the longest.
+        assert_eq!(
+            ok(&[(
+                "ratelimit",
+                "a;r=1;t=1, b;r=2;t=2, c;r=3;t=3, d;r=9;t=4, e;r=5;t=50, f;r=7;t=6"
+            )]),
+            (
+                named(&[("a", 1, 1), ("b", 2, 2), ("c", 3, 3), ("d", 5, 50)]),
+                0
+            )
+        );
+        // A 429 without Retry-After pauses for the tightest policy's reset.
+        assert_eq!(
+            hear(
+                StatusCode::TOO_MANY_REQUESTS,
+                &headers(&[("ratelimit", "s;r=0;t=1, d;r=0;t=900, m;r=4;t=60")]),
+                CAP
+            ),
+            (Heard::Pause(Duration::from_secs(900)), 0)
+        );
     }
 
     #[test]
@@ -324,10 +439,13 @@ mod tests {
         ]);
         assert_eq!(bad, 0);
         match heard {
-            Heard::Left {
-                remaining: 3,
-                reset,
-            } => {
+            Heard::Left(
+                [Some(Left {
+                    policy: 0,
+                    remaining: 3,
+                    reset,
+                }), None, None, None],
+            ) => {
                 assert!(
                     reset <= Duration::from_secs(30) && reset >= Duration::from_secs(28),
                     "{reset:?}"
@@ -444,13 +562,20 @@ mod tests {
     }
 
     #[test]
-    fn the_tightest_member_whatever_the_order() {
-        let tightest = |value| structured(value).map(|(r, t)| (r, t.as_secs()));
-        assert_eq!(tightest("\"b\";r=5;t=900, \"a\";r=5;t=30"), Some((5, 900)));
-        assert_eq!(tightest("\"a\";r=5;t=30, \"b\";r=9;t=1000"), Some((5, 30)));
-        assert_eq!(tightest("\"a\";r=9;t=1, \"b\";r=5;t=2"), Some((5, 2)));
+    fn a_429_pauses_for_the_tightest_member_whatever_the_order() {
+        let pause = |value: &str| match hear(
+            StatusCode::TOO_MANY_REQUESTS,
+            &headers(&[("ratelimit", value)]),
+            CAP,
+        ) {
+            (Heard::Pause(pause), 0) => Some(pause.as_secs()),
+            _ => None,
+        };
+        assert_eq!(pause("\"b\";r=5;t=900, \"a\";r=5;t=30"), Some(900));
+        assert_eq!(pause("\"a\";r=5;t=30, \"b\";r=9;t=1000"), Some(30));
+        assert_eq!(pause("\"a\";r=9;t=1, \"b\";r=5;t=2"), Some(2));
         // A name with an opening quote and no closing one is not a name.
-        assert_eq!(tightest("\"a;r=5;t=30"), None);
+        assert_eq!(structured("\"a;r=5;t=30"), None);
         // A 429 whose reset is now pauses for the default, not for nothing.
         let refused = hear(
             StatusCode::TOO_MANY_REQUESTS,
@@ -482,9 +607,18 @@ mod tests {
             ("x-ratelimit-reset", "soon"),
         ]);
         assert_eq!(bad_reset, (Heard::Nothing, 1));
+        // A list field in two lines is one list (RFC 9110): a policy named twice counts the
+        // least of the two, never the more generous.
         let twice = ok(&[
             ("ratelimit", "\"d\";r=1;t=1"),
             ("ratelimit", "\"d\";r=9;t=1"),
+        ]);
+        assert_eq!(twice, (named(&[("d", 1, 1)]), 0));
+        // A single-value field sent twice is still hostile.
+        let twice = ok(&[
+            ("x-ratelimit-remaining", "1"),
+            ("x-ratelimit-remaining", "9"),
+            ("x-ratelimit-reset", "1"),
         ]);
         assert_eq!(twice, (Heard::Nothing, 1));
         let mut binary = HeaderMap::new();

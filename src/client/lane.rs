@@ -7,6 +7,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::heard::{Left, MOST_POLICIES};
+
 /// The map is first tidied when it holds this many lanes.
 const TIDY_FIRST: usize = 1_024;
 
@@ -61,6 +63,38 @@ impl Lane {
     pub(super) fn told(&self) -> MutexGuard<'_, Told> {
         self.told.lock().unwrap_or_else(PoisonError::into_inner)
     }
+
+    /// The caller at the head of the queue sleeps until `ready`, until the returned guard
+    /// is dropped.
+    pub(super) fn head_sleeps(&self, ready: Instant) -> HeadAsleep<'_> {
+        self.told().head_ready = Some(ready);
+        HeadAsleep(self)
+    }
+}
+
+/// The head of a lane's queue asleep ([`Lane::head_sleeps`]): awake again when dropped.
+pub(super) struct HeadAsleep<'a>(&'a Lane);
+
+impl Drop for HeadAsleep<'_> {
+    fn drop(&mut self) {
+        self.0.told().head_ready = None;
+    }
+}
+
+/// One policy's cap: the least `remaining` reported in its present period, and when that
+/// period ends (`None` before the first).
+#[derive(Clone, Copy, Debug, Default)]
+struct Cap {
+    policy: u64,
+    reported: u64,
+    until: Option<Instant>,
+}
+
+impl Cap {
+    /// Whether its period holds at `now`.
+    fn holds(&self, now: Instant) -> bool {
+        self.until.is_some_and(|until| until > now)
+    }
 }
 
 /// What the upstream said about the key's quota, and the calls it has not answered yet,
@@ -76,14 +110,16 @@ impl Lane {
 /// admitted with nothing in flight and no period holding: every report from then on comes
 /// from a call that arrived after them. Once every call is answered with a report, the cap
 /// is exactly what the upstream said.
+///
+/// An upstream with several policies (a `RateLimit` field of several members: per second and
+/// per day) has a cap per policy, each kept by this rule, and a call goes when every cap
+/// lets it.
 #[derive(Debug, Default)]
 pub(super) struct Told {
     /// Nothing may be sent before this (a refusal's pause).
     paused_until: Option<Instant>,
-    /// The least `remaining` reported in the present period.
-    reported: u64,
-    /// When the present period ends; `None` before the first.
-    until: Option<Instant>,
+    /// One cap per policy the answers named, at most [`MOST_POLICIES`].
+    caps: [Cap; MOST_POLICIES],
     /// The calls admitted and not answered yet.
     in_flight: u64,
     /// The calls answered without a report, or never answered, since the last call admitted
@@ -100,18 +136,22 @@ impl Told {
         if let Some(paused) = self.paused_until.filter(|&paused| paused > now) {
             return Some(paused);
         }
-        self.until
-            .filter(|_| self.capped(now) && self.allows() < units)
+        // Until every cap that holds it back has ended.
+        self.caps
+            .iter()
+            .filter(|cap| cap.holds(now) && self.allows(cap) < units)
+            .filter_map(|cap| cap.until)
+            .max()
     }
 
     /// Whether a period of the rate-limit fields holds at `now`.
     fn capped(&self, now: Instant) -> bool {
-        self.until.is_some_and(|until| until > now)
+        self.caps.iter().any(|cap| cap.holds(now))
     }
 
-    /// What the present period lets through now.
-    fn allows(&self) -> u64 {
-        self.reported
+    /// What `cap`'s present period lets through now.
+    fn allows(&self, cap: &Cap) -> u64 {
+        cap.reported
             .saturating_sub(self.in_flight)
             .saturating_sub(self.lost)
     }
@@ -140,17 +180,37 @@ impl Told {
         self.lost = self.lost.saturating_add(units);
     }
 
-    /// An answer (already [`answered`](Told::answered)) said that at most `remaining` more
-    /// may be spent in the next `reset`: it opens a period, or tightens and extends the
-    /// present one.
-    pub(super) fn reported(&mut self, now: Instant, remaining: u64, reset: Duration) {
-        let until = now + reset;
-        if self.capped(now) {
-            self.reported = self.reported.min(remaining);
-            self.until = self.until.max(Some(until));
-        } else {
-            self.reported = remaining;
-            self.until = Some(until);
+    /// An answer (already [`answered`](Told::answered)) said that at most `left.remaining`
+    /// more may be spent in the next `left.reset` under its policy: it opens a period of
+    /// that policy's cap, or tightens and extends the present one. A policy not seen before
+    /// takes a cap whose period has ended; with none free, it is folded into the one that
+    /// holds longest (which then counts the least of both, for the longer time).
+    pub(super) fn reported(&mut self, now: Instant, left: Left) {
+        let until = Some(now + left.reset);
+        let slot = self
+            .caps
+            .iter()
+            .position(|cap| cap.policy == left.policy && cap.until.is_some())
+            .or_else(|| self.caps.iter().position(|cap| !cap.holds(now)));
+        match slot {
+            Some(i) if self.caps[i].holds(now) && self.caps[i].policy == left.policy => {
+                let cap = &mut self.caps[i];
+                cap.reported = cap.reported.min(left.remaining);
+                cap.until = cap.until.max(until);
+            }
+            Some(i) => {
+                self.caps[i] = Cap {
+                    policy: left.policy,
+                    reported: left.remaining,
+                    until,
+                };
+            }
+            None => {
+                if let Some(cap) = self.caps.iter_mut().max_by_key(|cap| cap.until) {
+                    cap.reported = cap.reported.min(left.remaining);
+                    cap.until = cap.until.max(until);
+                }
+            }
         }
     }
 
@@ -158,11 +218,6 @@ impl Told {
     /// leaves the cap of the rate-limit fields as it was for after it.
     pub(super) fn pause(&mut self, now: Instant, pause: Duration) {
         self.paused_until = self.paused_until.max(Some(now + pause));
-    }
-
-    /// The caller at the head of the queue sleeps until `ready`.
-    pub(super) fn head_waits(&mut self, ready: Instant) {
-        self.head_ready = Some(ready);
     }
 
     /// How long after `now` the head of the queue expects its permit, if it sleeps.
@@ -185,6 +240,15 @@ mod tests {
         Duration::from_secs(n)
     }
 
+    /// What an answer of one unnamed policy says.
+    const fn left(remaining: u64, reset: Duration) -> Left {
+        Left {
+            policy: 0,
+            remaining,
+            reset,
+        }
+    }
+
     #[tokio::test(start_paused = true)]
     async fn the_calls_in_flight_are_taken_off_the_least_reported() {
         let now = Instant::now();
@@ -193,7 +257,7 @@ mod tests {
             told.admit(now, 1);
         }
         told.answered(1);
-        told.reported(now, 5, secs(1));
+        told.reported(now, left(5, secs(1)));
         // Two calls in flight may not be counted upstream yet: 5 - 2.
         assert_eq!(told.holds_back(now, 3), None);
         assert_eq!(told.holds_back(now, 4), Some(now + secs(1)));
@@ -201,6 +265,38 @@ mod tests {
         assert_eq!(told.holds_back(now, 1), Some(now + secs(1)));
         // Once the period has passed, nothing holds.
         assert_eq!(told.holds_back(now + secs(1), 1), None);
+    }
+
+    /// An upstream of several policies: each keeps its own cap, and a call goes when every
+    /// cap lets it (a burst's short reset does not end a day's cap).
+    #[tokio::test(start_paused = true)]
+    async fn every_policy_keeps_its_own_cap() {
+        let now = Instant::now();
+        let mut told = Told::default();
+        let of = |policy, remaining, reset| Left {
+            policy,
+            remaining,
+            reset,
+        };
+        told.admit(now, 1);
+        told.answered(1);
+        told.reported(now, of(1, 0, secs(1)));
+        told.reported(now, of(2, 2, secs(900)));
+        assert_eq!(told.holds_back(now, 1), Some(now + secs(1)));
+        let later = now + secs(1);
+        assert_eq!(told.holds_back(later, 2), None);
+        assert_eq!(told.holds_back(later, 3), Some(now + secs(900)));
+        // The burst's next period opens in the same place; the day's cap tightens.
+        told.reported(later, of(1, 5, secs(1)));
+        told.reported(later, of(2, 1, secs(899)));
+        assert_eq!(told.holds_back(later, 1), None);
+        assert_eq!(told.holds_back(later, 2), Some(now + secs(900)));
+        // With four policies holding, a fifth is folded into the one that holds longest.
+        told.reported(later, of(3, 7, secs(10)));
+        told.reported(later, of(4, 8, secs(20)));
+        told.reported(later, of(5, 0, secs(5)));
+        assert_eq!(told.holds_back(later, 1), Some(now + secs(900)));
+        assert_eq!(told.holds_back(now + secs(900), 1), None);
     }
 
     #[tokio::test(start_paused = true)]
@@ -214,8 +310,8 @@ mod tests {
         // answers come back 4th, 1st, 3rd, 2nd.
         for (remaining, left_after) in [(6, 3), (9, 4), (7, 5), (8, 6)] {
             told.answered(1);
-            told.reported(now, remaining, secs(2));
-            assert_eq!(told.allows(), left_after);
+            told.reported(now, left(remaining, secs(2)));
+            assert_eq!(told.allows(&told.caps[0]), left_after);
         }
         // All answered: exactly what the last processed call reported.
         assert_eq!(told.holds_back(now, 6), None);
@@ -224,7 +320,7 @@ mod tests {
         // changes nothing.
         told.admit(now, 1);
         told.answered(1);
-        told.reported(now + secs(1), 20, secs(5));
+        told.reported(now + secs(1), left(20, secs(5)));
         assert_eq!(told.holds_back(now + secs(1), 7), Some(now + secs(6)));
     }
 
@@ -238,18 +334,18 @@ mod tests {
         told.admit(now, 1);
         told.unreported(1);
         told.answered(1);
-        told.reported(now, 2, secs(60));
-        assert_eq!(told.allows(), 1);
+        told.reported(now, left(2, secs(60)));
+        assert_eq!(told.allows(&told.caps[0]), 1);
         // A call dropped unanswered within the period stays counted too.
         told.admit(now, 1);
         told.unreported(1);
-        assert_eq!(told.allows(), 0);
+        assert_eq!(told.allows(&told.caps[0]), 0);
         // Past the period, a call admitted with nothing in flight starts afresh: the next
         // report counts every call before it.
         told.admit(now + secs(60), 1);
         told.answered(1);
-        told.reported(now + secs(60), 3, secs(10));
-        assert_eq!(told.allows(), 3);
+        told.reported(now + secs(60), left(3, secs(10)));
+        assert_eq!(told.allows(&told.caps[0]), 3);
         assert!(!told.is_idle(now + secs(60)));
         assert!(told.is_idle(now + secs(70)));
     }
@@ -260,13 +356,13 @@ mod tests {
         let mut told = Told::default();
         told.admit(now, 1);
         told.answered(1);
-        told.reported(now, 1_000, secs(300));
+        told.reported(now, left(1_000, secs(300)));
         told.pause(now, secs(3));
         assert_eq!(told.holds_back(now, 1), Some(now + secs(3)));
         told.pause(now, secs(1));
         assert_eq!(told.holds_back(now, 1), Some(now + secs(3)));
         // An answer that says there is room does not lift it either.
-        told.reported(now, 10, secs(1));
+        told.reported(now, left(10, secs(1)));
         assert_eq!(told.holds_back(now, 1), Some(now + secs(3)));
         assert!(!told.is_idle(now));
         // After it, the cap holds as the answers set it, not as a stop.
@@ -276,6 +372,18 @@ mod tests {
         told.pause(now + secs(10), secs(2));
         assert_eq!(told.holds_back(now + secs(10), 1), Some(now + secs(12)));
         assert!(told.is_idle(now + secs(300)));
+    }
+
+    /// The head's wake-up time is told only while it sleeps: a head that left (woken, or
+    /// dropped while asleep) leaves nothing behind for a caller that gives up in the queue.
+    #[tokio::test(start_paused = true)]
+    async fn the_heads_wait_is_told_only_while_it_sleeps() {
+        let lane = Lane::default();
+        let now = Instant::now();
+        let asleep = lane.head_sleeps(now + secs(5));
+        assert_eq!(lane.told().head_ready_in(now), Some(secs(5)));
+        drop(asleep);
+        assert_eq!(lane.told().head_ready_in(now), None);
     }
 
     #[tokio::test(start_paused = true)]

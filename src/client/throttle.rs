@@ -412,7 +412,10 @@ impl Throttle {
                 return Err(self.timed_out(key, start, ready - Instant::now()));
             }
             waited = true;
-            lane.told().head_waits(ready);
+            // Cleared when this sleep ends, however it ends (woken, or the caller gone):
+            // a caller that gives up in the queue is told how long the head waits now, not
+            // how long a head that left once did.
+            let _asleep = lane.head_sleeps(ready);
             tokio::time::sleep_until(ready).await;
         }
     }
@@ -474,10 +477,12 @@ impl Throttle {
                 told.pause(now, pause);
                 self.shared.budget.share_pause(&admission.key, pause);
             }
-            Heard::Left { remaining, reset } => {
+            Heard::Left(lefts) => {
                 counts.adjustments.fetch_add(1, Ordering::Relaxed);
                 told.answered(admission.units);
-                told.reported(now, remaining, reset);
+                for left in lefts.into_iter().flatten() {
+                    told.reported(now, left);
+                }
             }
         }
         drop(told);

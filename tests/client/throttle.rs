@@ -314,3 +314,41 @@ async fn a_throttle_shows_its_policy_and_settings() {
         "{shown}"
     );
 }
+
+/// An upstream that names several policies in one `RateLimit` field (a burst and a day):
+/// the throttle keeps each, so the day's 2 left still hold once the burst has reset, and
+/// no call goes out that the upstream said it would refuse.
+#[tokio::test(start_paused = true)]
+async fn every_policy_of_a_field_is_kept() {
+    use http::{HeaderMap, StatusCode};
+    for fields in [
+        &["\"burst\";r=0;t=1, \"day\";r=2;t=900"][..],
+        // The same list in two lines.
+        &["\"burst\";r=0;t=1", "\"day\";r=2;t=900"][..],
+    ] {
+        let throttle = Throttle::quota("10/1s".parse().unwrap()).unwrap();
+        let mut call = throttle.acquire("api").await.unwrap();
+        let mut headers = HeaderMap::new();
+        for line in fields {
+            headers.append("ratelimit", line.parse().unwrap());
+        }
+        call.heard(StatusCode::OK, &headers);
+        drop(call);
+        let start = Instant::now();
+        let mut sent = Vec::new();
+        while sent.len() < 3 {
+            std::mem::forget(throttle.acquire("api").await.unwrap());
+            sent.push(start.elapsed());
+        }
+        assert_eq!(
+            sent,
+            [
+                Duration::from_secs(1),
+                Duration::from_secs(1),
+                Duration::from_secs(900)
+            ],
+            "{fields:?}"
+        );
+        assert_eq!(throttle.stats().malformed, 0);
+    }
+}
