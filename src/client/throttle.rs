@@ -1,6 +1,7 @@
 //! [`Throttle`]: waits for a permit per call, first come first served per key, and learns
 //! from the upstream's answers; [`Admission`], one admitted call.
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -91,11 +92,16 @@ struct Shared {
     counts: Counts,
 }
 
-/// The budget [`Throttle::quota`] built, and the margin it has added so far.
+/// The budget [`Throttle::quota`] built, the margin it has added so far, and when each call
+/// not answered yet was admitted.
 struct Quota {
     limiter: Arc<RateLimiter<String, TokioClock>>,
     policy: Policy,
     margin: Mutex<Duration>,
+    /// The calls admitted and not answered (nor dropped), by the instant of their admission:
+    /// the oldest is a round trip at least that long under way, which the margin must cover
+    /// before another call is admitted.
+    unanswered: Mutex<BTreeMap<Instant, usize>>,
 }
 
 #[derive(Default)]
@@ -216,6 +222,7 @@ impl Throttle {
                 limiter,
                 policy: quota,
                 margin: Mutex::new(FIRST_MARGIN),
+                unanswered: Mutex::new(BTreeMap::new()),
             }),
         ))
     }
@@ -395,6 +402,9 @@ impl Throttle {
                 lane.told().pause(Instant::now(), pause.min(self.max_pause));
             }
             let now = Instant::now();
+            if let Some(quota) = &shared.quota {
+                quota.cover_unanswered(now);
+            }
             let held_back = lane.told().holds_back(now, units);
             let ready = match held_back {
                 Some(until) => until,
@@ -411,6 +421,14 @@ impl Throttle {
             if deadline.is_some_and(|deadline| ready > deadline) {
                 return Err(self.timed_out(key, start, ready - Instant::now()));
             }
+            // Awake before then if a call under way outlasts the margin: the margin is widened
+            // while the log still counts it (see `Quota::cover_unanswered`).
+            let ready = match &shared.quota {
+                Some(quota) => quota
+                    .next_check(Instant::now())
+                    .map_or(ready, |at| at.min(ready)),
+                None => ready,
+            };
             waited = true;
             // Cleared when this sleep ends, however it ends (woken, or the caller gone):
             // a caller that gives up in the queue is told how long the head waits now, not
@@ -436,6 +454,9 @@ impl Throttle {
             counts.waited.fetch_add(1, Ordering::Relaxed);
         }
         lane.told().admit(now, units);
+        if let Some(quota) = &self.shared.quota {
+            quota.sent(now);
+        }
         Admission {
             throttle: self.clone(),
             key: key.to_owned(),
@@ -487,7 +508,7 @@ impl Throttle {
         }
         drop(told);
         if let Some(quota) = &self.shared.quota {
-            quota.measured(now - admission.at);
+            quota.answered(admission.at, now);
         }
     }
 
@@ -538,6 +559,56 @@ impl Throttle {
 impl Quota {
     fn margin(&self) -> Duration {
         *self.margin.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn unanswered(&self) -> std::sync::MutexGuard<'_, BTreeMap<Instant, usize>> {
+        self.unanswered
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A call was admitted at `at`.
+    fn sent(&self, at: Instant) {
+        *self.unanswered().entry(at).or_default() += 1;
+    }
+
+    /// The call admitted at `at` was answered (or dropped) at `now`: no longer under way, and
+    /// its round trip measured.
+    fn answered(&self, at: Instant, now: Instant) {
+        let mut unanswered = self.unanswered();
+        if let Some(count) = unanswered.get_mut(&at) {
+            *count -= 1;
+            if *count == 0 {
+                unanswered.remove(&at);
+            }
+        }
+        drop(unanswered);
+        self.measured(now - at);
+    }
+
+    /// Before a call is admitted at `now`: the margin covers every round trip still under
+    /// way, as long as it has lasted so far. An arrival comes before its answer, so a call
+    /// not answered yet may still arrive; learned only from answers, the margin would let
+    /// the next calls be admitted as if the slow ones had arrived within it (four arrivals
+    /// in one second of a `2/1s` quota whose first round trips were slower than the margin).
+    ///
+    /// Widened only while the log still counts the call (a wider log carries only what the
+    /// narrower one counts at that instant), so a caller asleep in the queue wakes for it
+    /// ([`Quota::next_check`]).
+    fn cover_unanswered(&self, now: Instant) {
+        let oldest = self.unanswered().keys().next().copied();
+        if let Some(oldest) = oldest {
+            self.measured(now - oldest);
+        }
+    }
+
+    /// When the oldest call under way will have outlasted the margin (by a millisecond),
+    /// while the log still counts it: the time to widen the margin again. `None` when no
+    /// call is under way, or the margin can grow no more for it (past that time already).
+    fn next_check(&self, now: Instant) -> Option<Instant> {
+        let oldest = self.unanswered().keys().next().copied()?;
+        let at = oldest + self.margin() + Duration::from_millis(1);
+        (at > now).then_some(at)
     }
 
     /// A call was answered `delay` after it was admitted: widen the margin if it no longer
@@ -691,6 +762,10 @@ impl Drop for Admission {
     fn drop(&mut self) {
         if !self.answered {
             self.lane.told().unreported(self.units);
+            // Dropped unanswered, it may still arrive: as long as it was under way at least.
+            if let Some(quota) = &self.throttle.shared.quota {
+                quota.answered(self.at, Instant::now());
+            }
         }
     }
 }

@@ -62,8 +62,10 @@ async fn a_quota_never_lets_more_than_its_permits_arrive_in_any_window() {
     let arrivals = sixty_calls(throttle.clone()).await;
     assert_eq!(arrivals.len(), 60);
     assert_eq!(most_in_any_window(&arrivals, Duration::from_secs(1)), 5);
-    // The margin followed the longest round trip (90 ms), times 1.5 and rounded up to 10 ms.
-    assert_eq!(throttle.stats().margin, Some(Duration::from_millis(140)));
+    // The margin followed the round trips under way (20, 40, 70, then 110 ms as callers in
+    // the queue saw them outlast it, each time their age times 1.5, rounded up to 10 ms),
+    // which covers the longest one (90 ms).
+    assert_eq!(throttle.stats().margin, Some(Duration::from_millis(110)));
     // And the throughput stays close to the quota: 12 windows of 1.15 s.
     let last = *arrivals.iter().max().unwrap();
     assert!(last < Duration::from_secs(14), "{last:?}");
@@ -132,8 +134,9 @@ async fn the_margin_is_at_most_a_quarter_of_the_window() {
 }
 
 /// A margin widened after calls were admitted covers them too: the first two calls of a
-/// `2/1s` quota take 110 ms, the margin grows from 20 ms to 170 ms, and the next two wait
-/// until no window of arrivals can hold more than two.
+/// `2/1s` quota take 110 ms, the margin grows from 20 ms to 110 ms while they are under way
+/// (the callers queued behind them wake to widen it as they outlast it), and the next two
+/// wait until no window of arrivals can hold more than two.
 #[tokio::test(start_paused = true)]
 async fn a_widened_margin_covers_the_calls_admitted_before_it() {
     let throttle = Throttle::quota("2/1s".parse().unwrap()).unwrap();
@@ -151,7 +154,7 @@ async fn a_widened_margin_covers_the_calls_admitted_before_it() {
     for task in tasks {
         task.await.unwrap();
     }
-    assert_eq!(throttle.stats().margin, Some(Duration::from_millis(170)));
+    assert_eq!(throttle.stats().margin, Some(Duration::from_millis(110)));
     let arrivals = upstream.arrived();
     assert_eq!(
         most_in_any_window(&arrivals, Duration::from_secs(1)),
@@ -203,4 +206,30 @@ async fn random_round_trips_never_put_more_than_the_quota_in_a_window() {
             assert!(seen <= most, "seed {seed}, {quota}: {seen} in one window");
         }
     }
+}
+
+/// Calls not answered yet are in the margin: the first two calls of a `2/1s` quota take
+/// 200 ms to arrive and 1.3 s to answer, so when the next two could go (a window and the
+/// first margin after the first two), the first two are still under way. The margin then
+/// covers them as long as they have lasted, and no second sees more than two arrivals
+/// (four did, at 200 ms and 1.02 s, when the margin was learned from answers alone).
+#[tokio::test(start_paused = true)]
+async fn calls_not_answered_yet_are_in_the_margin() {
+    let throttle = Throttle::quota("2/1s".parse().unwrap()).unwrap();
+    let slow = Answer::ok().delays(Duration::from_millis(200), Duration::from_millis(1_300));
+    let upstream = Upstream::new(vec![slow.clone(), slow], |_| Answer::ok());
+    let layer = ThrottleLayer::new(throttle.clone());
+    let calls: Vec<_> = (0..4)
+        .map(|_| {
+            let mut client = layer.layer(upstream.clone());
+            tokio::spawn(async move { client.call(get("api.example.com")).await.unwrap() })
+        })
+        .collect();
+    for call in calls {
+        call.await.unwrap();
+    }
+    let arrivals = upstream.arrived();
+    let most = most_in_any_window(&arrivals, Duration::from_secs(1));
+    assert!(most <= 2, "{most} arrivals within a second: {arrivals:?}");
+    assert_eq!(throttle.stats().margin, Some(Duration::from_millis(250)));
 }
