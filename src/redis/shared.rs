@@ -288,6 +288,9 @@ impl Shared {
     /// and for a lease the permits it took (0 when refused or not decided by Redis).
     pub(super) async fn decide(&self, key: &str, ask: Ask) -> Result<KeyDecided, BackendError> {
         self.read_live().await;
+        // Taken before the policy is chosen: a forget (a live change, a changed answer)
+        // after the choice keeps this request's refusal, made under the old policy, out.
+        let early_ticket = self.cache.as_ref().map(|cache| cache.ticket(key));
         let mut choice = self.tier_of(key)?;
         // A peek is a request of cost 1 that writes nothing: the deny cache treats it so.
         let cover = ask.cost();
@@ -310,7 +313,7 @@ impl Shared {
                 bump(&self.counters.cached_refusals);
                 return Ok((refusal, NOT_IN_REDIS, 0, choice.tier.policy));
             }
-            ticket = cache.ticket(key);
+            ticket = early_ticket.unwrap_or_default();
         }
         if !self.breaker.should_try() {
             return self.fallback(&choice.tier, key, ask, BackendError::Unavailable);

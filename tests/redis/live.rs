@@ -7,7 +7,7 @@
 //! saying so.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Barrier};
 use std::time::Duration;
 
 use tollgate::redis::{BackendError, RedisAllOf, RedisLimiter};
@@ -423,4 +423,67 @@ async fn a_cost_above_the_old_policy_reaches_the_new_one() {
         };
         assert!(allowed, "case {case}: 8 of the new 10, one spent");
     }
+}
+
+/// A request that chose its policy just before a live change (its resolver slow), and was
+/// refused by Redis under the old one, does not cache that refusal after the change emptied
+/// the deny cache: the key is not refused for the old policy's hour under the new one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_refusal_under_the_old_policy_is_not_cached_across_a_live_change() {
+    let server = RedisServer::start();
+    let clock = FakeClock::new();
+    at(&clock, T0);
+    let armed = Arc::new(AtomicBool::new(false));
+    let gate = Arc::new(Barrier::new(2));
+    let (a2, g2) = (Arc::clone(&armed), Arc::clone(&gate));
+    let a = RedisLimiter::builder(policy("1/1h"))
+        .prefix("dc-race")
+        .test_clock(clock.clone())
+        .timeout(Duration::from_secs(10))
+        .deny_cache(1_000)
+        .live_policy()
+        .resolver(move |_: &str| {
+            if a2.swap(false, Ordering::SeqCst) {
+                g2.wait(); // the request is inside tier_of
+                g2.wait(); // set_policy has run
+            }
+            "1/1h".parse().unwrap()
+        })
+        .resolver_cache(1_000, Duration::ZERO)
+        .connect(&server.url())
+        .await
+        .unwrap();
+    assert!(a.try_acquire("k").await.unwrap().is_allowed());
+    armed.store(true, Ordering::SeqCst);
+    let racing = {
+        let a = a.clone();
+        tokio::spawn(async move { a.try_acquire("k").await.unwrap() })
+    };
+    let g = Arc::clone(&gate);
+    tokio::task::spawn_blocking(move || g.wait()).await.unwrap();
+    a.set_policy(policy("100/1h")).await.unwrap();
+    let g = Arc::clone(&gate);
+    tokio::task::spawn_blocking(move || g.wait()).await.unwrap();
+    let raced = racing.await.unwrap();
+    assert!(
+        !raced.is_allowed(),
+        "decided under the old policy: {raced:?}"
+    );
+    let after = a.try_acquire("k").await.unwrap();
+    // Another server, without a deny cache, started after the change: what Redis answers.
+    let plain = RedisLimiter::builder(policy("1/1h"))
+        .prefix("dc-race")
+        .test_clock(clock.clone())
+        .timeout(Duration::from_secs(10))
+        .deny_cache(0)
+        .live_policy()
+        .connect(&server.url())
+        .await
+        .unwrap();
+    let redis = plain.peek("k").await.unwrap();
+    assert!(redis.is_allowed());
+    assert!(
+        after.is_allowed(),
+        "the deny cache refuses what the new policy admits: {after:?}, Redis: {redis:?}"
+    );
 }
