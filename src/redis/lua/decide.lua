@@ -76,7 +76,6 @@ else
   now = tonumber(ARGV[1])
   expire = false
 end
-records_now = now
 local op = ARGV[2]
 local amount = tonumber(ARGV[3])
 local record, policy_text, chosen

@@ -35,19 +35,8 @@ end
 -- Emptied at the start of every call (decide.lua): loaded as a function library, the code's
 -- top-level values live from one call to the next.
 local records_read = {}
--- This call's now (us), set once it is read (decide.lua).
-local records_now = nil
 local function forget_records()
   records_read = {}
-  records_now = nil
-end
-
--- Whether a record dated `recorded_at` yields to a choice made at `at`: a later choice, or
--- any choice when the record (not a policy set live) is dated after now, which only a
--- script clock set back writes (a failover, a step): moved once, it is dated again.
-local function yields(recorded_at, at)
-  return at > recorded_at
-    or (records_now ~= nil and recorded_at < LIVE_RANK and recorded_at > records_now)
 end
 
 -- The record at `key`: when its policy was chosen, and its text (nil for no record).
@@ -76,7 +65,7 @@ local function record_conflict(key, text, at, part)
     return nil
   end
   local mode = 'follow'
-  if yields(recorded_at, at) then
+  if at > recorded_at then
     mode = 'move'
   end
   if part then
@@ -163,7 +152,7 @@ local function convert_tier(now, expire)
   if not recorded_at or recorded == new_text then
     return 2
   end
-  if recorded ~= old_text or not yields(recorded_at, chosen) then
+  if recorded ~= old_text or recorded_at >= chosen then
     return record_conflict(record, new_text, chosen)
   end
   -- Every band's algorithm is known before anything is written: a failed call changes
