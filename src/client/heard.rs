@@ -9,9 +9,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use http::{HeaderMap, HeaderName, StatusCode};
 
-/// The most policies of one upstream whose caps are kept apart; the members of a field
-/// beyond them are folded into one (the least remaining, the longest reset: never more
-/// than any of them lets through).
+/// The most policies of one upstream whose caps are kept apart; a member of a field beyond
+/// them is folded into the policy whose reset is nearest its own (the least remaining, the
+/// longer reset: never more than either lets through).
 pub(super) const MOST_POLICIES: usize = 4;
 
 /// What an answer said one of the upstream's policies leaves: at most `remaining` more in
@@ -161,8 +161,8 @@ fn one<'a>(headers: &'a HeaderMap, name: &'static str, malformed: &mut u64) -> O
 
 /// The current draft's structured field, `"name";r=42;t=17` with one member per policy:
 /// each member, named by a hash of its name (a name given twice is one policy, the least of
-/// its members). Members beyond [`MOST_POLICIES`] are folded into the last place: the least
-/// remaining, the longest reset.
+/// its members). Members beyond [`MOST_POLICIES`] are each folded into the policy whose
+/// reset is nearest theirs: the least remaining, the longer reset.
 fn structured(value: &str) -> Option<Lefts> {
     let mut lefts: Lefts = [None; MOST_POLICIES];
     for member in value.split(',') {
@@ -189,6 +189,11 @@ fn structured(value: &str) -> Option<Lefts> {
         let place = lefts
             .iter()
             .position(|left| left.is_none_or(|left| left.policy == member.policy))
+            .or_else(|| {
+                // No room: the policy whose reset is nearest this one's.
+                let apart = |left: &Left| left.reset.abs_diff(member.reset);
+                (0..MOST_POLICIES).min_by_key(|&i| lefts[i].as_ref().map(apart))
+            })
             .unwrap_or(MOST_POLICIES - 1);
         lefts[place] = Some(match lefts[place] {
             Some(left) => Left {
@@ -388,14 +393,20 @@ mod tests {
             ]),
             (named(&[("minute", 0, 60), ("day", 500, 3_000)]), 0)
         );
-        // Past four policies, the rest fold into the fourth: the least, the longest.
+        // Past four policies, each folds into the one whose reset is nearest its own: the
+        // least, the longer (a burst at 0 does not stop the key for the day).
         assert_eq!(
             ok(&[(
                 "ratelimit",
-                "a;r=1;t=1, b;r=2;t=2, c;r=3;t=3, d;r=9;t=4, e;r=5;t=50, f;r=7;t=6"
+                "a;r=9;t=1, b;r=9;t=60, c;r=9;t=600, day;r=500;t=3000, burst;r=0;t=2, f;r=7;t=700"
             )]),
             (
-                named(&[("a", 1, 1), ("b", 2, 2), ("c", 3, 3), ("d", 5, 50)]),
+                named(&[
+                    ("a", 0, 2),
+                    ("b", 9, 60),
+                    ("c", 7, 700),
+                    ("day", 500, 3_000)
+                ]),
                 0
             )
         );

@@ -81,13 +81,14 @@ impl Drop for HeadAsleep<'_> {
     }
 }
 
-/// One policy's cap: the least `remaining` reported in its present period, and when that
-/// period ends (`None` before the first).
+/// One policy's cap: the least `remaining` reported in its present period, when that period
+/// ends (`None` before the first), and the calls lost since its period may count them.
 #[derive(Clone, Copy, Debug, Default)]
 struct Cap {
     policy: u64,
     reported: u64,
     until: Option<Instant>,
+    lost: u64,
 }
 
 impl Cap {
@@ -123,8 +124,9 @@ pub(super) struct Told {
     /// The calls admitted and not answered yet.
     in_flight: u64,
     /// The calls answered without a report, or never answered, since the last call admitted
-    /// with nothing in flight and no period holding: they may have been counted upstream,
-    /// and no report may say so.
+    /// with nothing in flight: they may have been counted upstream, and no report may say
+    /// so. What a cap opened from now on starts with; each cap keeps its own count, reset
+    /// only when a call is admitted with nothing in flight and that cap's period over.
     lost: u64,
     /// When the caller at the head of the queue expects its permit, while it sleeps.
     head_ready: Option<Instant>,
@@ -153,16 +155,20 @@ impl Told {
     fn allows(&self, cap: &Cap) -> u64 {
         cap.reported
             .saturating_sub(self.in_flight)
-            .saturating_sub(self.lost)
+            .saturating_sub(cap.lost)
     }
 
     /// A call counting `units` was admitted at `now`: it is in flight.
     pub(super) fn admit(&mut self, now: Instant, units: u64) {
         self.head_ready = None;
-        if self.in_flight == 0 && !self.capped(now) {
+        if self.in_flight == 0 {
             // Every call before this one was answered, and arrived before it: any report
-            // from now on counts them.
+            // from now on counts them. A cap whose period holds may still go by a report
+            // from before them, and keeps them until its period is over.
             self.lost = 0;
+            for cap in self.caps.iter_mut().filter(|cap| !cap.holds(now)) {
+                cap.lost = 0;
+            }
         }
         self.in_flight = self.in_flight.saturating_add(units);
     }
@@ -178,13 +184,17 @@ impl Told {
     pub(super) fn unreported(&mut self, units: u64) {
         self.answered(units);
         self.lost = self.lost.saturating_add(units);
+        for cap in &mut self.caps {
+            cap.lost = cap.lost.saturating_add(units);
+        }
     }
 
     /// An answer (already [`answered`](Told::answered)) said that at most `left.remaining`
     /// more may be spent in the next `left.reset` under its policy: it opens a period of
     /// that policy's cap, or tightens and extends the present one. A policy not seen before
-    /// takes a cap whose period has ended; with none free, it is folded into the one that
-    /// holds longest (which then counts the least of both, for the longer time).
+    /// takes a cap whose period has ended; with none free, it is folded into the one whose
+    /// period ends nearest its own (which then counts the least of both, for the longer of
+    /// the two times).
     pub(super) fn reported(&mut self, now: Instant, left: Left) {
         let until = Some(now + left.reset);
         let slot = self
@@ -203,12 +213,16 @@ impl Told {
                     policy: left.policy,
                     reported: left.remaining,
                     until,
+                    lost: self.lost,
                 };
             }
             None => {
-                if let Some(cap) = self.caps.iter_mut().max_by_key(|cap| cap.until) {
+                let end = now + left.reset;
+                let apart = |cap: &&mut Cap| cap.until.map(|at| at.max(end) - at.min(end));
+                if let Some(cap) = self.caps.iter_mut().min_by_key(apart) {
                     cap.reported = cap.reported.min(left.remaining);
                     cap.until = cap.until.max(until);
+                    cap.lost = cap.lost.max(self.lost);
                 }
             }
         }
@@ -291,12 +305,44 @@ mod tests {
         told.reported(later, of(2, 1, secs(899)));
         assert_eq!(told.holds_back(later, 1), None);
         assert_eq!(told.holds_back(later, 2), Some(now + secs(900)));
-        // With four policies holding, a fifth is folded into the one that holds longest.
+        // With four policies holding, a fifth is folded into the one whose period ends
+        // nearest its own (the 1 s burst's): held back for 5 s, not for the day.
         told.reported(later, of(3, 7, secs(10)));
         told.reported(later, of(4, 8, secs(20)));
         told.reported(later, of(5, 0, secs(5)));
-        assert_eq!(told.holds_back(later, 1), Some(now + secs(900)));
-        assert_eq!(told.holds_back(now + secs(900), 1), None);
+        assert_eq!(told.holds_back(later, 1), Some(later + secs(5)));
+        assert_eq!(told.holds_back(later + secs(5), 1), None);
+        assert_eq!(told.holds_back(later + secs(5), 2), Some(now + secs(900)));
+    }
+
+    /// Calls lost long ago stay off a long policy's cap while its period holds, not off a
+    /// short one whose period began after them.
+    #[tokio::test(start_paused = true)]
+    async fn lost_calls_count_against_the_caps_that_may_not_count_them() {
+        let now = Instant::now();
+        let mut told = Told::default();
+        let of = |policy, remaining, reset| Left {
+            policy,
+            remaining,
+            reset,
+        };
+        told.admit(now, 1);
+        told.answered(1);
+        told.reported(now, of(1, 5, secs(1)));
+        told.reported(now, of(2, 1_000, secs(900)));
+        for _ in 0..5 {
+            told.admit(now, 1);
+            told.unreported(1);
+        }
+        let later = now + secs(10);
+        told.admit(later, 1);
+        told.answered(1);
+        told.reported(later, of(1, 4, secs(1)));
+        told.reported(later, of(2, 994, secs(890)));
+        assert_eq!(told.holds_back(later, 4), None, "4 of the burst left");
+        assert_eq!(told.holds_back(later, 5), Some(later + secs(1)));
+        // The day's cap, from a report before them, still takes them off: 994 - 5.
+        assert_eq!(told.allows(&told.caps[1]), 989);
     }
 
     #[tokio::test(start_paused = true)]

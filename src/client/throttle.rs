@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -102,6 +102,8 @@ struct Quota {
     /// the oldest is a round trip at least that long under way, which the margin must cover
     /// before another call is admitted.
     unanswered: Mutex<BTreeMap<Instant, usize>>,
+    /// Whether a task watches the calls under way ([`Quota::watch`]).
+    watching: AtomicBool,
 }
 
 #[derive(Default)]
@@ -223,6 +225,7 @@ impl Throttle {
                 policy: quota,
                 margin: Mutex::new(FIRST_MARGIN),
                 unanswered: Mutex::new(BTreeMap::new()),
+                watching: AtomicBool::new(false),
             }),
         ))
     }
@@ -456,6 +459,7 @@ impl Throttle {
         lane.told().admit(now, units);
         if let Some(quota) = &self.shared.quota {
             quota.sent(now);
+            Quota::watch(&self.shared);
         }
         Admission {
             throttle: self.clone(),
@@ -600,6 +604,46 @@ impl Quota {
         if let Some(oldest) = oldest {
             self.measured(now - oldest);
         }
+    }
+
+    /// Widens the margin over the calls under way even when no caller is waiting to (one
+    /// admitted later would find a slow call already gone from the narrower log, which a
+    /// wider one no longer carries): a task of `shared`'s quota that sleeps until the oldest
+    /// call under way outlasts the margin ([`Quota::next_check`]), widens it, and ends once
+    /// none needs it (no call under way, or the margin at its cap). One at a time; a call
+    /// admitted after it ended starts another.
+    fn watch(shared: &Arc<Shared>) {
+        let Some(quota) = &shared.quota else {
+            return;
+        };
+        // AcqRel: one watcher at a time; the store that ends one is ordered before the
+        // check that starts the next.
+        if quota.watching.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let shared = Arc::clone(shared);
+        tokio::spawn(async move {
+            let Some(quota) = &shared.quota else {
+                return;
+            };
+            loop {
+                match quota.next_check(Instant::now()) {
+                    Some(at) => {
+                        tokio::time::sleep_until(at).await;
+                        quota.cover_unanswered(Instant::now());
+                    }
+                    None => {
+                        quota.watching.store(false, Ordering::Release);
+                        // A call admitted meanwhile found the watch on: look once more.
+                        if quota.next_check(Instant::now()).is_none()
+                            || quota.watching.swap(true, Ordering::AcqRel)
+                        {
+                            return;
+                        }
+                    }
+                }
+            }
+        });
     }
 
     /// When the oldest call under way will have outlasted the margin (by a millisecond),
