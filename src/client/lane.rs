@@ -146,11 +146,6 @@ impl Told {
             .max()
     }
 
-    /// Whether a period of the rate-limit fields holds at `now`.
-    fn capped(&self, now: Instant) -> bool {
-        self.caps.iter().any(|cap| cap.holds(now))
-    }
-
     /// What `cap`'s present period lets through now.
     fn allows(&self, cap: &Cap) -> u64 {
         cap.reported
