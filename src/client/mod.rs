@@ -42,6 +42,7 @@ mod heard;
 mod lane;
 mod layer;
 mod pace;
+mod quota;
 mod throttle;
 
 pub use budget::Budget;

@@ -1,10 +1,9 @@
 //! [`Throttle`]: waits for a permit per call, first come first served per key, and learns
 //! from the upstream's answers; [`Admission`], one admitted call.
 
-use std::collections::BTreeMap;
 use std::fmt;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use http::{HeaderMap, StatusCode};
@@ -14,14 +13,10 @@ use super::budget::{Budget, Taken};
 use super::error::ThrottleError;
 use super::heard::{hear, Heard};
 use super::lane::{Lane, Lanes};
-use crate::clock::TokioClock;
+use super::quota::Quota;
 use crate::decision::Decision;
-use crate::keyed::RateLimiter;
-use crate::policy::{Algorithm, Policy, PolicyError};
+use crate::policy::{Policy, PolicyError};
 use crate::reservation::Reservation;
-
-/// The margin a [`Throttle::quota`] adds to each window before it has measured anything.
-const FIRST_MARGIN: Duration = Duration::from_millis(20);
 
 /// How long a pause or a reset learned from one answer may last at most, by default: an
 /// hour, the longest window providers commonly report (GitHub's).
@@ -88,22 +83,8 @@ pub struct Throttle {
 struct Shared {
     budget: Budget,
     lanes: Lanes,
-    quota: Option<Quota>,
+    quota: Option<Arc<Quota>>,
     counts: Counts,
-}
-
-/// The budget [`Throttle::quota`] built, the margin it has added so far, and when each call
-/// not answered yet was admitted.
-struct Quota {
-    limiter: Arc<RateLimiter<String, TokioClock>>,
-    policy: Policy,
-    margin: Mutex<Duration>,
-    /// The calls admitted and not answered (nor dropped), by the instant of their admission:
-    /// the oldest is a round trip at least that long under way, which the margin must cover
-    /// before another call is admitted.
-    unanswered: Mutex<BTreeMap<Instant, usize>>,
-    /// Whether a task watches the calls under way ([`Quota::watch`]).
-    watching: AtomicBool,
 }
 
 #[derive(Default)]
@@ -168,7 +149,7 @@ impl Throttle {
         Throttle::with(budget.into(), None)
     }
 
-    fn with(budget: Budget, quota: Option<Quota>) -> Self {
+    fn with(budget: Budget, quota: Option<Arc<Quota>>) -> Self {
         Throttle {
             shared: Arc::new(Shared {
                 budget,
@@ -184,7 +165,7 @@ impl Throttle {
 
     /// A throttle that keeps each key under a provider's `quota` (per host by default), in
     /// the shape a strict provider needs: every band becomes an exact sliding window of its
-    /// permits ([`Algorithm::SlidingLog`]) over its window **plus a margin**.
+    /// permits ([`Algorithm::SlidingLog`](crate::Algorithm::SlidingLog)) over its window **plus a margin**.
     ///
     /// Why: a provider that refuses more than N calls in any window W counts calls when they
     /// arrive, and a call arrives some time after it was admitted, anywhere between nothing
@@ -192,7 +173,7 @@ impl Throttle {
     /// the window by the longest round trip seen keeps every window of arrivals within N. The
     /// margin starts at 20 ms and follows the longest delay measured between admitting a
     /// call and its answer (times 1.5, rounded up to 10 ms, at most a quarter of the window;
-    /// it never shrinks). Its clock is tokio's ([`TokioClock`]), the time its waits take,
+    /// it never shrinks). Its clock is tokio's ([`TokioClock`](crate::clock::TokioClock)), the time its waits take,
     /// so it follows paused time in tests. A token bucket of the same numbers (`"N/W"`) is refused by such
     /// providers: it lets a full burst through at the end of one window and refills during
     /// the next, up to 2N - 1 calls in one window.
@@ -213,21 +194,8 @@ impl Throttle {
     /// # Ok::<(), tollgate::PolicyError>(())
     /// ```
     pub fn quota(quota: Policy) -> Result<Self, PolicyError> {
-        let limiter = Arc::new(RateLimiter::with_clock(
-            widened(quota, FIRST_MARGIN)?,
-            TokioClock::new(),
-        ));
-        let budget = Budget::from(Arc::clone(&limiter));
-        Ok(Throttle::with(
-            budget,
-            Some(Quota {
-                limiter,
-                policy: quota,
-                margin: Mutex::new(FIRST_MARGIN),
-                unanswered: Mutex::new(BTreeMap::new()),
-                watching: AtomicBool::new(false),
-            }),
-        ))
+        let (budget, quota) = Quota::new(quota)?;
+        Ok(Throttle::with(budget, Some(Arc::new(quota))))
     }
 
     /// Gives up on a call that cannot get its permit within `max_wait` of asking, with
@@ -459,7 +427,7 @@ impl Throttle {
         lane.told().admit(now, units);
         if let Some(quota) = &self.shared.quota {
             quota.sent(now);
-            Quota::watch(&self.shared);
+            quota.watch();
         }
         Admission {
             throttle: self.clone(),
@@ -541,7 +509,7 @@ impl Throttle {
             pauses: read(&counts.pauses),
             adjustments: read(&counts.adjustments),
             malformed: read(&counts.malformed),
-            margin: self.shared.quota.as_ref().map(Quota::margin),
+            margin: self.shared.quota.as_ref().map(|quota| quota.margin()),
         }
     }
 
@@ -558,148 +526,6 @@ impl Throttle {
     pub fn policy(&self) -> Option<Policy> {
         self.shared.budget.policy()
     }
-}
-
-impl Quota {
-    fn margin(&self) -> Duration {
-        *self.margin.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    fn unanswered(&self) -> std::sync::MutexGuard<'_, BTreeMap<Instant, usize>> {
-        self.unanswered
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// A call was admitted at `at`.
-    fn sent(&self, at: Instant) {
-        *self.unanswered().entry(at).or_default() += 1;
-    }
-
-    /// The call admitted at `at` was answered (or dropped) at `now`: no longer under way, and
-    /// its round trip measured.
-    fn answered(&self, at: Instant, now: Instant) {
-        let mut unanswered = self.unanswered();
-        if let Some(count) = unanswered.get_mut(&at) {
-            *count -= 1;
-            if *count == 0 {
-                unanswered.remove(&at);
-            }
-        }
-        drop(unanswered);
-        self.measured(now - at);
-    }
-
-    /// Before a call is admitted at `now`: the margin covers every round trip still under
-    /// way, as long as it has lasted so far. An arrival comes before its answer, so a call
-    /// not answered yet may still arrive; learned only from answers, the margin would let
-    /// the next calls be admitted as if the slow ones had arrived within it (four arrivals
-    /// in one second of a `2/1s` quota whose first round trips were slower than the margin).
-    ///
-    /// Widened only while the log still counts the call (a wider log carries only what the
-    /// narrower one counts at that instant), so a caller asleep in the queue wakes for it
-    /// ([`Quota::next_check`]).
-    fn cover_unanswered(&self, now: Instant) {
-        let oldest = self.unanswered().keys().next().copied();
-        if let Some(oldest) = oldest {
-            self.measured(now - oldest);
-        }
-    }
-
-    /// Widens the margin over the calls under way even when no caller is waiting to (one
-    /// admitted later would find a slow call already gone from the narrower log, which a
-    /// wider one no longer carries): a task of `shared`'s quota that sleeps until the oldest
-    /// call under way outlasts the margin ([`Quota::next_check`]), widens it, and ends once
-    /// none needs it (no call under way, or the margin at its cap). One at a time; a call
-    /// admitted after it ended starts another.
-    fn watch(shared: &Arc<Shared>) {
-        let Some(quota) = &shared.quota else {
-            return;
-        };
-        // AcqRel: one watcher at a time; the store that ends one is ordered before the
-        // check that starts the next.
-        if quota.watching.swap(true, Ordering::AcqRel) {
-            return;
-        }
-        let shared = Arc::clone(shared);
-        tokio::spawn(async move {
-            let Some(quota) = &shared.quota else {
-                return;
-            };
-            loop {
-                match quota.next_check(Instant::now()) {
-                    Some(at) => {
-                        tokio::time::sleep_until(at).await;
-                        quota.cover_unanswered(Instant::now());
-                    }
-                    None => {
-                        quota.watching.store(false, Ordering::Release);
-                        // A call admitted meanwhile found the watch on: look once more.
-                        if quota.next_check(Instant::now()).is_none()
-                            || quota.watching.swap(true, Ordering::AcqRel)
-                        {
-                            return;
-                        }
-                    }
-                }
-            }
-        });
-    }
-
-    /// When the oldest call under way will have outlasted the margin (by a millisecond),
-    /// while the log still counts it: the time to widen the margin again. `None` when no
-    /// call is under way, or the margin can grow no more for it (past that time already).
-    fn next_check(&self, now: Instant) -> Option<Instant> {
-        let oldest = self.unanswered().keys().next().copied()?;
-        let at = oldest + self.margin() + Duration::from_millis(1);
-        (at > now).then_some(at)
-    }
-
-    /// A call was answered `delay` after it was admitted: widen the margin if it no longer
-    /// covers that.
-    fn measured(&self, delay: Duration) {
-        let mut margin = self.margin.lock().unwrap_or_else(PoisonError::into_inner);
-        if delay <= *margin {
-            return;
-        }
-        let cap = self
-            .policy
-            .bands()
-            .map(|band| band.window() / 4)
-            .min()
-            .unwrap_or(Duration::ZERO);
-        let step = Duration::from_millis(10).as_nanos();
-        let wanted = (delay.as_nanos() * 3 / 2).div_ceil(step) * step;
-        let wanted = Duration::from_nanos(u64::try_from(wanted).unwrap_or(u64::MAX)).min(cap);
-        if wanted <= *margin {
-            return;
-        }
-        // The widened policy was valid at a smaller margin and only its windows grow, within
-        // the longest window a policy may have only if the quota's was: keep the old one if not.
-        if let Ok(policy) = widened(self.policy, wanted) {
-            self.limiter.set_policy(policy);
-            *margin = wanted;
-            // Every key moved now, out of the lock that answers wait on: the calls the
-            // narrower log counts at this instant stay counted by the wider one (moved on
-            // its next call, a key would carry only those its narrower log still counted
-            // then). A later widening meanwhile moves them to its own policy.
-            drop(margin);
-            self.limiter.move_every_key_now();
-        }
-    }
-}
-
-/// `quota` with every band a sliding log over its window plus `margin`.
-fn widened(quota: Policy, margin: Duration) -> Result<Policy, PolicyError> {
-    let mut bands = quota.bands().map(|band| {
-        Policy::new(
-            Algorithm::SlidingLog,
-            band.permits(),
-            band.window() + margin,
-        )
-    });
-    let first = bands.next().unwrap_or(Ok(quota))?;
-    bands.try_fold(first, |policy, band| policy.and(band?))
 }
 
 impl fmt::Debug for Throttle {
