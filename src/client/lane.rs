@@ -249,13 +249,18 @@ mod tests {
         Duration::from_secs(n)
     }
 
-    /// What an answer of one unnamed policy says.
-    const fn left(remaining: u64, reset: Duration) -> Left {
+    /// What an answer says of `policy`.
+    const fn of(policy: u64, remaining: u64, reset: Duration) -> Left {
         Left {
-            policy: 0,
+            policy,
             remaining,
             reset,
         }
+    }
+
+    /// What an answer of one unnamed policy says.
+    const fn left(remaining: u64, reset: Duration) -> Left {
+        of(0, remaining, reset)
     }
 
     #[tokio::test(start_paused = true)]
@@ -282,11 +287,6 @@ mod tests {
     async fn every_policy_keeps_its_own_cap() {
         let now = Instant::now();
         let mut told = Told::default();
-        let of = |policy, remaining, reset| Left {
-            policy,
-            remaining,
-            reset,
-        };
         told.admit(now, 1);
         told.answered(1);
         told.reported(now, of(1, 0, secs(1)));
@@ -316,11 +316,6 @@ mod tests {
     async fn lost_calls_count_against_the_caps_that_may_not_count_them() {
         let now = Instant::now();
         let mut told = Told::default();
-        let of = |policy, remaining, reset| Left {
-            policy,
-            remaining,
-            reset,
-        };
         told.admit(now, 1);
         told.answered(1);
         told.reported(now, of(1, 5, secs(1)));
