@@ -4,9 +4,10 @@
 //! [`ModelCell`] exposes one per-key state machine with its raw retire step, so a model can
 //! race requests against eviction on the very code the limiters run. [`ModelSlab`] exposes
 //! the slab a keyed limiter keeps its token-bucket states in, with the epoch guard that holds
-//! back the reuse of a freed cell ([`ModelGuard`]). [`ModelGauge`] is a concurrency
-//! limiter's gauge of one key, [`ModelStrikes`] a login guard's strike record of one account, [`ModelStripes`] a hot
-//! key spread over stripes.
+//! back the reuse of a freed cell ([`ModelGuard`]), and a cell pinned as a thread's last hit
+//! pins it ([`ModelPinned`]). [`ModelGauge`] is a concurrency limiter's gauge of one key,
+//! [`ModelStrikes`] a login guard's strike record of one account, [`ModelStripes`] a hot key
+//! spread over stripes.
 
 use std::sync::Arc;
 
@@ -14,13 +15,14 @@ use crate::clock::Clock;
 use crate::concurrency::gauge::{acquire_on, acquire_shared, AtCapacity, Gauge, Permit};
 use crate::decision::Decision;
 use crate::engine::any_state::{any_state, AnyState};
-use crate::engine::cells::{Cells, Slab};
+use crate::engine::cells::{Cells, Pinned, Slab};
 use crate::engine::rebuilds::Rebuilds;
 use crate::engine::state::Decides;
 use crate::engine::state::RateState;
 use crate::engine::stripes::Stripes;
 use crate::engine::sync::{Guard, Mutex};
 use crate::engine::token_bucket::{Gcra, GcraCell};
+use crate::engine::word::Once;
 use crate::login::strikes::{Escalation, StrikeCell};
 use crate::login::LoginConfig;
 use crate::policy::Policy;
@@ -141,6 +143,41 @@ impl ModelSlab {
     /// guard present now is gone.
     pub fn release(&self, slot: u32) {
         self.cells.release(vec![slot]);
+    }
+
+    /// Pins the cell at `slot`, as a keyed limiter's thread pins its last hit: to be called
+    /// under a [`ModelGuard`] taken before the lookup that found `slot`, so that the guard
+    /// keeps a release of the place from running before the pin is counted. While the
+    /// [`ModelPinned`] lives, the place is not given to another key.
+    pub fn pin(&self, slot: u32) -> ModelPinned {
+        ModelPinned {
+            cell: self.cells.pin(slot),
+            gcra: self.gcra,
+        }
+    }
+}
+
+/// A cell of a [`ModelSlab`] pinned by a thread that decides on it with no guard, as a keyed
+/// limiter's last hit does (`keyed::last_hit`). Dropping it unpins the cell.
+pub struct ModelPinned {
+    cell: Pinned<GcraCell>,
+    gcra: Gcra,
+}
+
+impl std::fmt::Debug for ModelPinned {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ModelPinned").finish_non_exhaustive()
+    }
+}
+
+impl ModelPinned {
+    /// Decides a request of cost 1 at `now` on the pinned cell in one compare-and-swap, with
+    /// no guard; `None` when the state is retired or another thread wrote it first.
+    pub fn try_acquire_once(&self, now: u64) -> Option<Decision> {
+        match self.cell.get().reserve_once(&self.gcra, now, 1) {
+            Once::Done((decision, _)) => Some(decision),
+            Once::Retired | Once::Lost => None,
+        }
     }
 }
 

@@ -6,13 +6,14 @@
 //! holds only what [`Cells::Handle`] says, and the state stays put. The slab saves the
 //! allocation per key (and the allocator's overhead with it) for the token bucket and the
 //! sliding counter: a freed cell is taken again only once every epoch guard that could have
-//! seen it is gone, and is then overwritten with the new key's state before that state is
-//! published. The sliding log and the composite own a heap block of words anyway, and a
-//! state with its own parameters (a per-key policy) differs in layout from key to key, so
-//! those keep one box per key.
+//! seen it is gone and no thread has it pinned (see [`Pinned`]), and is then overwritten with
+//! the new key's state before that state is published. The sliding log and the composite own
+//! a heap block of words anyway, and a state with its own parameters (a per-key policy)
+//! differs in layout from key to key, so those keep one box per key.
 
+use std::collections::HashMap;
 use std::ops::DerefMut;
-use std::sync::{Arc, OnceLock, PoisonError};
+use std::sync::{Arc, OnceLock, PoisonError, Weak};
 
 use crate::engine::sync::{Guard, Mutex};
 
@@ -97,8 +98,9 @@ const MAX_SLOTS: u64 = (1 << (LAST_POWER + 1)) - (1 << FIRST_SHIFT);
 /// Cells that never move: segments allocated as the table grows, and the places free for
 /// reuse.
 pub(crate) struct Slab<St> {
-    /// Inline, so a lookup goes from the table straight to a segment's cells.
-    segments: [OnceLock<Box<[St]>>; SEGMENTS],
+    /// Inline, so a lookup goes from the table straight to a segment's cells. Each segment
+    /// in an `Arc`, so that a [`Pinned`] cell keeps its segment alive after the slab.
+    segments: [OnceLock<Arc<[St]>>; SEGMENTS],
     /// Slots handed out so far, and the released places (a cold path: taken to create a
     /// key). Behind an `Arc` of its own, so a release deferred past the readers can still
     /// reach it, or find it gone with the slab.
@@ -109,6 +111,79 @@ pub(crate) struct Slab<St> {
 struct Slots {
     next: u64,
     free: Vec<u32>,
+    /// The places pinned now, with how many pins each has and whether it was released
+    /// meanwhile (then it joins `free` when its last pin goes).
+    pinned: HashMap<u32, Pins>,
+}
+
+/// The pins of one place.
+struct Pins {
+    count: u32,
+    released: bool,
+}
+
+impl Slots {
+    /// Takes `freed` back once no reader's guard can hold them: each joins the free places,
+    /// or waits for its last pin.
+    fn take_back(&mut self, freed: Vec<u32>) {
+        if self.pinned.is_empty() {
+            self.free.extend(freed);
+            return;
+        }
+        for place in freed {
+            match self.pinned.get_mut(&place) {
+                Some(pins) => pins.released = true,
+                None => self.free.push(place),
+            }
+        }
+    }
+}
+
+/// A slab's cell held outside any epoch guard, by a thread that keeps deciding on it (a
+/// keyed limiter's thread-local last hit, `keyed::last_hit`). While a `Pinned` lives, its
+/// cell's segment stays allocated and its place is not given to another key: a place
+/// released while pinned is taken back when the last pin goes. So a request on a pinned cell
+/// decides on its key's state or on that state retired (which refuses to decide), never on
+/// another key's. Pinning is for a cell found in the index under a guard: the guard keeps the
+/// release of the place from running before the pin is counted.
+pub(crate) struct Pinned<St> {
+    segment: Arc<[St]>,
+    offset: usize,
+    place: u32,
+    /// Weak, as the slab's own deferred releases hold it: a pin outliving its slab keeps the
+    /// one segment it needs, not the slab's books (a free list of every key it held).
+    slots: Weak<Mutex<Slots>>,
+}
+
+impl<St> Pinned<St> {
+    /// The cell.
+    #[inline(always)]
+    pub(crate) fn get(&self) -> &St {
+        &self.segment[self.offset]
+    }
+}
+
+impl<St> Drop for Pinned<St> {
+    fn drop(&mut self) {
+        // A slab gone has no place to give again.
+        let Some(slots) = self.slots.upgrade() else {
+            return;
+        };
+        let mut slots = lock(&slots);
+        let Some(pins) = slots.pinned.get_mut(&self.place) else {
+            return;
+        };
+        pins.count -= 1;
+        if pins.count == 0 {
+            let released = pins.released;
+            slots.pinned.remove(&self.place);
+            if released {
+                // The mutex orders this thread's last use of the cell before the write of
+                // whichever key `hold` gives the place to next.
+                slots.free.push(self.place);
+            }
+        }
+    }
 }
 
 /// Where a cell is: its segment in the high bits of a `u32`, its offset in the low
@@ -144,6 +219,30 @@ impl Place {
 }
 
 impl<St> Slab<St> {
+    /// Pins the cell at `place`, found in the index under a guard still held (see
+    /// [`Pinned`]).
+    pub(crate) fn pin(&self, place: u32) -> Pinned<St> {
+        let (segment, offset) = Place::split(place);
+        let Some(cells) = self.segments[segment].get() else {
+            unreachable!("place {place:#x} was handed out, so its segment exists")
+        };
+        let mut slots = lock(&self.slots);
+        slots
+            .pinned
+            .entry(place)
+            .or_insert(Pins {
+                count: 0,
+                released: false,
+            })
+            .count += 1;
+        Pinned {
+            segment: Arc::clone(cells),
+            offset,
+            place,
+            slots: Arc::downgrade(&self.slots),
+        }
+    }
+
     /// Hands out every place not yet handed out, as a slab of `MAX_SLOTS` cells would have.
     #[cfg(test)]
     pub(crate) fn exhaust(&self) {
@@ -222,7 +321,7 @@ impl<St: Reusable> Cells<St> for Slab<St> {
         guard.accelerate();
         guard.defer_execute(move || {
             if let Some(slots) = slots.upgrade() {
-                lock(&slots).free.extend(freed);
+                lock(&slots).take_back(freed);
             }
         });
     }
@@ -274,6 +373,84 @@ mod tests {
             self.0
                 .store(from.0.load(Ordering::Relaxed), Ordering::Relaxed);
         }
+    }
+
+    /// A slab holding `count` cells, the `v`th holding `v`, and their places.
+    fn holding(count: u64) -> (Slab<Word>, Vec<u32>) {
+        let slab = Slab::<Word>::new();
+        let places = (0..count)
+            .map(|v| slab.hold(Word(AtomicU64::new(v))).unwrap())
+            .collect();
+        (slab, places)
+    }
+
+    /// Holds places until one comes back that is not in `kept`, and returns it.
+    fn next_reused(slab: &Slab<Word>, kept: &[u32]) -> Option<u32> {
+        for _ in 0..100_000 {
+            drop(Guard::new());
+            let handed = slab.hold(Word(AtomicU64::new(300))).unwrap();
+            if (handed as usize) < 64 && !kept.contains(&handed) {
+                return Some(handed);
+            }
+        }
+        None
+    }
+
+    #[test]
+    fn a_pinned_place_is_given_again_only_once_its_last_pin_goes() {
+        let (slab, places) = holding(8);
+        let guard = Guard::new();
+        let first = slab.pin(places[3]);
+        let second = slab.pin(places[3]);
+        drop(guard);
+        assert_eq!(first.get().0.load(Ordering::Relaxed), 3);
+        slab.release(vec![places[3]]);
+        // Past every guard, the place is still pinned: new keys get fresh places.
+        for _ in 0..100_000 {
+            drop(Guard::new());
+            if lock(&slab.slots)
+                .pinned
+                .get(&places[3])
+                .is_some_and(|pins| pins.released)
+            {
+                break;
+            }
+        }
+        let pins = lock(&slab.slots)
+            .pinned
+            .get(&places[3])
+            .map(|pins| (pins.count, pins.released));
+        assert_eq!(pins, Some((2, true)), "released while pinned twice");
+        let fresh: Vec<u32> = (0..4)
+            .map(|_| slab.hold(Word(AtomicU64::new(200))).unwrap())
+            .collect();
+        assert!(!fresh.contains(&places[3]), "{fresh:?}");
+        assert_eq!(second.get().0.load(Ordering::Relaxed), 3);
+        drop(first);
+        let held = slab.hold(Word(AtomicU64::new(201))).unwrap();
+        assert_ne!(held, places[3], "one pin is left");
+        drop(second);
+        // The last pin gone, the place is free again and taken by the next key.
+        assert_eq!(slab.hold(Word(AtomicU64::new(202))), Some(places[3]));
+        assert_eq!(slab.get(&places[3]).0.load(Ordering::Relaxed), 202);
+    }
+
+    #[test]
+    fn a_pin_dropped_before_the_release_keeps_nothing_back() {
+        let (slab, places) = holding(8);
+        drop(slab.pin(places[5]));
+        slab.release(vec![places[5]]);
+        assert_eq!(next_reused(&slab, &places[..5]), Some(places[5]));
+        assert!(lock(&slab.slots).pinned.is_empty());
+    }
+
+    #[test]
+    fn a_pinned_cell_outlives_its_slab() {
+        let slab = Slab::<Word>::new();
+        let place = slab.hold(Word(AtomicU64::new(7))).unwrap();
+        let pinned = slab.pin(place);
+        drop(slab);
+        assert_eq!(pinned.get().0.load(Ordering::Relaxed), 7);
     }
 
     #[test]

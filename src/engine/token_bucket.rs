@@ -21,7 +21,7 @@ use crate::engine::state::{
     band_stamp, in_use, one_mark, single_from_carry, Carry, RateState, Verdict,
 };
 use crate::engine::sync::{AtomicU64, Ordering};
-use crate::engine::word::{live, update, update_noting, Retired, Update};
+use crate::engine::word::{live, update, update_noting, update_once, Once, Retired, Update};
 use crate::policy::{Band, Policy};
 use crate::reservation::Marks;
 
@@ -256,6 +256,17 @@ impl GcraCell {
             },
             lost,
         )
+    }
+
+    /// [`GcraCell::reserve_at`] in one compare-and-swap, not retried when another thread wrote
+    /// the TAT first (nothing is written then): the decision and the TAT an admission wrote
+    /// (0 for a refusal).
+    #[inline(always)]
+    pub(crate) fn reserve_once(&self, gcra: &Gcra, now: u64, cost: u64) -> Once<(Decision, u64)> {
+        update_once(&self.tat, |tat| match gcra.decide(tat, now, cost) {
+            Verdict::Deny(decision) => Update::keep((decision, 0)),
+            Verdict::Allow(decision, new_tat) => Update::write(new_tat, (decision, new_tat)),
+        })
     }
 
     /// The TAT, for an answer only (`Relaxed`: see `crate::engine::word`); `None` when
