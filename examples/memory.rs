@@ -218,7 +218,7 @@ fn settle() -> usize {
 /// Heap bytes per key of a tollgate limiter holding `keys`.
 fn tollgate_bytes<K, Q, T>(policy: &str, keys: &[T]) -> f64
 where
-    K: Hash + Eq + Clone + Borrow<Q> + From<Q::Owned> + 'static,
+    K: Hash + Eq + Clone + Send + Borrow<Q> + From<Q::Owned> + 'static,
     Q: Hash + Eq + ToOwned + ?Sized,
     T: Borrow<Q>,
 {

@@ -8,8 +8,8 @@
 
 use std::borrow::Borrow;
 use std::hash::{BuildHasher, Hash};
-use std::sync::atomic::{fence, AtomicUsize, Ordering};
-use std::sync::{Mutex, MutexGuard, PoisonError, TryLockError};
+use std::sync::atomic::{fence, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, TryLockError};
 
 use crossbeam_utils::CachePadded;
 use scc::{AtomicShared, Guard, Shared, Tag};
@@ -23,6 +23,7 @@ use crate::policy::Policy;
 use crate::reservation::next_limiter_id;
 
 use super::key_state::{with_keys, AnyKeys, KeyState};
+use super::last_hit::LastHits;
 use super::overflow::Inherited;
 use super::rules::Rules;
 
@@ -134,12 +135,20 @@ pub(super) struct Generations<K, C, S: BuildHasher> {
     /// reads no mark. Limiter-wide, so a reset of one key also withholds the refunds of
     /// reservations outstanding on others: those give back less, never more.
     pub(super) rebuilds: Rebuilds,
+    /// Counts the changes after which a thread's last hit (`keyed::last_hit`) is decided
+    /// through the table again: a new generation, a key striped.
+    pub(super) changes: Arc<AtomicU64>,
+    /// Each thread's last hit (`keyed::last_hit`).
+    pub(super) last_hits: LastHits<K>,
 }
 
-impl<K: Hash + Eq + Clone + 'static, C, S: BuildHasher + Clone + 'static> Generations<K, C, S> {
+impl<K: Hash + Eq + Clone + Send + 'static, C, S: BuildHasher + Clone + 'static>
+    Generations<K, C, S>
+{
     /// One generation under `rules`, no key tracked, no cap.
     pub(super) fn new(rules: Rules<K>, clock: C, hasher: S) -> Self {
-        let keys = AnyKeys::new(&rules, hasher.clone(), Inherited::default(), 0);
+        let changes = Arc::new(AtomicU64::new(0));
+        let keys = AnyKeys::new(&rules, hasher.clone(), Inherited::default(), 0, &changes);
         let generation = Generation {
             sweep_grace: rules.sweep_grace(),
             rules,
@@ -158,6 +167,8 @@ impl<K: Hash + Eq + Clone + 'static, C, S: BuildHasher + Clone + 'static> Genera
             may_stripe: true,
             id: next_limiter_id(),
             rebuilds: Rebuilds::new(),
+            changes,
+            last_hits: LastHits::new(),
         }
     }
 }
@@ -316,7 +327,7 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
             let replaced = self.generation(&guard);
             let inherited = replaced.keys.retire_overflow(&replaced.rules, now);
             let older = self.current.get_shared(Ordering::Acquire, &guard);
-            let keys = AnyKeys::new(&rules, hasher, inherited, now);
+            let keys = AnyKeys::new(&rules, hasher, inherited, now, &self.changes);
             let generation = Generation {
                 sweep_grace: rules.sweep_grace(),
                 rules,
@@ -328,6 +339,10 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
             // Acquire. The old one stays reachable through `older` until it drains.
             self.current
                 .swap((Some(Shared::new(generation)), Tag::None), Ordering::AcqRel);
+            // Release: a thread that sees the count move leaves its last hit, which may be a
+            // state of the replaced generation, for the table. Until then it decides on that
+            // state, as a request that loaded the generation before the swap does.
+            self.changes.fetch_add(1, Ordering::Release);
         });
         // A generation replaced before it held a key (a reload soon after another) is
         // unlinked now, so reloads never grow the chain new keys walk.

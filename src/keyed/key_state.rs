@@ -3,6 +3,7 @@
 
 use std::hash::{BuildHasher, Hash};
 use std::marker::PhantomData;
+use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
 use crate::clock::Clock;
@@ -374,12 +375,18 @@ impl<K> KeyState<K> for AnyState {
 }
 
 impl<K: Hash + Eq, St: KeyState<K>, S: BuildHasher> Keys<K, St, S> {
-    pub(super) fn new(params: St::Params, hasher: S, inherited: Inherited, now: u64) -> Self {
+    pub(super) fn new(
+        params: St::Params,
+        hasher: S,
+        inherited: Inherited,
+        now: u64,
+        changes: &Arc<AtomicU64>,
+    ) -> Self {
         Keys {
             table: Table::with_hasher(hasher),
             overflow: St::new_overflow(&params, inherited, now),
             params,
-            hot: Hot::new(<St as KeyState<K>>::STRIPED),
+            hot: Hot::new(<St as KeyState<K>>::STRIPED, Arc::clone(changes)),
         }
     }
 }
@@ -387,20 +394,29 @@ impl<K: Hash + Eq, St: KeyState<K>, S: BuildHasher> Keys<K, St, S> {
 impl<K: Hash + Eq + 'static, S: BuildHasher + 'static> AnyKeys<K, S> {
     /// The tables of a generation under `rules`, its shared overflow state(s) counting what
     /// the replaced generation's counted at `now` (`inherited`).
-    pub(super) fn new(rules: &Rules<K>, hasher: S, inherited: Inherited, now: u64) -> Self {
-        struct New<S>(S, Inherited, u64);
-        impl<K: Hash + Eq, S: BuildHasher> Builder<KeysStorage<K, S>> for New<S> {
+    /// `changes` is the limiter's count of changes that a thread's last hit must see
+    /// (`keyed::last_hit`).
+    pub(super) fn new(
+        rules: &Rules<K>,
+        hasher: S,
+        inherited: Inherited,
+        now: u64,
+        changes: &Arc<AtomicU64>,
+    ) -> Self {
+        struct New<'c, S>(S, Inherited, u64, &'c Arc<AtomicU64>);
+        impl<K: Hash + Eq, S: BuildHasher> Builder<KeysStorage<K, S>> for New<'_, S> {
             fn build<St: RateState>(self, params: St::Params) -> Keys<K, St, S> {
-                Keys::new(params, self.0, self.1, self.2)
+                Keys::new(params, self.0, self.1, self.2, self.3)
             }
         }
         match rules {
             Rules::PerKey(resolver) => {
-                AnyKeys::PerKey(Keys::new(resolver.clone(), hasher, inherited, now))
+                AnyKeys::PerKey(Keys::new(resolver.clone(), hasher, inherited, now, changes))
             }
-            Rules::Uniform(policy) => {
-                AnyKeys::Uniform(PerAlgorithm::new(policy, New(hasher, inherited, now)))
-            }
+            Rules::Uniform(policy) => AnyKeys::Uniform(PerAlgorithm::new(
+                policy,
+                New(hasher, inherited, now, changes),
+            )),
         }
     }
 

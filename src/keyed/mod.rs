@@ -42,6 +42,7 @@ use self::stats::Extras;
 
 mod generations;
 mod key_state;
+mod last_hit;
 mod overflow;
 mod request;
 mod rules;
@@ -124,7 +125,7 @@ pub struct RateLimiter<K = String, C = SystemClock, S: BuildHasher = KeyHasher> 
     extras: Option<Box<Extras>>,
 }
 
-impl<K: Hash + Eq + Clone + 'static> RateLimiter<K, SystemClock, KeyHasher> {
+impl<K: Hash + Eq + Clone + Send + 'static> RateLimiter<K, SystemClock, KeyHasher> {
     /// A limiter enforcing `policy` per key, on the real clock.
     ///
     /// # Examples
@@ -142,7 +143,7 @@ impl<K: Hash + Eq + Clone + 'static> RateLimiter<K, SystemClock, KeyHasher> {
     }
 }
 
-impl<K: Hash + Eq + Clone + 'static, C: Clock> RateLimiter<K, C, KeyHasher> {
+impl<K: Hash + Eq + Clone + Send + 'static, C: Clock> RateLimiter<K, C, KeyHasher> {
     /// A limiter enforcing `policy` per key, reading time from `clock`.
     ///
     /// # Examples
@@ -210,7 +211,7 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock> RateLimiter<K, C, KeyHasher> {
     }
 }
 
-impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
+impl<K: Hash + Eq + Clone + Send + 'static, C: Clock, S: BuildHasher + Clone + 'static>
     RateLimiter<K, C, S>
 {
     /// A limiter with a hasher of your choice for its keys (see [`KeyHasher`] for the
@@ -241,7 +242,11 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
             extras: None,
         }
     }
+}
 
+impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
+    RateLimiter<K, C, S>
+{
     /// Caps the keys tracked at once at `max_keys`, so that clients sending endless new keys
     /// (random IPs, forged tokens) cannot grow memory without bound.
     ///
@@ -449,7 +454,10 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
     /// Decides a request of cost 1 for `key`.
     ///
     /// An existing key costs a lock-free lookup and a compare-and-swap; nothing is allocated.
-    /// A new key allocates its state and its entry (and clones the key) once.
+    /// A key this thread keeps deciding on (a run of requests in a row) costs the
+    /// compare-and-swap alone, once the thread has kept a copy of it (see
+    /// `docs/ARCHITECTURE.md`, "Each thread's last hit"). A new key allocates its state and
+    /// its entry (and clones the key) once.
     ///
     /// # Examples
     ///

@@ -15,13 +15,15 @@ use crate::clock::{Clock, Fixed, Reading};
 use crate::decision::Decision;
 use crate::engine::dispatch::{with_state, PerAlgorithm};
 use crate::engine::retry::Retry;
-use crate::engine::state::{Carry, Decides};
+use crate::engine::state::{one_mark, Carry, Decides};
+use crate::engine::token_bucket::GcraCell;
 use crate::error::CostError;
 use crate::policy::Policy;
 use crate::reservation::Marks;
 
 use super::generations::{Generation, Generations};
 use super::key_state::{with_keys, AnyKeys, KeyState, Keys, Settle};
+use super::last_hit::{self, ToPin, Tried};
 use super::rules::{Resolved, Rules};
 use super::table::TableEntry;
 
@@ -48,6 +50,15 @@ impl Decided {
             created: false,
         }
     }
+}
+
+/// What a request read of this thread's notes before the table (see
+/// [`Generations::last_hit_first`]).
+#[derive(Clone, Copy)]
+struct First {
+    /// The limiter's count of changes, read before the generation.
+    changes: u64,
+    start: last_hit::Start,
 }
 
 /// What the cold path is asked to do once it has found or created the key's state.
@@ -86,10 +97,12 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
     /// decided at `clock`'s instant (the limiter's own clock, or the one reading of an
     /// `AllOf`), each decision handed to `finish` (stats and shadow mode).
     ///
-    /// The hit is inline and its decision made in registers: a token bucket's key already
-    /// tracked in the current generation, found without a lock, decided on its word or from
-    /// a slot of its home stripe. Everything else (another algorithm, a striped key's stripes
-    /// beyond that slot, a key not tracked, a state retired under us) goes to
+    /// First this thread's last hit (`keyed::last_hit`): the key it pinned, decided with no
+    /// guard and no lookup. Then the hit, inline and its decision made in registers: a token
+    /// bucket's key already tracked in the current generation, found without a lock, decided
+    /// on its word (noted for the last hit) or from a slot of its home stripe. Everything
+    /// else (another algorithm, a striped key's stripes beyond that slot, a key not tracked,
+    /// a state retired under us) goes to
     /// [`Generations::acquire_slow`], out of line, which returns its decision whole. The two
     /// never meet: a decision that comes back through memory, merged with the hit's, made
     /// the hit's go through memory too, written in 8-byte pieces and copied in 16-byte ones,
@@ -106,18 +119,34 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
         K: Borrow<Q> + From<Q::Owned>,
         Q: Hash + Eq + ToOwned + ?Sized,
     {
+        let (first, tried) = self.last_hit_first(key, clock.now(), 1);
+        let lost = match tried {
+            Tried::Decided(decision, _) => return finish(decision),
+            Tried::Lost => true,
+            Tried::Missed => false,
+        };
         let guard = Guard::new();
         let generation = self.generation(&guard);
         let hit = match &generation.keys {
             // The token bucket's table knows its striped keys (see `keyed::striped`).
-            AnyKeys::Uniform(PerAlgorithm::TokenBucket(keyed)) => keyed.table.read(
+            AnyKeys::Uniform(PerAlgorithm::TokenBucket(keyed)) => keyed.table.read_at(
                 key,
                 &guard,
                 #[inline(always)]
-                |cell| {
-                    keyed
-                        .hot
-                        .acquire(cell, &keyed.params, clock.now(), self.may_stripe, &guard)
+                |held, cell| {
+                    if lost {
+                        keyed
+                            .hot
+                            .lost_elsewhere(cell, &keyed.params, clock.now(), self.may_stripe);
+                    }
+                    keyed.hot.acquire(
+                        cell,
+                        &keyed.params,
+                        clock.now(),
+                        self.may_stripe,
+                        &guard,
+                        || self.note_hit(first, keyed, held, key),
+                    )
                 },
             ),
             _ => None,
@@ -178,6 +207,37 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
         finish(decision)
     }
 
+    /// A request of `cost` for `key` at `now` on this thread's last hit (`keyed::last_hit`),
+    /// before the table: what the thread's notes said (the count of changes read before the
+    /// generation is, and the limiter's way), and how it went.
+    #[inline(always)]
+    fn last_hit_first<Q>(&self, key: &Q, now: u64, cost: u64) -> (First, Tried)
+    where
+        K: Borrow<Q>,
+        Q: Eq + ?Sized,
+    {
+        let changes = last_hit::changes(&self.changes);
+        let start = self.last_hits.start(self.id, changes);
+        let tried = self.last_hits.decide(start, &self.changes, key, now, cost);
+        (First { changes, start }, tried)
+    }
+
+    /// Notes a decision on the word of `key`'s token bucket at `held`, made through the table
+    /// under the guard still held, for this thread's last hit: a run of them pins the key.
+    #[inline(always)]
+    fn note_hit<Q>(&self, first: First, keyed: &Keys<K, GcraCell, S>, held: u32, key: &Q)
+    where
+        K: Borrow<Q> + From<Q::Owned>,
+        Q: Hash + Eq + ToOwned + ?Sized,
+    {
+        self.last_hits
+            .seen(first.start, self.id, first.changes, held, || ToPin {
+                key: K::from(key.to_owned()),
+                cell: keyed.table.pin(held),
+                gcra: keyed.params,
+            });
+    }
+
     /// A request of cost 1 on `keyed`'s table, for [`Generations::acquire_slow`].
     #[inline(always)]
     fn one_in<Q, St: KeyState<K>>(
@@ -232,11 +292,30 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
         // `on` is called once, on whichever path decides.
         let at = Fixed(self.clock.now_in(reading));
         let clock = &at;
+        let (first, tried) = self.last_hit_first(key, clock.now(), cost);
+        let lost = match tried {
+            Tried::Decided(decision, mark) => {
+                return Ok(on(Decided::own((decision, one_mark(mark)))));
+            }
+            Tried::Lost => true,
+            Tried::Missed => false,
+        };
         let guard = Guard::new();
         let generation = self.generation(&guard);
         let hit = match &generation.keys {
             AnyKeys::Uniform(PerAlgorithm::TokenBucket(keyed)) => {
-                self.hit_in(keyed, key, &guard, clock, cost, &mut on)
+                keyed.table.read_at(key, &guard, |held, cell| {
+                    if lost {
+                        keyed
+                            .hot
+                            .lost_elsewhere(cell, &keyed.params, clock.now(), self.may_stripe);
+                    }
+                    let result = self.decide_on(cell, &keyed.params, clock, cost, &mut on)?;
+                    if result.is_ok() && keyed.hot.may_pin(cell) {
+                        self.note_hit(first, keyed, held, key);
+                    }
+                    Some(result)
+                })
             }
             keys => self
                 .hit_elsewhere(keys, key, &guard, clock, cost)
@@ -288,14 +367,24 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
         Q: Hash + Eq + ?Sized,
     {
         keyed.table.read(key, guard, |state| {
-            match state.bind(&keyed.params).reserve_checked(clock, cost)? {
-                Ok(decided) => Some(Ok(on(Decided::own(decided)))),
-                Err(refused) => state
-                    .bind(&keyed.params)
-                    .peek(clock, 1)
-                    .map(|_| Err(refused)),
-            }
+            self.decide_on(state, &keyed.params, clock, cost, on)
         })
+    }
+
+    /// The request of [`Generations::hit_in`] on `state`, found in its table.
+    #[inline(always)]
+    fn decide_on<St: KeyState<K>, R>(
+        &self,
+        state: &St,
+        params: &St::Params,
+        clock: &impl Clock,
+        cost: u64,
+        on: &mut impl FnMut(Decided) -> R,
+    ) -> Option<Result<R, CostError>> {
+        match state.bind(params).reserve_checked(clock, cost)? {
+            Ok(decided) => Some(Ok(on(Decided::own(decided)))),
+            Err(refused) => state.bind(params).peek(clock, 1).map(|_| Err(refused)),
+        }
     }
 
     /// [`Generations::hit_in`] for every table but the token bucket's, out of line.

@@ -29,7 +29,7 @@
 //! racing installations in `striped/tests.rs`.)
 
 use std::sync::atomic::{fence, AtomicU64, Ordering};
-use std::sync::PoisonError;
+use std::sync::{Arc, PoisonError};
 
 use scc::{AtomicShared, Guard, Shared, Tag};
 
@@ -46,7 +46,7 @@ const PROBES: usize = 4;
 const LOCKS: usize = 16;
 /// Compare-and-swaps lost on keys of one spot within one tick, after which the key that lost
 /// the last one is striped (the direct limiter's count).
-const LOST_BEFORE_STRIPING: u64 = 16;
+pub(super) const LOST_BEFORE_STRIPING: u64 = 16;
 /// A tick of the lost count: `now >> TICK` ns, about a millisecond.
 const TICK: u32 = 20;
 /// How long a striped key may go without a lease before another key of its spot may take
@@ -92,6 +92,9 @@ pub(super) struct Hot {
     /// other tables' removals skip [`Hot::forget`]'s fence.
     buckets: bool,
     side: Box<Side>,
+    /// The limiter's count of the changes after which a thread's last hit is decided again
+    /// through the table (`keyed::last_hit`): a key striped here is one.
+    changes: Arc<AtomicU64>,
 }
 
 /// What [`Hot`] keeps beside its filter.
@@ -109,8 +112,9 @@ struct Side {
 
 impl Hot {
     /// The side table of a table whose states are token buckets (`buckets`) or not.
-    pub(super) fn new(buckets: bool) -> Self {
+    pub(super) fn new(buckets: bool, changes: Arc<AtomicU64>) -> Self {
         Hot {
+            changes,
             marks: AtomicU64::new(0),
             buckets,
             side: Box::new(Side {
@@ -136,7 +140,8 @@ impl Hot {
     /// stripe's lease when the key is striped, on its word otherwise (and when its spot is
     /// marked for another key). `None` when it is not decided here (a striped key's home
     /// stripe has nothing, or the state was retired): `Generations::acquire_slow` looks the
-    /// key up again and [`Hot::acquire_rest`] decides, out of line.
+    /// key up again and [`Hot::acquire_rest`] decides, out of line. `on_word` runs after a
+    /// decision on the key's word.
     ///
     /// A striped key's side-table lookup is inline: a request on a key not striped runs the
     /// same instructions as with it out of line (callgrind), and a striped key's decision
@@ -149,6 +154,7 @@ impl Hot {
         now: u64,
         may_stripe: bool,
         guard: &Guard,
+        on_word: impl FnOnce(),
     ) -> Option<Decision> {
         let place = place_of(cell);
         let marked = self.is_marked(place);
@@ -157,7 +163,11 @@ impl Hot {
                 return hot.stripes.try_home(cell, gcra, now);
             }
         }
-        self.on_word(cell, gcra, now, place, losses_count(marked, may_stripe))
+        let decision = self.on_word(cell, gcra, now, place, losses_count(marked, may_stripe));
+        if decision.is_some() {
+            on_word();
+        }
+        decision
     }
 
     /// A request of cost 1 on `cell` at `now` that [`Hot::acquire`] left: for a striped key,
@@ -209,6 +219,25 @@ impl Hot {
         };
         cell.reserve_at(gcra, now, 1, lost)
             .map(|(decision, _)| decision)
+    }
+
+    /// Counts a compare-and-swap lost on `cell`'s word at `now` by a request that did not go
+    /// through the table (a thread's last hit, `keyed::last_hit`), as [`Hot::acquire`] counts
+    /// its own.
+    #[cold]
+    #[inline(never)]
+    pub(super) fn lost_elsewhere(&self, cell: &GcraCell, gcra: &Gcra, now: u64, may_stripe: bool) {
+        let place = place_of(cell);
+        if losses_count(self.is_marked(place), may_stripe) {
+            self.lost_one(place, cell, gcra, now);
+        }
+    }
+
+    /// Whether the key whose state is `cell` may be pinned by a thread (`keyed::last_hit`):
+    /// not while its spot is marked, as a striped key's permits sit partly in its stripes.
+    #[inline(always)]
+    pub(super) fn may_pin(&self, cell: &GcraCell) -> bool {
+        !self.is_marked(place_of(cell))
     }
 
     /// The striped key at `place`, if it is striped.
@@ -298,6 +327,10 @@ impl Hot {
             // Release: publishes the stripes to requests that find them (Acquire).
             self.side.slots[slot].swap((Some(Shared::new(hot)), Tag::None), Ordering::Release);
             self.remark(slot, &guard);
+            // Release: a thread that sees the count move decides through the table, where it
+            // finds the stripes. Until then it decides on the key's word: exact, as every
+            // request that read the filter before the mark.
+            self.changes.fetch_add(1, Ordering::Release);
         }
         // SeqCst: the installing side of the module's "A state that leaves" (the stripes
         // published, then the state read; a removal does the opposite).

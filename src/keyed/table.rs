@@ -25,7 +25,7 @@ use scc::hash_index::{Entry, OccupiedEntry, VacantEntry};
 use scc::{Guard, HashIndex};
 
 use crate::bounded::{sweep_step, Swept};
-use crate::engine::cells::Cells;
+use crate::engine::cells::{Cells, Pinned, Reusable, Slab};
 
 /// The keys of one generation and their states.
 pub(super) struct Table<K, St, C: Cells<St>, S: BuildHasher> {
@@ -78,6 +78,30 @@ impl<'t, K: Hash + Eq + 'static, St, C: Cells<St>, S: BuildHasher> Vacant<'t, K,
     /// Lets go of the bucket, handing back the key.
     pub(super) fn into_key(self) -> K {
         self.entry.into_key()
+    }
+}
+
+impl<K: Hash + Eq + 'static, St: Reusable, S: BuildHasher> Table<K, St, Slab<St>, S> {
+    /// As [`Table::read`], `decide` also given where the state is.
+    #[inline(always)]
+    pub(super) fn read_at<Q, R>(
+        &self,
+        key: &Q,
+        guard: &Guard,
+        decide: impl FnOnce(u32, &St) -> Option<R>,
+    ) -> Option<R>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let held = *self.index.peek(key, guard)?;
+        decide(held, self.cells.get(&held))
+    }
+
+    /// Pins the cell at `held`, found in the index under a guard still held (see
+    /// `engine::cells::Pinned`).
+    pub(super) fn pin(&self, held: u32) -> Pinned<St> {
+        self.cells.pin(held)
     }
 }
 

@@ -30,4 +30,5 @@ impl Iterator for Keys {
 
 mod bounded;
 mod bounded_guards;
+mod pins;
 mod reload_memory;
