@@ -35,8 +35,10 @@
 //! oversubscribe: they run time-sliced, and may be preempted holding a lock; as they cannot
 //! all run side by side, their rows are the median of every repetition.
 //! The row "2 threads, a u64 key each" is the reference for the one-key rows: each thread on
-//! a key of its own, so tollgate's threads share no line and show what two cores give
-//! (the mutex version's still share its lock).
+//! a key of its own, which shows what two cores give when the two keys' states sit on lines
+//! of their own (the mutex version's still share its lock). Two keys created together may
+//! share a line of the slab (its cells are 8 bytes), and the row then shows that instead:
+//! it moves with where each repetition's new keys land.
 
 use std::borrow::Borrow;
 use std::hash::Hash;
@@ -584,9 +586,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         kept.push((case.trim_end_matches(" *"), vec![tn, gn, mn]));
     }
 
-    // The same decisions with nothing shared: each thread on a key of its own (numbered as
-    // the thread first decides). What two cores give when no line moves between them, the
-    // ceiling a striped key is measured against; the mutex version still shares its lock.
+    // The same decisions on keys of their own: each thread on a key of its own (numbered as
+    // the thread first decides). What two cores give when no line moves between them (unless
+    // the two keys' cells share one: see the module docs), the ceiling a striped key is
+    // measured against; the mutex version still shares its lock.
     let [(t, tn), (g, gn), (m, mn)] = bench.threads(
         2,
         [
