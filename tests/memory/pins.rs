@@ -2,7 +2,7 @@
 
 use tollgate::{FakeClock, Policy, RateLimiter};
 
-use crate::ALLOC;
+use crate::{collect_retired, ALLOC};
 
 /// Requests on existing keys allocate nothing, runs of two requests per key included: a thread
 /// whose pins go to waste stops pinning (a pin copies the key).
@@ -30,24 +30,6 @@ fn requests_on_existing_keys_allocate_nothing() {
         peak < 4096,
         "{peak} bytes allocated by requests on existing keys"
     );
-}
-
-/// Lets the map's epoch collector free what has been retired so far: the epoch advanced
-/// until live bytes stop falling.
-fn collect_retired() {
-    let mut live = ALLOC.live();
-    let mut steady = 0;
-    while steady < 5 {
-        let seen = scc::Guard::new().epoch();
-        for _ in 0..100_000 {
-            if scc::Guard::new().epoch() != seen {
-                break;
-            }
-        }
-        let now = ALLOC.live();
-        steady = if now < live { 0 } else { steady + 1 };
-        live = now;
-    }
 }
 
 const KEYS: u64 = 1 << 20;

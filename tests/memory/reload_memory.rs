@@ -3,7 +3,7 @@
 
 use tollgate::{FakeClock, Policy, RateLimiter};
 
-use crate::ALLOC;
+use crate::{collect_retired, ALLOC};
 
 const KEYS: u64 = 1_000;
 
@@ -16,19 +16,6 @@ fn tracking(policy: Policy) -> RateLimiter<u64, FakeClock> {
     limiter
 }
 
-/// Lets the map's epoch collector free what has been retired so far: a retired allocation
-/// is freed once its thread has seen three more epochs, and each new guard may start one.
-fn collect_retired() {
-    for _ in 0..3 {
-        let seen = scc::Guard::new().epoch();
-        for _ in 0..100_000 {
-            if scc::Guard::new().epoch() != seen {
-                break;
-            }
-        }
-    }
-}
-
 #[test]
 fn alternating_reloads_keep_the_heap_of_a_fresh_limiter() {
     let _serial = crate::one_at_a_time();
@@ -38,6 +25,7 @@ fn alternating_reloads_keep_the_heap_of_a_fresh_limiter() {
     );
     // Nothing is dropped between the measurements: the map frees through an epoch collector,
     // so a drop's bytes would come back at an unknown later point.
+    collect_retired();
     let before = ALLOC.live();
     let fresh = tracking(a);
     collect_retired();
