@@ -7,18 +7,31 @@ use std::sync::{Mutex, MutexGuard};
 #[global_allocator]
 static ALLOC: count_alloc::CountingAlloc = count_alloc::CountingAlloc::new();
 
-/// Held by every test of this binary for its whole run.
-fn one_at_a_time() -> MutexGuard<'static, ()> {
+/// Held by every test of this binary for its whole run (see [`Serial`]).
+fn one_at_a_time() -> Serial {
     static LOCK: Mutex<()> = Mutex::new(());
     // A test that failed while holding it leaves nothing to repair: the guarded data is `()`.
-    LOCK.lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
+    Serial(
+        LOCK.lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner),
+    )
 }
 
-/// Lets the map's epoch collector free what has been retired so far, this test's and what
-/// earlier tests dropped: the epoch advanced until live bytes stop falling. A test calls it
-/// before its first reading too, so that an earlier test's garbage freed in the middle of
-/// its measurement cannot make a figure look smaller than it is.
+/// A test's turn. Taken first in each test, it is dropped last, after everything the test
+/// made: it lets the epoch collector free what the test's own thread retired before the next
+/// test starts. Retired memory belongs to the thread that retired it until that thread
+/// frees it or exits, and a test's thread may still be exiting while the next test measures:
+/// a limiter of a million keys freed then made another test's reading fall by megabytes.
+struct Serial(#[allow(dead_code, reason = "held for its drop")] MutexGuard<'static, ()>);
+
+impl Drop for Serial {
+    fn drop(&mut self) {
+        collect_retired();
+    }
+}
+
+/// Lets the map's epoch collector free what this thread has retired so far: the epoch
+/// advanced until live bytes stop falling. A test calls it before its first reading too.
 fn collect_retired() {
     let mut live = ALLOC.live();
     let mut steady = 0;
