@@ -189,6 +189,16 @@ enum Took {
     Retired,
 }
 
+/// What [`Stripes::home`] found on the calling thread's home stripe.
+pub(crate) enum Home {
+    /// Admitted from the stripe's lease.
+    Decided(Decision),
+    /// Nothing usable, or a lease moving: [`Stripes::acquire`] decides.
+    Empty,
+    /// The stripes are retired.
+    Retired,
+}
+
 /// What a refill of the home stripe did.
 enum Refill {
     /// A lease taken: the caller's stretch ends at `.0`, the run at `.1`.
@@ -316,9 +326,20 @@ impl Stripes {
     /// thread's own line. `None` otherwise: [`Stripes::acquire`] decides.
     #[inline(always)]
     pub(crate) fn try_home(&self, central: &GcraCell, gcra: &Gcra, now: u64) -> Option<Decision> {
+        match self.home(central, gcra, now) {
+            Home::Decided(decision) => Some(decision),
+            Home::Empty | Home::Retired => None,
+        }
+    }
+
+    /// [`Stripes::try_home`], telling stripes retired (their key left the table or went
+    /// back to its word; no request takes from them again) from a home stripe with nothing.
+    #[inline(always)]
+    pub(crate) fn home(&self, central: &GcraCell, gcra: &Gcra, now: u64) -> Home {
         match self.take(thread_index() & self.mask, true, gcra, now) {
-            Took::Slot(slot, end) => Some(allowed(central, gcra, now, slot, end)),
-            _ => None,
+            Took::Slot(slot, end) => Home::Decided(allowed(central, gcra, now, slot, end)),
+            Took::Retired => Home::Retired,
+            Took::Empty(_) | Took::Busy => Home::Empty,
         }
     }
 

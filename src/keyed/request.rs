@@ -119,7 +119,7 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
         K: Borrow<Q> + From<Q::Owned>,
         Q: Hash + Eq + ToOwned + ?Sized,
     {
-        let (first, tried) = self.last_hit_first(key, clock.now(), 1);
+        let (first, tried) = self.last_hit_first(key, clock.now(), (1, true));
         let lost = match tried {
             Tried::Decided(decision, _) => return finish(decision),
             Tried::Lost => true,
@@ -145,7 +145,16 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
                         clock.now(),
                         self.may_stripe,
                         &guard,
-                        || self.note_hit(first, keyed, held, key),
+                        #[inline(always)]
+                        |striped| {
+                            self.note_hit(
+                                first,
+                                keyed,
+                                held,
+                                key,
+                                striped.then_some((cell, &guard)),
+                            );
+                        },
                     )
                 },
             ),
@@ -208,25 +217,33 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
     }
 
     /// A request of `cost` for `key` at `now` on this thread's last hit (`keyed::last_hit`),
-    /// before the table: what the thread's notes said (the count of changes read before the
-    /// generation is, and the limiter's way), and how it went.
+    /// before the table, taking from a striped key's stripes if `may_take_stripes` (see
+    /// `LastHits::decide`): what the thread's notes said (the count of changes read before
+    /// the generation is, and the limiter's way), and how it went.
     #[inline(always)]
-    fn last_hit_first<Q>(&self, key: &Q, now: u64, cost: u64) -> (First, Tried)
+    fn last_hit_first<Q>(&self, key: &Q, now: u64, ask: (u64, bool)) -> (First, Tried)
     where
         K: Borrow<Q>,
         Q: Eq + ?Sized,
     {
         let changes = last_hit::changes(&self.changes);
         let start = self.last_hits.start(self.id, changes);
-        let tried = self.last_hits.decide(start, &self.changes, key, now, cost);
+        let tried = self.last_hits.decide(start, &self.changes, key, now, ask);
         (First { changes, start }, tried)
     }
 
-    /// Notes a decision on the word of `key`'s token bucket at `held`, made through the table
-    /// under the guard still held, for this thread's last hit: a run of them pins the key.
+    /// Notes a decision on `key`'s token bucket at `held`, made through the table under the
+    /// guard still held, for this thread's last hit: a run of them pins the key. `striped`
+    /// for a decision on the key's stripes: its state and that guard, to pin the stripes too.
     #[inline(always)]
-    fn note_hit<Q>(&self, first: First, keyed: &Keys<K, GcraCell, S>, held: u32, key: &Q)
-    where
+    fn note_hit<Q>(
+        &self,
+        first: First,
+        keyed: &Keys<K, GcraCell, S>,
+        held: u32,
+        key: &Q,
+        striped: Option<(&GcraCell, &Guard)>,
+    ) where
         K: Borrow<Q> + From<Q::Owned>,
         Q: Hash + Eq + ToOwned + ?Sized,
     {
@@ -235,6 +252,9 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
                 key: K::from(key.to_owned()),
                 cell: keyed.table.pin(held),
                 gcra: keyed.params,
+                // Not found, the key went back to its word since: pinned on it, as a key
+                // striped after this is (the count of changes moves).
+                stripes: striped.and_then(|(cell, guard)| keyed.hot.pin_stripes(cell, guard)),
             });
     }
 
@@ -292,7 +312,7 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
         // `on` is called once, on whichever path decides.
         let at = Fixed(self.clock.now_in(reading));
         let clock = &at;
-        let (first, tried) = self.last_hit_first(key, clock.now(), cost);
+        let (first, tried) = self.last_hit_first(key, clock.now(), (cost, false));
         let lost = match tried {
             Tried::Decided(decision, mark) => {
                 return Ok(on(Decided::own((decision, one_mark(mark)))));
@@ -312,7 +332,7 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
                     }
                     let result = self.decide_on(cell, &keyed.params, clock, cost, &mut on)?;
                     if result.is_ok() && keyed.hot.may_pin(cell) {
-                        self.note_hit(first, keyed, held, key);
+                        self.note_hit(first, keyed, held, key, None);
                     }
                     Some(result)
                 })

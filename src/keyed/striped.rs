@@ -34,7 +34,7 @@ use std::sync::{Arc, PoisonError};
 use scc::{AtomicShared, Guard, Shared, Tag};
 
 use crate::decision::Decision;
-use crate::engine::stripes::{Stripes, QUIET_SPAN};
+use crate::engine::stripes::{Home, Stripes, QUIET_SPAN};
 use crate::engine::sync::Mutex;
 use crate::engine::token_bucket::{Gcra, GcraCell};
 
@@ -80,6 +80,21 @@ fn losses_count(marked: bool, may_stripe: bool) -> bool {
 struct HotKey {
     place: usize,
     stripes: Stripes,
+}
+
+/// A striped key's stripes, held outside any guard by a thread that keeps deciding on them
+/// (`keyed::last_hit`). Exact as a request holding a guard is: the stripes only ever hold
+/// runs the key's word handed out, and once retired (the key left the table or went back to
+/// its word) no request takes from them, so a thread that finds them retired lets go.
+pub(super) struct PinnedStripes(Shared<HotKey>);
+
+impl PinnedStripes {
+    /// A request of cost 1 at `now` from the calling thread's home stripe (see
+    /// `Stripes::home`); `cell` is the key's state.
+    #[inline(always)]
+    pub(super) fn home(&self, cell: &GcraCell, gcra: &Gcra, now: u64) -> Home {
+        self.0.stripes.home(cell, gcra, now)
+    }
 }
 
 /// A table's striped keys: the filter inline, read by every request; the rest in a box of
@@ -140,8 +155,8 @@ impl Hot {
     /// stripe's lease when the key is striped, on its word otherwise (and when its spot is
     /// marked for another key). `None` when it is not decided here (a striped key's home
     /// stripe has nothing, or the state was retired): `Generations::acquire_slow` looks the
-    /// key up again and [`Hot::acquire_rest`] decides, out of line. `on_word` runs after a
-    /// decision on the key's word.
+    /// key up again and [`Hot::acquire_rest`] decides, out of line. `on_hit` runs after a
+    /// decision, told whether it was made on the key's stripes (`true`) or on its word.
     ///
     /// A striped key's side-table lookup is inline: a request on a key not striped runs the
     /// same instructions as with it out of line (callgrind), and a striped key's decision
@@ -154,18 +169,22 @@ impl Hot {
         now: u64,
         may_stripe: bool,
         guard: &Guard,
-        on_word: impl FnOnce(),
+        on_hit: impl FnOnce(bool),
     ) -> Option<Decision> {
         let place = place_of(cell);
         let marked = self.is_marked(place);
         if marked {
             if let Some(hot) = self.find(place, guard) {
-                return hot.stripes.try_home(cell, gcra, now);
+                let decision = hot.stripes.try_home(cell, gcra, now);
+                if decision.is_some() {
+                    on_hit(true);
+                }
+                return decision;
             }
         }
         let decision = self.on_word(cell, gcra, now, place, losses_count(marked, may_stripe));
         if decision.is_some() {
-            on_word();
+            on_hit(false);
         }
         decision
     }
@@ -238,6 +257,21 @@ impl Hot {
     #[inline(always)]
     pub(super) fn may_pin(&self, cell: &GcraCell) -> bool {
         !self.is_marked(place_of(cell))
+    }
+
+    /// The stripes of the key whose state is `cell`, found under `guard`, held for a thread
+    /// that decides on them with no guard (`keyed::last_hit`); `None` if the key is not
+    /// striped now.
+    #[cold]
+    #[inline(never)]
+    pub(super) fn pin_stripes(&self, cell: &GcraCell, guard: &Guard) -> Option<PinnedStripes> {
+        let place = place_of(cell);
+        let start = spot(place);
+        (0..PROBES).find_map(|i| {
+            // Acquire: as every read of a slot.
+            let hot = self.side.slots[(start + i) % SLOTS].get_shared(Ordering::Acquire, guard)?;
+            (hot.place == place).then_some(PinnedStripes(hot))
+        })
     }
 
     /// The striped key at `place`, if it is striped.
@@ -450,6 +484,13 @@ impl Hot {
     #[cfg(test)]
     pub(super) fn stripe(&self, cell: &GcraCell, gcra: &Gcra, now: u64) {
         self.install(place_of(cell), cell, gcra, now);
+    }
+
+    /// Retires and unlinks the stripes of the key whose state is `cell`, as its going quiet
+    /// does (less the give-back of its lease).
+    #[cfg(test)]
+    pub(super) fn unstripe(&self, cell: &GcraCell) {
+        self.remove(place_of(cell), None);
     }
 
     /// How many keys are striped, and whether the filter marks exactly their spots.

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use scc::Guard;
 
-use super::{holds_pin, run_needed, streaking, FIRST_RUN, LONGEST_RUN};
+use super::{holds_pin, holds_stripes, run_needed, streaking, FIRST_RUN, LONGEST_RUN};
 use crate::clock::{Clock, FakeClock};
 use crate::engine::dispatch::PerAlgorithm;
 use crate::engine::token_bucket::GcraCell;
@@ -149,6 +149,105 @@ fn striping_a_pinned_key_sends_its_requests_through_the_table() {
         .count();
     assert_eq!(admitted, 97);
     assert!(!streaking(limiter.generations.id));
+}
+
+/// A policy whose stripes lease 10 permits at a time (a lease covers 10 µs of its timeline),
+/// 1,000 at once.
+const STRIPED: &str = "1000/1ms";
+
+/// Stripes `key` in `limiter` by hand, and pins it for this thread with its stripes: a
+/// decision that leases the home stripe its first run, then two in a row from that run
+/// through the table. Three permits.
+fn pin_striped(limiter: &Limiter, key: u64) {
+    on_cell(limiter, key, |hot, cell, gcra| {
+        hot.stripe(cell, gcra, limiter.generations.clock.now());
+    });
+    assert!(limiter.is_striped(&key));
+    for _ in 0..3 {
+        assert!(!streaking(limiter.generations.id), "key {key} pinned early");
+        assert!(limiter.try_acquire(&key).is_allowed());
+    }
+    assert!(streaking(limiter.generations.id), "key {key} pinned");
+    assert!(holds_stripes(&limiter.generations.last_hits));
+}
+
+#[test]
+fn a_striped_key_is_pinned_with_its_stripes_and_decides_exactly_there() {
+    let limiter = limiter(STRIPED);
+    assert!(limiter.try_acquire(&1).is_allowed());
+    pin_striped(&limiter, 1);
+    // 996 left, taken from the thread's home stripe through the pin, refilled through the
+    // table when the stripe runs dry, then refused: never one more.
+    let admitted = (0..1500)
+        .filter(|_| limiter.try_acquire(&1).is_allowed())
+        .count();
+    assert_eq!(admitted, 996);
+    assert_eq!(limiter.available(&1), 0);
+    // A reservation on the pinned key decides on its word, as through the table.
+    assert!(!limiter.reserve_n(&1, 1).unwrap().decision().is_allowed());
+}
+
+#[test]
+fn a_pin_lets_go_of_stripes_retired_and_decides_on_the_key_s_word_again() {
+    let limiter = limiter(STRIPED);
+    assert!(limiter.try_acquire(&1).is_allowed());
+    pin_striped(&limiter, 1);
+    let before = limiter.available(&1);
+    on_cell(&limiter, 1, |hot, cell, _| hot.unstripe(cell));
+    assert!(!limiter.is_striped(&1));
+    // The stripes retired, the pin is of no more use: through the table, on the word.
+    assert!(limiter.try_acquire(&1).is_allowed());
+    assert!(!holds_pin(&limiter.generations.last_hits));
+    // Pinned again, on the word this time; what the retired stripes held is lost to the
+    // key until time passes it (never more than the policy).
+    for _ in 0..2 {
+        assert!(limiter.try_acquire(&1).is_allowed());
+    }
+    assert!(holds_pin(&limiter.generations.last_hits));
+    assert!(!holds_stripes(&limiter.generations.last_hits));
+    let rest = (0..1500)
+        .filter(|_| limiter.try_acquire(&1).is_allowed())
+        .count() as u64;
+    assert!(3 + rest <= before, "{rest} more after {before} available");
+}
+
+#[test]
+fn a_reset_reaches_a_key_pinned_with_its_stripes() {
+    let limiter = limiter(STRIPED);
+    assert!(limiter.try_acquire(&1).is_allowed());
+    pin_striped(&limiter, 1);
+    assert!(limiter.reset(&1));
+    assert!(!limiter.is_striped(&1));
+    // The pin's stripes are retired with the key's state: the key starts afresh, on its
+    // word, with all 1,000 permits.
+    let admitted = (0..1500)
+        .filter(|_| limiter.try_acquire(&1).is_allowed())
+        .count();
+    assert_eq!(admitted, 1000);
+}
+
+#[test]
+fn threads_pinned_on_one_striped_key_admit_exactly_its_capacity() {
+    for _ in 0..20 {
+        let limiter = std::sync::Arc::new(limiter(STRIPED));
+        assert!(limiter.try_acquire(&7).is_allowed());
+        on_cell(&limiter, 7, |hot, cell, gcra| {
+            hot.stripe(cell, gcra, limiter.generations.clock.now());
+        });
+        let racing = limiter.clone();
+        // Each thread's admissions in the low 32 bits of its result, and in the high ones
+        // whether it ended pinned on the stripes.
+        let summed = race(16, move || {
+            let admitted = (0..200)
+                .filter(|_| racing.try_acquire(&7).is_allowed())
+                .count() as u64;
+            admitted | u64::from(holds_stripes(&racing.generations.last_hits)) << 32
+        });
+        let (admitted, pinned) = (summed & u64::from(u32::MAX), summed >> 32);
+        assert_eq!(admitted, 999);
+        assert_eq!(limiter.available(&7), 0);
+        assert!(pinned > 0, "no thread pinned the stripes");
+    }
 }
 
 #[test]
