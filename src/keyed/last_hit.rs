@@ -8,7 +8,9 @@
 //! copy of the key, the key's cell pinned (`engine::cells::Pinned`: its place is not given
 //! to another key while pinned, and its memory stays allocated), and the policy's
 //! parameters. The thread's next request for that key compares the key, checks that
-//! nothing changed, and decides on the cell in one compare-and-swap.
+//! nothing changed, and decides on the cell in one compare-and-swap. A key pinned while
+//! striped (`keyed::striped`) is pinned with its stripes, and its requests of cost 1 take
+//! from the thread's home stripe instead, in one compare-and-swap on the stripe's line.
 //!
 //! **Why it is exact.** The cell holds the key's state, or that state retired (evicted, reset,
 //! moved to a new policy), never another key's: the pin keeps its place from reuse. A retired
@@ -18,12 +20,16 @@
 //! stripes). Both count themselves in the limiter's `changes` with a Release increment after
 //! the change is published, and a key is pinned with the count read (Acquire) before the
 //! request loaded its generation: a count that includes a change comes with it, so a key
-//! pinned under the current count is of the current generation and not striped. A hit
-//! pinned under another count is not used, and is let go of. A request that reads the count
-//! just before it moves decides on the key's word, exactly as a request through the table
-//! that read the current generation or the stripes' filter just before the change. A
-//! compare-and-swap lost to another thread is not retried here: the request goes through the
-//! table, which counts the loss (as its own), backs off, and stripes a key that keeps losing.
+//! pinned under the current count is of the current generation, and striped only if pinned
+//! with its stripes. A hit pinned under another count is not used, and is let go of. A
+//! request that reads the count just before it moves decides on the key's word, exactly as a
+//! request through the table that read the current generation or the stripes' filter just
+//! before the change. Stripes held by a pin are exact as stripes found under a guard are:
+//! they only hold runs the key's word handed out, and once retired (the key evicted, reset,
+//! moved, or gone back to its word) no request takes from them; a pin that finds them
+//! retired is let go of. A compare-and-swap lost to another thread is not retried here: the
+//! request goes through the table, which counts the loss (as its own), backs off, and
+//! stripes a key that keeps losing.
 //!
 //! **What pinning costs, and who pays.** A pin copies the key (a `String` key allocates) and
 //! takes the slab's lock twice (its own, and the unpinning of the key it replaces). A run of
@@ -425,7 +431,7 @@ impl<K> LastHits<K> {
     }
 
     /// Notes that this thread decided, under `changes`, on the token bucket at `place` of
-    /// the limiter numbered `limiter` through its table (on its word, not its stripes), with
+    /// the limiter numbered `limiter` through its table (on its word or its stripes), with
     /// the guard of that lookup still held. A run of decisions in a row on one place as long
     /// as the way asks for pins its key, with what `pin` gives.
     #[inline(always)]

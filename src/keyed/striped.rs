@@ -252,8 +252,10 @@ impl Hot {
         }
     }
 
-    /// Whether the key whose state is `cell` may be pinned by a thread (`keyed::last_hit`):
-    /// not while its spot is marked, as a striped key's permits sit partly in its stripes.
+    /// Whether the key whose state is `cell` may be pinned by a thread (`keyed::last_hit`)
+    /// after a decision on its word (a reservation's): not while its spot is marked, as a
+    /// striped key's permits sit partly in its stripes, which only [`Hot::acquire`]'s
+    /// decisions pin.
     #[inline(always)]
     pub(super) fn may_pin(&self, cell: &GcraCell) -> bool {
         !self.is_marked(place_of(cell))
