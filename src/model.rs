@@ -19,7 +19,7 @@ use crate::engine::cells::{Cells, Pinned, Slab};
 use crate::engine::rebuilds::Rebuilds;
 use crate::engine::state::Decides;
 use crate::engine::state::RateState;
-use crate::engine::stripes::Stripes;
+use crate::engine::stripes::{Home, Stripes};
 use crate::engine::sync::{Guard, Mutex};
 use crate::engine::token_bucket::{Gcra, GcraCell};
 use crate::engine::word::Once;
@@ -319,6 +319,27 @@ impl ModelStripes {
         self.stripes()
             .acquire_from(home, &self.central, &self.gcra, now)
             .is_some_and(|striped| striped.decision.is_allowed())
+    }
+
+    /// A request of cost 1 at `now` on stripe `home` alone, as a thread that holds the key's
+    /// stripes pinned decides (`keyed::last_hit`): `Some(true)` admitted from the stripe,
+    /// `Some(false)` nothing there (the request would go through the table), `None` the
+    /// stripes retired.
+    pub fn take_home(&self, now: u64, home: usize) -> Option<bool> {
+        match self
+            .stripes()
+            .home_from(home, &self.central, &self.gcra, now)
+        {
+            Home::Decided(decision) => Some(decision.is_allowed()),
+            Home::Empty => Some(false),
+            Home::Retired => None,
+        }
+    }
+
+    /// Retires the stripes, as a key leaving the table or going back to its word does: no
+    /// request takes from them afterwards, and what they held is lost to the key.
+    pub fn retire(&self) {
+        self.stripes().retire();
     }
 
     /// Reserves `cost` permits at `now` on the central word: the mark a refund needs, `None`

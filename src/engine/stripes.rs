@@ -336,7 +336,13 @@ impl Stripes {
     /// back to its word; no request takes from them again) from a home stripe with nothing.
     #[inline(always)]
     pub(crate) fn home(&self, central: &GcraCell, gcra: &Gcra, now: u64) -> Home {
-        match self.take(thread_index() & self.mask, true, gcra, now) {
+        self.home_from(thread_index(), central, gcra, now)
+    }
+
+    /// [`Stripes::home`] on stripe `home`.
+    #[inline(always)]
+    pub(crate) fn home_from(&self, home: usize, central: &GcraCell, gcra: &Gcra, now: u64) -> Home {
+        match self.take(home & self.mask, true, gcra, now) {
             Took::Slot(slot, end) => Home::Decided(allowed(central, gcra, now, slot, end)),
             Took::Retired => Home::Retired,
             Took::Empty(_) | Took::Busy => Home::Empty,
@@ -675,8 +681,12 @@ impl Stripes {
     /// central word, or looks the state up again when that is retired too.
     pub(crate) fn retire(&self) {
         for stripe in &*self.stripes {
-            // Release: as a lease's store; a request on this stripe now finds it retired.
-            stripe.next.store(RETIRED, Ordering::Release);
+            // Release: as a lease's store; a request on this stripe now finds it retired. A
+            // swap, not a store: a read-modify-write, so that a take's compare-and-swap either
+            // comes before it in the word's order or fails against it, in loom's model as on
+            // the machine (loom 0.7 let a take's compare-and-swap succeed over a plain store
+            // made before it, in a model of a pinned take racing the retirement).
+            stripe.next.swap(RETIRED, Ordering::Release);
         }
     }
 

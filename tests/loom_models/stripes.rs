@@ -35,6 +35,34 @@ fn two_stripes_admit_exactly_the_permits() {
     });
 }
 
+/// A thread holding the key's stripes pinned (no guard) takes from its home stripe while
+/// another retires the stripes and decides on the key's word, as when the key goes back to
+/// its word: a take either comes before the retirement (its permit was the stripe's) or
+/// finds the stripes retired, and after that never admits; no permit is used twice.
+#[test]
+fn a_pinned_take_racing_the_retirement_of_its_stripes_uses_no_permit_twice() {
+    loom::model(|| {
+        let key = key("3/1s", 2, 2);
+        // A lease of two on stripe 0, one of them used: one on the stripe, one on the word.
+        assert!(key.acquire(0, 0));
+        let pinned = {
+            let key = key.clone();
+            thread::spawn(move || [key.take_home(0, 0), key.take_home(0, 0)])
+        };
+        key.retire();
+        assert_eq!(key.take_home(0, 0), None, "retired at once");
+        let on_word = (0..2).filter(|_| key.reserve(0, 1).is_some()).count();
+        let taken = pinned.join().unwrap();
+        assert_eq!(on_word, 1, "the word's own permit, once");
+        let from_stripe = taken.iter().filter(|&&took| took == Some(true)).count();
+        assert!(from_stripe <= 1, "{taken:?}");
+        if taken[0].is_none() {
+            assert_eq!(taken[1], None, "retired stays retired");
+        }
+        assert_eq!(key.take_home(0, 0), None);
+    });
+}
+
 /// One thread leases both permits on its stripe and uses one; the other, finding the central
 /// word empty, must take the one left on the first stripe rather than refuse.
 #[test]

@@ -408,3 +408,19 @@ fn a_refund_stops_where_a_give_back_left_the_central_word() {
         "given back above the runs"
     );
 }
+
+#[test]
+fn a_take_on_retired_stripes_finds_them_retired() {
+    let (central, gcra) = parts("3/1s");
+    let stripes = Stripes::new(2, 2);
+    assert!(admits(&stripes, &central, &gcra, 0, 0));
+    assert!(matches!(
+        stripes.home_from(0, &central, &gcra, 0),
+        Home::Decided(_)
+    ));
+    stripes.retire();
+    assert!(matches!(
+        stripes.home_from(0, &central, &gcra, 0),
+        Home::Retired
+    ));
+}
