@@ -161,6 +161,11 @@ impl<St> Pinned<St> {
     pub(crate) fn get(&self) -> &St {
         &self.segment[self.offset]
     }
+
+    /// Where the cell is in its slab.
+    pub(crate) fn place(&self) -> u32 {
+        self.place
+    }
 }
 
 impl<St> Drop for Pinned<St> {

@@ -105,8 +105,6 @@ struct Hit<K> {
     /// The limiter's count of changes read before the key's state was found.
     changes: u64,
     key: K,
-    /// Where the key's cell is in its slab (for the thread's notes).
-    place: u32,
     cell: Pinned<GcraCell>,
     gcra: Gcra,
     /// The key's stripes, when it was striped as it was pinned.
@@ -431,7 +429,7 @@ impl<K> LastHits<K> {
                 last.needed.get(),
                 last.hit
                     .as_ref()
-                    .map_or(NO_NOTE, |hit| note(hit.changes, hit.place)),
+                    .map_or(NO_NOTE, |hit| note(hit.changes, hit.cell.place())),
             ),
             Err(_) => (LONGEST_RUN, NO_NOTE),
         }
@@ -508,7 +506,6 @@ impl<K> LastHits<K> {
         last.hit = Some(Hit {
             changes,
             key,
-            place,
             cell,
             gcra,
             stripes,
