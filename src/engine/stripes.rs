@@ -679,6 +679,12 @@ impl Stripes {
     /// held was counted as spent then), or when the keyed limiter unstripes the key (what they
     /// held stays spent until time passes it). A request that still finds them decides on the
     /// central word, or looks the state up again when that is retired too.
+    /// Whether the stripes are retired (a snapshot: every stripe is retired at once).
+    pub(crate) fn is_retired(&self) -> bool {
+        // Relaxed: a look for whether to let go of a handle to them; nothing is decided on it.
+        self.stripes[0].next.load(Ordering::Relaxed) == RETIRED
+    }
+
     pub(crate) fn retire(&self) {
         for stripe in &*self.stripes {
             // Release: as a lease's store; a request on this stripe now finds it retired. A

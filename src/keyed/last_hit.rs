@@ -32,7 +32,8 @@
 //! stripes a key that keeps losing.
 //!
 //! **What pinning costs, and who pays.** A pin copies the key (a `String` key allocates) and
-//! takes the slab's lock twice (its own, and the unpinning of the key it replaces). A run of
+//! takes the slab's lock twice (its own, and the unpinning of the key it replaces); a striped
+//! key's pin probes the side table again for the stripes and takes a reference to them. A run of
 //! two decisions in a row on one place pins at first. A thread whose pins go to waste (its
 //! pinned key decided fewer than [`PAID`] requests, or fewer than the run that pinned it:
 //! clients that send a few requests at a time, or an attacker who does) asks for twice as
@@ -42,11 +43,13 @@
 //!
 //! **What it keeps.** One key per thread and limiter, dropped with the limiter, and with it the
 //! slab segment its cell is in (a quarter of the slab's cells at most), after a policy
-//! change too, until the thread's next request in the limiter lets go of the stale pin. A
-//! thread that has exited, or never decides in the limiter again, keeps its key until the
-//! limiter is dropped or a new thread takes its number (thread numbers are reused). A thread
-//! that decides on a different key each time never pins one, and reads and writes only its
-//! own notes (`WAYS_OF_THREAD`).
+//! change too, until the thread's next request in the limiter lets go of the stale pin. A key
+//! pinned with its stripes keeps them (up to 64 stripes on lines of their own, about 8 KiB)
+//! until its pin is let go of: once they are retired, by the thread's next request that
+//! reaches the pin, whatever its path. A thread that has exited, or never decides in the
+//! limiter again, keeps its key until the limiter is dropped or a new thread takes its number
+//! (thread numbers are reused). A thread that decides on a different key each time never
+//! pins one, and reads and writes only its own notes (`WAYS_OF_THREAD`).
 
 use std::borrow::Borrow;
 use std::cell::{Cell, RefCell};
@@ -381,6 +384,9 @@ impl<K> LastHits<K> {
         }
         let decided = match &hit.stripes {
             Some(stripes) if may_take_stripes => on_stripes(stripes, hit, now)?,
+            // A request on the word of a key pinned with stripes since retired lets go of
+            // them (and of the pin), whichever requests the thread makes there.
+            Some(stripes) if stripes.retired() => return Err(Miss::Stale),
             _ => match hit.cell.get().reserve_once(&hit.gcra, now, cost) {
                 Once::Done(decided) => decided,
                 Once::Retired => return Err(Miss::Stale),

@@ -95,6 +95,11 @@ impl PinnedStripes {
     pub(super) fn home(&self, cell: &GcraCell, gcra: &Gcra, now: u64) -> Home {
         self.0.stripes.home(cell, gcra, now)
     }
+
+    /// Whether the stripes are retired: no request takes from them again.
+    pub(super) fn retired(&self) -> bool {
+        self.0.stripes.is_retired()
+    }
 }
 
 /// A table's striped keys: the filter inline, read by every request; the rest in a box of
@@ -270,9 +275,20 @@ impl Hot {
         let place = place_of(cell);
         let start = spot(place);
         (0..PROBES).find_map(|i| {
-            // Acquire: as every read of a slot.
-            let hot = self.side.slots[(start + i) % SLOTS].get_shared(Ordering::Acquire, guard)?;
-            (hot.place == place).then_some(PinnedStripes(hot))
+            let slot = &self.side.slots[(start + i) % SLOTS];
+            // Acquire: as every read of a slot. The place checked before a reference is taken,
+            // so that the other keys' stripes probed past are left alone.
+            let mine = |hot: &HotKey| hot.place == place;
+            if !slot
+                .load(Ordering::Acquire, guard)
+                .as_ref()
+                .is_some_and(mine)
+            {
+                return None;
+            }
+            slot.get_shared(Ordering::Acquire, guard)
+                .filter(|hot| mine(hot))
+                .map(PinnedStripes)
         })
     }
 

@@ -212,6 +212,22 @@ fn a_pin_lets_go_of_stripes_retired_and_decides_on_the_key_s_word_again() {
 }
 
 #[test]
+fn a_reservation_lets_go_of_stripes_retired_under_a_pin() {
+    let limiter = limiter(STRIPED);
+    assert!(limiter.try_acquire(&1).is_allowed());
+    pin_striped(&limiter, 1);
+    on_cell(&limiter, 1, |hot, cell, _| hot.unstripe(cell));
+    // Requests that decide on the key's word only: the first lets go of the retired
+    // stripes (and of the pin), and they decide exactly as through the table.
+    assert!(limiter.reserve_n(&1, 1).unwrap().decision().is_allowed());
+    assert!(!holds_stripes(&limiter.generations.last_hits));
+    for _ in 0..10 {
+        assert!(limiter.reserve_n(&1, 1).unwrap().decision().is_allowed());
+    }
+    assert!(!holds_stripes(&limiter.generations.last_hits));
+}
+
+#[test]
 fn a_reset_reaches_a_key_pinned_with_its_stripes() {
     let limiter = limiter(STRIPED);
     assert!(limiter.try_acquire(&1).is_allowed());
