@@ -675,23 +675,24 @@ impl Stripes {
             .sum()
     }
 
-    /// Retires every stripe: after the central word was retired by a policy change (what they
-    /// held was counted as spent then), or when the keyed limiter unstripes the key (what they
-    /// held stays spent until time passes it). A request that still finds them decides on the
-    /// central word, or looks the state up again when that is retired too.
     /// Whether the stripes are retired (a snapshot: every stripe is retired at once).
     pub(crate) fn is_retired(&self) -> bool {
         // Relaxed: a look for whether to let go of a handle to them; nothing is decided on it.
         self.stripes[0].next.load(Ordering::Relaxed) == RETIRED
     }
 
+    /// Retires every stripe: after the central word was retired by a policy change (what they
+    /// held was counted as spent then), or when the keyed limiter unstripes the key (what they
+    /// held stays spent until time passes it). A request that still finds them decides on the
+    /// central word, or looks the state up again when that is retired too.
     pub(crate) fn retire(&self) {
         for stripe in &*self.stripes {
             // Release: as a lease's store; a request on this stripe now finds it retired. A
-            // swap, not a store: a read-modify-write, so that a take's compare-and-swap either
-            // comes before it in the word's order or fails against it, in loom's model as on
-            // the machine (loom 0.7 let a take's compare-and-swap succeed over a plain store
-            // made before it, in a model of a pinned take racing the retirement).
+            // swap, where a store would do on the machine (a compare-and-swap reads the latest
+            // value, so a take's fails against an earlier store): loom 0.7 lets a plain store
+            // fall between a read-modify-write's read and its write, and its models of a pinned
+            // take racing the retirement then report a take over a retired stripe that cannot
+            // happen. Two read-modify-writes it orders.
             stripe.next.swap(RETIRED, Ordering::Release);
         }
     }
