@@ -36,9 +36,10 @@
 //! all run side by side, their rows are the median of every repetition.
 //! The row "2 threads, a u64 key each" is the reference for the one-key rows: each thread on
 //! a key of its own, which shows what two cores give when the two keys' states sit on lines
-//! of their own (the mutex version's still share its lock). Two keys created together may
-//! share a line of the slab (its cells are 8 bytes), and the row then shows that instead:
-//! it moves with where each repetition's new keys land.
+//! of their own (the mutex version's still share its lock). The slab hands out consecutive
+//! cells of a segment on different lines, but its first four segments are one line each:
+//! two of the first 32 keys created one after the other share a line, and a repetition
+//! whose new keys land there shows that instead.
 
 use std::borrow::Borrow;
 use std::hash::Hash;

@@ -196,6 +196,21 @@ impl<St> Drop for Pinned<St> {
 /// into a place once, when the cell is handed out).
 struct Place;
 
+/// Cells of 8 bytes (a token bucket's TAT) in one 64-byte cache line.
+const CELLS_PER_LINE_BITS: u32 = 3;
+
+/// The offset of the `nth` cell handed out in a segment of `2^bits` cells: consecutive ones
+/// go round the segment's lines (a rotation of the bits), so keys created one after another
+/// (two hot keys of a start-up, each then decided by a thread of its own) never share a cache
+/// line, where side by side every write to one would take the line from the other's core.
+/// Segments of one line (the first four) keep their order.
+#[inline(always)]
+fn spread(nth: u32, bits: u32) -> u32 {
+    let line_bits = bits.saturating_sub(CELLS_PER_LINE_BITS);
+    let lines = (1 << line_bits) - 1;
+    ((nth & lines) << CELLS_PER_LINE_BITS) | (nth >> line_bits)
+}
+
 impl Place {
     /// The place of the `slot`th cell handed out, and its segment's length.
     fn of_slot(slot: u64) -> (u32, usize) {
@@ -209,7 +224,7 @@ impl Place {
         );
         let quarter = p - 2;
         let segment = 4 * (p - FIRST_SHIFT) + ((at >> quarter) & 3) as u32;
-        let offset = (at & ((1 << quarter) - 1)) as u32;
+        let offset = spread((at & ((1 << quarter) - 1)) as u32, quarter);
         ((segment << OFFSET_BITS) | offset, 1 << quarter)
     }
 
@@ -339,18 +354,24 @@ mod tests {
 
     #[test]
     fn slots_fill_each_segment_in_turn() {
-        // Every slot in order: offsets run through each segment, whose length grows by a
-        // quarter of a power of two.
+        // Every slot in order: each segment filled before the next, whose length grows by a
+        // quarter of a power of two; within one, every offset once, and two slots in a row on
+        // different cache lines once the segment has more than one.
         let mut slot = 0u64;
         for segment in 0..24 {
             let len = (1usize << (FIRST_SHIFT + segment as u32 / 4)) / 4;
-            for offset in 0..len {
+            let mut seen = vec![false; len];
+            let mut last_line = None;
+            for _ in 0..len {
                 let (place, length) = Place::of_slot(slot);
-                assert_eq!(
-                    (Place::split(place), length),
-                    ((segment, offset), len),
-                    "slot {slot}"
-                );
+                let (in_segment, offset) = Place::split(place);
+                assert_eq!((in_segment, length), (segment, len), "slot {slot}");
+                assert!(!std::mem::replace(&mut seen[offset], true), "slot {slot}");
+                let line = offset >> CELLS_PER_LINE_BITS;
+                if len > 8 {
+                    assert_ne!(last_line, Some(line), "slot {slot} on its neighbour's line");
+                }
+                last_line = Some(line);
                 slot += 1;
             }
         }
