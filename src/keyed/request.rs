@@ -134,11 +134,7 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
                 &guard,
                 #[inline(always)]
                 |held, cell| {
-                    if lost {
-                        keyed
-                            .hot
-                            .lost_elsewhere(cell, &keyed.params, clock.now(), self.may_stripe);
-                    }
+                    self.count_lost(lost, keyed, cell, clock.now());
                     keyed.hot.acquire(
                         cell,
                         &keyed.params,
@@ -230,6 +226,17 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
         let start = self.last_hits.start(self.id, changes);
         let tried = self.last_hits.decide(start, &self.changes, key, now, ask);
         (First { changes, start }, tried)
+    }
+
+    /// Counts, when `lost`, the compare-and-swap this thread's last hit lost on `cell` at `now`
+    /// before the request came to the table, as the table counts its own (`Hot::acquire`).
+    #[inline(always)]
+    fn count_lost(&self, lost: bool, keyed: &Keys<K, GcraCell, S>, cell: &GcraCell, now: u64) {
+        if lost {
+            keyed
+                .hot
+                .lost_elsewhere(cell, &keyed.params, now, self.may_stripe);
+        }
     }
 
     /// Notes a decision on `key`'s token bucket at `held`, made through the table under the
@@ -325,11 +332,7 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
         let hit = match &generation.keys {
             AnyKeys::Uniform(PerAlgorithm::TokenBucket(keyed)) => {
                 keyed.table.read_at(key, &guard, |held, cell| {
-                    if lost {
-                        keyed
-                            .hot
-                            .lost_elsewhere(cell, &keyed.params, clock.now(), self.may_stripe);
-                    }
+                    self.count_lost(lost, keyed, cell, clock.now());
                     let result = self.decide_on(cell, &keyed.params, clock, cost, &mut on)?;
                     if result.is_ok() && keyed.hot.may_pin(cell) {
                         self.note_hit(first, keyed, held, key, None);
