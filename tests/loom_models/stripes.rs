@@ -35,28 +35,38 @@ fn two_stripes_admit_exactly_the_permits() {
     });
 }
 
-/// A thread holding the key's stripes pinned (no guard) takes from its home stripe while
-/// the key goes quiet: that stripe's lease is given back to the key's word, the stripes are
-/// retired, and requests decide on the word. One permit is left on the stripe and one on the
-/// word: whichever way the takes, the give-back's claim and the retirement interleave,
-/// exactly two are admitted in all (a take that beat the give-back keeps its permit out of
-/// the word; one after it finds the stripe empty or retired), and a take that found the
-/// stripes retired never admits again.
+/// A thread holding the key's stripes pinned (no guard) takes `takes` times from its home
+/// stripe, 0, while the key goes quiet: that stripe's lease, leased by a first request of
+/// `policy` (runs of `lease`), is given back to the key's word, the stripes are retired, and
+/// requests decide on the word. What each take found, and how many the word admitted; the
+/// stripes are retired at once for a take after the retirement.
+fn pinned_takes_racing_a_quiet_key(
+    policy: &str,
+    lease: u64,
+    takes: usize,
+) -> (Vec<Option<bool>>, usize) {
+    let key = key(policy, 2, lease);
+    assert!(key.acquire(0, 0));
+    let pinned = {
+        let key = key.clone();
+        thread::spawn(move || (0..takes).map(|_| key.take_home(0, 0)).collect::<Vec<_>>())
+    };
+    key.give_back(0, 0);
+    key.retire();
+    assert_eq!(key.take_home(0, 0), None, "retired at once");
+    let on_word = (0..4).filter(|_| key.reserve(0, 1).is_some()).count();
+    (pinned.join().unwrap(), on_word)
+}
+
+/// One permit left on the stripe and one on the word (a lease of two, one used): whichever
+/// way the takes, the give-back's claim and the retirement interleave, exactly two are
+/// admitted in all (a take that beat the give-back keeps its permit out of the word; one after
+/// it finds the stripe empty or retired), and a take that found the stripes retired never
+/// admits again.
 #[test]
 fn a_pinned_take_racing_a_quiet_key_s_give_back_uses_no_permit_twice() {
     loom::model(|| {
-        let key = key("3/1s", 2, 2);
-        // A lease of two on stripe 0, one of them used: one on the stripe, one on the word.
-        assert!(key.acquire(0, 0));
-        let pinned = {
-            let key = key.clone();
-            thread::spawn(move || [key.take_home(0, 0), key.take_home(0, 0)])
-        };
-        key.give_back(0, 0);
-        key.retire();
-        assert_eq!(key.take_home(0, 0), None, "retired at once");
-        let on_word = (0..3).filter(|_| key.reserve(0, 1).is_some()).count();
-        let taken = pinned.join().unwrap();
+        let (taken, on_word) = pinned_takes_racing_a_quiet_key("3/1s", 2, 2);
         let from_stripe = taken.iter().filter(|&&took| took == Some(true)).count();
         assert_eq!(from_stripe + on_word, 2, "{taken:?}, {on_word} on the word");
         if taken[0].is_none() {
@@ -72,16 +82,8 @@ fn a_pinned_take_racing_a_quiet_key_s_give_back_uses_no_permit_twice() {
 #[test]
 fn a_pinned_take_racing_the_give_back_of_a_longer_run_never_over_admits() {
     loom::model(|| {
-        let key = key("4/1s", 2, 3);
-        assert!(key.acquire(0, 0));
-        let pinned = {
-            let key = key.clone();
-            thread::spawn(move || (0..2).filter(|_| key.take_home(0, 0) == Some(true)).count())
-        };
-        key.give_back(0, 0);
-        key.retire();
-        let on_word = (0..4).filter(|_| key.reserve(0, 1).is_some()).count();
-        let total = pinned.join().unwrap() + on_word;
+        let (taken, on_word) = pinned_takes_racing_a_quiet_key("4/1s", 3, 2);
+        let total = taken.iter().filter(|&&took| took == Some(true)).count() + on_word;
         assert!(
             (2..=3).contains(&total),
             "{total} admitted of the three left"

@@ -134,14 +134,19 @@ fn on_cell(
     });
 }
 
+/// Stripes `key`, tracked in `limiter`, by hand.
+fn stripe(limiter: &Limiter, key: u64) {
+    on_cell(limiter, key, |hot, cell, gcra| {
+        hot.stripe(cell, gcra, limiter.generations.clock.now());
+    });
+    assert!(limiter.is_striped(&key));
+}
+
 #[test]
 fn striping_a_pinned_key_sends_its_requests_through_the_table() {
     let limiter = limiter("100/1h");
     pin(&limiter, 1);
-    on_cell(&limiter, 1, |hot, cell, gcra| {
-        hot.stripe(cell, gcra, limiter.generations.clock.now());
-    });
-    assert!(limiter.is_striped(&1));
+    stripe(&limiter, 1);
     // The count of changes moved: the slot's hit is not used, and the key's requests
     // take the stripes' way, all 100 permits exactly.
     let admitted = (0..150)
@@ -159,10 +164,7 @@ const STRIPED: &str = "1000/1ms";
 /// decision that leases the home stripe its first run, then two in a row from that run
 /// through the table. Three permits.
 fn pin_striped(limiter: &Limiter, key: u64) {
-    on_cell(limiter, key, |hot, cell, gcra| {
-        hot.stripe(cell, gcra, limiter.generations.clock.now());
-    });
-    assert!(limiter.is_striped(&key));
+    stripe(limiter, key);
     for _ in 0..3 {
         assert!(!streaking(limiter.generations.id), "key {key} pinned early");
         assert!(limiter.try_acquire(&key).is_allowed());
@@ -247,9 +249,7 @@ fn threads_pinned_on_one_striped_key_admit_exactly_its_capacity() {
     for _ in 0..20 {
         let limiter = std::sync::Arc::new(limiter(STRIPED));
         assert!(limiter.try_acquire(&7).is_allowed());
-        on_cell(&limiter, 7, |hot, cell, gcra| {
-            hot.stripe(cell, gcra, limiter.generations.clock.now());
-        });
+        stripe(&limiter, 7);
         let racing = limiter.clone();
         // Each thread's admissions in the low 32 bits of its result, and in the high ones
         // whether it ended pinned on the stripes.
