@@ -7,7 +7,8 @@ use crate::error::CostError;
 /// name only, as the sealed trait whose methods take it.
 ///
 /// Laid out for the path where every part allows: one decision reported so far, with what
-/// kind it is beside it, rather than an optional decision per kind to test and rewrite.
+/// kind it is beside it, rather than an optional decision per kind to test and rewrite; an
+/// admission after admissions tests the kind once and compares what is left.
 #[derive(Debug)]
 #[allow(unreachable_pub)]
 pub struct Tally {
@@ -23,8 +24,9 @@ pub struct Tally {
     error: Option<(usize, CostError)>,
 }
 
-/// What the decision a [`Tally`] reports so far is.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// What the decision a [`Tally`] reports so far is, in the order a later part's decision
+/// may take its place: only by one of a kind as far down the list or further.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum Reported {
     /// No part has decided: nothing limits the request.
     Nothing,
@@ -54,29 +56,46 @@ impl Default for Tally {
 
 impl Tally {
     /// Part `index` decided `decision` on a request of `cost`.
+    ///
+    /// An admission while every part before it admitted, the path of every decision an
+    /// `AllOf` allows, takes the short branch: the least available, and the least left.
     #[inline(always)]
     pub(crate) fn decided(&mut self, index: usize, decision: &Decision, cost: u64) {
-        self.least_available = self.least_available.min(decision.available_before(cost));
-        let (reported, kind) = if decision.spent() {
-            let reported = match self.kind {
-                Reported::Nothing => true,
-                Reported::LeastLeft => decision.remaining() < self.reported.remaining(),
-                Reported::Shadowed | Reported::Refused => false,
-            };
-            (reported, Reported::LeastLeft)
-        } else if decision.is_allowed() {
-            let reported = matches!(self.kind, Reported::Nothing | Reported::LeastLeft);
-            (reported, Reported::Shadowed)
+        if decision.spent() && self.kind <= Reported::LeastLeft {
+            let remaining = decision.remaining();
+            self.least_available = self.least_available.min(remaining.saturating_add(cost));
+            if remaining < self.reported.remaining() || self.kind == Reported::Nothing {
+                self.report(index, decision, Reported::LeastLeft);
+            }
         } else {
-            let reported = self.kind != Reported::Refused
-                || decision.retry_after_nanos() > self.reported.retry_after_nanos();
-            (reported, Reported::Refused)
-        };
-        if reported {
-            self.reported = *decision;
-            self.part = index;
-            self.kind = kind;
+            self.decided_otherwise(index, decision, cost);
         }
+    }
+
+    /// As [`decided`](Tally::decided), for a refusal, a refusal shadow mode let through, or
+    /// an admission after either.
+    #[inline(always)]
+    fn decided_otherwise(&mut self, index: usize, decision: &Decision, cost: u64) {
+        self.least_available = self.least_available.min(decision.available_before(cost));
+        if decision.spent() {
+            // A refusal (let through or not) is reported already: it stays.
+        } else if decision.is_allowed() {
+            if self.kind <= Reported::LeastLeft {
+                self.report(index, decision, Reported::Shadowed);
+            }
+        } else if self.kind != Reported::Refused
+            || decision.retry_after_nanos() > self.reported.retry_after_nanos()
+        {
+            self.report(index, decision, Reported::Refused);
+        }
+    }
+
+    /// Reports part `index`'s `decision`, of kind `kind`.
+    #[inline(always)]
+    fn report(&mut self, index: usize, decision: &Decision, kind: Reported) {
+        self.reported = *decision;
+        self.part = index;
+        self.kind = kind;
     }
 
     /// Part `index`'s cost was refused as bad input.
