@@ -81,14 +81,25 @@ type Slot<K> = CachePadded<RefCell<Last<K>>>;
 
 impl<K: Send> Threads<K> for ThreadLocal<Slot<K>> {
     fn mine_or_new(&self) -> &RefCell<Last<K>> {
-        self.get_or(|| {
-            CachePadded::new(RefCell::new(Last {
-                hit: None,
-                served: Cell::new(u32::MAX),
-                needed: Cell::new(FIRST_RUN),
-            }))
-        })
+        match self.get() {
+            Some(mine) => mine,
+            None => new_slot(self),
+        }
     }
+}
+
+/// This thread's first slot in `threads`: out of line, so that the path of every other
+/// request does not set up the frame that builds a slot (aligned to its cache lines).
+#[cold]
+#[inline(never)]
+fn new_slot<K: Send>(threads: &ThreadLocal<Slot<K>>) -> &RefCell<Last<K>> {
+    threads.get_or(|| {
+        CachePadded::new(RefCell::new(Last {
+            hit: None,
+            served: Cell::new(u32::MAX),
+            needed: Cell::new(FIRST_RUN),
+        }))
+    })
 }
 
 /// What a thread keeps in one limiter's slot.
