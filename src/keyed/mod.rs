@@ -40,6 +40,7 @@ use self::request::Decided;
 use self::rules::Rules;
 use self::stats::Extras;
 
+mod create;
 mod generations;
 mod key_state;
 mod last_hit;

@@ -1,21 +1,18 @@
 //! Deciding a request: a small inline hit for a key already tracked, the rest of a tracked
 //! key's cases out of line (other algorithms, a striped key's refills, steals and refusals,
-//! a state retired under us), and one cold miss that goes straight to the map's entry API to
-//! create the key's state.
+//! a state retired under us), and `peek`. A key not tracked goes to the cold miss
+//! (`keyed::create`), which creates its state.
 
 use std::borrow::Borrow;
 use std::hash::{BuildHasher, Hash};
-use std::sync::atomic::Ordering;
-use std::sync::Arc;
 
 use scc::Guard;
 
-use crate::bounded::SWEEP_WHEN_FULL;
 use crate::clock::{Clock, Fixed, Reading};
 use crate::decision::Decision;
 use crate::engine::dispatch::{with_state, PerAlgorithm};
 use crate::engine::retry::Retry;
-use crate::engine::state::{one_mark, Carry, Decides};
+use crate::engine::state::{one_mark, Decides};
 use crate::engine::token_bucket::GcraCell;
 use crate::error::CostError;
 use crate::policy::Policy;
@@ -24,8 +21,7 @@ use crate::reservation::Marks;
 use super::generations::{Generation, Generations};
 use super::key_state::{with_keys, AnyKeys, KeyState, Keys, Settle};
 use super::last_hit::{self, ToPin, Tried};
-use super::rules::{Resolved, Rules};
-use super::table::TableEntry;
+use super::rules::Resolved;
 
 /// A decision, where its admission stands, and (for a decision of a per-key policy's shared
 /// overflow state) the policy whose overflow state decided it: what a reservation keeps to be
@@ -42,7 +38,7 @@ pub(super) struct Decided {
 impl Decided {
     /// Decided on the key's own state.
     #[inline(always)]
-    fn own((decision, marks): (Decision, Marks)) -> Self {
+    pub(super) fn own((decision, marks): (Decision, Marks)) -> Self {
         Decided {
             decision,
             marks,
@@ -70,24 +66,6 @@ pub(super) enum Job<'a> {
     Settle(&'a Settle<'a>),
     /// Move the key from an older generation, if one still holds it, deciding nothing.
     Move,
-}
-
-/// What a settle's pass through the creation path returns in place of a decision.
-const SETTLED: Decided = Decided {
-    decision: Decision::allow(0, 0, 0),
-    marks: [0; Policy::MAX_BANDS + 1],
-    overflow: None,
-    created: false,
-};
-
-/// How far one attempt at a decision got.
-enum Attempt {
-    /// Decided (or the cost refused).
-    Done(Result<Decided, CostError>),
-    /// Decided on a state just created for the key.
-    Created(Result<Decided, CostError>),
-    /// The generation was replaced: start over in the new one.
-    Stale,
 }
 
 impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
@@ -425,262 +403,6 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
         Q: Hash + Eq + ?Sized,
     {
         with_keys!(keys, keyed => self.hit_in(keyed, key, guard, clock, cost, &mut |decided| decided))
-    }
-
-    /// A key not in the current generation's map: straight to the map's entry API, which
-    /// looks the key up once and decides on the state it finds or creates. Starts over in
-    /// the new generation when a policy change replaced the one it looked in.
-    ///
-    /// Asked to settle, it finds or creates the key's state the same way and settles the
-    /// reservation on it instead of deciding a request: a charge for a key whose state is
-    /// gone. The decision returned then means nothing.
-    #[cold]
-    #[inline(never)]
-    pub(super) fn miss<Q>(&self, key: &Q, ask: Job<'_>) -> Result<Decided, CostError>
-    where
-        K: Borrow<Q> + From<Q::Owned>,
-        Q: Hash + Eq + ToOwned + ?Sized,
-    {
-        let mut resolved = None;
-        let mut retry = Retry::new();
-        loop {
-            resolved = self.resolve(key, resolved);
-            // Held across the attempt, so the map's own guard inside is a cheap nested one.
-            let guard = Guard::new();
-            let generation = self.generation(&guard);
-            let step = with_keys!(&generation.keys, keyed => {
-                self.create_in(generation, keyed, key, ask, resolved.as_ref(), &guard)
-            });
-            match step {
-                Attempt::Done(result) => return result,
-                Attempt::Created(result) => {
-                    // Pay for a few steps of the incremental sweep, now that no lock is held.
-                    if self.sweep_slice > 0 {
-                        self.sweep(generation, self.sweep_slice, true, &guard);
-                    }
-                    return result;
-                }
-                // The generation was replaced, or is being replaced (a policy change between
-                // retiring the shared overflow state and swapping the new generation in):
-                // yield, then decide in the new one.
-                Attempt::Stale => retry.snooze(),
-            }
-        }
-    }
-
-    /// Under the key's bucket in `generation`'s map, held exclusively: decides on the key's
-    /// state if a racing first request created it meanwhile (the entry API gives both the
-    /// same state), else creates it, carrying permits from an older generation if the key is
-    /// still there, then decides.
-    ///
-    /// `resolved` is the answer of the resolver (if any), which ran before any of this (see
-    /// [`resolve`](Self::resolve)); a policy change that came in since makes the attempt stale.
-    fn create_in<Q, St: KeyState<K>>(
-        &self,
-        generation: &Generation<K, S>,
-        keyed: &Keys<K, St, S>,
-        key: &Q,
-        ask: Job<'_>,
-        resolved: Option<&Resolved<K>>,
-        guard: &Guard,
-    ) -> Attempt
-    where
-        K: Borrow<Q> + From<Q::Owned>,
-        Q: Hash + Eq + ToOwned + ?Sized,
-    {
-        let Some(blueprint) = St::blueprint(&keyed.params, resolved) else {
-            return Attempt::Stale;
-        };
-        // A settle or a move passes every cost check: it decides no request.
-        let (cost, settle) = match ask {
-            Job::Decide(cost) => (cost, None),
-            Job::Settle(settle) => (0, Some(settle)),
-            Job::Move => (0, None),
-        };
-        let moving = matches!(ask, Job::Move);
-        let mut owned = K::from(key.to_owned());
-        let mut swept = false;
-        loop {
-            let entry = keyed.table.entry(owned);
-            // We hold the bucket exclusively (see `Generations::still_current`).
-            if !self.still_current(generation, guard) {
-                return Attempt::Stale;
-            }
-            // Every path that retires a state unlinks it under the same hold of its bucket
-            // lock (see `keyed::table`), and we hold that lock: the state found here is live.
-            let decide = |state: &St| {
-                if moving {
-                    return Ok(SETTLED);
-                }
-                if let Some(settle) = settle {
-                    let settled =
-                        settle.on(KeyState::<K>::bind(state, &keyed.params), self.clock.now());
-                    debug_assert!(settled.is_some(), "a state in the table is live");
-                    return Ok(SETTLED);
-                }
-                match state.bind(&keyed.params).reserve_checked(&self.clock, cost) {
-                    Some(decided) => decided.map(Decided::own),
-                    None => unreachable!("a state in the table under its bucket lock is live"),
-                }
-            };
-            let entry = match entry {
-                // The entry holds the bucket until the decision is made.
-                TableEntry::Occupied(entry) => return Attempt::Done(decide(entry.get())),
-                TableEntry::Vacant(entry) => entry,
-            };
-            // A cost that could never be admitted creates nothing and moves nothing (a key
-            // still in an older generation stays there).
-            if let Err(refused) =
-                CostError::within(cost, St::max_cost_for(&keyed.params, &blueprint))
-            {
-                return Attempt::Done(Err(refused));
-            }
-            let now = self.clock.now();
-            // A key still in an older generation moves here: its place is already counted, so
-            // it takes no new one.
-            let moved = self.take_from_older(generation, key, now, guard);
-            // A state made for a key new to the limiter, not moved from an older generation.
-            let created = moved.is_none();
-            if moving && created {
-                // Gone from the older generations meanwhile: nothing to move.
-                return Attempt::Done(Ok(SETTLED));
-            }
-            if created && !self.take_place() {
-                if !swept {
-                    // Full: let go of the bucket (the sweep may need it), sweep a larger slice
-                    // for states at rest, then try once more with the same blueprint.
-                    owned = entry.into_key();
-                    self.sweep(generation, SWEEP_WHEN_FULL, false, guard);
-                    swept = true;
-                    continue;
-                }
-                return self.overflow(keyed, &blueprint, settle, cost);
-            }
-            // A key new to the table may have spent permits on the shared overflow state while
-            // the limiter was full (its requests are decided there under this same bucket
-            // lock): it starts with what that state still counts.
-            let Some(carry) = self.starting_carry(keyed, &blueprint, moved, now) else {
-                // A policy change retired the shared state: start over in the new generation,
-                // giving back the place taken (only a key not moved took one).
-                self.tracked.fetch_sub(1, Ordering::Relaxed);
-                return Attempt::Stale;
-            };
-            let state = St::build(&keyed.params, &blueprint, carry.as_ref(), now);
-            let Some(entry) = entry.insert(state) else {
-                // No place left for a state (a slab's 2^28 - 32 cells): the new key shares the overflow
-                // state, and gives back the place it took in `tracked`.
-                self.tracked.fetch_sub(1, Ordering::Relaxed);
-                return self.overflow(keyed, &blueprint, settle, cost);
-            };
-            let decided = decide(entry.get()).map(|decided| Decided { created, ..decided });
-            return Attempt::Created(decided);
-        }
-    }
-
-    /// Decides (or settles) on the state shared by new keys that find the limiter full;
-    /// stale when a policy change retired it.
-    fn overflow<St: KeyState<K>>(
-        &self,
-        keyed: &Keys<K, St, S>,
-        blueprint: &St::Blueprint,
-        settle: Option<&Settle<'_>>,
-        cost: u64,
-    ) -> Attempt {
-        if let Some(settle) = settle {
-            if St::overflow_settle(
-                &keyed.overflow,
-                &keyed.params,
-                blueprint,
-                settle,
-                &self.clock,
-            ) {
-                return Attempt::Done(Ok(SETTLED));
-            }
-            return Attempt::Stale;
-        }
-        match St::overflow_acquire(&keyed.overflow, &keyed.params, blueprint, &self.clock, cost) {
-            Some(shared) => Attempt::Done(shared.map(|(decision, marks)| Decided {
-                decision: decision.overflowed(),
-                marks,
-                overflow: St::blueprint_policy(blueprint).map(Box::new),
-                created: false,
-            })),
-            None => Attempt::Stale,
-        }
-    }
-
-    /// What a new state of `blueprint` for a key starts with at `now`: what it `moved` with from
-    /// an older generation, else what the shared overflow state counts (the one of `blueprint`'s
-    /// policy). `Some(None)` for a fresh state (the shared state at rest, or a limiter with
-    /// no cap, where no key ever overflows); `None` when a policy change retired the shared
-    /// state (never for a key that moved).
-    ///
-    /// Every key that overflowed spent its permits there, and that state counts no fewer
-    /// than any one of them spent, so a key starting with that count is never admitted
-    /// beyond its policy, counting what it spent while it shared. The price falls on keys
-    /// that never overflowed but get their state while the shared one is busy: they start
-    /// with its permits spent (until it comes to rest, and only after a flood
-    /// filled the limiter or its table). An unused shared state is at rest: `Some(None)`.
-    fn starting_carry<St: KeyState<K>>(
-        &self,
-        keyed: &Keys<K, St, S>,
-        blueprint: &St::Blueprint,
-        moved: Option<Carry>,
-        now: u64,
-    ) -> Option<Option<Carry>> {
-        if moved.is_some() {
-            return Some(moved);
-        }
-        // Asked even without a cap: a table out of places sends new keys to the shared
-        // state as a full limiter does (see `create_in`).
-        St::overflow_carry(&keyed.overflow, &keyed.params, blueprint, now)
-    }
-
-    /// The per-key resolver's answer for `key`, when the limiter has one: `previous` when the
-    /// resolver in force is the one that gave it, else a new call.
-    ///
-    /// It runs before any bucket is taken and outside the epoch guard of the maps, and once
-    /// per creation attempt: a slow resolver (a database lookup of the customer's tier) delays
-    /// only this request and holds back neither another key nor the reclamation of memory the
-    /// maps free, and one that asks the limiter about other keys cannot wait on a lock its own
-    /// request holds. Racing first requests for the key may each call it; the first to insert
-    /// decides the state's policy.
-    pub(super) fn resolve<Q>(&self, key: &Q, previous: Option<Resolved<K>>) -> Option<Resolved<K>>
-    where
-        K: Borrow<Q> + From<Q::Owned>,
-        Q: Hash + Eq + ToOwned + ?Sized,
-    {
-        let resolver = {
-            let guard = Guard::new();
-            match &self.generation(&guard).rules {
-                Rules::Uniform(_) => return None,
-                Rules::PerKey(resolver) => Arc::clone(resolver),
-            }
-        };
-        match previous {
-            Some(previous) if Arc::ptr_eq(&previous.resolver, &resolver) => Some(previous),
-            _ => {
-                let policy = resolver(&K::from(key.to_owned()));
-                Some(Resolved { resolver, policy })
-            }
-        }
-    }
-
-    /// Takes a place for a new key, if the limiter is below `max_keys`.
-    fn take_place(&self) -> bool {
-        // Relaxed: `tracked` is only a count; the exclusive bucket lock held by the caller
-        // orders the insertion that follows. It is incremented before an insertion and
-        // decremented after a removal, so it never falls below the keys present: the cap holds
-        // however requests, sweeps and evictions interleave.
-        if self.max_keys == usize::MAX {
-            self.tracked.fetch_add(1, Ordering::Relaxed);
-            return true;
-        }
-        self.tracked
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
-                (n < self.max_keys).then_some(n + 1)
-            })
-            .is_ok()
     }
 
     /// Whether `key` is striped in the current generation.
