@@ -129,3 +129,6 @@ impl Tally {
         reported.in_part(self.part)
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -6,20 +6,24 @@
 //! new *generation* (a new table); keys move into it one by one, carrying the permits they
 //! have in use (see `docs/ARCHITECTURE.md`).
 //!
-//! Modules, each importing only those above it:
+//! Modules, each importing (with `use`) only those above it:
 //!
 //! | module | job |
 //! |---|---|
 //! | `table` | the table: a lock-free index from key to state, retire-then-unlink removal |
 //! | `rules` | what a generation enforces: one policy, or a resolver per key |
 //! | `overflow` | the states new keys share once the limiter is full |
-//! | `slot` | what a generation's table stores per key, one table type per algorithm |
+//! | `striped` | a contended key's stripes, in a side table beside the key's state |
+//! | `last_hit` | each thread's pinned key, decided with no guard and no lookup |
+//! | `key_state` | what a generation's table stores per key, one table type per algorithm |
 //! | `generations` | the current and older generations, policy changes, what every operation shares |
+//! | `request` | deciding a tracked key: a small inline hit, the rest out of line; `peek` |
+//! | `create` | the cold miss: a key's state created under its bucket lock, or the overflow state |
 //! | `sweep` | removing states at rest: the incremental sweep, eviction, the reset of a key |
-//! | `request` | deciding: a small inline hit, one cold miss that creates the key's state |
 //! | `settle` | giving back or charging the difference of a reservation |
 //! | `stats` | decision counters and shadow mode |
 //! | this one | [`RateLimiter`]: every public method, over the modules above |
+//! | `wait` | waiting for a permit: the `acquire` methods, over this one's `try_acquire` |
 
 use std::borrow::Borrow;
 use std::fmt;
