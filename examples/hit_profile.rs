@@ -13,7 +13,10 @@
 //! `AllOf`, and the same three decided one after another),
 //! `mutex_fast` (the same GCRA in a `parking_lot::Mutex<HashMap<u64, u64>>` with foldhash:
 //! benches/limiters/baseline.rs), `floor` (a clock read, a load and a compare-and-swap) and
-//! `clock` (a clock read alone). Each call goes through a function that is never inlined.
+//! `clock` (a clock read alone). `tollgate_many` and `mutex_fast_many` decide on 100,000
+//! `u64` keys in `hot_path`'s shuffled order, each tracked before the calls counted (pass
+//! `--cache-sim=yes` to callgrind for the cache misses). Each call goes through a function
+//! that is never inlined.
 
 use std::hint::black_box;
 
@@ -75,6 +78,22 @@ fn clock(c: &SystemClock) -> u64 {
     c.now()
 }
 
+/// `hot_path`'s 100,000 keys in its shuffled order (splitmix64-driven Fisher-Yates).
+fn many_keys() -> Vec<u64> {
+    let n = 100_000;
+    let mut state = 0x5eed_u64;
+    let mut order: Vec<u64> = (0..n).collect();
+    for i in (1..n as usize).rev() {
+        state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^= z >> 31;
+        order.swap(i, (z % (i as u64 + 1)) as usize);
+    }
+    order
+}
+
 fn main() {
     let mut args = std::env::args().skip(1);
     let which = args.next().unwrap_or_else(|| "tollgate".into());
@@ -110,6 +129,28 @@ fn main() {
                 black_box(decide(black_box(&t), black_box(&key)));
             }
         }
+        "tollgate_many" => {
+            // No sweep: under callgrind a pass over the keys outlasts the policy's window,
+            // and the sweep would remove keys at rest, so the calls would create them again.
+            let l: RateLimiter<u64> = RateLimiter::new(policy).sweep_per_insert(0);
+            let keys = many_keys();
+            for key in &keys {
+                let _ = black_box(keyed(&l, key));
+            }
+            for i in 0..calls {
+                let _ = black_box(keyed(black_box(&l), &keys[i as usize % keys.len()]));
+            }
+        }
+        "mutex_fast_many" => {
+            let l: MutexFast<u64> = MutexFast::new(permits, window_nanos);
+            let keys = many_keys();
+            for key in &keys {
+                black_box(mutex_fast(&l, key));
+            }
+            for i in 0..calls {
+                black_box(mutex_fast(black_box(&l), &keys[i as usize % keys.len()]));
+            }
+        }
         "mutex_fast" => {
             let l: MutexFast<u64> = MutexFast::new(permits, window_nanos);
             for _ in 0..calls {
@@ -128,6 +169,6 @@ fn main() {
                 black_box(clock(black_box(&c)));
             }
         }
-        other => panic!("unknown contestant {other}: tollgate, direct, all_of, three_calls, mutex_fast, floor, clock"),
+        other => panic!("unknown contestant {other}: tollgate, direct, all_of, three_calls, tollgate_many, mutex_fast_many, mutex_fast, floor, clock"),
     }
 }
