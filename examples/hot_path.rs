@@ -37,9 +37,9 @@
 //! The row "2 threads, a u64 key each" is the reference for the one-key rows: each thread on
 //! a key of its own, which shows what two cores give when the two keys' states sit on lines
 //! of their own (the mutex version's still share its lock). The slab hands out consecutive
-//! cells of a segment on different lines, but its first four segments are one line each:
-//! two of the first 32 keys created one after the other share a line, and a repetition
-//! whose new keys land there shows that instead.
+//! fresh cells of a segment 64 bytes apart, but not in its first eight segments, of 8 and
+//! 16 cells: two of the first 96 keys created one after the other may share a line, and a
+//! repetition whose new keys land there shows that instead.
 
 use std::borrow::Borrow;
 use std::hash::Hash;

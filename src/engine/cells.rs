@@ -196,14 +196,20 @@ impl<St> Drop for Pinned<St> {
 /// into a place once, when the cell is handed out).
 struct Place;
 
-/// Cells of 8 bytes (a token bucket's TAT) in one 64-byte cache line.
+/// Cells of 8 bytes (a token bucket's TAT) in 64 bytes, a cache line's length.
 const CELLS_PER_LINE_BITS: u32 = 3;
 
 /// The offset of the `nth` cell handed out in a segment of `2^bits` cells: consecutive ones
-/// go round the segment's lines (a rotation of the bits), so keys created one after another
-/// (two hot keys of a start-up, each then decided by a thread of its own) never share a cache
-/// line, where side by side every write to one would take the line from the other's core.
-/// Segments of one line (the first four) keep their order.
+/// go round the segment by 8 cells (a rotation of the bits), so keys created one after another
+/// from fresh cells (two hot keys of a start-up, each then decided by a thread of its own)
+/// do not share a cache line, where side by side every write to one would take the line from
+/// the other's core. In a segment of 32 cells or more, two in a row are 64 bytes apart or
+/// more (a sliding counter's 16-byte cells, 128), on different lines wherever the segment
+/// starts. The first eight segments, the first 96 cells, are the exception: segments of 8
+/// cells keep their order, and in one of 16 the step from its first 8 cells back to its
+/// second is 56 bytes; a segment starts where its allocation does, not on a line's boundary,
+/// so such neighbours may share a line. A cell given back is handed out again before any
+/// fresh one (`Slab::hold`), wherever it is.
 #[inline(always)]
 fn spread(nth: u32, bits: u32) -> u32 {
     let line_bits = bits.saturating_sub(CELLS_PER_LINE_BITS);
@@ -380,6 +386,58 @@ mod tests {
         let (last, len) = Place::of_slot(MAX_SLOTS - 1);
         assert_eq!(Place::split(last), (SEGMENTS - 1, (1 << OFFSET_BITS) - 1));
         assert_eq!(len, 1 << OFFSET_BITS);
+    }
+
+    #[test]
+    fn spread_hands_out_every_offset_once_lines_apart() {
+        // Every segment's size: each offset once (checked whole up to 2^16 cells, at its ends
+        // and round its lines above), and two in a row in different groups of 8 cells; from
+        // 32 cells on, 8 cells apart or more.
+        for bits in CELLS_PER_LINE_BITS..=OFFSET_BITS {
+            let len = 1u32 << bits;
+            let apart = |nth: u32| {
+                let (a, b) = (spread(nth, bits), spread(nth + 1, bits));
+                assert!(a < len && b < len, "bits {bits}, nth {nth}");
+                if bits > CELLS_PER_LINE_BITS {
+                    assert_ne!(
+                        a / 8,
+                        b / 8,
+                        "bits {bits}: {nth} at {a}, {} at {b}",
+                        nth + 1
+                    );
+                }
+                if bits > CELLS_PER_LINE_BITS + 1 {
+                    assert!(
+                        a.abs_diff(b) >= 8,
+                        "bits {bits}: {nth} at {a}, {} at {b}",
+                        nth + 1
+                    );
+                }
+            };
+            if bits <= 16 {
+                let mut seen = vec![false; len as usize];
+                for nth in 0..len {
+                    assert!(!std::mem::replace(
+                        &mut seen[spread(nth, bits) as usize],
+                        true
+                    ));
+                    if nth + 1 < len {
+                        apart(nth);
+                    }
+                }
+            } else {
+                let lines = len >> CELLS_PER_LINE_BITS;
+                for nth in [0, 1, lines - 1, lines, lines + 1, len - 2] {
+                    apart(nth);
+                }
+                assert_eq!(spread(0, bits), 0);
+                assert_eq!(spread(1, bits), 8);
+                assert_eq!(spread(lines, bits), 1);
+                assert_eq!(spread(len - 1, bits), len - 1);
+            }
+        }
+        // Segments of 8 cells keep their order.
+        assert!((0..8).all(|nth| spread(nth, CELLS_PER_LINE_BITS) == nth));
     }
 
     #[test]
