@@ -28,6 +28,10 @@ mod baseline;
 
 use baseline::{Floor, MutexFast, Verdict};
 
+// The benchmarks' order of many keys.
+#[path = "../benches/limiters/order.rs"]
+mod order;
+
 #[inline(never)]
 fn keyed(l: &RateLimiter<u64>, k: &u64) -> Decision {
     l.try_acquire(k)
@@ -78,20 +82,12 @@ fn clock(c: &SystemClock) -> u64 {
     c.now()
 }
 
-/// `hot_path`'s 100,000 keys in its shuffled order (splitmix64-driven Fisher-Yates).
+/// `hot_path`'s 100,000 keys in its order (the same shuffle, the same seed).
 fn many_keys() -> Vec<u64> {
-    let n = 100_000;
-    let mut state = 0x5eed_u64;
-    let mut order: Vec<u64> = (0..n).collect();
-    for i in (1..n as usize).rev() {
-        state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = state;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^= z >> 31;
-        order.swap(i, (z % (i as u64 + 1)) as usize);
-    }
-    order
+    order::shuffled(100_000, 0x5eed)
+        .into_iter()
+        .map(|i| i as u64)
+        .collect()
 }
 
 fn main() {

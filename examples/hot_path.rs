@@ -63,6 +63,10 @@ mod baseline;
 
 use baseline::{MutexFast, Verdict};
 
+// The benchmarks' order of many keys.
+#[path = "../benches/limiters/order.rs"]
+mod order;
+
 type GovKeyed<K> = governor::DefaultKeyedRateLimiter<K>;
 type GovCachedDirect = governor::RateLimiter<NotKeyed, InMemoryState, QuantaUpkeepClock>;
 type GovCachedKeyed<K> = governor::RateLimiter<K, DashMapStateStore<K>, QuantaUpkeepClock>;
@@ -354,21 +358,6 @@ fn contention(threads: usize, duration: std::time::Duration, f: &(dyn Fn() + Syn
     }
 }
 
-/// A fixed shuffle of `0..n` (splitmix64-driven Fisher-Yates).
-fn shuffled(n: usize) -> Vec<usize> {
-    let mut state = 0x5eed_u64;
-    let mut order: Vec<usize> = (0..n).collect();
-    for i in (1..n).rev() {
-        state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = state;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^= z >> 31;
-        order.swap(i, (z % (i as u64 + 1)) as usize);
-    }
-    order
-}
-
 /// One row of the table: the times in ns per decision, tollgate's speed-up against governor
 /// and against the mutex version (their time over tollgate's), tollgate's time over the
 /// floor's. `-` where a case has no mutex version (not keyed) or no floor.
@@ -467,7 +456,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     row("keyed hot String by &str", t, g, Some(m), Some(f));
 
     let n = 100_000;
-    let order = shuffled(n);
+    let order = order::shuffled(n, 0x5eed);
     let u64_keys: Vec<u64> = order.iter().map(|&i| i as u64).collect();
     for key in &u64_keys {
         assert!(keyed(&k, key).is_allowed());

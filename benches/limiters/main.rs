@@ -35,6 +35,7 @@ mod direct;
 mod evict;
 mod keyed_hot;
 mod keyed_many;
+mod order;
 mod primitives;
 mod threads;
 
