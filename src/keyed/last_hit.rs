@@ -96,7 +96,7 @@ fn new_slot<K: Send>(threads: &ThreadLocal<Slot<K>>) -> &RefCell<Last<K>> {
     threads.get_or(|| {
         CachePadded::new(RefCell::new(Last {
             hit: None,
-            served: Cell::new(u32::MAX),
+            served: Cell::new(u64::MAX),
             needed: Cell::new(FIRST_RUN),
         }))
     })
@@ -106,9 +106,10 @@ fn new_slot<K: Send>(threads: &ThreadLocal<Slot<K>>) -> &RefCell<Last<K>> {
 struct Last<K> {
     /// The pinned key, if any.
     hit: Option<Hit<K>>,
-    /// Requests the last key pinned decided since it was pinned (saturating; `u32::MAX`
-    /// before the first pin, which counts as paid for).
-    served: Cell<u32>,
+    /// Requests the last key pinned decided since it was pinned (`u64::MAX` before the first
+    /// pin, which counts as paid for; counted only while a key is pinned, from 0, so it
+    /// never wraps: 2^64 decisions take centuries).
+    served: Cell<u64>,
     /// The run the next pin needs (see `Ways::needed`), kept here too so that it outlives
     /// the limiter's way in the thread's notes.
     needed: Cell<u16>,
@@ -390,7 +391,9 @@ impl<K> LastHits<K> {
         if hit.changes != changes {
             return Err(Miss::Stale);
         }
-        if cost > hit.gcra.limit() || hit.key.borrow() != key {
+        // Every policy has a permit at least: a cost of 1, known where the request is made,
+        // needs no look at the limit.
+        if (cost > 1 && cost > hit.gcra.limit()) || hit.key.borrow() != key {
             return Err(Miss::Other);
         }
         let decided = match &hit.stripes {
@@ -404,7 +407,7 @@ impl<K> LastHits<K> {
                 Once::Lost => return Err(Miss::Lost),
             },
         };
-        last.served.set(last.served.get().saturating_add(1));
+        last.served.set(last.served.get().wrapping_add(1));
         Ok(decided)
     }
 
@@ -508,7 +511,7 @@ impl<K> LastHits<K> {
             return;
         };
         let needed = last.needed.get();
-        let paid = last.served.get() >= u32::from(needed.max(PAID));
+        let paid = last.served.get() >= u64::from(needed.max(PAID));
         let needed = if paid {
             FIRST_RUN
         } else {
