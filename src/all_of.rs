@@ -251,6 +251,11 @@ impl<P: Parts> AllOf<P> {
     /// [`try_acquire`](AllOf::try_acquire); [`settle`](AllOf::settle) then gives back what a
     /// part did not use, or charges what it used on top.
     ///
+    /// Every part is taken as a reservation, the last one too, where `try_acquire` decides
+    /// the last as a request alone: on a key spread over stripes (a hot, contended key: see
+    /// `RateLimiter::striping`), a reservation takes from the key's word only, so `reserve`
+    /// may refuse what `try_acquire` would admit from the stripes.
+    ///
     /// # Errors
     ///
     /// As [`check`](AllOf::check); nothing is spent.
@@ -379,7 +384,8 @@ struct Parted {
 }
 
 impl AllOfReservation {
-    /// The decision, as [`AllOf::try_acquire`] would have made it.
+    /// The combined decision, made as [`AllOf::try_acquire`] makes its own (but for a last
+    /// part spread over stripes: see [`AllOf::reserve`]).
     pub const fn decision(&self) -> Decision {
         self.decision
     }

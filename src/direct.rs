@@ -183,10 +183,18 @@ impl<C: Clock> DirectLimiter<C> {
     /// requests of cost 1 then take permits from per-thread stripes, each on its own cache
     /// line, leased in runs from the key's state, so that threads on different cores stop
     /// writing one line and the limiter's throughput grows with them. The decisions stay
-    /// exact: a key of `N` permits admits exactly `N` on a frozen clock however many threads
-    /// race, and never more than the policy allows in any interval on a moving one (see
-    /// `docs/ARCHITECTURE.md`, "Striped hot keys"). A key with one caller is never striped,
-    /// and a striped key that goes quiet returns to one word.
+    /// exact: a key of `N` permits admits exactly `N` requests of cost 1 on a frozen clock
+    /// however many threads race, and never more than the policy allows in any interval on a
+    /// moving one (see `docs/ARCHITECTURE.md`, "Striped hot keys"). A key with one caller is
+    /// never striped, and a striped key that goes quiet returns to one word.
+    ///
+    /// What changes while the key is striped, each time toward refusing, never toward
+    /// admitting more: a request of cost above 1 or a reservation takes only from the key's
+    /// word, so it may be refused while stripes hold permits; a refund stops at the end of
+    /// the latest run a stripe leased, used up or not, so a reservation settled after a
+    /// stripe leased a run above it gets back less than it held, or nothing (the rest
+    /// returns as time refills the bucket); and what other stripes hold when the key goes
+    /// quiet is lost once time passes it (one lease per stripe at most).
     ///
     /// Off, every request is one compare-and-swap on one word: the choice when the memory of
     /// the stripes (a cache line per core) matters more than throughput under contention.
@@ -436,7 +444,9 @@ impl<C: Clock> DirectLimiter<C> {
 
     /// Settles a reservation at what the request really cost: gives back `reserved - actual`
     /// permits, or charges `actual - reserved` more, even past the limit (see
-    /// [`RateLimiter::settle`](crate::RateLimiter::settle)).
+    /// [`RateLimiter::settle`](crate::RateLimiter::settle)). While the key is
+    /// [striped](DirectLimiter::striping), a refund stops at the end of the latest run its
+    /// stripes leased: it may give back less, or nothing.
     ///
     /// # Errors
     ///

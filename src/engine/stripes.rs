@@ -22,9 +22,13 @@
 //! **Refusals.** A request whose stripe is empty takes a new lease; when the central word has
 //! nothing either, it looks at every other stripe and takes from the first that has a permit
 //! (a steal). It is refused only when the central word and every stripe had nothing at one
-//! instant, so on a frozen clock a key of `N` permits admits exactly `N`, however many
-//! threads race. Under-admission is possible only with a moving clock, for a permit that sat
-//! in a stripe until time passed it: at most one lease per stripe.
+//! instant, so on a frozen clock a key of `N` permits admits exactly `N` requests of cost 1,
+//! however many threads race. What a striped key may under-admit, never over-admit: a permit
+//! that sat in a stripe until time passed it (at most one lease per stripe); a request of
+//! cost above 1 or a reservation, which takes from the central word alone, refused while
+//! stripes hold permits; a refund cut short at the end of the latest run a stripe leased
+//! ([`Stripes::settle`]), up to the whole of it; and what the stripes held when the policy
+//! changes, counted as spent.
 //!
 //! **Giving back.** When a key goes quiet (one stripe alone took leases for a while), the
 //! stripe that noticed gives the unused end of its lease back to the central word, if that
@@ -582,8 +586,11 @@ impl Stripes {
     /// really cost `actual`, on a token bucket that has (or may come to have) the stripes
     /// `stripes` finds (asked again after each read of the TAT): as
     /// `Gcra::settle`, except that a refund never moves the TAT below the end of a run a
-    /// stripe still holds (those permits are not the reservation's to give back, and the
-    /// central word would hand them out a second time). `None` when retired.
+    /// stripe holds, used up or not, nor below where a give-back left it (`held_until`):
+    /// unused, those permits are the stripe's, and the central word would hand them out a
+    /// second time; used up, the stripe's `next` must still only grow from one lease to the
+    /// next (see [`Stripe`]). So a reservation settled after a stripe leased a run above it
+    /// gets back less than it held, or nothing. `None` when retired.
     ///
     /// A refund holds `lowering`, the key's lock for whatever moves its TAT back (refunds and
     /// give-backs): every other write moves the TAT on, so a TAT that still holds the value

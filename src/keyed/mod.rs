@@ -350,21 +350,23 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
     /// Striped, a key's requests of cost 1 decide on stripes, one per core, each on its own
     /// cache line, leased in runs from the key's state, so that threads on different cores
     /// stop writing one line and a hot key's throughput grows with them. The decisions stay
-    /// exact: a key of `N` permits admits exactly `N` on a frozen clock however many threads
-    /// race, and never more than the policy allows in any interval on a moving one (see
-    /// `docs/ARCHITECTURE.md`, "Striped hot keys"). A key is striped only once compare-and-
-    /// swaps on it keep failing (sixteen lost within about a millisecond, counted over the
-    /// keys of one of 64 hashes), costs no memory until then, and returns to one word when
-    /// it goes quiet; up to 64 keys of a limiter are striped at once.
+    /// exact: a key of `N` permits admits exactly `N` requests of cost 1 on a frozen clock
+    /// however many threads race, and never more than the policy allows in any interval on a
+    /// moving one (see `docs/ARCHITECTURE.md`, "Striped hot keys"). A key is striped only
+    /// once compare-and-swaps on it keep failing (sixteen lost within about a millisecond,
+    /// counted over the keys of one of 64 hashes), costs no memory until then, and returns
+    /// to one word when it goes quiet; up to 64 keys of a limiter are striped at once.
     ///
     /// What changes while a key is striped: an admission's `remaining` counts the key's word
     /// and the deciding thread's stripe, not the others' (it may be low by one lease per
     /// other stripe); `peek` and [`available`](RateLimiter::available) count every stripe,
     /// but a request of cost above 1 or a reservation takes only from the key's word, so it
-    /// may be refused while stripes hold permits; a refund stops at what the stripes hold. A
-    /// lease lasts 10 µs of the policy's timeline (fewer permits for a small burst), and
-    /// what other stripes hold when the key is unstriped is lost once time passes it (one
-    /// lease per stripe at most, never an admission beyond the policy).
+    /// may be refused while stripes hold permits; a refund stops at the end of the latest run
+    /// a stripe leased, used up or not, so a reservation settled after a stripe leased a run
+    /// above it gets back less than it held, or nothing (the rest returns as time refills
+    /// the bucket). A lease lasts 10 µs of the policy's timeline (fewer permits for a small
+    /// burst), and what other stripes hold when the key is unstriped is lost once time
+    /// passes it (one lease per stripe at most, never an admission beyond the policy).
     ///
     /// Only a token bucket under one policy for every key is striped (not a per-key
     /// resolver's keys, nor the shared overflow state). Off, every request is one
@@ -879,7 +881,9 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
     /// * `actual` below the reservation: the difference comes back, as if those permits had
     ///   never been admitted, but never more than the reservation still holds (a token
     ///   bucket's refill or a window's passing may already have given some back) and never
-    ///   more than a fresh state has.
+    ///   more than a fresh state has. While the key is [striped](RateLimiter::striping), a
+    ///   refund stops at the end of the latest run its stripes leased: it may give back
+    ///   less, or nothing.
     /// * `actual` above it: the difference is charged at once, even past the limit. A token
     ///   bucket and a sliding counter carry the debt, so later requests wait it out (a token
     ///   bucket up to one more full burst, a counter up to twice its permits in a window); a

@@ -195,6 +195,33 @@ fn a_refund_under_a_stripes_lease_gives_back_nothing_twice() {
     assert!(admitted >= 499_998, "{admitted}");
 }
 
+/// The refund's floor is the end of the latest run a stripe leased, used up or not: a
+/// reservation of a slow key cancelled after a request of cost 1 leased one permit above it
+/// gets nothing back, where it gets everything back before any lease. Less is admitted than
+/// an exact refund would allow, never more.
+#[test]
+fn a_refund_stops_at_a_used_up_lease_above_it() {
+    let (limiter, _clock) = limiter("100/1h");
+    assert!(limiter.try_acquire(&1).is_allowed());
+    stripe(&limiter, 1);
+    let reservation = limiter.reserve_n(&1, 50).unwrap();
+    limiter.cancel(&1, reservation).unwrap();
+    assert_eq!(
+        limiter.available(&1),
+        99,
+        "no lease above it: all of it back"
+    );
+
+    let reservation = limiter.reserve_n(&1, 50).unwrap();
+    assert!(limiter.try_acquire(&1).is_allowed()); // a lease of one permit, used up
+    limiter.cancel(&1, reservation).unwrap();
+    assert_eq!(
+        limiter.available(&1),
+        48,
+        "the used-up lease's end holds the refund"
+    );
+}
+
 #[test]
 fn a_key_judged_quiet_returns_to_one_word() {
     let (limiter, clock) = limiter("1000000/1s");
