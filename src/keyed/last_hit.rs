@@ -33,7 +33,10 @@
 //!
 //! **What pinning costs, and who pays.** A pin copies the key (a `String` key allocates) and
 //! takes the slab's lock twice (its own, and the unpinning of the key it replaces); a striped
-//! key's pin probes the side table again for the stripes and takes a reference to them. A
+//! key's pin probes the side table again for the stripes and takes a reference to them. The
+//! copy (`K::from`) and the replaced key's `Drop` run in the request that pins, after its
+//! decision, under its lookup's epoch guard: a key type whose conversion panics panics there,
+//! and one whose `Drop` is slow holds back the reclamation of freed states meanwhile. A
 //! run of two decisions in a row on one place pins at first. A thread whose pins go to waste (its
 //! pinned key decided fewer than [`PAID`] requests, or fewer than the run that pinned it:
 //! clients that send a few requests at a time, or an attacker who does) asks for twice as
@@ -43,17 +46,21 @@
 //!
 //! **What it keeps.** One key per thread and limiter, dropped with the limiter, and with it the
 //! slab segment its cell is in (a quarter of the slab's cells at most), after a policy
-//! change too, until the thread's next request in the limiter lets go of the stale pin. A key
+//! change too, until the thread's next request in the limiter lets go of the stale pin
+//! (from its notes, or, once others took its way there, from its slot). A key
 //! pinned with its stripes keeps them (up to 64 stripes on lines of their own, about 8 KiB)
 //! until its pin is let go of: once they are retired, by the thread's next request that
 //! reaches the pin, whatever its path. A thread that has exited, or never decides in the
 //! limiter again, keeps its key until the limiter is dropped or a new thread takes its number
 //! (thread numbers are reused). A thread that decides on a different key each time never
-//! pins one, and reads and writes only its own notes (`WAYS_OF_THREAD`).
+//! pins one, has no slot made for it, and reads and writes only its own notes
+//! (`WAYS_OF_THREAD`), unless it decides in more limiters than its notes hold: a request in a
+//! limiter whose way others took takes it back, and reads the thread's slot there if it has
+//! one.
 
 use std::borrow::Borrow;
 use std::cell::{Cell, RefCell};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use crossbeam_utils::CachePadded;
 use thread_local::ThreadLocal;
@@ -67,13 +74,21 @@ use crate::engine::word::Once;
 use super::striped::PinnedStripes;
 
 /// Each thread's last hit on one limiter.
-pub(super) struct LastHits<K>(Box<dyn Threads<K>>);
+pub(super) struct LastHits<K> {
+    threads: Box<dyn Threads<K>>,
+    /// Whether a thread has ever pinned a key here: until one has, a request from a thread
+    /// with no notes for the limiter has no pin to check (see [`LastHits::start`]). Set once,
+    /// by a thread as it pins, and read by that thread's later requests.
+    pinned: AtomicBool,
+}
 
 /// The threads' slots, behind a trait object so that only the constructor needs `K: Send`
 /// (a slot holds a key, and `ThreadLocal` requires its values to be `Send`).
 trait Threads<K>: Send + Sync {
     /// This thread's slot, made if it has none.
     fn mine_or_new(&self) -> &RefCell<Last<K>>;
+    /// This thread's slot, if it has one.
+    fn mine(&self) -> Option<&RefCell<Last<K>>>;
 }
 
 /// A thread's slot is on cache lines of its own: each decision writes its borrow flag.
@@ -85,6 +100,10 @@ impl<K: Send> Threads<K> for ThreadLocal<Slot<K>> {
             Some(mine) => mine,
             None => new_slot(self),
         }
+    }
+
+    fn mine(&self) -> Option<&RefCell<Last<K>>> {
+        self.get().map(|mine| &**mine)
     }
 }
 
@@ -146,7 +165,10 @@ pub(super) fn changes(changes: &AtomicU64) -> u64 {
 
 impl<K: Send + 'static> LastHits<K> {
     pub(super) fn new() -> Self {
-        LastHits(Box::new(ThreadLocal::<Slot<K>>::new()))
+        LastHits {
+            threads: Box::new(ThreadLocal::<Slot<K>>::new()),
+            pinned: AtomicBool::new(false),
+        }
     }
 }
 
@@ -325,14 +347,37 @@ impl<K> LastHits<K> {
     /// Reads this thread's notes for the limiter numbered `limiter`, once per request, under
     /// the count of changes `changes` (as [`changes`] read it, before the generation); a pin
     /// made under another count is let go of here, whether or not the thread's requests go on
-    /// to use it.
+    /// to use it. A thread with no notes for the limiter (others took its way) looks at its
+    /// slot instead, once a key has been pinned here: its requests may never come back
+    /// through a token bucket's table, the only path that takes a way again (the rules
+    /// changed to another algorithm, or every key is new), and its pin would otherwise keep
+    /// the key, its stripes and its slab segment until the limiter is dropped.
     #[inline(always)]
     pub(super) fn start(&self, limiter: u64, changes: u64) -> Start {
         let (start, stale) = notes(limiter, changes);
         if stale {
             self.let_go(start.way);
+        } else if start.way == WAYS && self.pinned.load(Ordering::Relaxed) {
+            // Relaxed: only this thread's own pin matters here, and the thread set the flag
+            // itself, before it pinned, so its own later read sees it.
+            self.let_go_if_stale(changes);
         }
         start
+    }
+
+    /// Lets go of this thread's pin if it was pinned under a count other than `changes`, for
+    /// a request from a thread with no notes for the limiter (see [`LastHits::start`]).
+    #[cold]
+    #[inline(never)]
+    fn let_go_if_stale(&self, changes: u64) {
+        let Some(slot) = self.threads.mine() else {
+            return;
+        };
+        if let Ok(mut last) = slot.try_borrow_mut() {
+            if last.hit.as_ref().is_some_and(|hit| hit.changes != changes) {
+                last.hit = None;
+            }
+        }
     }
 
     /// Decides a request of `cost` for `key` at `now` on this thread's last hit, if the
@@ -382,7 +427,7 @@ impl<K> LastHits<K> {
         // The key's own `Borrow` and `Eq` run under this shared borrow: a call of theirs back
         // into the limiter may decide on the slot too (a shared borrow again), and a pin it
         // would make finds the slot borrowed and is skipped.
-        let Ok(last) = self.0.mine_or_new().try_borrow() else {
+        let Ok(last) = self.threads.mine_or_new().try_borrow() else {
             return Err(Miss::Other);
         };
         let Some(hit) = last.hit.as_ref() else {
@@ -434,24 +479,26 @@ impl<K> LastHits<K> {
     fn let_go(&self, way: usize) {
         let _ = WAYS_OF_THREAD.try_with(|ways| ways.pinned[way].set(NO_NOTE));
         // `served` stays: whether that pin paid for itself still counts for the next one.
-        if let Ok(mut last) = self.0.mine_or_new().try_borrow_mut() {
+        if let Some(Ok(mut last)) = self.threads.mine().map(RefCell::try_borrow_mut) {
             last.hit = None;
         }
     }
 
     /// The run the next pin needs and the note of the pinned key, from this thread's slot:
-    /// for a way taken for this limiter.
+    /// for a way taken for this limiter. A thread that never pinned a key here has no slot,
+    /// and gets none made.
     #[cold]
     #[inline(never)]
     fn restore(&self) -> (u16, u64) {
-        match self.0.mine_or_new().try_borrow() {
-            Ok(last) => (
+        match self.threads.mine().map(RefCell::try_borrow) {
+            None => (FIRST_RUN, NO_NOTE),
+            Some(Ok(last)) => (
                 last.needed.get(),
                 last.hit
                     .as_ref()
                     .map_or(NO_NOTE, |hit| note(hit.changes, hit.cell.place())),
             ),
-            Err(_) => (LONGEST_RUN, NO_NOTE),
+            Some(Err(_)) => (LONGEST_RUN, NO_NOTE),
         }
     }
 
@@ -507,9 +554,13 @@ impl<K> LastHits<K> {
     fn pin(&self, way: usize, changes: u64, place: u32, pin: impl FnOnce() -> ToPin<K>) {
         // `K::from` and the replaced key's `Drop` run under this borrow: a call of theirs back
         // into the limiter finds the slot borrowed and goes through the table.
-        let Ok(mut last) = self.0.mine_or_new().try_borrow_mut() else {
+        let Ok(mut last) = self.threads.mine_or_new().try_borrow_mut() else {
             return;
         };
+        if !self.pinned.load(Ordering::Relaxed) {
+            // Relaxed: see `LastHits::start`.
+            self.pinned.store(true, Ordering::Relaxed);
+        }
         let needed = last.needed.get();
         let paid = last.served.get() >= u64::from(needed.max(PAID));
         let needed = if paid {
@@ -560,13 +611,19 @@ pub(super) fn run_needed(limiter: u64) -> u16 {
 /// Whether this thread holds a pin in `hits`' limiter.
 #[cfg(test)]
 pub(super) fn holds_pin<K>(hits: &LastHits<K>) -> bool {
-    hits.0.mine_or_new().borrow().hit.is_some()
+    hits.threads.mine_or_new().borrow().hit.is_some()
+}
+
+/// Whether this thread has a slot in `hits`' limiter.
+#[cfg(test)]
+pub(super) fn has_slot<K>(hits: &LastHits<K>) -> bool {
+    hits.threads.mine().is_some()
 }
 
 /// Whether this thread holds a pin in `hits`' limiter with the key's stripes.
 #[cfg(test)]
 pub(super) fn holds_stripes<K>(hits: &LastHits<K>) -> bool {
-    hits.0
+    hits.threads
         .mine_or_new()
         .borrow()
         .hit

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use scc::Guard;
 
-use super::{holds_pin, holds_stripes, run_needed, streaking, FIRST_RUN, LONGEST_RUN};
+use super::{has_slot, holds_pin, holds_stripes, run_needed, streaking, FIRST_RUN, LONGEST_RUN};
 use crate::clock::{Clock, FakeClock};
 use crate::engine::dispatch::PerAlgorithm;
 use crate::engine::token_bucket::GcraCell;
@@ -95,6 +95,44 @@ fn a_stale_pin_is_let_go_of_though_the_thread_went_on_to_other_keys() {
         !holds_pin(&limiter.generations.last_hits),
         "the pin of a replaced generation is still held"
     );
+}
+
+/// A thread whose notes for the limiter were taken by four others, after a change to rules
+/// that never pin (a sliding log): its requests never come back through a token bucket's
+/// table to take a way again, and still let go of the stale pin, with its slab segment.
+#[test]
+fn a_stale_pin_is_let_go_of_by_a_thread_with_no_notes_for_the_limiter() {
+    let limiter = limiter("100/1h");
+    pin(&limiter, 1);
+    let others: Vec<Limiter> = (0..4).map(|_| self::limiter("100/1h")).collect();
+    for other in &others {
+        for _ in 0..2 {
+            let _ = other.try_acquire(&1);
+        }
+    }
+    limiter.set_policy("sliding-log 100/1h".parse().unwrap());
+    assert!(holds_pin(&limiter.generations.last_hits));
+    let _ = limiter.try_acquire(&1);
+    assert!(
+        !holds_pin(&limiter.generations.last_hits),
+        "the pin of a replaced generation is still held"
+    );
+}
+
+/// A thread that never decides on one key twice in a row has no slot made for it, though
+/// its decisions through the table take its notes' way (which looks for a slot to restore).
+#[test]
+fn a_thread_that_never_pins_has_no_slot() {
+    let limiter = limiter("100/1h");
+    for key in 0..100 {
+        let _ = limiter.try_acquire(&key); // creates the key
+    }
+    for key in 0..100 {
+        let _ = limiter.try_acquire(&key); // through the table, a run of one
+    }
+    assert!(!has_slot(&limiter.generations.last_hits));
+    pin(&limiter, 1_000);
+    assert!(has_slot(&limiter.generations.last_hits));
 }
 
 #[test]
