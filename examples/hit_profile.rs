@@ -8,7 +8,9 @@
 //! perf stat -e instructions,cycles target/release/examples/hit_profile mutex_fast 10000000
 //! ```
 //!
-//! Contestants: `tollgate` (a `RateLimiter<u64>`, one hot key), `direct` (a `DirectLimiter`),
+//! Contestants: `tollgate` (a `RateLimiter<u64>`, one hot key), `tollgate_str` and
+//! `mutex_fast_str` (`hot_path`'s hot `String` key, looked up by `&str`), `direct` (a
+//! `DirectLimiter`),
 //! `all_of` and `three_calls` (the criterion `all_of` group's two: three hot parts in one
 //! `AllOf`, and the same three decided one after another),
 //! `mutex_fast` (the same GCRA in a `parking_lot::Mutex<HashMap<u64, u64>>` with foldhash:
@@ -34,6 +36,11 @@ mod order;
 
 #[inline(never)]
 fn keyed(l: &RateLimiter<u64>, k: &u64) -> Decision {
+    l.try_acquire(k)
+}
+
+#[inline(never)]
+fn keyed_str(l: &RateLimiter<String>, k: &str) -> Decision {
     l.try_acquire(k)
 }
 
@@ -73,6 +80,11 @@ fn mutex_fast(l: &MutexFast<u64>, k: &u64) -> Verdict {
 }
 
 #[inline(never)]
+fn mutex_fast_str(l: &MutexFast<String>, k: &str) -> Verdict {
+    l.check(k)
+}
+
+#[inline(never)]
 fn floor(f: &Floor) -> bool {
     f.check()
 }
@@ -103,6 +115,20 @@ fn main() {
             let l: RateLimiter<u64> = RateLimiter::new(policy);
             for _ in 0..calls {
                 let _ = black_box(keyed(black_box(&l), black_box(&key)));
+            }
+        }
+        "tollgate_str" => {
+            let l: RateLimiter<String> = RateLimiter::new(policy);
+            let key = String::from("user-000042");
+            for _ in 0..calls {
+                let _ = black_box(keyed_str(black_box(&l), black_box(key.as_str())));
+            }
+        }
+        "mutex_fast_str" => {
+            let l: MutexFast<String> = MutexFast::new(permits, window_nanos);
+            let key = String::from("user-000042");
+            for _ in 0..calls {
+                black_box(mutex_fast_str(black_box(&l), black_box(key.as_str())));
             }
         }
         "direct" => {
@@ -165,6 +191,6 @@ fn main() {
                 black_box(clock(black_box(&c)));
             }
         }
-        other => panic!("unknown contestant {other}: tollgate, direct, all_of, three_calls, tollgate_many, mutex_fast_many, mutex_fast, floor, clock"),
+        other => panic!("unknown contestant {other}: tollgate, tollgate_str, direct, all_of, three_calls, tollgate_many, mutex_fast_many, mutex_fast, mutex_fast_str, floor, clock"),
     }
 }
