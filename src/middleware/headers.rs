@@ -5,7 +5,7 @@
 use std::fmt::Write as _;
 
 use bytes::Bytes;
-use http::header::{CONTENT_TYPE, RETRY_AFTER};
+use http::header::{CACHE_CONTROL, CONTENT_TYPE, RETRY_AFTER};
 use http::{HeaderMap, HeaderName, HeaderValue, Response, StatusCode};
 
 use super::error::ConfigError;
@@ -67,7 +67,7 @@ const RATELIMIT_RESET: HeaderName = HeaderName::from_static("ratelimit-reset");
 const X_RATELIMIT_LIMIT: HeaderName = HeaderName::from_static("x-ratelimit-limit");
 const X_RATELIMIT_REMAINING: HeaderName = HeaderName::from_static("x-ratelimit-remaining");
 const X_RATELIMIT_RESET: HeaderName = HeaderName::from_static("x-ratelimit-reset");
-const GRPC_STATUS: HeaderName = HeaderName::from_static("grpc-status");
+pub(crate) const GRPC_STATUS: HeaderName = HeaderName::from_static("grpc-status");
 const GRPC_MESSAGE: HeaderName = HeaderName::from_static("grpc-message");
 
 /// The rate-limit fields of one response, computed when the request is decided.
@@ -373,7 +373,9 @@ fn grpc_code(status: StatusCode) -> u16 {
 }
 
 /// A refusal or rejection: `status` with a problem+json body, or, for a gRPC request, a
-/// trailers-only response (HTTP 200, `grpc-status`, `grpc-message`, no body).
+/// trailers-only response (HTTP 200, `grpc-status`, `grpc-message`, no body, and
+/// `cache-control: no-store`: the client chose the gRPC form by its content type, and an
+/// empty `200` must not be stored by a shared cache as the page of the URL).
 pub(crate) fn error_response(
     status: StatusCode,
     detail: &str,
@@ -384,6 +386,7 @@ pub(crate) fn error_response(
         let mut response = Response::new(Bytes::new());
         let headers = response.headers_mut();
         headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
+        headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
         headers.insert(GRPC_STATUS, HeaderValue::from(grpc_code(status)));
         // `detail` is printable ASCII (built here or from a KeyError naming a header).
         if let Ok(message) = HeaderValue::from_str(detail) {

@@ -16,7 +16,7 @@ use axum::body::Body;
 use axum::routing::{get, post};
 use axum::Router;
 use bytes::Bytes;
-use http::{HeaderMap, Request};
+use http::{HeaderMap, Request, StatusCode};
 use http_body::Frame;
 use tollgate::concurrency::ConcurrencyLimiter;
 use tollgate::login::LoginGuard;
@@ -350,6 +350,55 @@ fn an_attempt_cancelled_before_its_answer_counts_as_a_failure() {
         !guard.check("alice", "192.0.2.77").is_allowed(),
         "cancelled attempts were free"
     );
+}
+
+/// The response says how an attempt is read, never the request's content type, which the
+/// client writes: a REST login's `401` sent to a client claiming gRPC, and a gRPC login's
+/// `UNAUTHENTICATED` sent to a client hiding its media type, are both failures.
+#[test]
+fn a_login_is_classified_by_its_response_whatever_the_request_claims() {
+    let rest = |_: HeaderMap| async { StatusCode::UNAUTHORIZED };
+    let grpc = |_: HeaderMap| async {
+        (
+            [("grpc-status", "16"), ("content-type", "application/grpc")],
+            "",
+        )
+    };
+    for (handler, claimed) in [
+        (post(rest), "application/grpc"),
+        (post(grpc), "application/octet-stream"),
+    ] {
+        let guard = Arc::new(LoginGuard::new());
+        let addr = serve(
+            Router::new().route("/login", handler).route_layer(
+                LoginLayer::new(Arc::clone(&guard), account_header)
+                    .client(HeaderKey::new("x-device").unwrap()),
+            ),
+        );
+        for _ in 0..5 {
+            let answer = send(
+                addr,
+                "POST",
+                "/login",
+                &[
+                    ("x-account", "alice"),
+                    ("x-device", "d-1"),
+                    ("content-type", claimed),
+                    ("content-length", "0"),
+                ],
+            );
+            assert_ne!(answer.status, 429, "{claimed}: refused early, {answer:?}");
+        }
+        assert_eq!(
+            guard.strikes("alice"),
+            1,
+            "{claimed}: five failures recorded"
+        );
+        assert!(
+            !guard.check("alice", "198.51.100.1").is_allowed(),
+            "{claimed}: the account is not locked"
+        );
+    }
 }
 
 #[test]

@@ -768,6 +768,8 @@ fn grpc_requests_are_refused_with_resource_exhausted() {
         assert_eq!(headers["content-type"], "application/grpc");
         assert_eq!(headers["grpc-status"], "8");
         assert_eq!(headers["retry-after"], "60");
+        // An HTTP 200 chosen by the request's content type: never stored by a shared cache.
+        assert_eq!(headers["cache-control"], "no-store");
         assert!(headers["grpc-message"]
             .to_str()
             .unwrap()

@@ -59,8 +59,6 @@ pub(super) struct Attempt {
     config: Arc<Config>,
     account: String,
     client: LimitKey,
-    /// The request was gRPC: its outcome is read from `grpc-status`.
-    grpc: bool,
 }
 
 impl Attempt {
@@ -78,10 +76,15 @@ impl Attempt {
         self.with_client(|client| self.config.guard.record(&self.account, client, outcome));
     }
 
-    /// The attempt's outcome as `response` tells it.
+    /// The attempt's outcome as `response` tells it: from `grpc-status` for a gRPC response
+    /// (a gRPC media type, or a `grpc-status` header), else from the status. The response
+    /// says whether it is gRPC, not the request: the client writes the request's content
+    /// type, and would pick whichever reading records nothing (a REST `401` read as gRPC has
+    /// no `grpc-status`; a failed RPC read by its status is an HTTP `200`, a success).
     pub(super) fn outcome_of<B>(&self, response: &Response<B>) -> LoginOutcome {
-        if self.grpc {
-            let code = response.headers().get("grpc-status");
+        let headers = response.headers();
+        let code = headers.get(headers::GRPC_STATUS);
+        if self.config.grpc && (code.is_some() || headers::is_grpc(headers)) {
             LoginOutcome::from_grpc_status(code.and_then(|code| code.to_str().ok()))
         } else {
             (self.config.classify)(response.status())
@@ -128,7 +131,6 @@ impl Config {
             config: Arc::clone(config),
             account,
             client,
-            grpc,
         };
         let decision = attempt.with_client(|client| config.guard.check(&attempt.account, client));
         if decision.is_allowed() {

@@ -41,9 +41,11 @@ use crate::middleware::refusal::{Refusal, RefusalHandler};
 /// When the inner service's response arrives, its status is
 /// [classified](LoginLayer::classify) (default [`LoginOutcome::from_status`]: 401/403 a
 /// failure, 2xx a success) and recorded with [`LoginGuard::record_failure`] or
-/// [`LoginGuard::record_success`]. A gRPC request's outcome is read from the response's
-/// `grpc-status` header instead ([`LoginOutcome::from_grpc_status`]), since a failed RPC
-/// answers HTTP 200. An attempt that ends without a response (the client cancelled it, a
+/// [`LoginGuard::record_success`]. A gRPC response's outcome (a response with a gRPC media
+/// type or a `grpc-status` header) is read from its `grpc-status` header instead
+/// ([`LoginOutcome::from_grpc_status`]), since a failed RPC answers HTTP 200. The response
+/// decides, not the request: a client could otherwise pick, by the content type it sends,
+/// the reading that records nothing. An attempt that ends without a response (the client cancelled it, a
 /// timeout dropped it, the handler failed or panicked) counts as a **failure**, so that
 /// cancelling a guess whose answer is slow cannot make it free. The default classification
 /// suits APIs that answer a wrong password with 401; a page that re-renders its form with
@@ -238,8 +240,11 @@ impl LoginLayer {
         self
     }
 
-    /// Whether gRPC requests are refused the gRPC way (default `true`), as
-    /// [`RateLimitLayer::grpc`](crate::middleware::RateLimitLayer::grpc) describes.
+    /// Whether gRPC requests are refused the gRPC way and gRPC responses classified by
+    /// their `grpc-status` (default `true`), as
+    /// [`RateLimitLayer::grpc`](crate::middleware::RateLimitLayer::grpc) describes. Off,
+    /// every response is classified by its HTTP status, which records a failed RPC (HTTP
+    /// 200) as a success: turn it off only where no gRPC service sits behind the layer.
     ///
     /// # Examples
     ///
