@@ -98,8 +98,11 @@ enum Trust {
 ///   address, found as [`PeerIp`](super::PeerIp) finds it.
 ///
 /// The leftmost entry is never taken on trust: a client can put anything there, and
-/// proxies append to what it sent. An entry the walk has to use that is not an IP address
-/// (`unknown`, a hostname, garbage) is [`KeyError::Malformed`].
+/// proxies append to what it sent. Only the entries the walk reaches are read, so what a
+/// client wrote to their left (for `Forwarded`, an unterminated quote or a comma in a
+/// quoted string, even on the line a proxy appended to) cannot hide or shift them. An entry
+/// the walk has to use that is not an IP address (`unknown`, a hostname, garbage, broken
+/// syntax) is [`KeyError::Malformed`].
 ///
 /// Reads `X-Forwarded-For` by default, or RFC 7239 `Forwarded` (its `for=` parameters) with
 /// [`forwarded`](ClientIp::forwarded). Read only the one your proxies write: the other is
@@ -353,14 +356,16 @@ impl ClientIp {
     ) -> Result<(), KeyError> {
         let lines = headers.get_all(&self.header).iter().rev();
         if self.header == FORWARDED {
-            let mut nodes = Vec::new();
             for line in lines {
-                nodes.clear();
-                forwarded_for(line.as_bytes(), &mut nodes)
-                    .ok_or_else(|| KeyError::Malformed(self.header.clone()))?;
-                for node in nodes.iter().rev() {
-                    if !visit(*node) {
-                        return Ok(());
+                for element in ElementsFromRight::new(line.as_bytes()) {
+                    match forwarded_element(element) {
+                        None => return Err(KeyError::Malformed(self.header.clone())),
+                        Some(Element::Empty) => {}
+                        Some(Element::For(node)) => {
+                            if !visit(node) {
+                                return Ok(());
+                            }
+                        }
                     }
                 }
             }
@@ -403,79 +408,127 @@ fn parse_node(entry: &[u8]) -> Option<IpAddr> {
     inner.parse::<std::net::Ipv6Addr>().ok().map(IpAddr::V6)
 }
 
-/// Appends the `for=` value of each element of one `Forwarded` line (RFC 7239 section 4) to
-/// `out`, left to right; `None` for an element without one. `None` overall when the line is
-/// not valid syntax: an unterminated quoted string, a pair without `=`, a repeated `for`.
-/// Quoted strings are honoured, so a comma a client hid inside quotes cannot shift the
-/// elements that proxies appended after it.
-fn forwarded_for<'a>(line: &'a [u8], out: &mut Vec<Option<&'a [u8]>>) -> Option<()> {
+/// The elements of one `Forwarded` line (RFC 7239 section 4), from the right, each split
+/// off at the nearest comma outside a quoted string. Quotes are found scanning leftwards (a
+/// quote after an odd number of backslashes is escaped), so the elements that proxies
+/// appended on the right come out whole whatever the client wrote to their left: an
+/// unterminated quote or a stray comma there cannot swallow or shift them. Only as many
+/// elements are split as the caller reads; what lies further left is never looked at.
+struct ElementsFromRight<'a> {
+    line: &'a [u8],
+    /// The end of what is left to split; `None` once the line's start was reached.
+    end: Option<usize>,
+}
+
+impl<'a> ElementsFromRight<'a> {
+    fn new(line: &'a [u8]) -> Self {
+        ElementsFromRight {
+            line,
+            end: Some(line.len()),
+        }
+    }
+}
+
+impl<'a> Iterator for ElementsFromRight<'a> {
+    type Item = &'a [u8];
+
+    fn next(&mut self) -> Option<&'a [u8]> {
+        let end = self.end?;
+        let mut quoted = false;
+        for i in (0..end).rev() {
+            match self.line[i] {
+                b'"' if quoted => {
+                    let escapes = self.line[..i]
+                        .iter()
+                        .rev()
+                        .take_while(|&&b| b == b'\\')
+                        .count();
+                    quoted = escapes % 2 == 1;
+                }
+                b'"' => quoted = true,
+                b',' if !quoted => {
+                    self.end = Some(i);
+                    return Some(&self.line[i + 1..end]);
+                }
+                _ => {}
+            }
+        }
+        // The leftmost element (or, inside an unterminated quote, all that is left: it
+        // does not parse).
+        self.end = None;
+        Some(&self.line[..end])
+    }
+}
+
+/// One element of a `Forwarded` line, as [`forwarded_element`] reads it.
+#[derive(Debug, PartialEq, Eq)]
+enum Element<'a> {
+    /// Nothing but whitespace: allowed by the list syntax, ignored.
+    Empty,
+    /// Pairs, with the value of `for` if one of them is `for`.
+    For(Option<&'a [u8]>),
+}
+
+/// Reads one element of a `Forwarded` line: pairs `name=value` (a token, or a quoted
+/// string) separated by `;`. `None` when it is not valid syntax: an unterminated quoted
+/// string, a pair without `=`, a repeated `for`, anything after a value.
+fn forwarded_element(element: &[u8]) -> Option<Element<'_>> {
     let is_ws = |b: u8| b == b' ' || b == b'\t';
     let is_tchar = |b: u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b);
+    let n = element.len();
     let mut i = 0;
-    let n = line.len();
+    let mut value_for: Option<&[u8]> = None;
+    let mut empty = true;
     loop {
-        // One element: pairs separated by ';', ended by ',' or the end of the line.
-        let mut value_for: Option<&[u8]> = None;
-        let mut empty = true;
-        loop {
-            while i < n && is_ws(line[i]) {
+        while i < n && is_ws(element[i]) {
+            i += 1;
+        }
+        if i < n && element[i] != b';' {
+            let start = i;
+            while i < n && is_tchar(element[i]) {
                 i += 1;
             }
-            if i == n || line[i] == b',' || line[i] == b';' {
-                // An empty pair or element: allowed by the list syntax, ignored.
+            let name = &element[start..i];
+            if name.is_empty() || i == n || element[i] != b'=' {
+                return None;
+            }
+            i += 1;
+            let value = if i < n && element[i] == b'"' {
+                i += 1;
+                let start = i;
+                loop {
+                    match element.get(i)? {
+                        b'"' => break,
+                        b'\\' => i += 2,
+                        _ => i += 1,
+                    }
+                }
+                let value = element.get(start..i)?;
+                i += 1;
+                value
             } else {
                 let start = i;
-                while i < n && is_tchar(line[i]) {
+                while i < n && is_tchar(element[i]) {
                     i += 1;
                 }
-                let name = &line[start..i];
-                if name.is_empty() || i == n || line[i] != b'=' {
+                &element[start..i]
+            };
+            if name.eq_ignore_ascii_case(b"for") {
+                if value_for.is_some() {
                     return None;
                 }
+                value_for = Some(value);
+            }
+            empty = false;
+            while i < n && is_ws(element[i]) {
                 i += 1;
-                let value = if i < n && line[i] == b'"' {
-                    i += 1;
-                    let start = i;
-                    loop {
-                        match line.get(i)? {
-                            b'"' => break,
-                            b'\\' => i += 2,
-                            _ => i += 1,
-                        }
-                    }
-                    let value = line.get(start..i)?;
-                    i += 1;
-                    value
-                } else {
-                    let start = i;
-                    while i < n && is_tchar(line[i]) {
-                        i += 1;
-                    }
-                    &line[start..i]
-                };
-                if name.eq_ignore_ascii_case(b"for") {
-                    if value_for.is_some() {
-                        return None;
-                    }
-                    value_for = Some(value);
-                }
-                empty = false;
-                while i < n && is_ws(line[i]) {
-                    i += 1;
-                }
-            }
-            match line.get(i) {
-                Some(b';') => i += 1,
-                Some(b',') | None => break,
-                Some(_) => return None,
             }
         }
-        if !empty {
-            out.push(value_for);
-        }
-        match line.get(i) {
-            Some(b',') => i += 1,
-            None => return Some(()),
+        match element.get(i) {
+            // An empty pair (`;;`) is allowed, as an empty element is.
+            Some(b';') => i += 1,
+            None if empty => return Some(Element::Empty),
+            None => return Some(Element::For(value_for)),
             Some(_) => return None,
         }
     }
@@ -485,14 +538,16 @@ fn forwarded_for<'a>(line: &'a [u8], out: &mut Vec<Option<&'a [u8]>>) -> Option<
 mod tests {
     use super::*;
 
+    /// Every element's `for` value of `line`, left to right; `None` if one does not parse.
     fn fors(line: &str) -> Option<Vec<Option<String>>> {
         let mut out = Vec::new();
-        forwarded_for(line.as_bytes(), &mut out)?;
-        Some(
-            out.into_iter()
-                .map(|v| v.map(|v| String::from_utf8(v.to_vec()).unwrap()))
-                .collect(),
-        )
+        for element in ElementsFromRight::new(line.as_bytes()) {
+            if let Element::For(value) = forwarded_element(element)? {
+                out.push(value.map(|v| String::from_utf8(v.to_vec()).unwrap()));
+            }
+        }
+        out.reverse();
+        Some(out)
     }
 
     #[test]
@@ -523,6 +578,40 @@ mod tests {
         assert_eq!(fors("for=1.2.3.4 x"), None);
         assert_eq!(fors(r#"for="a\"b""#), Some(vec![Some(r#"a\"b"#.into())]));
         assert_eq!(fors(r#"for="a\"#), None);
+    }
+
+    /// A proxy that appends its element to the client's line (nginx's
+    /// `"$http_forwarded, for=$remote_addr"`): what the client wrote to its left, an
+    /// unterminated quote or a stray comma, does not swallow or shift it.
+    #[test]
+    fn the_proxy_s_element_is_read_whatever_the_client_wrote_to_its_left() {
+        let key = |hops: usize, line: &str| {
+            let request = http::Request::get("/")
+                .header(FORWARDED, line)
+                .body(())
+                .unwrap();
+            ClientIp::trusted_hops(hops)
+                .forwarded()
+                .extract(&RequestHead::new(&request))
+        };
+        let client = Ok(LimitKey::Ip("203.0.113.7".parse().unwrap()));
+        for line in [
+            r#"for="x, for=203.0.113.7"#,
+            r#"for=6.6.6.6, x=", for=203.0.113.7"#,
+            r#"for="\", for=203.0.113.7"#,
+            r#"for=6.6.6.6;for=6.6.6.7, for=203.0.113.7"#,
+            r#"for=203.0.113.7"#,
+        ] {
+            assert_eq!(key(1, line), client, "{line}");
+        }
+        // The proxy's own quoted element, with an escaped quote before it.
+        assert_eq!(key(1, r#"for="a\"b", for="203.0.113.7:4711""#), client);
+        // Trusting two proxies makes the client's own element the one read: garbage there
+        // is malformed, as an entry that is not an address is.
+        assert_eq!(
+            key(2, r#"for="x, for=203.0.113.7"#),
+            Err(KeyError::Malformed(FORWARDED))
+        );
     }
 
     #[test]
