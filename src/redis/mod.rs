@@ -362,7 +362,11 @@ impl RedisLimiter {
     /// limiters' deny caches may still refuse the key until their cached retry_after.
     ///
     /// The key's reservation tokens are deleted with it: a reservation made before, by any
-    /// limiter, gets no refund.
+    /// limiter, gets no refund. The hashes of tokens are one per prefix and key, whatever
+    /// the policy: a reset also voids the refunds and lease give-backs of a limiter of
+    /// another policy on the same prefix, whose state it leaves alone (those permits stay
+    /// spent until time returns them). Give limiters of different policies prefixes of
+    /// their own.
     ///
     /// With [leases](RedisLimiterBuilder::lease), this limiter's lease of the key is dropped
     /// (its permits went with the state) and its lease token deleted with the state; other

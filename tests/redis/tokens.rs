@@ -11,10 +11,10 @@
 
 use std::time::Duration;
 
-use tollgate::redis::RedisLimiter;
+use tollgate::redis::{RedisAllOf, RedisLimiter};
 use tollgate::FakeClock;
 
-use crate::clocked::limiter_at;
+use crate::clocked::{clocked, limiter_at, shared_at};
 use crate::dying::in_a_process_that_dies;
 use crate::redis_server::{RedisServer, Reply};
 
@@ -198,4 +198,52 @@ async fn reservation_tokens_left_behind_expire() {
     assert!(server.command(&["HLEN", hash]).int() <= before);
     limiter.reset("k").await.unwrap();
     assert_eq!(server.command(&["EXISTS", hash]).int(), 0);
+}
+
+/// A key's hash of tokens holding another type (written by another program under the
+/// limiter's names) fails the call that would write a token, and the call spends nothing:
+/// a reservation, a lease of several permits, and a `RedisAllOf` reservation whose first
+/// part's token is the wrong one (its bands would have been written before the failure).
+#[tokio::test]
+async fn a_token_of_the_wrong_type_fails_the_call_whole() {
+    let server = RedisServer::start();
+    let clock = FakeClock::new();
+    clock.set(T0);
+    let plain = limiter_at(&server, "100/1h", "w", &clock).await;
+    assert!(plain.try_acquire("k").await.unwrap().is_allowed());
+    let left = || async { plain.peek("k").await.unwrap().remaining() };
+    assert_eq!(left().await, 98);
+
+    server.command(&["SET", "w:{k}:reserved", "not-a-hash"]);
+    assert!(plain.reserve_n("k", 4).await.is_err());
+    assert_eq!(left().await, 98, "a failed reservation spent permits");
+
+    let leasing = clocked("100/1h", "w", &clock)
+        .lease(8)
+        .connect(&server.url())
+        .await
+        .unwrap();
+    server.command(&["SET", "w:{k}:lease", "not-a-hash"]);
+    let (mut admitted, mut failed) = (0, 0);
+    for _ in 0..4 {
+        match leasing.try_acquire("k").await {
+            Ok(decision) => admitted += u64::from(decision.is_allowed()),
+            Err(_) => failed += 1,
+        }
+    }
+    assert!(failed > 0, "no lease of several permits was tried");
+    assert_eq!(left().await, 98 - admitted, "failed leases spent permits");
+    let left_now = left().await;
+
+    let other = shared_at(&plain, "100/1h", "v", &clock).await;
+    let both = RedisAllOf::new()
+        .key_n(&plain, "k", 5)
+        .key_n(&other, "k", 5);
+    assert!(both.reserve().await.is_err());
+    assert_eq!(
+        left().await,
+        left_now,
+        "the failed RedisAllOf spent on its first part"
+    );
+    assert_eq!(other.peek("k").await.unwrap().remaining(), 99);
 }

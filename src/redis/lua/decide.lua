@@ -277,6 +277,14 @@ end
 
 local reply = band_verdict(bands, all, cost)
 if all then
+  -- The token this call writes (a lease of more than one permit, a reservation), checked
+  -- before the bands are written: a wrong type there fails the call whole.
+  if (lease and cost > 1) or (not lease and reserve) then
+    local wrong = token_type_error(KEYS[nb + 1])
+    if wrong then
+      return wrong
+    end
+  end
   if not peek then
     for i = 1, #bands do
       bands[i].write(expire)

@@ -86,6 +86,18 @@ local function decide_parts(now, expire, op)
     return redis.error_reply('tollgate: the parts name ' .. (key - 1) .. ' keys and '
       .. (at - 1) .. ' arguments, the call ' .. #KEYS .. ' and ' .. #ARGV)
   end
+  -- Every token the call writes, checked before any part is written: a wrong type there
+  -- fails the call whole, spending nothing on any part.
+  if all and reserve then
+    for p = 1, count do
+      if parts[p].ok and parts[p].token then
+        local wrong = token_type_error(parts[p].token)
+        if wrong then
+          return wrong
+        end
+      end
+    end
+  end
   local reply = { all and 1 or 0 }
   for p = 1, count do
     local part = parts[p]

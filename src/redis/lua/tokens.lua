@@ -13,6 +13,19 @@ local function token_serial(value)
   return string.match(value, '^(%d+)')
 end
 
+-- An error reply when `token` holds a value of another type than a hash of tokens (one that
+-- another program wrote under the limiter's names), nil otherwise. Checked before a script
+-- writes anything: Redis keeps the writes a failing script made before its error, so a call
+-- that failed only at its token would have spent its bands' permits.
+local function token_type_error(token)
+  local kind = redis.call('TYPE', token)['ok']
+  if kind == 'hash' or kind == 'none' then
+    return nil
+  end
+  return redis.error_reply('WRONGTYPE tollgate: ' .. token .. ' holds a ' .. kind
+    .. ', not a hash of tokens')
+end
+
 -- The field of a hash of tokens that keeps where the walk of `reclaim_tokens` is.
 local TOKEN_CURSOR = '#'
 
