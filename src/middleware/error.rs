@@ -107,7 +107,9 @@ pub enum ConfigError {
         /// The entry as given.
         cidr: String,
     },
-    /// A trusted proxy network of prefix 0 (`0.0.0.0/0`, `::/0`): every client would be a
+    /// A trusted proxy network of prefix 0 (`0.0.0.0/0`, `::/0`), or an IPv6 network that
+    /// holds a whole translation prefix (the NAT64 `64:ff9b::/96`, as `64::/16` does):
+    /// every client, or every IPv4 client reached through the translation, would be a
     /// trusted proxy, and the leftmost forwarding entry, which the client writes, its key.
     TrustsEveryAddress {
         /// The entry as given.

@@ -7,7 +7,7 @@
 //! anything; the leftmost entry in particular is whatever the client chose.
 
 use std::any::Any;
-use std::net::{IpAddr, SocketAddr};
+use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 
 use http::header::FORWARDED;
 use http::{HeaderMap, HeaderName};
@@ -51,6 +51,23 @@ impl Cidr {
             network: network(address, prefix),
             prefix,
         })
+    }
+
+    /// Whether the network holds every address, or every IPv4 address as the IPv6
+    /// translations trusted for IPv4 proxies (`ip::translated_v4`: IPv4-mapped and NAT64)
+    /// carry them: a network that would trust every client, or every IPv4 client reached
+    /// through a translator.
+    fn holds_every_client(&self) -> bool {
+        let translations = [
+            Ipv6Addr::new(0, 0, 0, 0, 0, 0xffff, 0, 0),
+            Ipv6Addr::new(0x64, 0xff9b, 0, 0, 0, 0, 0, 0),
+        ];
+        self.prefix == 0
+            || (self.network.is_ipv6()
+                && self.prefix <= 96
+                && translations
+                    .into_iter()
+                    .any(|start| self.contains(IpAddr::V6(start))))
     }
 
     /// Whether `ip` lies in the network; an IPv4 network holds the IPv6 translations of
@@ -174,7 +191,8 @@ impl ClientIp {
     ///
     /// [`ConfigError::InvalidCidr`] for an entry that is not an address or CIDR block, and
     /// [`ConfigError::TrustsEveryAddress`] for a network of prefix 0, which would make every
-    /// client a trusted proxy.
+    /// client a trusted proxy, or an IPv6 network holding a whole translation prefix (the
+    /// NAT64 `64:ff9b::/96`), which would make every IPv4 client reached through it one.
     ///
     /// # Examples
     ///
@@ -184,6 +202,7 @@ impl ClientIp {
     /// let extractor = ClientIp::trusted_proxies(["10.0.0.0/8", "192.0.2.10"])?;
     /// assert!(ClientIp::trusted_proxies(["10.0.0.0/8", "ten"]).is_err());
     /// assert!(ClientIp::trusted_proxies(["0.0.0.0/0"]).is_err()); // would trust every client
+    /// assert!(ClientIp::trusted_proxies(["64:ff9b::/96"]).is_err()); // every IPv4 one, by NAT64
     /// # Ok::<(), tollgate::middleware::ConfigError>(())
     /// ```
     pub fn trusted_proxies<I>(cidrs: I) -> Result<Self, ConfigError>
@@ -197,7 +216,7 @@ impl ClientIp {
                 let text = || cidr.as_ref().to_owned();
                 match Cidr::parse(cidr.as_ref()) {
                     None => Err(ConfigError::InvalidCidr { cidr: text() }),
-                    Some(network) if network.prefix == 0 => {
+                    Some(network) if network.holds_every_client() => {
                         Err(ConfigError::TrustsEveryAddress { cidr: text() })
                     }
                     Some(network) => Ok(network),
@@ -625,6 +644,36 @@ mod tests {
         assert_eq!(parse_node(b"unknown"), None);
         assert_eq!(parse_node(b"_hidden"), None);
         assert_eq!(parse_node(b"\xff"), None);
+    }
+
+    /// Networks that would trust every client, or every IPv4 client reached through a
+    /// translator, are refused; a network inside a translation prefix, or beside one, is not.
+    #[test]
+    fn networks_that_trust_every_client_are_refused() {
+        for every in [
+            "0.0.0.0/0",
+            "::/0",
+            "::ffff:0.0.0.0/96",
+            "64:ff9b::/96",
+            "64::/16",
+            "::/1",
+        ] {
+            assert!(
+                matches!(
+                    ClientIp::trusted_proxies([every]),
+                    Err(ConfigError::TrustsEveryAddress { .. })
+                ),
+                "{every}"
+            );
+        }
+        for some in [
+            "64:ff9b::/97",
+            "64:ff9b::10.0.0.0/104",
+            "2001:db8::/32",
+            "10.0.0.0/8",
+        ] {
+            assert!(ClientIp::trusted_proxies([some]).is_ok(), "{some}");
+        }
     }
 
     #[test]
