@@ -109,8 +109,10 @@ impl Cap {
 /// answered without one, so no more than that can reach the upstream's count, whatever
 /// order the answers come back in. Calls without a report stay counted until a call is
 /// admitted with nothing in flight and no period holding: every report from then on comes
-/// from a call that arrived after them. Once every call is answered with a report, the cap
-/// is exactly what the upstream said.
+/// from a call that arrived after them, unless one of them was dropped unanswered and
+/// arrives later still (a limit docs/CLIENT.md states; `Throttle::quota`'s margin covers
+/// it). Once every call is answered with a report, the cap is exactly what the upstream
+/// said.
 ///
 /// An upstream with several policies (a `RateLimit` field of several members: per second and
 /// per day) has a cap per policy, each kept by this rule, and a call goes when every cap
@@ -157,8 +159,9 @@ impl Told {
     pub(super) fn admit(&mut self, now: Instant, units: u64) {
         self.head_ready = None;
         if self.in_flight == 0 {
-            // Every call before this one was answered, and arrived before it: any report
-            // from now on counts them. A cap whose period holds may still go by a report
+            // Every call before this one was answered, and arrived before it, or was dropped
+            // unanswered (and is taken to have arrived by now): any report from now on
+            // counts them. A cap whose period holds may still go by a report
             // from before them, and keeps them until its period is over.
             self.lost = 0;
             for cap in self.caps.iter_mut().filter(|cap| !cap.holds(now)) {

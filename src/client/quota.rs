@@ -65,9 +65,24 @@ impl Quota {
         *self.unanswered().entry(at).or_default() += 1;
     }
 
-    /// The call admitted at `at` was answered (or dropped) at `now`: no longer under way, and
-    /// its round trip measured.
+    /// The call admitted at `at` was answered at `now`: no longer under way, and its round
+    /// trip measured.
     pub(super) fn answered(&self, at: Instant, now: Instant) {
+        self.settled(at);
+        self.measured(now - at);
+    }
+
+    /// The call admitted at `at` will never be answered here (its caller dropped it: a
+    /// timeout or a cancellation around the call, an item of `pace`), yet it may have been
+    /// sent, and may still arrive at any time: no longer watched, and counted as the longest
+    /// round trip the margin covers, so the margin goes to its cap at once.
+    pub(super) fn abandoned(&self, at: Instant) {
+        self.settled(at);
+        self.measured(self.cap());
+    }
+
+    /// The call admitted at `at` is no longer under way.
+    fn settled(&self, at: Instant) {
         let mut unanswered = self.unanswered();
         if let Some(count) = unanswered.get_mut(&at) {
             *count -= 1;
@@ -75,8 +90,15 @@ impl Quota {
                 unanswered.remove(&at);
             }
         }
-        drop(unanswered);
-        self.measured(now - at);
+    }
+
+    /// The widest margin: a quarter of the quota's shortest window.
+    fn cap(&self) -> Duration {
+        self.policy
+            .bands()
+            .map(|band| band.window() / 4)
+            .min()
+            .unwrap_or(Duration::ZERO)
     }
 
     /// Before a call is admitted at `now`: the margin covers every round trip still under
@@ -100,7 +122,8 @@ impl Quota {
     /// wider one no longer carries): a task that sleeps until the oldest
     /// call under way outlasts the margin ([`Quota::next_check`]), widens it, and ends once
     /// none needs it (no call under way, or the margin at its cap). One at a time; a call
-    /// admitted after it ended starts another.
+    /// admitted after it ended starts another, and so does one admitted after it was dropped
+    /// unfinished with its runtime (a throttle used from one runtime, then another).
     pub(super) fn watch(self: &Arc<Self>) {
         let quota = Arc::clone(self);
         // AcqRel: one watcher at a time; the store that ends one is ordered before the
@@ -108,7 +131,14 @@ impl Quota {
         if quota.watching.swap(true, Ordering::AcqRel) {
             return;
         }
+        // Made here, not in the task: a task dropped before its first poll drops it too.
+        let on_duty = OnDuty {
+            quota: Arc::clone(&quota),
+            armed: true,
+        };
         tokio::spawn(async move {
+            // The whole guard moved in (a field alone would be captured otherwise).
+            let mut on_duty = on_duty;
             loop {
                 match quota.next_check(Instant::now()) {
                     Some(at) => {
@@ -121,6 +151,8 @@ impl Quota {
                         if quota.next_check(Instant::now()).is_none()
                             || quota.watching.swap(true, Ordering::AcqRel)
                         {
+                            // The watch is off already, or another task's.
+                            on_duty.armed = false;
                             return;
                         }
                     }
@@ -145,12 +177,7 @@ impl Quota {
         if delay <= *margin {
             return;
         }
-        let cap = self
-            .policy
-            .bands()
-            .map(|band| band.window() / 4)
-            .min()
-            .unwrap_or(Duration::ZERO);
+        let cap = self.cap();
         let step = Duration::from_millis(10).as_nanos();
         let wanted = (delay.as_nanos() * 3 / 2).div_ceil(step) * step;
         let wanted = Duration::from_nanos(u64::try_from(wanted).unwrap_or(u64::MAX)).min(cap);
@@ -168,6 +195,23 @@ impl Quota {
             // then). A later widening meanwhile moves them to its own policy.
             drop(margin);
             self.limiter.move_every_key_now();
+        }
+    }
+}
+
+/// Turns the watch off when its task is dropped before it ended on its own (its runtime shut
+/// down, maybe before the task first ran), so that a later call starts another; disarmed
+/// where the task turned it off itself.
+struct OnDuty {
+    quota: Arc<Quota>,
+    armed: bool,
+}
+
+impl Drop for OnDuty {
+    fn drop(&mut self) {
+        if self.armed {
+            // Release: as the store of a watcher that ends on its own.
+            self.quota.watching.store(false, Ordering::Release);
         }
     }
 }

@@ -383,8 +383,12 @@ impl Throttle {
                     let taken = shared.budget.take(key, cost, reserve).await?;
                     let now = Instant::now();
                     if taken.decision.is_allowed() {
+                        // Counted in flight before the turn goes: the next caller in the
+                        // lane reads the cap with this call in it.
+                        let admission =
+                            self.admitted(key, units, Arc::clone(&lane), taken, now, waited);
                         drop(turn);
-                        return Ok(self.admitted(key, units, lane, taken, now, waited));
+                        return Ok(admission);
                     }
                     now + taken.decision.retry_after().max(Duration::from_nanos(1))
                 }
@@ -632,9 +636,9 @@ impl Drop for Admission {
     fn drop(&mut self) {
         if !self.answered {
             self.lane.told().unreported(self.units);
-            // Dropped unanswered, it may still arrive: as long as it was under way at least.
+            // Dropped unanswered, it may still arrive, at any time.
             if let Some(quota) = &self.throttle.shared.quota {
-                quota.answered(self.at, Instant::now());
+                quota.abandoned(self.at);
             }
         }
     }

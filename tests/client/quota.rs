@@ -240,7 +240,70 @@ async fn calls_not_answered_yet_are_in_the_margin() {
 /// calls that take longer than the margin's cap to arrive are not covered: see CLIENT.md.)
 #[tokio::test(start_paused = true)]
 async fn calls_not_answered_yet_are_in_the_margin_with_nobody_waiting() {
+    nobody_waiting(Throttle::quota("2/1s".parse().unwrap()).unwrap()).await;
+}
+
+/// Calls whose callers give up after sending them (a timeout around the layer) may still
+/// arrive, at any time: the quota counts them as the longest round trip its margin covers,
+/// so two calls abandoned at 10 ms that arrive at 200 ms still share no second with the two
+/// after them.
+#[tokio::test(start_paused = true)]
+async fn calls_abandoned_after_they_were_sent_are_in_the_margin() {
     let throttle = Throttle::quota("2/1s".parse().unwrap()).unwrap();
+    let sent = Answer::ok()
+        .delays(Duration::from_millis(200), Duration::ZERO)
+        .on_the_wire();
+    let upstream = Upstream::new(vec![sent.clone(), sent], |_| Answer::ok());
+    let layer = ThrottleLayer::new(throttle.clone());
+    let mut calls = Vec::new();
+    for _ in 0..2 {
+        let mut client = layer.layer(upstream.clone());
+        calls.push(tokio::spawn(async move {
+            let call = client.call(get("api.example.com"));
+            let _ = tokio::time::timeout(Duration::from_millis(10), call).await;
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    for _ in 0..2 {
+        let mut client = layer.layer(upstream.clone());
+        calls.push(tokio::spawn(async move {
+            client.call(get("api.example.com")).await.unwrap();
+        }));
+    }
+    for call in calls {
+        call.await.unwrap();
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let arrivals = upstream.arrived();
+    assert_eq!(arrivals.len(), 4, "{arrivals:?}");
+    let most = most_in_any_window(&arrivals, Duration::from_secs(1));
+    assert!(most <= 2, "{most} arrivals within a second: {arrivals:?}");
+}
+
+/// The same on a throttle first used on a runtime that is gone since: the quota's watcher,
+/// spawned there and dropped with it unfinished, does not keep the next runtime's calls
+/// from starting one.
+#[test]
+fn a_watcher_dropped_with_its_runtime_does_not_keep_the_next_from_starting() {
+    let paused = || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .start_paused(true)
+            .build()
+            .unwrap()
+    };
+    let throttle = Throttle::quota("2/1s".parse().unwrap()).unwrap();
+    paused().block_on(async {
+        let mut call = throttle.acquire("warm-up").await.unwrap();
+        call.heard(http::StatusCode::OK, &http::HeaderMap::new());
+    });
+    paused().block_on(nobody_waiting(throttle));
+}
+
+/// Two slow calls, then two more after a second, on `throttle` (a fresh `2/1s` quota), with
+/// nobody waiting while the slow ones outlast the margin: no second holds more than two
+/// arrivals.
+async fn nobody_waiting(throttle: Throttle) {
     let slow = Answer::ok().delays(Duration::from_millis(240), Duration::from_millis(1_300));
     let upstream = Upstream::new(vec![slow.clone(), slow], |_| Answer::ok());
     let layer = ThrottleLayer::new(throttle.clone());

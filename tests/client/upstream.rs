@@ -21,6 +21,9 @@ pub struct Answer {
     pub fields: Vec<(&'static str, String)>,
     pub arrive_after: Duration,
     pub answer_after: Duration,
+    /// Whether the call is on the wire once made: it arrives even if its caller drops it
+    /// first, as a request already written to a socket does.
+    pub on_the_wire: bool,
 }
 
 impl Answer {
@@ -30,7 +33,14 @@ impl Answer {
             fields: Vec::new(),
             arrive_after: Duration::ZERO,
             answer_after: Duration::ZERO,
+            on_the_wire: false,
         }
+    }
+
+    /// The call arrives even if its caller drops it first.
+    pub fn on_the_wire(mut self) -> Self {
+        self.on_the_wire = true;
+        self
     }
 
     pub fn status(mut self, status: u16) -> Self {
@@ -98,9 +108,23 @@ impl Service<Request<()>> for Upstream {
             .unwrap()
             .pop_front()
             .unwrap_or_else(|| (self.then)(calls));
+        let arrived = if answer.on_the_wire {
+            let (arrive_after, wire) = (answer.arrive_after, Arc::clone(&arrivals));
+            Some(tokio::spawn(async move {
+                tokio::time::sleep(arrive_after).await;
+                wire.lock().unwrap().push(Instant::now());
+            }))
+        } else {
+            None
+        };
         Box::pin(async move {
-            tokio::time::sleep(answer.arrive_after).await;
-            arrivals.lock().unwrap().push(Instant::now());
+            match arrived {
+                Some(arrived) => arrived.await.unwrap(),
+                None => {
+                    tokio::time::sleep(answer.arrive_after).await;
+                    arrivals.lock().unwrap().push(Instant::now());
+                }
+            }
             tokio::time::sleep(answer.answer_after).await;
             let mut response = Response::builder().status(answer.status);
             for (name, value) in &answer.fields {
