@@ -149,7 +149,10 @@ impl Schedule {
             .saturating_add(self.granularity)
             .saturating_add(random_below(self.jitter));
         if let Some(deadline) = self.deadline {
-            if ready > deadline {
+            // A wait that reaches the end of the clock's range never ends: at a deadline
+            // saturated there too, `ready > deadline` would never hold, and the waiter
+            // would sleep and retry for ever.
+            if ready > deadline || ready == u64::MAX {
                 return Next::GiveUp(decision);
             }
             // Jitter never carries a waiter past its deadline, give or take the clock's
@@ -256,6 +259,20 @@ mod tests {
                 _ => panic!("expected a sleep"),
             }
         }
+    }
+
+    /// At the end of the clock's range the deadline saturates as the admission does: the
+    /// waiter gives up rather than sleep and retry for ever.
+    #[test]
+    fn a_waiter_at_the_end_of_the_clock_s_range_gives_up() {
+        let now = u64::MAX - 500_000_000;
+        let at_the_end = Schedule {
+            deadline: Some(now.saturating_add(1_000_000_000)),
+            jitter: 0,
+            granularity: 0,
+        };
+        let refused = Decision::deny(0, 1, 1_000_000_000, 1_000_000_000);
+        assert!(matches!(at_the_end.next(refused, now), Next::GiveUp(_)));
     }
 
     #[test]

@@ -3,7 +3,7 @@
 
 use std::borrow::Cow;
 use std::fmt;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 use crate::ip::{mask, DEFAULT_V4_PREFIX, DEFAULT_V6_PREFIX};
 
@@ -47,7 +47,8 @@ use crate::ip::{mask, DEFAULT_V4_PREFIX, DEFAULT_V6_PREFIX};
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum LoginClient<'a> {
-    /// An address, already masked (IPv6 to its /64; IPv4-mapped IPv6 as IPv4).
+    /// An address. The guard masks it (IPv6 to its /64; IPv4-mapped IPv6 as IPv4), whether
+    /// this variant was built directly or by a `From`.
     Ip(IpAddr),
     /// A device token (or any other client id that is not an address).
     Token(&'a str),
@@ -55,7 +56,7 @@ pub enum LoginClient<'a> {
     Device {
         /// Recognises the client as known for an account.
         token: &'a str,
-        /// What the client limit counts per.
+        /// What the client limit counts per (masked by the guard as for `Ip`).
         ip: IpAddr,
     },
 }
@@ -64,7 +65,7 @@ impl<'a> LoginClient<'a> {
     /// The key the client limit counts this client under.
     pub(crate) fn limit_key(&self) -> Cow<'a, str> {
         match self {
-            LoginClient::Ip(ip) | LoginClient::Device { ip, .. } => Cow::Owned(ip.to_string()),
+            LoginClient::Ip(ip) | LoginClient::Device { ip, .. } => Cow::Owned(masked(*ip)),
             LoginClient::Token(token) => Cow::Borrowed(*token),
         }
     }
@@ -72,9 +73,21 @@ impl<'a> LoginClient<'a> {
     /// The key an account knows this client by.
     pub(crate) fn known_key(&self) -> Cow<'a, str> {
         match self {
-            LoginClient::Ip(ip) => Cow::Owned(ip.to_string()),
+            LoginClient::Ip(ip) => Cow::Owned(masked(*ip)),
             LoginClient::Token(token) | LoginClient::Device { token, .. } => Cow::Borrowed(*token),
         }
+    }
+}
+
+/// `ip` masked as a client (the mask is idempotent: a variant built by `From` is masked
+/// already, one built directly is masked here).
+fn masked(ip: IpAddr) -> String {
+    mask(ip, DEFAULT_V4_PREFIX, DEFAULT_V6_PREFIX).to_string()
+}
+
+impl From<SocketAddr> for LoginClient<'_> {
+    fn from(peer: SocketAddr) -> Self {
+        peer.ip().into()
     }
 }
 
@@ -98,9 +111,12 @@ impl From<Ipv6Addr> for LoginClient<'_> {
 
 impl<'a> From<&'a str> for LoginClient<'a> {
     fn from(client: &'a str) -> Self {
-        match client.parse::<IpAddr>() {
-            Ok(ip) => ip.into(),
-            Err(_) => LoginClient::Token(client),
+        // A socket address (`peer.to_string()`) is its address: as a token, each source
+        // port would have a budget of its own.
+        match (client.parse::<IpAddr>(), client.parse::<SocketAddr>()) {
+            (Ok(ip), _) => ip.into(),
+            (_, Ok(peer)) => peer.into(),
+            _ => LoginClient::Token(client),
         }
     }
 }

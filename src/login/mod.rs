@@ -64,8 +64,18 @@ use strikes::{Escalation, StrikeCell};
 /// Only failures are counted: a user who logs in successfully spends nothing. The client
 /// limit stops one client trying many accounts (credential stuffing, password spraying); the
 /// account limit stops many clients trying one account (a botnet rotating addresses); the
-/// lockout schedule (on [`LoginConfig`]) slows a patient attacker who stays within the
-/// limits by waiting out each window.
+/// lockout schedule (on [`LoginConfig`]) slows an attacker who keeps using up the account
+/// limit, window after window.
+///
+/// What each bound leaves, at the defaults:
+/// * an attacker who stays one guess under the account limit in every window (or who
+///   reaches it in two windows of three) never strikes three windows in a row, so no
+///   lockout starts: the account limit alone holds it, about 400 to 450 guesses a day on
+///   one account. Give the account limit a longer band too
+///   (`sliding-log 5/15m & sliding-log 30/1d`) to bound the day;
+/// * a client known for an account skips the client limit there, so an address known for
+///   many accounts (a carrier's NAT, an office) lets whoever is behind it try each of them
+///   up to its account limit, however many they are.
 ///
 /// # Known clients: the owner gets in while the account is attacked
 ///
@@ -108,8 +118,9 @@ use strikes::{Escalation, StrikeCell};
 ///
 /// `check` and `record_failure` are separate calls, with the password check between them,
 /// so two attempts racing on one account can both pass `check` before either records its
-/// failure: a burst of concurrent attempts can verify a few more passwords than the limit
-/// while the last permit is being spent. The limits themselves stay exact (each
+/// failure: a burst of concurrent attempts can verify as many passwords as run at once
+/// while the last permit is being spent (64 threads started together verify 64 against a
+/// limit of 5). The limits themselves stay exact (each
 /// `record_failure` spends through a lock-free limiter, and a full limit refuses to
 /// record more), so from then on `check` refuses. To bound this, serialise attempts per
 /// account, or verify only while holding a
@@ -268,7 +279,12 @@ impl<C: Clock + Clone> LoginGuard<C> {
     /// locked out for unknown clients, escalating like one account. Tracked accounts keep
     /// their exact counts, and known clients keep getting in: their budgets live in their
     /// known record. Size `max_keys` well above the accounts that fail in one strike window
-    /// on a bad day. `max_keys(0)` makes every account and client share one record.
+    /// on a bad day, and above the clients that log in within the time a client stays known
+    /// (30 days by default): the known map shares the cap, and a success while it is full
+    /// makes no client known, so an owner's own device is then held to the account's rules
+    /// (locked out with the attacker). Successes are not limited: an attacker with many
+    /// accounts of its own can fill the known map. `max_keys(0)` makes every account and
+    /// client share one record.
     ///
     /// Memory is then bounded by `max_keys` times the cost of one record per map (about two
     /// hundred bytes with the default sliding logs).

@@ -711,3 +711,76 @@ fn failures_on_the_shared_budget_follow_an_account_into_its_own() {
         "5 guesses in the window in all, 4 of them on the shared budget"
     );
 }
+
+/// A client built directly as an address, or as a device with its address, is masked as one
+/// built by `From` is: addresses of one /64 share the client limit. A socket address passed
+/// as text is its address, not a token per source port.
+#[test]
+fn clients_share_the_client_limit_however_they_are_built() {
+    use std::net::{IpAddr, Ipv6Addr};
+    use tollgate::login::LoginClient;
+
+    let in_one_64 = |i: u16| IpAddr::V6(Ipv6Addr::new(0x2001, 0xdb8, 1, 2, 0, 0, 0, i + 1));
+    let socket = |i: u16| format!("203.0.113.7:{}", 5_000 + i);
+    let limit = LoginConfig::default().ip_limit().first_band().permits();
+    for form in ["Ip", "Device", "socket text"] {
+        let (g, _clock) = guard();
+        let mut verified = 0;
+        // 100 accounts, each tried from another address of the client, twice over.
+        for i in (0..200u16).map(|i| i % 100) {
+            let account = format!("user-{i}");
+            let text = socket(i);
+            let client = match form {
+                "Ip" => LoginClient::Ip(in_one_64(i)),
+                "Device" => LoginClient::Device {
+                    token: "t",
+                    ip: in_one_64(i),
+                },
+                _ => LoginClient::from(text.as_str()),
+            };
+            if g.check(&account, client).is_allowed() {
+                verified += 1;
+                let _ = g.record_failure(&account, client);
+            }
+        }
+        assert!(
+            verified <= limit,
+            "{form}: {verified} guesses against {limit}"
+        );
+        assert!(verified > 0, "{form}: nothing tried");
+    }
+}
+
+/// An attacker who stays one guess under the account limit in every window never strikes,
+/// so the account limit alone holds it: a second, longer band bounds its day, as the
+/// guard's docs advise. From addresses that rotate, so the client limit never applies.
+#[test]
+fn a_longer_band_bounds_the_day_of_an_attacker_under_the_limit() {
+    for (policy, most) in [
+        ("sliding-log 5/15m", 400),
+        ("sliding-log 5/15m & sliding-log 30/1d", 30),
+    ] {
+        let clock = FakeClock::new();
+        let config = LoginConfig::default().with_account_limit(policy.parse().unwrap());
+        let guard = LoginGuard::with_config(config, clock.clone()).unwrap();
+        let mut guesses = 0;
+        for window in 0..96u32 {
+            for i in 0..4u32 {
+                let client = format!("198.51.{}.{}", window % 200, i + 1);
+                if guard.check("alice", client.as_str()).is_allowed() {
+                    guesses += 1;
+                    let _ = guard.record_failure("alice", client.as_str());
+                }
+            }
+            clock.advance(min(15));
+        }
+        if most == 30 {
+            assert!(guesses <= most, "{policy}: {guesses} guesses in a day");
+        } else {
+            assert!(
+                guesses >= most - 16,
+                "{policy}: {guesses}: the attack ran as modelled"
+            );
+        }
+    }
+}

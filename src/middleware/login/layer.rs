@@ -31,7 +31,10 @@ use crate::middleware::refusal::{Refusal, RefusalHandler};
 /// 2. The **client** comes from a [`KeyExtractor`] ([`PeerIp`] unless set with
 ///    [`client`](LoginLayer::client)): an address is passed to the guard as an address
 ///    (which masks IPv6 to its /64), any other key (a [`HeaderKey`](crate::middleware::HeaderKey)
-///    digest of a device cookie, say) as a device token. A request without one is
+///    digest of a device cookie, say) as a device token. A token alone is a weak client
+///    key: the client limit then counts per token, and a client that sends a fresh one with
+///    each attempt gets a fresh budget each time (the guard's `(token, address)` pair is not
+///    supported here yet); prefer the address. A request without one is
 ///    answered as [`on_missing_key`](LoginLayer::on_missing_key) says (default `400`; no
 ///    peer address at all is the server's mistake: `500`, logged once).
 /// 3. [`LoginGuard::check`]: a refusal is answered `429 Too Many Requests` with
