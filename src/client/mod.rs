@@ -22,13 +22,16 @@
 //! # #[tokio::main(flavor = "current_thread", start_paused = true)]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! use std::time::Duration;
+//! use http::{HeaderMap, StatusCode};
 //! use tollgate::client::Throttle;
 //!
 //! // The provider refuses more than 3 calls in any second.
 //! let throttle = Throttle::quota("3/1s".parse()?)?.max_wait(Duration::from_secs(10));
 //! let start = tokio::time::Instant::now();
 //! for _ in 0..6 {
-//!     let _call = throttle.acquire("api.example.com").await?;
+//!     let mut call = throttle.acquire("api.example.com").await?;
+//!     // ... the call, answered at once ...
+//!     call.heard(StatusCode::OK, &HeaderMap::new());
 //! }
 //! // Three at once, three more a second and a margin later.
 //! assert_eq!(start.elapsed(), Duration::from_millis(1_020));
