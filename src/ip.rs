@@ -65,9 +65,17 @@ pub(crate) fn embedded_v4(v6: Ipv6Addr) -> Option<Ipv4Addr> {
 /// other forms of [`embedded_v4`] name a client for a key, not a peer to trust.
 pub(crate) fn translated_v4(v6: Ipv6Addr) -> Option<Ipv4Addr> {
     let bits = u128::from(v6);
-    let translated = bits >> 32 == 0xffff || bits >> 32 == 0x0064_ff9b_0000_0000_0000_0000;
-    translated.then(|| Ipv4Addr::from(bits as u32))
+    TRANSLATIONS
+        .contains(&Ipv6Addr::from(bits >> 32 << 32))
+        .then(|| Ipv4Addr::from(bits as u32))
 }
+
+/// The /96 prefixes [`translated_v4`] reads an IPv4 host from, each as its first address:
+/// IPv4-mapped (`::ffff:0:0/96`) and the NAT64 well-known prefix (`64:ff9b::/96`).
+pub(crate) const TRANSLATIONS: [Ipv6Addr; 2] = [
+    Ipv6Addr::new(0, 0, 0, 0, 0, 0xffff, 0, 0),
+    Ipv6Addr::new(0x64, 0xff9b, 0, 0, 0, 0, 0, 0),
+];
 
 /// The netmask of a prefix length at most 32.
 pub(crate) fn mask32(prefix: u8) -> u32 {

@@ -113,10 +113,12 @@ impl<'a> From<&'a str> for LoginClient<'a> {
     fn from(client: &'a str) -> Self {
         // A socket address (`peer.to_string()`) is its address: as a token, each source
         // port would have a budget of its own.
-        match (client.parse::<IpAddr>(), client.parse::<SocketAddr>()) {
-            (Ok(ip), _) => ip.into(),
-            (_, Ok(peer)) => peer.into(),
-            _ => LoginClient::Token(client),
+        if let Ok(ip) = client.parse::<IpAddr>() {
+            ip.into()
+        } else if let Ok(peer) = client.parse::<SocketAddr>() {
+            peer.into()
+        } else {
+            LoginClient::Token(client)
         }
     }
 }

@@ -7,7 +7,7 @@
 //! anything; the leftmost entry in particular is whatever the client chose.
 
 use std::any::Any;
-use std::net::{IpAddr, Ipv6Addr, SocketAddr};
+use std::net::{IpAddr, SocketAddr};
 
 use http::header::FORWARDED;
 use http::{HeaderMap, HeaderName};
@@ -15,7 +15,7 @@ use http::{HeaderMap, HeaderName};
 use super::error::{ConfigError, KeyError};
 use super::key::{trim, KeyExtractor, LimitKey, RequestHead};
 use super::peer::Peer;
-use crate::ip::{mask128, mask32, network, translated_v4};
+use crate::ip::{mask128, mask32, network, translated_v4, TRANSLATIONS};
 
 /// `X-Forwarded-For`, which `http` has no constant for.
 const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
@@ -58,14 +58,10 @@ impl Cidr {
     /// carry them: a network that would trust every client, or every IPv4 client reached
     /// through a translator.
     fn holds_every_client(&self) -> bool {
-        let translations = [
-            Ipv6Addr::new(0, 0, 0, 0, 0, 0xffff, 0, 0),
-            Ipv6Addr::new(0x64, 0xff9b, 0, 0, 0, 0, 0, 0),
-        ];
         self.prefix == 0
             || (self.network.is_ipv6()
                 && self.prefix <= 96
-                && translations
+                && TRANSLATIONS
                     .into_iter()
                     .any(|start| self.contains(IpAddr::V6(start))))
     }
