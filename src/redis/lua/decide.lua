@@ -277,9 +277,26 @@ end
 
 local reply = band_verdict(bands, all, cost)
 if all then
-  -- The token this call writes (a lease of more than one permit, a reservation), checked
-  -- before the bands are written: a wrong type there fails the call whole.
-  if (lease and cost > 1) or (not lease and reserve) then
+  -- The token this call writes, if any, as { field, serial, life }: decided before the bands
+  -- are written, and its hash checked then, so that a wrong type there fails the call whole.
+  local token
+  if lease then
+    if cost > 1 then
+      -- The lease holds permits beyond its first request's: its token names it, so that
+      -- they are given back once at most, and only to the state that counts them.
+      -- One hash per key, a field per limiter instance: a reset deletes every instance's
+      -- token with the state, so no lease taken before it is given back to the fresh one.
+      -- Tokens of instances that are gone (closed with their lease spent, or dead) are
+      -- dropped once their deadline has passed, a bounded number per call.
+      token = { ARGV[6 + 4 * nb], ARGV[4 + 4 * nb], token_ttl * 1000 }
+    end
+  elseif reserve then
+    -- The reservation's token: a refund applies only while it is there, so never to a state
+    -- that lost the reservation.
+    local serial = ARGV[4 + 4 * nb]
+    token = { ARGV[5 + 4 * nb] .. ':' .. serial, serial, reservation_life(longest_window()) }
+  end
+  if token then
     local wrong = token_type_error(KEYS[nb + 1])
     if wrong then
       return wrong
@@ -298,21 +315,9 @@ if all then
   end
   if lease then
     reply[6 + #bands] = cost
-    if cost > 1 then
-      -- The lease holds permits beyond its first request's: its token names it, so that
-      -- they are given back once at most, and only to the state that counts them.
-      -- One hash per key, a field per limiter instance: a reset deletes every instance's
-      -- token with the state, so no lease taken before it is given back to the fresh one.
-      -- Tokens of instances that are gone (closed with their lease spent, or dead) are
-      -- dropped once their deadline has passed, a bounded number per call.
-      write_token(KEYS[nb + 1], ARGV[6 + 4 * nb], ARGV[4 + 4 * nb], token_ttl * 1000, now, expire)
-    end
-  elseif reserve then
-    -- The reservation's token: a refund applies only while it is there, so never to a state
-    -- that lost the reservation.
-    local serial = ARGV[4 + 4 * nb]
-    write_token(KEYS[nb + 1], ARGV[5 + 4 * nb] .. ':' .. serial, serial,
-      reservation_life(longest_window()), now, expire)
+  end
+  if token then
+    write_token(KEYS[nb + 1], token[1], token[2], token[3], now, expire)
   end
   return reply
 end
