@@ -230,12 +230,10 @@ impl<'a> RedisAllOf<'a> {
     /// (nothing is sent, or with a resolver or live policies nothing spent); otherwise as
     /// [`try_acquire`](RedisAllOf::try_acquire).
     pub async fn reserve(&self) -> Result<RedisAllOfReservation, BackendError> {
-        if let Err(error) = self.check() {
-            return Err(BackendError::Part(error));
-        }
         let decided = self.decide(PartsAsk::Reserve, None).await?;
-        // A cost the policy a part was decided under cannot admit (its resolver answered
-        // another since `check`, or its key's record named a smaller one): nothing spent.
+        // A cost the policy a part is decided under cannot admit: checked by `decide` once
+        // the policies set live are read (a cost the old policy refuses may be the new
+        // one's), and again against the policy each key's record names. Nothing spent.
         if let Some((index, error)) = decided.error {
             let name = self.parts.get(index).and_then(|part| part.name);
             return Err(BackendError::Part(PartError::new(index, name, error)));

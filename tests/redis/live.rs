@@ -383,14 +383,19 @@ async fn a_later_deploys_policy_wins_and_bad_stored_policies_are_counted() {
 
 /// A server whose requests cost more than its old policy allows still reads the policy set
 /// live (at most a second late), rather than refuse every such cost for good: through
-/// `try_acquire_n`, `reserve_n` and a `RedisAllOf`.
+/// `try_acquire_n`, `reserve_n` and a `RedisAllOf`'s `try_acquire` and `reserve`.
 #[tokio::test]
 async fn a_cost_above_the_old_policy_reaches_the_new_one() {
     let server = RedisServer::start();
     let clock = FakeClock::new();
     at(&clock, T0);
     let url = server.url();
-    for (case, prefix) in [(0, "lc-one"), (1, "lc-reserve"), (2, "lc-all")] {
+    for (case, prefix) in [
+        (0, "lc-one"),
+        (1, "lc-reserve"),
+        (2, "lc-all"),
+        (3, "lc-all-reserve"),
+    ] {
         let five = || {
             RedisLimiter::builder(policy("5/1h"))
                 .prefix(prefix)
@@ -414,11 +419,18 @@ async fn a_cost_above_the_old_policy_reaches_the_new_one() {
         let allowed = match case {
             0 => a.try_acquire_n("k", 8).await.unwrap().is_allowed(),
             1 => a.reserve_n("k", 8).await.unwrap().decision().is_allowed(),
-            _ => RedisAllOf::new()
+            2 => RedisAllOf::new()
                 .key_n(&a, "k", 8)
                 .try_acquire()
                 .await
                 .unwrap()
+                .is_allowed(),
+            _ => RedisAllOf::new()
+                .key_n(&a, "k", 8)
+                .reserve()
+                .await
+                .unwrap()
+                .decision()
                 .is_allowed(),
         };
         assert!(allowed, "case {case}: 8 of the new 10, one spent");
