@@ -49,9 +49,10 @@ use super::tiers::{Resolver, Tier, Tiers};
 /// refuses with [`BackendError::InvalidSetting`] (naming the setting and the value) a zero
 /// timeout, connect timeout or probe interval, `lease(0)`, a lease of more than one permit
 /// under a policy with a sliding log band, a lease with a resolver or live policies, and
-/// `resolver_cache(0, _)`. A timeout or connect timeout above
+/// `resolver_cache(0, _)`. A timeout, connect timeout or probe interval above
 /// [`MAX_TIMEOUT`](RedisLimiterBuilder::MAX_TIMEOUT) (an hour) counts as an hour, so that
-/// `Duration::MAX` means "as long as it takes" without overflowing any deadline.
+/// `Duration::MAX` means "as long as it takes" without overflowing any deadline, and a Redis
+/// back up is asked again within the hour.
 ///
 /// # Examples
 ///
@@ -97,8 +98,9 @@ pub struct RedisLimiterBuilder {
 }
 
 impl RedisLimiterBuilder {
-    /// The longest [`timeout`](RedisLimiterBuilder::timeout) and
-    /// [`connect_timeout`](RedisLimiterBuilder::connect_timeout): one hour. A longer one
+    /// The longest [`timeout`](RedisLimiterBuilder::timeout),
+    /// [`connect_timeout`](RedisLimiterBuilder::connect_timeout) and
+    /// [`probe_interval`](RedisLimiterBuilder::probe_interval): one hour. A longer one
     /// counts as this, which keeps every deadline computed from it, and the lease tokens'
     /// expiry derived from it, far from overflowing.
     pub const MAX_TIMEOUT: Duration = Duration::from_secs(3600);
@@ -226,7 +228,9 @@ impl RedisLimiterBuilder {
     /// While the failure policy decides, how often one call tries Redis again (default 1 s).
     /// Also the `retry_after` of [`FailurePolicy::Closed`]'s refusals. Zero is refused at
     /// connect ([`BackendError::InvalidSetting`]): every call would probe a Redis that is
-    /// down, and `Closed` would tell clients to retry at once.
+    /// down, and `Closed` would tell clients to retry at once. An interval above
+    /// [`MAX_TIMEOUT`](RedisLimiterBuilder::MAX_TIMEOUT) (an hour) counts as an hour: a
+    /// Redis back up is seen within the hour, never left unasked for good.
     ///
     /// # Examples
     ///
@@ -237,7 +241,7 @@ impl RedisLimiterBuilder {
     /// # Ok::<(), tollgate::PolicyError>(())
     /// ```
     pub fn probe_interval(mut self, interval: Duration) -> Self {
-        self.probe_interval = interval;
+        self.probe_interval = interval.min(Self::MAX_TIMEOUT);
         self
     }
 

@@ -13,9 +13,15 @@ const LENGTHEN: &str = "local left = redis.call('PTTL', KEYS[1]) \
     if left < tonumber(ARGV[1]) then redis.call('SET', KEYS[1], '1', 'PX', ARGV[1]) end \
     return 0";
 
+/// The longest pause Redis is asked to keep, in ms: about 10,000 years. A longer one (a
+/// `Duration::MAX` meant as "until told otherwise") counts as this: Redis refuses an expiry
+/// whose date passes a signed 64-bit count of milliseconds.
+const MAX_PAUSE_MILLIS: u64 = 10_000 * 365 * 24 * 3_600 * 1_000;
+
 impl RedisLimiter {
     /// Pauses `key` for every instance on this Redis and prefix for `pause` from now (at
-    /// least 1 ms); a pause that already ends later is kept. One script call.
+    /// least 1 ms, at most about 10,000 years: a longer one counts as that); a pause that
+    /// already ends later is kept. One script call.
     ///
     /// # Errors
     ///
@@ -38,7 +44,9 @@ impl RedisLimiter {
     /// # }
     /// ```
     pub async fn pause(&self, key: &str, pause: Duration) -> Result<(), BackendError> {
-        let millis = u64::try_from(pause.as_millis()).unwrap_or(u64::MAX).max(1);
+        let millis = u64::try_from(pause.as_millis())
+            .unwrap_or(u64::MAX)
+            .clamp(1, MAX_PAUSE_MILLIS);
         let mut eval = ::redis::cmd("EVAL");
         eval.arg(LENGTHEN)
             .arg(1)

@@ -144,6 +144,10 @@ async fn a_pause_one_instance_learns_holds_every_instance() {
         .unwrap();
     limiter.pause("long", Duration::from_secs(1)).await.unwrap();
     assert!(limiter.paused("long").await.unwrap().unwrap() > Duration::from_secs(50));
+    // A pause meant as "until told otherwise" is kept as the longest one Redis takes.
+    limiter.pause("forever", Duration::MAX).await.unwrap();
+    let years = limiter.paused("forever").await.unwrap().unwrap().as_secs() / (365 * 86_400);
+    assert!(years >= 9_999, "{years} years");
 }
 
 #[cfg(feature = "tower")]

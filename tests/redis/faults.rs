@@ -215,6 +215,26 @@ async fn restart_while_idle_first_call_is_decided_by_redis() {
         .expect("the test did not finish within 60 s");
 }
 
+/// A probe interval meant as "never" (`Duration::MAX`) counts as an hour: `Closed` tells
+/// clients to come back within the hour, and a Redis back up is asked again by then.
+#[tokio::test]
+async fn a_probe_interval_above_an_hour_counts_as_an_hour() {
+    let mut server = RedisServer::start();
+    let limiter = limiter(
+        &server,
+        "3/1h",
+        "probe-max",
+        FailurePolicy::Closed,
+        Duration::MAX,
+    )
+    .await;
+    assert!(limiter.try_acquire("k").await.unwrap().is_allowed());
+    server.kill();
+    let d = limiter.try_acquire("k").await.unwrap();
+    assert!(!d.is_allowed(), "{d:?}");
+    assert_eq!(d.retry_after(), Duration::from_secs(3600));
+}
+
 /// A Redis that accepts connections but answers nothing (SIGSTOP): the call gives up at
 /// the timeout, the failure policy decides, and Redis decides again once it resumes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
