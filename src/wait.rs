@@ -25,7 +25,12 @@
 //! clock, then tries again. A refusal spends nothing, so waiting is exactly as
 //! exact as deciding: N waiters on one key are admitted at the policy's rate, never faster.
 //! With a timeout, a waiter gives up as soon as the next possible admission would come after
-//! its deadline, and returns the last refusal.
+//! its deadline, and returns the last refusal. That admission is counted from a reading of
+//! the clock taken just before the attempt, so a waiter never gives up on an admission that
+//! would come in time; when an admission misses the deadline by less than the attempt took
+//! (a round trip to Redis), the waiter sleeps to its deadline and gives up after one more
+//! refusal. With or without a timeout, a waiter whose clock has reached the end of its range
+//! (where no admission can come) gives up at once.
 
 use std::cell::Cell;
 use std::collections::hash_map::RandomState;
@@ -137,7 +142,10 @@ impl Schedule {
         }
     }
 
-    /// The step after an attempt that got `decision` at the clock's `now`.
+    /// The step after an attempt that got `decision`, the clock having read `now` just
+    /// before the attempt: the attempt decided at `now` or later, so `now` plus its
+    /// `retry_after` is never after the admission it names, and a waiter never gives up on
+    /// one that would come in time.
     pub(crate) fn next(&self, decision: Decision, now: u64) -> Next {
         if decision.is_allowed() {
             return Next::Admitted(decision);
@@ -145,14 +153,17 @@ impl Schedule {
         // A refusal always names a wait of at least 1 ns.
         let wait = decision.retry_after_nanos().max(1);
         let ready = now.saturating_add(wait);
+        // A wait that reaches the end of the clock's range never ends: no admission comes
+        // there (and a deadline saturated there too would never be passed), so the waiter
+        // would sleep and retry for ever.
+        if ready == u64::MAX {
+            return Next::GiveUp(decision);
+        }
         let mut pause = wait
             .saturating_add(self.granularity)
             .saturating_add(random_below(self.jitter));
         if let Some(deadline) = self.deadline {
-            // A wait that reaches the end of the clock's range never ends: at a deadline
-            // saturated there too, `ready > deadline` would never hold, and the waiter
-            // would sleep and retry for ever.
-            if ready > deadline || ready == u64::MAX {
+            if ready > deadline {
                 return Next::GiveUp(decision);
             }
             // Jitter never carries a waiter past its deadline, give or take the clock's
@@ -174,7 +185,8 @@ pub(crate) fn block<C: Clock, E>(
 ) -> Result<Result<Decision, Decision>, E> {
     let schedule = Schedule::start(clock, wait);
     loop {
-        match schedule.next(attempt()?, clock.now()) {
+        let before = clock.now();
+        match schedule.next(attempt()?, before) {
             Next::Admitted(decision) => return Ok(Ok(decision)),
             Next::GiveUp(decision) => return Ok(Err(decision)),
             Next::Sleep(pause) => clock.sleep(pause),
@@ -195,7 +207,8 @@ where
 {
     let schedule = Schedule::start(clock, wait);
     loop {
-        match schedule.next(attempt().await?, clock.now()) {
+        let before = clock.now();
+        match schedule.next(attempt().await?, before) {
             Next::Admitted(decision) => return Ok(Ok(decision)),
             Next::GiveUp(decision) => return Ok(Err(decision)),
             Next::Sleep(pause) => tokio::time::sleep(pause).await,
@@ -261,18 +274,24 @@ mod tests {
         }
     }
 
-    /// At the end of the clock's range the deadline saturates as the admission does: the
-    /// waiter gives up rather than sleep and retry for ever.
+    /// At the end of the clock's range the deadline saturates as the admission does, and a
+    /// waiter without one would wait for ever: either gives up rather than sleep and retry
+    /// for ever.
     #[test]
     fn a_waiter_at_the_end_of_the_clock_s_range_gives_up() {
         let now = u64::MAX - 500_000_000;
-        let at_the_end = Schedule {
-            deadline: Some(now.saturating_add(1_000_000_000)),
-            jitter: 0,
-            granularity: 0,
-        };
         let refused = Decision::deny(0, 1, 1_000_000_000, 1_000_000_000);
-        assert!(matches!(at_the_end.next(refused, now), Next::GiveUp(_)));
+        for deadline in [Some(now.saturating_add(1_000_000_000)), None] {
+            let at_the_end = Schedule {
+                deadline,
+                jitter: 0,
+                granularity: 0,
+            };
+            assert!(
+                matches!(at_the_end.next(refused, now), Next::GiveUp(_)),
+                "{deadline:?}"
+            );
+        }
     }
 
     #[test]

@@ -18,7 +18,8 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
     /// its `retry_after` (plus the clock's [`granularity`](Clock::granularity)) on the
     /// limiter's clock ([`Clock::sleep`]) and tries again. For a
     /// client that must not exceed a provider's quota. Blocks the thread: in async code use
-    /// `acquire` (feature `tokio`).
+    /// `acquire` (feature `tokio`). Only a clock at the end of its range, where no admission
+    /// can come, makes it return a refusal (see [`wait`](crate::wait)).
     ///
     /// # Examples
     ///

@@ -312,3 +312,68 @@ fn a_waiter_on_a_stepped_clock_sleeps_once_per_refusal_through_any_wrapper() {
     assert!(limiter.acquire_blocking(&7).is_allowed());
     assert_eq!(*clock.sleeps.lock().unwrap(), expected);
 }
+
+/// A clock that moves `tick` on every reading: time passing between the reading a waiter
+/// takes and the one its attempt decides at (a preempted thread, a round trip).
+struct Ticking {
+    nanos: std::sync::atomic::AtomicU64,
+    tick: u64,
+}
+
+impl Clock for Ticking {
+    fn now(&self) -> u64 {
+        self.nanos
+            .fetch_add(self.tick, std::sync::atomic::Ordering::Relaxed)
+    }
+
+    fn sleep(&self, duration: Duration) {
+        self.nanos.fetch_add(
+            duration.as_nanos() as u64,
+            std::sync::atomic::Ordering::Relaxed,
+        );
+    }
+}
+
+#[test]
+fn a_waiter_never_gives_up_on_an_admission_that_comes_before_its_deadline() {
+    let clock = Ticking {
+        nanos: std::sync::atomic::AtomicU64::new(0),
+        tick: 10 * MS,
+    };
+    let limiter = DirectLimiter::with_clock("1/1s".parse().unwrap(), &clock);
+    // Decided at 0: the next permit comes at 1 s.
+    assert!(limiter.try_acquire().is_allowed());
+    // Started at 10 ms with 995 ms to wait: the deadline is 1.005 s, after the permit.
+    let waited = limiter.acquire_blocking_with(Wait::new().timeout(Duration::from_millis(995)));
+    assert!(waited.is_ok(), "gave up: {waited:?}");
+    // A permit after the deadline is still given up on, at once.
+    let gave_up = limiter.acquire_blocking_with(Wait::new().timeout(Duration::from_millis(500)));
+    assert!(gave_up.is_err(), "{gave_up:?}");
+}
+
+/// At the end of the clock's range no admission can come: a waiter without a timeout
+/// returns the refusal rather than retry for ever, on every algorithm.
+#[test]
+fn a_waiter_without_a_timeout_at_the_end_of_the_clock_s_range_returns() {
+    for policy in [
+        "1/1h",
+        "sliding-log 1/1h",
+        "sliding-counter 1/1h",
+        "1/1h & sliding-log 5/1d",
+    ] {
+        let (done, finished) = std::sync::mpsc::channel();
+        let clock = FakeClock::new();
+        clock.set(Duration::from_nanos(u64::MAX - 1_000_000_000));
+        thread::spawn(move || {
+            let limiter = DirectLimiter::with_clock(policy.parse().unwrap(), clock);
+            // Refused or not (a token bucket there refuses every request), the next permit
+            // would come past the end of the range.
+            let _ = limiter.try_acquire();
+            let _ = done.send(limiter.acquire_blocking());
+        });
+        let waited = finished
+            .recv_timeout(Duration::from_secs(30))
+            .unwrap_or_else(|_| panic!("{policy}: still waiting after 30 s"));
+        assert!(!waited.is_allowed(), "{policy}: {waited:?}");
+    }
+}
