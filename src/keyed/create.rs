@@ -185,6 +185,19 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
                 return Attempt::Stale;
             };
             let state = St::build(&keyed.params, &blueprint, carry.as_ref(), now);
+            if created
+                && carry.is_some()
+                && settle.is_none()
+                && !keyed.admits_on_new(&state, cost, now)
+            {
+                // A key new to the limiter starting with the busy shared state's permits
+                // counts them less exactly than that state does (rounded up, stamped now):
+                // where its own state would refuse, the request is decided on the shared
+                // state instead, as `peek` and `available` decide it at the cap, and a
+                // refusal creates nothing. The place taken goes back.
+                self.tracked.fetch_sub(1, Ordering::Relaxed);
+                return self.overflow(keyed, &blueprint, settle, cost);
+            }
             let Some(entry) = entry.insert(state) else {
                 // No place left for a state (a slab's 2^28 - 32 cells): the new key shares the overflow
                 // state, and gives back the place it took in `tracked`.

@@ -6,7 +6,7 @@ use std::marker::PhantomData;
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
-use crate::clock::Clock;
+use crate::clock::{Clock, Fixed};
 use crate::decision::Decision;
 use crate::engine::any_state::{any_state, AnyState};
 use crate::engine::cells::{Boxed, Cells};
@@ -387,6 +387,15 @@ impl<K: Hash + Eq, St: KeyState<K>, S: BuildHasher> Keys<K, St, S> {
             overflow: St::new_overflow(&params, inherited, now),
             params,
             hot: Hot::new(<St as KeyState<K>>::STRIPED, Arc::clone(changes)),
+        }
+    }
+
+    /// Whether `state`, built for a key and seen by no one else yet, would admit a request
+    /// of `cost` at `now`.
+    pub(super) fn admits_on_new(&self, state: &St, cost: u64, now: u64) -> bool {
+        match state.bind(&self.params).peek(&Fixed(now), cost) {
+            Some(decision) => decision.is_allowed(),
+            None => unreachable!("a state just built is live"),
         }
     }
 }

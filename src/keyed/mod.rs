@@ -269,7 +269,12 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
     /// What a key spent on the shared state follows it: when a place frees up and a key gets
     /// a state of its own, that state starts with the permits the shared state still counts
     /// (all the overflowing keys' together, so at least the key's own). A key cannot double
-    /// its budget by being pushed out of the map and back in. The price is paid by new keys
+    /// its budget by being pushed out of the map and back in. Counted in a state of the
+    /// key's own, those permits are stamped at that instant and rounded up; a request that
+    /// state would refuse is decided on the shared state instead, as a
+    /// [`peek`](RateLimiter::peek) or [`available`](RateLimiter::available) of a key the
+    /// limiter does not track decides it at the cap, and a refusal creates nothing (a key
+    /// gets its own state once admitted). The price is paid by new keys
     /// that never overflowed but get their state while the shared one is still busy (a key
     /// [`reset`](RateLimiter::reset) then too): they start with its permits spent, until the
     /// shared state comes to rest (one window of the policy after the flood stops; two for a

@@ -510,8 +510,14 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
             return St::overflow_peek(&keyed.overflow, &keyed.params, &blueprint, &at_now, cost)
                 .map(|decision| Ok(decision.overflowed()));
         }
+        let shares = moved.is_none();
         let carry = self.starting_carry(keyed, &blueprint, moved, now)?;
         let state = St::build(&keyed.params, &blueprint, carry.as_ref(), now);
+        if shares && carry.is_some() && !keyed.admits_on_new(&state, cost, now) {
+            // Decided on the shared state, as the request would be (see `create_in`).
+            return St::overflow_peek(&keyed.overflow, &keyed.params, &blueprint, &at_now, cost)
+                .map(|decision| Ok(decision.overflowed()));
+        }
         let peeked = state.bind(&keyed.params).peek(&at_now, cost);
         match peeked {
             Some(decision) => Some(Ok(decision)),

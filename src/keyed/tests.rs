@@ -59,7 +59,7 @@ fn each_algorithms_cost_one_decisions_are_counted_once_and_shadowed() {
 #[test]
 fn an_uncapped_limiter_whose_table_is_full_carries_the_overflow_as_a_capped_one() {
     let limiter: RateLimiter<u64, FakeClock> =
-        RateLimiter::with_clock("2/1h".parse().unwrap(), FakeClock::new()).sweep_per_insert(0);
+        RateLimiter::with_clock("3/1h".parse().unwrap(), FakeClock::new()).sweep_per_insert(0);
     let _ = limiter.try_acquire(&1);
     {
         let guard = Guard::new();
@@ -72,26 +72,22 @@ fn an_uncapped_limiter_whose_table_is_full_carries_the_overflow_as_a_capped_one(
     assert!(limiter.peek(&2).is_overflow());
     let first = limiter.try_acquire(&2);
     assert!(first.is_overflow() && first.is_allowed());
-    assert!(limiter.try_acquire(&2).is_allowed());
-    assert!(!limiter.try_acquire(&2).is_allowed());
+    assert!(limiter.try_acquire(&2).is_overflow());
     // Key 1's place comes back once no reader can hold it; key 2 then gets it, starting
-    // with the two permits it spent on the shared state.
+    // with the two permits it spent on the shared state: one more, then refused.
     assert!(limiter.reset(&1));
-    let mut own = None;
-    for _ in 0..100_000 {
+    let freed = (0..100_000).any(|_| {
         drop(Guard::new());
-        let decision = limiter.try_acquire(&2);
-        if !decision.is_overflow() {
-            own = Some(decision);
-            break;
-        }
-    }
-    let own = own.expect("the freed place is handed out again");
+        !limiter.peek(&2).is_overflow()
+    });
+    assert!(freed, "the freed place is handed out again");
+    let own = limiter.try_acquire(&2);
     assert!(
-        !own.is_allowed(),
-        "key 2 spent its 2 permits while it shared"
+        own.is_allowed() && !own.is_overflow() && own.remaining() == 0,
+        "{own:?}"
     );
     assert_eq!(limiter.len(), 1);
+    assert!(!limiter.try_acquire(&2).is_allowed(), "key 2 spent its 3");
 }
 
 #[test]

@@ -24,8 +24,9 @@ fn admissions(limiter: &RateLimiter<u64, FakeClock>, key: u64) -> u64 {
 }
 
 /// Key 0 fills a cap of 1 at time 0; key 1 spends the shared state's 10 at `overflow_at`;
-/// at `rest_at` key 0 is at rest and evicted, and key 1 gets a state of its own. Returns
-/// what key 1 is admitted then (a peek first must agree).
+/// at `rest_at` key 0 is at rest and evicted, and key 1 gets a state of its own once it is
+/// admitted (a refusal is the shared state's, and creates nothing). Returns what key 1 is
+/// admitted then (a peek first must agree).
 fn after_overflow(policy: &str, overflow_at: Duration, rest_at: Duration) -> u64 {
     let clock = FakeClock::new();
     let limiter: RateLimiter<u64, FakeClock> =
@@ -46,7 +47,11 @@ fn after_overflow(policy: &str, overflow_at: Duration, rest_at: Duration) -> u64
         admitted > 0,
         "{policy}: the peek agrees"
     );
-    assert_eq!(limiter.len(), 1, "{policy}: key 1 is tracked now");
+    assert_eq!(
+        limiter.len(),
+        usize::from(admitted > 0),
+        "{policy}: key 1 is tracked once admitted"
+    );
     admitted
 }
 
@@ -377,4 +382,66 @@ fn a_policy_change_that_panics_leaves_the_limiter_deciding() {
     let decision = limiter.try_acquire(&2);
     assert!(decision.is_overflow() && decision.is_allowed());
     assert_eq!(limiter.peek(&3).remaining(), 7);
+}
+
+/// On a full limiter, what a new key may have comes from the shared overflow state: a
+/// request that a sweep lets have a state of its own is still admitted what `available`
+/// (which reads the shared state) said, and a refusal there creates nothing and moves no
+/// permit, so the key's `retry_after` is what `peek` said.
+#[test]
+fn a_key_leaving_a_full_limiter_gets_what_peek_said_and_a_refusal_changes_nothing() {
+    let nanos = Duration::from_nanos;
+    // A counter's share of the shared state, rounded up in a state of the key's own, would
+    // refuse the 3 that `available` reports.
+    let clock = FakeClock::new();
+    let limiter: RateLimiter<u64, FakeClock> =
+        RateLimiter::with_clock("sliding-counter 5/100ns".parse().unwrap(), clock.clone())
+            .max_keys(1)
+            .sweep_per_insert(0);
+    assert!(limiter.try_acquire(&0).is_allowed());
+    clock.set(nanos(120));
+    let flood = limiter.try_acquire_n(&9, 5).unwrap();
+    assert!(flood.is_allowed() && flood.is_overflow(), "{flood:?}");
+    // Key 0 is at rest: a request sweeps it away and may take its place.
+    clock.set(nanos(250));
+    let available = limiter.available(&1);
+    assert!(available > 0);
+    let asked = limiter.try_acquire_n(&1, available).unwrap();
+    assert!(asked.is_allowed(), "available {available}: {asked:?}");
+
+    // A log's permits, stamped again when a key takes a state of its own, would push a
+    // refused key's wait back: a refusal must leave the key as `peek` saw it.
+    let full = || {
+        let clock = FakeClock::new();
+        let limiter: RateLimiter<u64, FakeClock> =
+            RateLimiter::with_clock("sliding-log 5/100ns".parse().unwrap(), clock.clone())
+                .max_keys(1)
+                .sweep_per_insert(0);
+        clock.set(nanos(100));
+        assert!(limiter.try_acquire(&0).is_allowed());
+        clock.set(nanos(120));
+        assert!(limiter.try_acquire_n(&9, 5).unwrap().is_overflow());
+        clock.set(nanos(210));
+        (clock, limiter)
+    };
+    let (clock, refused_once) = full();
+    let peeked = refused_once.peek(&1);
+    let refused = refused_once.try_acquire(&1);
+    assert!(!refused.is_allowed());
+    assert_eq!(
+        refused.retry_after(),
+        peeked.retry_after(),
+        "{refused:?} {peeked:?}"
+    );
+    clock.set(nanos(220));
+    let (other, untouched) = full();
+    other.set(nanos(220));
+    let after = refused_once.try_acquire(&1);
+    let without = untouched.try_acquire(&1);
+    assert_eq!(
+        (after.is_allowed(), after.remaining()),
+        (without.is_allowed(), without.remaining()),
+        "{after:?} {without:?}"
+    );
+    assert!(after.is_allowed(), "{after:?}");
 }
