@@ -779,7 +779,8 @@ impl<C: Clock> DirectLimiter<C> {
     /// Enforces `policy` from now on, under the keyed limiter's rule: permits already spent
     /// stay spent (counted at this instant, capped at the new limit), the limiter never
     /// gains more than the new policy allows, and re-applying the policy in force changes
-    /// nothing (see [`RateLimiter::set_policy`](crate::RateLimiter::set_policy)).
+    /// nothing; a change and its undoing within a window carry only what the middle policy
+    /// could count (see [`RateLimiter::set_policy`](crate::RateLimiter::set_policy)).
     ///
     /// Requests racing the change wait for it (a few hundred nanoseconds) rather than decide
     /// on either side of it. After the first change, each decision reads the state through one

@@ -985,6 +985,16 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
     /// again every window keeps a counter's last partly counted permit spent).
     /// A limiter built with a resolver enforces the one `policy` from then on.
     ///
+    /// **A round trip loses what the middle policy could not count.** The cap at the new
+    /// limit, and a new band that does not count a longer old window, are where a count is
+    /// dropped, and a later change carries only what the state in force counted. A key that
+    /// spent 1,000 of `1000/1h`, moved to `10/1h` and back to `1000/1h` within the hour,
+    /// carries 10 and may spend 990 again: each change alone refuses more, never less, but
+    /// a change and its undoing within a window may give each moved key up to the
+    /// difference once more. Tighten for an incident and restore knowing that; a change
+    /// that only raises a limit, or one applied for good, loses nothing. The same holds for
+    /// a resolver's new answers ([`set_resolver`](RateLimiter::set_resolver)).
+    ///
     /// Reloads cost nothing over time: re-applying the policy in force changes nothing (a
     /// service may apply its configuration every minute), and the map of a replaced policy
     /// is dropped as soon as it holds no key (at once if it never held one, else by
