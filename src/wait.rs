@@ -25,12 +25,14 @@
 //! clock, then tries again. A refusal spends nothing, so waiting is exactly as
 //! exact as deciding: N waiters on one key are admitted at the policy's rate, never faster.
 //! With a timeout, a waiter gives up as soon as the next possible admission would come after
-//! its deadline, and returns the last refusal. That admission is counted from a reading of
-//! the clock taken just before the attempt, so a waiter never gives up on an admission that
-//! would come in time; when an admission misses the deadline by less than the attempt took
-//! (a round trip to Redis), the waiter sleeps to its deadline and gives up after one more
-//! refusal. With or without a timeout, a waiter whose clock has reached the end of its range
-//! (where no admission can come) gives up at once.
+//! its deadline, or once the deadline has passed, and returns the last refusal. That
+//! admission is counted from a reading of the clock taken just before the attempt, so a
+//! waiter never gives up on an admission that would come in time; its sleep is counted
+//! from a reading taken after the attempt, so it never sleeps past its deadline (when an
+//! admission misses the deadline by less than the attempt took, a round trip to Redis,
+//! the waiter sleeps to its deadline and gives up after one more refusal). With or without
+//! a timeout, a waiter whose clock has reached the end of its range (where no admission
+//! can come) gives up at once.
 
 use std::cell::Cell;
 use std::collections::hash_map::RandomState;
@@ -142,17 +144,22 @@ impl Schedule {
         }
     }
 
-    /// The step after an attempt that got `decision`, the clock having read `now` just
-    /// before the attempt: the attempt decided at `now` or later, so `now` plus its
-    /// `retry_after` is never after the admission it names, and a waiter never gives up on
-    /// one that would come in time.
-    pub(crate) fn next(&self, decision: Decision, now: u64) -> Next {
+    /// The step after an attempt that got `decision`, the clock having read `before` just
+    /// before the attempt, and reading `after` it: the attempt decided at `before` or later,
+    /// so `before` plus its `retry_after` is never after the admission it names, and a
+    /// waiter never gives up on one that would come in time; the sleep starts at `after`.
+    pub(crate) fn next(
+        &self,
+        decision: Decision,
+        before: u64,
+        after: impl FnOnce() -> u64,
+    ) -> Next {
         if decision.is_allowed() {
             return Next::Admitted(decision);
         }
         // A refusal always names a wait of at least 1 ns.
         let wait = decision.retry_after_nanos().max(1);
-        let ready = now.saturating_add(wait);
+        let ready = before.saturating_add(wait);
         // A wait that reaches the end of the clock's range never ends: no admission comes
         // there (and a deadline saturated there too would never be passed), so the waiter
         // would sleep and retry for ever.
@@ -163,12 +170,15 @@ impl Schedule {
             .saturating_add(self.granularity)
             .saturating_add(random_below(self.jitter));
         if let Some(deadline) = self.deadline {
-            if ready > deadline {
+            let now = after().max(before);
+            // An admission after the deadline, or a deadline passed during the attempt.
+            if ready > deadline || now >= deadline {
                 return Next::GiveUp(decision);
             }
-            // Jitter never carries a waiter past its deadline, give or take the clock's
-            // granularity: on a cached clock the reading may trail by that much, and capping
-            // at the bare remainder would re-sleep it in short steps until the next refresh.
+            // Neither the wait nor jitter carries a waiter past its deadline, give or take
+            // the clock's granularity: on a cached clock the reading may trail by that much,
+            // and capping at the bare remainder would re-sleep it in short steps until the
+            // next refresh.
             pause = pause.min((deadline - now).saturating_add(self.granularity));
         }
         Next::Sleep(Duration::from_nanos(pause))
@@ -186,7 +196,7 @@ pub(crate) fn block<C: Clock, E>(
     let schedule = Schedule::start(clock, wait);
     loop {
         let before = clock.now();
-        match schedule.next(attempt()?, before) {
+        match schedule.next(attempt()?, before, || clock.now()) {
             Next::Admitted(decision) => return Ok(Ok(decision)),
             Next::GiveUp(decision) => return Ok(Err(decision)),
             Next::Sleep(pause) => clock.sleep(pause),
@@ -208,7 +218,7 @@ where
     let schedule = Schedule::start(clock, wait);
     loop {
         let before = clock.now();
-        match schedule.next(attempt().await?, before) {
+        match schedule.next(attempt().await?, before, || clock.now()) {
             Next::Admitted(decision) => return Ok(Ok(decision)),
             Next::GiveUp(decision) => return Ok(Err(decision)),
             Next::Sleep(pause) => tokio::time::sleep(pause).await,
@@ -257,21 +267,48 @@ mod tests {
         };
         let refused = |retry| Decision::deny(0, 1, retry, retry);
         assert!(
-            matches!(schedule.next(refused(500), 400), Next::Sleep(d) if d == Duration::from_nanos(500))
+            matches!(schedule.next(refused(500), 400, || 400), Next::Sleep(d) if d == Duration::from_nanos(500))
         );
-        assert!(matches!(schedule.next(refused(600), 400), Next::Sleep(_)));
-        assert!(matches!(schedule.next(refused(601), 400), Next::GiveUp(_)));
+        assert!(matches!(
+            schedule.next(refused(600), 400, || 400),
+            Next::Sleep(_)
+        ));
+        assert!(matches!(
+            schedule.next(refused(601), 400, || 400),
+            Next::GiveUp(_)
+        ));
         let jittery = Schedule {
             deadline: Some(1_000),
             jitter: 10_000,
             granularity: 0,
         };
         for _ in 0..100 {
-            match jittery.next(refused(100), 400) {
+            match jittery.next(refused(100), 400, || 400) {
                 Next::Sleep(d) => assert!(d <= Duration::from_nanos(600), "{d:?}"),
                 _ => panic!("expected a sleep"),
             }
         }
+    }
+
+    /// A slow attempt (a Redis call timing out) counts its refusal's wait from before it,
+    /// but sleeps from after it: never past the deadline, and a deadline passed during the
+    /// attempt ends the wait.
+    #[test]
+    fn a_slow_attempt_never_carries_a_waiter_past_its_deadline() {
+        let schedule = Schedule {
+            deadline: Some(1_500),
+            jitter: 0,
+            granularity: 0,
+        };
+        let refused = |retry| Decision::deny(0, 1, retry, retry);
+        assert!(matches!(
+            schedule.next(refused(1_000), 0, || 1_000),
+            Next::Sleep(d) if d == Duration::from_nanos(500)
+        ));
+        assert!(matches!(
+            schedule.next(refused(100), 1_000, || 1_500),
+            Next::GiveUp(_)
+        ));
     }
 
     /// At the end of the clock's range the deadline saturates as the admission does, and a
@@ -288,7 +325,7 @@ mod tests {
                 granularity: 0,
             };
             assert!(
-                matches!(at_the_end.next(refused, now), Next::GiveUp(_)),
+                matches!(at_the_end.next(refused, now, || now), Next::GiveUp(_)),
                 "{deadline:?}"
             );
         }
@@ -303,10 +340,10 @@ mod tests {
         };
         let refused = |retry| Decision::deny(0, 1, retry, retry);
         assert!(
-            matches!(coarse.next(refused(500), 400), Next::Sleep(d) if d == Duration::from_nanos(1_500))
+            matches!(coarse.next(refused(500), 400, || 400), Next::Sleep(d) if d == Duration::from_nanos(1_500))
         );
         assert!(matches!(
-            coarse.next(refused(1_001), 9_000),
+            coarse.next(refused(1_001), 9_000, || 9_000),
             Next::GiveUp(_)
         ));
         // Near the deadline, jitter is capped at the remainder plus the granularity.
@@ -316,7 +353,7 @@ mod tests {
             granularity: 1_000,
         };
         for _ in 0..100 {
-            match jittery.next(refused(500), 9_000) {
+            match jittery.next(refused(500), 9_000, || 9_000) {
                 Next::Sleep(d) => assert!(
                     d >= Duration::from_nanos(1_500) && d <= Duration::from_nanos(2_000),
                     "{d:?}"
