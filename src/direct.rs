@@ -12,7 +12,9 @@ use crate::decision::Decision;
 use crate::engine::dispatch::{Builder, Holds, PerAlgorithm, Storage};
 use crate::engine::rebuilds::Rebuilds;
 use crate::engine::retry::Retry;
-use crate::engine::state::{Bound, Carry, Decides, RateState};
+use crate::engine::state::{
+    still_kept, to_keep, with_kept, Bound, Carry, Decides, KeptCarry, RateState,
+};
 use crate::engine::stripes::Stripes;
 use crate::engine::sync;
 use crate::error::CostError;
@@ -52,8 +54,9 @@ pub struct DirectLimiter<C = SystemClock> {
     /// The state for the latest policy, once replaced.
     current: AtomicShared<Generation>,
     clock: C,
-    /// Serialises policy changes.
-    config: Mutex<()>,
+    /// Serialises policy changes, and holds what the latest could not carry, until it
+    /// would have come back (see `engine::state::KeptCarry`).
+    config: Mutex<Option<KeptCarry>>,
     /// Tells this limiter's reservations from another's.
     id: u64,
     /// Policy changes so far: a reservation made before one gets no refund (see `Rebuilds`).
@@ -171,7 +174,7 @@ impl<C: Clock> DirectLimiter<C> {
             mode: AtomicU8::new(PLAIN),
             current: AtomicShared::null(),
             clock,
-            config: Mutex::new(()),
+            config: Mutex::new(None),
             id: next_limiter_id(),
             rebuilds: Rebuilds::new(),
             lost: AtomicU32::new(0),
@@ -779,8 +782,8 @@ impl<C: Clock> DirectLimiter<C> {
     /// Enforces `policy` from now on, under the keyed limiter's rule: permits already spent
     /// stay spent (counted at this instant, capped at the new limit), the limiter never
     /// gains more than the new policy allows, and re-applying the policy in force changes
-    /// nothing; a change and its undoing within a window carry only what the middle policy
-    /// could count (see [`RateLimiter::set_policy`](crate::RateLimiter::set_policy)).
+    /// nothing; a change undone within a window gives nothing back (see
+    /// [`RateLimiter::set_policy`](crate::RateLimiter::set_policy)).
     ///
     /// Requests racing the change wait for it (a few hundred nanoseconds) rather than decide
     /// on either side of it. After the first change, each decision reads the state through one
@@ -799,7 +802,7 @@ impl<C: Clock> DirectLimiter<C> {
     /// # Ok::<(), tollgate::PolicyError>(())
     /// ```
     pub fn set_policy(&self, policy: Policy) {
-        let _config = self
+        let mut kept = self
             .config
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -823,7 +826,12 @@ impl<C: Clock> DirectLimiter<C> {
             if let Some(stripes) = old.stripes.get() {
                 stripes.retire();
             }
-            let generation = Generation::new(policy, state_for(&policy, carry.as_ref(), now));
+            // What an earlier change could not carry counts too, until it would have come
+            // back: a change undone within a window gives nothing back.
+            let earlier = kept.and_then(|earlier| still_kept(earlier, now));
+            let state = state_for(&policy, with_kept(carry, earlier).as_ref(), now);
+            *kept = to_keep((carry.as_ref(), earlier), state.carry(now), now);
+            let generation = Generation::new(policy, state);
             // AcqRel: the Release half publishes the new generation (see `latest`).
             self.current
                 .swap((Some(Shared::new(generation)), Tag::None), Ordering::AcqRel);

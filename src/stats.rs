@@ -55,8 +55,8 @@ pub struct Stats {
     /// waiting acquire (`acquire_blocking`, `acquire`) counts each refused attempt on its
     /// way, then its admission.
     pub refused: u64,
-    /// Decisions made by the shared overflow state for new keys past `max_keys` (and for a
-    /// new key starting with that state's permits, whose own state would have refused).
+    /// Decisions made by the shared overflow state for new keys past `max_keys` (and the
+    /// refusals it makes for a new key starting with its permits).
     pub overflowed: u64,
     /// Keys tracked now.
     pub keys: usize,

@@ -389,6 +389,14 @@ impl Carry {
         (live.len > 0).then_some(live)
     }
 
+    /// Whether this carry counts every permit of `other`: for each of `other`'s bands, a
+    /// new band of its window would count at least as many from this one.
+    pub(crate) fn counts(&self, other: &Carry) -> bool {
+        other.bands[..other.len]
+            .iter()
+            .all(|&(window, in_use)| self.spent_within(window) >= in_use)
+    }
+
     /// The permits a new band of `window` ns must count as spent: the most in use in any old
     /// band whose window is no longer (those permits were all spent within the last `window`).
     /// An old band with a longer window says nothing about the last `window` ns, so it is not
@@ -400,6 +408,52 @@ impl Carry {
             .map(|&(_, n)| n)
             .max()
             .unwrap_or(0)
+    }
+}
+
+/// A carry a new state could not count all of, and the instant it was counted: kept beside
+/// the state until it would have come back, so that the next change carries it too (a
+/// change undone within a window must not give back what the policy in between could not
+/// count; `keyed::kept` keeps one per key, the direct limiter its own).
+pub(crate) type KeptCarry = (Carry, u64);
+
+/// What of `kept` still counts at `now`: the bands whose window has not passed since it was
+/// counted.
+pub(crate) fn still_kept((carry, at): KeptCarry, now: u64) -> Option<KeptCarry> {
+    Some((carry.within(now.saturating_sub(at))?, at))
+}
+
+/// What a new state is built from: `fresh` (what the state it replaces had in use) and what
+/// was kept, `old`, together.
+pub(crate) fn with_kept(fresh: Option<Carry>, old: Option<KeptCarry>) -> Option<Carry> {
+    match (fresh, old) {
+        (Some(mut fresh), Some((old, _))) => {
+            fresh.merge(&old);
+            Some(fresh)
+        }
+        (fresh, None) => fresh,
+        (None, Some((old, _))) => Some(old),
+    }
+}
+
+/// What to keep once a new state counting `counted` was built at `now` from `fresh` and
+/// `old` ([`with_kept`]): what it does not count, an old carry with its own stamp (so that
+/// building states again and again does not keep it alive), a fresh one stamped `now`.
+pub(crate) fn to_keep(
+    (fresh, old): (Option<&Carry>, Option<KeptCarry>),
+    counted: Option<Carry>,
+    now: u64,
+) -> Option<KeptCarry> {
+    let uncounted = |carry: &Carry| !counted.is_some_and(|counted| counted.counts(carry));
+    match (fresh.filter(|fresh| uncounted(fresh)), old) {
+        (Some(fresh), Some((old, _))) => {
+            let mut both = *fresh;
+            both.merge(&old);
+            Some((both, now))
+        }
+        (Some(fresh), None) => Some((*fresh, now)),
+        (None, Some((old, at))) if uncounted(&old) => Some((old, at)),
+        (None, _) => None,
     }
 }
 

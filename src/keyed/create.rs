@@ -15,7 +15,7 @@ use crate::clock::Clock;
 use crate::decision::Decision;
 use crate::engine::dispatch::with_state;
 use crate::engine::retry::Retry;
-use crate::engine::state::{Carry, Decides};
+use crate::engine::state::{with_kept, Carry, Decides};
 use crate::error::CostError;
 use crate::policy::Policy;
 
@@ -184,17 +184,29 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
                 self.tracked.fetch_sub(1, Ordering::Relaxed);
                 return Attempt::Stale;
             };
-            let state = St::build(&keyed.params, &blueprint, carry.as_ref(), now);
+            // What an earlier move could not carry counts too (`keyed::kept`).
+            let old = self.kept.read(key, now);
+            let state = St::build(
+                &keyed.params,
+                &blueprint,
+                with_kept(carry, old).as_ref(),
+                now,
+            );
             if created
                 && carry.is_some()
+                && old.is_none()
                 && settle.is_none()
                 && !keyed.admits_on_new(&state, cost, now)
+                && (swept || !keyed.shared_admits(&blueprint, cost, now))
             {
                 // A key new to the limiter starting with the busy shared state's permits
-                // counts them less exactly than that state does (rounded up, stamped now):
-                // where its own state would refuse, the request is decided on the shared
-                // state instead, as `peek` and `available` decide it at the cap, and a
-                // refusal creates nothing. The place taken goes back.
+                // counts them less exactly than that state does (rounded up, stamped now).
+                // Where its own state would refuse, the request is decided on the shared
+                // state instead: when the limiter was full as the request came (as `peek`
+                // and `available` decided it there), and for a refusal, which then creates
+                // nothing and stamps nothing again. Never otherwise: admissions on the
+                // shared state below the cap would keep it busy, and every new key on it.
+                // The place taken goes back.
                 self.tracked.fetch_sub(1, Ordering::Relaxed);
                 return self.overflow(keyed, &blueprint, settle, cost);
             }
@@ -204,6 +216,12 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
                 self.tracked.fetch_sub(1, Ordering::Relaxed);
                 return self.overflow(keyed, &blueprint, settle, cost);
             };
+            if carry.is_some() || old.is_some() {
+                // Under the bucket lock, before any request decides on the state: the key's
+                // next move (or creation) reads what is kept after this.
+                let counted = KeyState::<K>::bind(entry.get(), &keyed.params).carry(now);
+                self.kept.keep(key, (carry.as_ref(), old), counted, now);
+            }
             let decided = decide(entry.get()).map(|decided| Decided { created, ..decided });
             return Attempt::Created(decided);
         }

@@ -22,6 +22,7 @@ use crate::engine::state::{Carry, Decides};
 use crate::policy::Policy;
 use crate::reservation::next_limiter_id;
 
+use super::kept::Kept;
 use super::key_state::{with_keys, AnyKeys, KeyState};
 use super::last_hit::LastHits;
 use super::overflow::Inherited;
@@ -140,6 +141,8 @@ pub(super) struct Generations<K, C, S: BuildHasher> {
     pub(super) changes: Arc<AtomicU64>,
     /// Each thread's last hit (`keyed::last_hit`).
     pub(super) last_hits: LastHits<K>,
+    /// What moves could not carry, until it would have come back (`keyed::kept`).
+    pub(super) kept: Kept<K, S>,
 }
 
 impl<K: Hash + Eq + Clone + Send + 'static, C, S: BuildHasher + Clone + 'static>
@@ -159,6 +162,7 @@ impl<K: Hash + Eq + Clone + Send + 'static, C, S: BuildHasher + Clone + 'static>
         Generations {
             current: AtomicShared::new(generation),
             clock,
+            kept: Kept::with_hasher(hasher.clone()),
             hasher,
             tracked: CachePadded::new(AtomicUsize::new(0)),
             config: Mutex::new(()),

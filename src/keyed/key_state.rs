@@ -390,6 +390,13 @@ impl<K: Hash + Eq, St: KeyState<K>, S: BuildHasher> Keys<K, St, S> {
         }
     }
 
+    /// Whether the shared overflow state of `blueprint` would admit a request of `cost` at
+    /// `now` (not when a policy change retired it).
+    pub(super) fn shared_admits(&self, blueprint: &St::Blueprint, cost: u64, now: u64) -> bool {
+        St::overflow_peek(&self.overflow, &self.params, blueprint, &Fixed(now), cost)
+            .is_some_and(|decision| decision.is_allowed())
+    }
+
     /// Whether `state`, built for a key and seen by no one else yet, would admit a request
     /// of `cost` at `now`.
     pub(super) fn admits_on_new(&self, state: &St, cost: u64, now: u64) -> bool {

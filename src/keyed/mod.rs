@@ -46,6 +46,7 @@ use self::stats::Extras;
 
 mod create;
 mod generations;
+mod kept;
 mod key_state;
 mod last_hit;
 mod overflow;
@@ -271,10 +272,10 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
     /// (all the overflowing keys' together, so at least the key's own). A key cannot double
     /// its budget by being pushed out of the map and back in. Counted in a state of the
     /// key's own, those permits are stamped at that instant and rounded up; a request that
-    /// state would refuse is decided on the shared state instead, as a
-    /// [`peek`](RateLimiter::peek) or [`available`](RateLimiter::available) of a key the
-    /// limiter does not track decides it at the cap, and a refusal creates nothing (a key
-    /// gets its own state once admitted). The price is paid by new keys
+    /// state would refuse is decided on the shared state instead when the limiter was full
+    /// as it came (as a [`peek`](RateLimiter::peek) or [`available`](RateLimiter::available)
+    /// of a key the limiter does not track decides it at the cap), and when the shared state
+    /// refuses too (a refusal then creates nothing). The price is paid by new keys
     /// that never overflowed but get their state while the shared one is still busy (a key
     /// [`reset`](RateLimiter::reset) then too): they start with its permits spent, until the
     /// shared state comes to rest (one window of the policy after the flood stops; two for a
@@ -985,15 +986,16 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
     /// again every window keeps a counter's last partly counted permit spent).
     /// A limiter built with a resolver enforces the one `policy` from then on.
     ///
-    /// **A round trip loses what the middle policy could not count.** The cap at the new
-    /// limit, and a new band that does not count a longer old window, are where a count is
-    /// dropped, and a later change carries only what the state in force counted. A key that
-    /// spent 1,000 of `1000/1h`, moved to `10/1h` and back to `1000/1h` within the hour,
-    /// carries 10 and may spend 990 again: each change alone refuses more, never less, but
-    /// a change and its undoing within a window may give each moved key up to the
-    /// difference once more. Tighten for an incident and restore knowing that; a change
-    /// that only raises a limit, or one applied for good, loses nothing. The same holds for
-    /// a resolver's new answers ([`set_resolver`](RateLimiter::set_resolver)).
+    /// **A round trip gives nothing back.** The cap at the new limit, and a new band that
+    /// does not count a longer old window, leave part of what a key spent uncounted by its
+    /// new state. That part is kept beside the states, stamped with the instant it was
+    /// counted, until its window has passed: the key's next state (after another change,
+    /// or after eviction) is built from it too. So a key that spent 1,000 of `1000/1h`,
+    /// moved to `10/1h` and back within the hour, is still refused until the hour after it
+    /// moved back. A key [`reset`](RateLimiter::reset) forgets it; the same holds for a
+    /// resolver's new answers ([`set_resolver`](RateLimiter::set_resolver)). What is kept
+    /// costs memory only for keys a change moved without counting all they spent, for one
+    /// window of the old policy.
     ///
     /// Reloads cost nothing over time: re-applying the policy in force changes nothing (a
     /// service may apply its configuration every minute), and the map of a replaced policy

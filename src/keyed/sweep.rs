@@ -110,6 +110,7 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
         }
         // Relaxed: a statistic.
         self.tracked.fetch_sub(removed, Ordering::Relaxed);
+        self.kept.clear_passed(now);
         if replaced {
             let _config = self.lock_config();
             self.generation(&guard).unlink_drained(&guard);
@@ -159,12 +160,14 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
         }
     }
 
-    /// Forgets `key`'s state, in whatever generation it is; whether one was removed.
+    /// Forgets `key`'s state, in whatever generation it is, and what was kept for it
+    /// (`keyed::kept`); whether a state was removed.
     pub(super) fn reset<Q>(&self, key: &Q) -> bool
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
+        self.kept.forget(key);
         let guard = Guard::new();
         let mut removed = 0;
         let mut retry = Retry::new();

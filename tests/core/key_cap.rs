@@ -445,3 +445,33 @@ fn a_key_leaving_a_full_limiter_gets_what_peek_said_and_a_refusal_changes_nothin
     );
     assert!(after.is_allowed(), "{after:?}");
 }
+
+/// Below the cap, a new key's own state decides, even where the busy shared state would
+/// admit what that state (counting the shared permits rounded up) refuses: admissions on the
+/// shared state with places free would keep it busy, and every later new key on it.
+#[test]
+fn below_the_cap_a_new_key_is_decided_by_its_own_state() {
+    let nanos = Duration::from_nanos;
+    let clock = FakeClock::new();
+    let limiter: RateLimiter<u64, FakeClock> =
+        RateLimiter::with_clock("sliding-counter 10/100ns".parse().unwrap(), clock.clone())
+            .max_keys(1)
+            .sweep_per_insert(0);
+    assert!(limiter.try_acquire(&0).is_allowed());
+    clock.set(nanos(150));
+    assert!(limiter.try_acquire_n(&9, 10).unwrap().is_overflow());
+    clock.set(nanos(205));
+    assert_eq!(limiter.evict_idle(), 1, "key 0 at rest");
+    // The shared state weighs its 10 at 0.95: 9.5 in use, so it would admit one more; a
+    // state of the key's own counts 10.
+    for _ in 0..3 {
+        let peeked = limiter.peek(&1);
+        let decided = limiter.try_acquire(&1);
+        assert!(
+            !decided.is_allowed() && !decided.is_overflow(),
+            "{decided:?}"
+        );
+        assert_eq!(peeked.retry_after(), decided.retry_after());
+        assert_eq!(limiter.len(), 1);
+    }
+}

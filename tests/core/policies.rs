@@ -809,3 +809,116 @@ fn a_rate_and_a_burst_admit_the_burst_then_the_rate() {
         assert!(!limiter.try_acquire("api").is_allowed(), "step {step}");
     }
 }
+
+// ---------------------------------------------------------------- round trips
+
+/// Admissions of `key` until the first refusal.
+fn drain(limiter: &RateLimiter<String, FakeClock>, key: &str) -> u64 {
+    let mut admitted = 0;
+    while limiter.try_acquire(key).is_allowed() {
+        admitted += 1;
+        assert!(admitted <= 10_000, "never refused");
+    }
+    admitted
+}
+
+/// A change and its undoing within a window give a key nothing back: what it spent under
+/// the first policy stays spent, though the tighter policy in between could count only its
+/// own limit. On a frozen clock, three round trips admit the first policy's 10 and no more,
+/// for every algorithm, whether the key moves on a request or waits for eviction in
+/// between, and whether the change is a policy or a resolver's answers.
+#[test]
+fn a_round_trip_through_a_tighter_policy_gives_nothing_back() {
+    for (wide, tight, expected) in [
+        ("token-bucket 10/1h", "token-bucket 3/1h", 10),
+        ("sliding-log 10/1h", "sliding-log 3/1h", 10),
+        ("sliding-counter 10/1h", "sliding-counter 3/1h", 10),
+        ("10/1h & sliding-log 20/1d", "3/1h", 10),
+        // A shorter window does not count a longer one's permits (see `set_policy`): the
+        // tighter policy admits its own 3 once, and the round trips nothing more.
+        ("sliding-log 10/1d", "sliding-log 3/1h", 13),
+    ] {
+        for evict in [false, true] {
+            let (limiter, _clock) = keyed(wide);
+            let mut admitted = drain(&limiter, "k");
+            for _ in 0..3 {
+                limiter.set_policy(policy(tight));
+                admitted += drain(&limiter, "k");
+                if evict {
+                    limiter.evict_idle();
+                }
+                limiter.set_policy(policy(wide));
+                admitted += drain(&limiter, "k");
+            }
+            assert_eq!(admitted, expected, "{wide} -> {tight} (evicted: {evict})");
+        }
+    }
+
+    let clock = FakeClock::new();
+    let limiter: RateLimiter<String, FakeClock> =
+        RateLimiter::with_resolver(|_: &String| policy("10/1h"), clock.clone());
+    let mut admitted = drain(&limiter, "k");
+    for _ in 0..3 {
+        limiter.set_resolver(|_: &String| policy("3/1h"));
+        admitted += drain(&limiter, "k");
+        limiter.set_resolver(|_: &String| policy("10/1h"));
+        admitted += drain(&limiter, "k");
+    }
+    assert_eq!(admitted, 10, "tiers");
+}
+
+/// The direct limiter under the same rule: a change undone within a window gives nothing
+/// back, for every algorithm.
+#[test]
+fn a_direct_limiter_s_round_trip_gives_nothing_back() {
+    for (wide, tight) in [
+        ("token-bucket 10/1h", "token-bucket 3/1h"),
+        ("sliding-log 10/1h", "sliding-log 3/1h"),
+        ("sliding-counter 10/1h", "sliding-counter 3/1h"),
+    ] {
+        let limiter = DirectLimiter::with_clock(policy(wide), FakeClock::new());
+        let drain = || {
+            let mut admitted = 0;
+            while limiter.try_acquire().is_allowed() {
+                admitted += 1;
+                assert!(admitted <= 1_000, "never refused");
+            }
+            admitted
+        };
+        let mut admitted = drain();
+        for _ in 0..3 {
+            limiter.set_policy(policy(tight));
+            admitted += drain();
+            limiter.set_policy(policy(wide));
+            admitted += drain();
+        }
+        assert_eq!(admitted, 10, "{wide} -> {tight}");
+    }
+}
+
+/// What a round trip keeps comes back with time: once the first policy's window has passed
+/// since the key moved back, the key has its whole budget again, and a reset forgets it at
+/// once.
+#[test]
+fn what_a_round_trip_keeps_comes_back_after_its_window_or_a_reset() {
+    let (limiter, clock) = keyed("sliding-log 10/1h");
+    assert_eq!(drain(&limiter, "k"), 10);
+    limiter.set_policy(policy("sliding-log 3/1h"));
+    assert_eq!(drain(&limiter, "k"), 0);
+    limiter.set_policy(policy("sliding-log 10/1h"));
+    assert_eq!(drain(&limiter, "k"), 0, "moved back");
+    clock.advance(Duration::from_secs(3_599));
+    assert_eq!(drain(&limiter, "k"), 0, "within the hour of the change");
+    clock.advance(Duration::from_secs(1));
+    assert_eq!(drain(&limiter, "k"), 10, "an hour after the change");
+
+    assert!(limiter.reset("k"));
+    limiter.set_policy(policy("sliding-log 3/1h"));
+    assert_eq!(drain(&limiter, "k"), 3);
+    limiter.set_policy(policy("sliding-log 10/1h"));
+    assert_eq!(drain(&limiter, "k"), 7);
+    limiter.set_policy(policy("sliding-log 3/1h"));
+    assert!(limiter.reset("k"));
+    limiter.set_policy(policy("sliding-log 10/1h"));
+    assert_eq!(drain(&limiter, "k"), 10, "a reset forgets what was kept");
+}
