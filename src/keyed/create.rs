@@ -15,7 +15,7 @@ use crate::clock::Clock;
 use crate::decision::Decision;
 use crate::engine::dispatch::with_state;
 use crate::engine::retry::Retry;
-use crate::engine::state::{with_kept, Carry, Decides};
+use crate::engine::state::{with_kept, Carry, Decides, KeptCarry};
 use crate::error::CostError;
 use crate::policy::Policy;
 
@@ -184,21 +184,15 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
                 self.tracked.fetch_sub(1, Ordering::Relaxed);
                 return Attempt::Stale;
             };
-            // What an earlier move could not carry counts too (`keyed::kept`).
-            let old = self.kept.read(key, now);
-            let state = St::build(
-                &keyed.params,
+            let (state, old, own_refuses) = self.starting_state(
+                keyed,
                 &blueprint,
-                with_kept(carry, old).as_ref(),
+                key,
+                carry,
+                (created && settle.is_none(), cost),
                 now,
             );
-            if created
-                && carry.is_some()
-                && old.is_none()
-                && settle.is_none()
-                && !keyed.admits_on_new(&state, cost, now)
-                && (swept || !keyed.shared_admits(&blueprint, cost, now))
-            {
+            if own_refuses && (swept || !keyed.shared_admits(&blueprint, cost, now)) {
                 // A key new to the limiter starting with the busy shared state's permits
                 // counts them less exactly than that state does (rounded up, stamped now).
                 // Where its own state would refuse, the request is decided on the shared
@@ -284,6 +278,37 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
         // Asked even without a cap: a table out of places sends new keys to the shared
         // state as a full limiter does (see `create_in`).
         St::overflow_carry(&keyed.overflow, &keyed.params, blueprint, now)
+    }
+
+    /// The state `key` starts with at `now` when this generation does not track it, built
+    /// from `fresh` (what [`starting_carry`](Generations::starting_carry) found) and what an
+    /// earlier move could not carry (`keyed::kept`), with the latter; and, for a request
+    /// of `cost` of a key `new` to the limiter, whether that state would refuse it while
+    /// counting nothing but the shared overflow state's permits (rounded up, stamped now),
+    /// the case in which the shared state may decide instead (see `create_in`).
+    pub(super) fn starting_state<Q, St: KeyState<K>>(
+        &self,
+        keyed: &Keys<K, St, S>,
+        blueprint: &St::Blueprint,
+        key: &Q,
+        fresh: Option<Carry>,
+        (new, cost): (bool, u64),
+        now: u64,
+    ) -> (St, Option<KeptCarry>, bool)
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let old = self.kept.read(key, now);
+        let state = St::build(
+            &keyed.params,
+            blueprint,
+            with_kept(fresh, old).as_ref(),
+            now,
+        );
+        let own_refuses =
+            new && fresh.is_some() && old.is_none() && !keyed.admits_on_new(&state, cost, now);
+        (state, old, own_refuses)
     }
 
     /// The per-key resolver's answer for `key`, when the limiter has one: `previous` when the

@@ -12,7 +12,7 @@ use crate::clock::{Clock, Fixed, Reading};
 use crate::decision::Decision;
 use crate::engine::dispatch::{with_state, PerAlgorithm};
 use crate::engine::retry::Retry;
-use crate::engine::state::{one_mark, with_kept, Decides};
+use crate::engine::state::{one_mark, Decides};
 use crate::engine::token_bucket::GcraCell;
 use crate::error::CostError;
 use crate::policy::Policy;
@@ -510,21 +510,11 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
             return St::overflow_peek(&keyed.overflow, &keyed.params, &blueprint, &at_now, cost)
                 .map(|decision| Ok(decision.overflowed()));
         }
-        let shares = moved.is_none();
+        let new = moved.is_none();
         let carry = self.starting_carry(keyed, &blueprint, moved, now)?;
-        let old = self.kept.read(key, now);
-        let state = St::build(
-            &keyed.params,
-            &blueprint,
-            with_kept(carry, old).as_ref(),
-            now,
-        );
-        if shares
-            && carry.is_some()
-            && old.is_none()
-            && !keyed.admits_on_new(&state, cost, now)
-            && !keyed.shared_admits(&blueprint, cost, now)
-        {
+        let (state, _, own_refuses) =
+            self.starting_state(keyed, &blueprint, key, carry, (new, cost), now);
+        if own_refuses && !keyed.shared_admits(&blueprint, cost, now) {
             // A refusal: the shared state's, as the request's (see `create_in`).
             return St::overflow_peek(&keyed.overflow, &keyed.params, &blueprint, &at_now, cost)
                 .map(|decision| Ok(decision.overflowed()));
