@@ -12,9 +12,7 @@ use crate::decision::Decision;
 use crate::engine::dispatch::{Builder, Holds, PerAlgorithm, Storage};
 use crate::engine::rebuilds::Rebuilds;
 use crate::engine::retry::Retry;
-use crate::engine::state::{
-    still_kept, to_keep, with_kept, Bound, Carry, Decides, KeptCarry, RateState,
-};
+use crate::engine::state::{built_from, to_keep, Bound, Carry, Decides, KeptCarry, RateState};
 use crate::engine::stripes::Stripes;
 use crate::engine::sync;
 use crate::error::CostError;
@@ -828,9 +826,10 @@ impl<C: Clock> DirectLimiter<C> {
             }
             // What an earlier change could not carry counts too, until it would have come
             // back: a change undone within a window gives nothing back.
-            let earlier = kept.and_then(|earlier| still_kept(earlier, now));
-            let state = state_for(&policy, with_kept(carry, earlier).as_ref(), now);
-            *kept = to_keep((carry.as_ref(), earlier), state.carry(now), now);
+            let earlier = kept.and_then(|earlier| earlier.live(now));
+            let (built, at) = built_from(carry, earlier.as_ref(), now);
+            let state = state_for(&policy, built.as_ref(), at);
+            *kept = to_keep((carry.as_ref(), earlier.as_ref()), state.carry(now), now);
             let generation = Generation::new(policy, state);
             // AcqRel: the Release half publishes the new generation (see `latest`).
             self.current

@@ -389,14 +389,6 @@ impl Carry {
         (live.len > 0).then_some(live)
     }
 
-    /// Whether this carry counts every permit of `other`: for each of `other`'s bands, a
-    /// new band of its window would count at least as many from this one.
-    pub(crate) fn counts(&self, other: &Carry) -> bool {
-        other.bands[..other.len]
-            .iter()
-            .all(|&(window, in_use)| self.spent_within(window) >= in_use)
-    }
-
     /// The permits a new band of `window` ns must count as spent: the most in use in any old
     /// band whose window is no longer (those permits were all spent within the last `window`).
     /// An old band with a longer window says nothing about the last `window` ns, so it is not
@@ -411,50 +403,118 @@ impl Carry {
     }
 }
 
-/// A carry a new state could not count all of, and the instant it was counted: kept beside
-/// the state until it would have come back, so that the next change carries it too (a
-/// change undone within a window must not give back what the policy in between could not
-/// count; `keyed::kept` keeps one per key, the direct limiter its own).
-pub(crate) type KeptCarry = (Carry, u64);
-
-/// What of `kept` still counts at `now`: the bands whose window has not passed since it was
-/// counted.
-pub(crate) fn still_kept((carry, at): KeptCarry, now: u64) -> Option<KeptCarry> {
-    Some((carry.within(now.saturating_sub(at))?, at))
+/// What a new state could not count of what it was built from, band by band: the window,
+/// the permits, and the instant by which they have all come back (a window after they were
+/// counted). Kept beside the states until then, so that the next state built for the key
+/// counts them too: a change undone within a window must not give back what the policy in
+/// between could not count (`keyed::kept` keeps one per key, the direct limiter its own).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct KeptCarry {
+    /// `(window in ns, permits in use, until)` for each band kept.
+    bands: [(u64, u64, u64); KEPT_BANDS],
+    len: usize,
 }
 
-/// What a new state is built from: `fresh` (what the state it replaces had in use) and what
-/// was kept, `old`, together.
-pub(crate) fn with_kept(fresh: Option<Carry>, old: Option<KeptCarry>) -> Option<Carry> {
-    match (fresh, old) {
-        (Some(mut fresh), Some((old, _))) => {
-            fresh.merge(&old);
-            Some(fresh)
+/// The most bands one kept carry holds: what two policies' states could not count.
+const KEPT_BANDS: usize = 2 * Policy::MAX_BANDS;
+
+impl KeptCarry {
+    /// Keeps `in_use` permits of a band of `window` ns until `until`. A band of a window
+    /// already kept keeps the larger count and the later end; a new window takes a free
+    /// place, or, when every place is taken, is folded into the band of the shortest window
+    /// (the shorter of the two windows, the larger count, the later end), which counts it for
+    /// every window at least as long, for as long as either: more, never less.
+    fn push(&mut self, window: u64, in_use: u64, until: u64) {
+        let len = self.len;
+        if let Some(band) = self.bands[..len].iter_mut().find(|band| band.0 == window) {
+            band.1 = band.1.max(in_use);
+            band.2 = band.2.max(until);
+        } else if len < KEPT_BANDS {
+            self.bands[len] = (window, in_use, until);
+            self.len += 1;
+        } else if let Some(band) = self.bands.iter_mut().min_by_key(|band| band.0) {
+            *band = (band.0.min(window), band.1.max(in_use), band.2.max(until));
         }
-        (fresh, None) => fresh,
-        (None, Some((old, _))) => Some(old),
+    }
+
+    /// The bands that still count at `now` (those whose permits have not all come back);
+    /// `None` when none does.
+    pub(crate) fn live(&self, now: u64) -> Option<KeptCarry> {
+        let mut live = KeptCarry::default();
+        for &(window, in_use, until) in &self.bands[..self.len] {
+            if until > now {
+                live.push(window, in_use, until);
+            }
+        }
+        (live.len > 0).then_some(live)
+    }
+
+    /// The latest instant one of the bands was counted at (a window before its end).
+    fn counted_at(&self) -> u64 {
+        self.bands[..self.len]
+            .iter()
+            .map(|&(window, _, until)| until.saturating_sub(window))
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// The kept permits as one carry.
+    fn carry(&self) -> Carry {
+        let mut carry = Carry::default();
+        for &(window, in_use, _) in &self.bands[..self.len] {
+            carry.merge(&Carry::single(window, in_use));
+        }
+        carry
     }
 }
 
-/// What to keep once a new state counting `counted` was built at `now` from `fresh` and
-/// `old` ([`with_kept`]): what it does not count, an old carry with its own stamp (so that
-/// building states again and again does not keep it alive), a fresh one stamped `now`.
+/// What a new state is built from, and as of when: `fresh` (what the state it replaces
+/// had in use, or what the shared overflow state counted) and what was kept, `old`. With
+/// permits fresh, both together at `now` (the kept ones are held a window from now, longer
+/// than they were kept: more refused, never less). With only kept permits, those as of the
+/// latest instant one of their bands was counted: a band of window `w` counted then is held
+/// by every new band of a window `w` or longer until its own end at least, and no longer
+/// than such a band's window from then, so a key created again and again is not held for
+/// ever.
+pub(crate) fn built_from(
+    fresh: Option<Carry>,
+    old: Option<&KeptCarry>,
+    now: u64,
+) -> (Option<Carry>, u64) {
+    let fresh = fresh.filter(|fresh| fresh.bands[..fresh.len].iter().any(|band| band.1 > 0));
+    match (fresh, old) {
+        (Some(mut fresh), Some(old)) => {
+            fresh.merge(&old.carry());
+            (Some(fresh), now)
+        }
+        (fresh, None) => (fresh, now),
+        (None, Some(old)) => (Some(old.carry()), old.counted_at().min(now)),
+    }
+}
+
+/// What to keep once a new state counting `counted` at `now` was built from `fresh` and
+/// `old` ([`built_from`]): each band the state does not count, a fresh one until a window
+/// from `now`, an old one until its own end (so that building states again and again does
+/// not keep it alive); `None` when the state counts everything.
 pub(crate) fn to_keep(
-    (fresh, old): (Option<&Carry>, Option<KeptCarry>),
+    (fresh, old): (Option<&Carry>, Option<&KeptCarry>),
     counted: Option<Carry>,
     now: u64,
 ) -> Option<KeptCarry> {
-    let uncounted = |carry: &Carry| !counted.is_some_and(|counted| counted.counts(carry));
-    match (fresh.filter(|fresh| uncounted(fresh)), old) {
-        (Some(fresh), Some((old, _))) => {
-            let mut both = *fresh;
-            both.merge(&old);
-            Some((both, now))
+    let uncounted =
+        |window, in_use| in_use > 0 && counted.is_none_or(|c| c.spent_within(window) < in_use);
+    let mut kept = KeptCarry::default();
+    for &(window, in_use) in fresh.map_or(&[][..], |fresh| &fresh.bands[..fresh.len]) {
+        if uncounted(window, in_use) {
+            kept.push(window, in_use, now.saturating_add(window));
         }
-        (Some(fresh), None) => Some((*fresh, now)),
-        (None, Some((old, at))) if uncounted(&old) => Some((old, at)),
-        (None, _) => None,
     }
+    for &(window, in_use, until) in old.map_or(&[][..], |old| &old.bands[..old.len]) {
+        if until > now && uncounted(window, in_use) {
+            kept.push(window, in_use, until);
+        }
+    }
+    (kept.len > 0).then_some(kept)
 }
 
 /// Permits in use, from the decision a request of cost 1 would get (`limit` minus what is
@@ -564,5 +624,46 @@ mod tests {
         a_zero_carry_builds_a_fresh_state::<GcraCell>("token-bucket 2/1s");
         a_zero_carry_builds_a_fresh_state::<CounterCell>("sliding-counter 2/1s");
         a_zero_carry_builds_a_fresh_state::<LogCell>("sliding-log 2/1s");
+    }
+
+    /// A kept band lasts until its own end however it is merged: folded into a shorter
+    /// band when every place is taken, the fold counts it for every window at least as long
+    /// and lasts as long as either; bands past their end are dropped.
+    #[test]
+    fn a_kept_band_lasts_until_its_own_end() {
+        let mut kept = KeptCarry::default();
+        for i in 1..=KEPT_BANDS as u64 {
+            kept.push(i * SEC, i, 1_000 * SEC);
+        }
+        kept.push(3_600 * SEC, 50, 4_000 * SEC);
+        let folded = kept.carry();
+        assert!(folded.spent_within(SEC) >= 50, "{folded:?}");
+        assert!(kept
+            .live(3_999 * SEC)
+            .is_some_and(|live| live.carry().spent_within(SEC) >= 50));
+        assert_eq!(kept.live(4_000 * SEC), None);
+
+        // Kept alone, a new state is built as of the latest instant a band was counted;
+        // with permits fresh, now.
+        let mut kept = KeptCarry::default();
+        kept.push(3_600 * SEC, 10, 3_700 * SEC);
+        kept.push(60 * SEC, 3, 90 * SEC);
+        assert_eq!(built_from(None, Some(&kept), 200 * SEC).1, 100 * SEC);
+        let (carry, at) = built_from(Some(Carry::single(SEC, 1)), Some(&kept), 200 * SEC);
+        assert_eq!(
+            (carry.map(|c| c.spent_within(3_600 * SEC)), at),
+            (Some(10), 200 * SEC)
+        );
+        // What a state counts is not kept; what it does not, is, each band to its end.
+        let counted = Carry::single(3_600 * SEC, 10);
+        assert_eq!(to_keep((None, Some(&kept)), Some(counted), 200 * SEC), None);
+        let counted = Carry::single(3_600 * SEC, 4);
+        let left = to_keep((None, Some(&kept)), Some(counted), 200 * SEC).unwrap();
+        assert_eq!(
+            left.live(3_699 * SEC)
+                .map(|l| l.carry().spent_within(3_600 * SEC)),
+            Some(10)
+        );
+        assert_eq!(left.live(3_700 * SEC), None);
     }
 }

@@ -11,11 +11,11 @@ use std::sync::Arc;
 use scc::Guard;
 
 use crate::bounded::SWEEP_WHEN_FULL;
-use crate::clock::Clock;
+use crate::clock::{Clock, Fixed};
 use crate::decision::Decision;
 use crate::engine::dispatch::with_state;
 use crate::engine::retry::Retry;
-use crate::engine::state::{with_kept, Carry, Decides, KeptCarry};
+use crate::engine::state::{built_from, Carry, Decides, KeptCarry};
 use crate::error::CostError;
 use crate::policy::Policy;
 
@@ -77,6 +77,7 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
                     if self.sweep_slice > 0 {
                         self.sweep(generation, self.sweep_slice, true, &guard);
                     }
+                    self.kept.clear_when_grown(self.clock.now());
                     return result;
                 }
                 // The generation was replaced, or is being replaced (a policy change between
@@ -173,7 +174,7 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
                     swept = true;
                     continue;
                 }
-                return self.overflow(keyed, &blueprint, settle, cost);
+                return self.at_cap(keyed, &blueprint, key, settle, cost, now);
             }
             // A key new to the table may have spent permits on the shared overflow state while
             // the limiter was full (its requests are decided there under this same bucket
@@ -208,17 +209,81 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
                 // No place left for a state (a slab's 2^28 - 32 cells): the new key shares the overflow
                 // state, and gives back the place it took in `tracked`.
                 self.tracked.fetch_sub(1, Ordering::Relaxed);
-                return self.overflow(keyed, &blueprint, settle, cost);
+                return self.at_cap(keyed, &blueprint, key, settle, cost, now);
             };
             if carry.is_some() || old.is_some() {
                 // Under the bucket lock, before any request decides on the state: the key's
                 // next move (or creation) reads what is kept after this.
                 let counted = KeyState::<K>::bind(entry.get(), &keyed.params).carry(now);
-                self.kept.keep(key, (carry.as_ref(), old), counted, now);
+                self.kept
+                    .keep(key, (carry.as_ref(), old.as_ref()), counted, now);
             }
             let decided = decide(entry.get()).map(|decided| Decided { created, ..decided });
             return Attempt::Created(decided);
         }
+    }
+
+    /// Decides (or settles) a request of `key`, new to the limiter, that finds it full: a
+    /// key with permits kept (`keyed::kept`) is refused by a state built from them and the
+    /// shared overflow state's count, when that state refuses (the shared state does not know
+    /// them; nothing is created); every other request is decided on the shared state. Stale
+    /// when a policy change retired the shared state.
+    fn at_cap<Q, St: KeyState<K>>(
+        &self,
+        keyed: &Keys<K, St, S>,
+        blueprint: &St::Blueprint,
+        key: &Q,
+        settle: Option<&Settle<'_>>,
+        cost: u64,
+        now: u64,
+    ) -> Attempt
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        if settle.is_none() {
+            match self.kept_refusal(keyed, blueprint, key, cost, now) {
+                None => return Attempt::Stale,
+                Some(Some(refused)) => {
+                    return Attempt::Done(Ok(Decided {
+                        decision: refused,
+                        marks: [0; Policy::MAX_BANDS + 1],
+                        overflow: None,
+                        created: false,
+                    }))
+                }
+                Some(None) => {}
+            }
+        }
+        self.overflow(keyed, blueprint, settle, cost)
+    }
+
+    /// At the cap, the refusal of a request of `cost` for `key` by a state built from what is
+    /// kept for it and the shared overflow state's count (`Some(None)` when nothing is kept
+    /// or that state admits; `None` when a policy change retired the shared state).
+    pub(super) fn kept_refusal<Q, St: KeyState<K>>(
+        &self,
+        keyed: &Keys<K, St, S>,
+        blueprint: &St::Blueprint,
+        key: &Q,
+        cost: u64,
+        now: u64,
+    ) -> Option<Option<Decision>>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let Some(old) = self.kept.read(key, now) else {
+            return Some(None);
+        };
+        let shared = St::overflow_carry(&keyed.overflow, &keyed.params, blueprint, now)?;
+        let (carry, at) = built_from(shared, Some(&old), now);
+        let state = St::build(&keyed.params, blueprint, carry.as_ref(), at);
+        let decision = match state.bind(&keyed.params).peek(&Fixed(now), cost) {
+            Some(decision) => decision,
+            None => unreachable!("a state just built is live"),
+        };
+        Some((!decision.is_allowed()).then(|| decision.overflowed()))
     }
 
     /// Decides (or settles) on the state shared by new keys that find the limiter full;
@@ -300,12 +365,8 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
         Q: Hash + Eq + ?Sized,
     {
         let old = self.kept.read(key, now);
-        let state = St::build(
-            &keyed.params,
-            blueprint,
-            with_kept(fresh, old).as_ref(),
-            now,
-        );
+        let (carry, at) = built_from(fresh, old.as_ref(), now);
+        let state = St::build(&keyed.params, blueprint, carry.as_ref(), at);
         let own_refuses =
             new && fresh.is_some() && old.is_none() && !keyed.admits_on_new(&state, cost, now);
         (state, old, own_refuses)

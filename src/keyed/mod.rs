@@ -988,14 +988,16 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
     ///
     /// **A round trip gives nothing back.** The cap at the new limit, and a new band that
     /// does not count a longer old window, leave part of what a key spent uncounted by its
-    /// new state. That part is kept beside the states, stamped with the instant it was
-    /// counted, until its window has passed: the key's next state (after another change,
-    /// or after eviction) is built from it too. So a key that spent 1,000 of `1000/1h`,
-    /// moved to `10/1h` and back within the hour, is still refused until the hour after it
-    /// moved back. A key [`reset`](RateLimiter::reset) forgets it; the same holds for a
-    /// resolver's new answers ([`set_resolver`](RateLimiter::set_resolver)). What is kept
-    /// costs memory only for keys a change moved without counting all they spent, for one
-    /// window of the old policy.
+    /// new state. That part is kept beside the states, band by band, until a window after
+    /// it was counted, and every state built for the key meanwhile (after another change, or
+    /// after eviction) counts it too; at `max_keys`, where a new key shares the overflow
+    /// state, it refuses the key first. So a key that spent 1,000 of `1000/1h`, moved to
+    /// `10/1h` and back within the hour, gets nothing more until those 1,000 have come back.
+    /// A state built from kept permits alone holds them from when they were counted; one
+    /// built with permits the key has in use now counts both as spent now. A key
+    /// [`reset`](RateLimiter::reset) forgets them; the same holds for a resolver's new
+    /// answers ([`set_resolver`](RateLimiter::set_resolver)). Only keys a change moved
+    /// without counting all they spent cost memory for it, for one window of the old policy.
     ///
     /// Reloads cost nothing over time: re-applying the policy in force changes nothing (a
     /// service may apply its configuration every minute), and the map of a replaced policy

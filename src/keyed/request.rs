@@ -506,7 +506,11 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
         }
         let moved = self.peek_older(generation, key, now, guard);
         if moved.is_none() && (self.len() >= self.max_keys || keyed.table.is_full()) {
-            // `None` (retired by a policy change): the caller looks again.
+            // `None` (retired by a policy change): the caller looks again. A key with
+            // permits kept is refused by them first, as its request would be.
+            if let Some(refused) = self.kept_refusal(keyed, &blueprint, key, cost, now)? {
+                return Some(Ok(refused));
+            }
             return St::overflow_peek(&keyed.overflow, &keyed.params, &blueprint, &at_now, cost)
                 .map(|decision| Ok(decision.overflowed()));
         }

@@ -167,7 +167,6 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        self.kept.forget(key);
         let guard = Guard::new();
         let mut removed = 0;
         let mut retry = Retry::new();
@@ -204,6 +203,9 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
                                 let carry = KeyState::<K>::bind(state, &keyed.params)
                                     .retire_with_carry(now);
                                 keyed.hot.forget(state);
+                                // Under the bucket lock that a move of the key writes what it
+                                // keeps under (`keyed::kept`): none is left behind.
+                                self.kept.forget(key);
                                 carry
                             })
                             .is_some(),
@@ -221,6 +223,8 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
         }
         // Relaxed: a statistic.
         self.tracked.fetch_sub(removed, Ordering::Relaxed);
+        // A key with nothing but permits kept (evicted since) forgets them too.
+        self.kept.forget(key);
         removed > 0
     }
 }

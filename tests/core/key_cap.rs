@@ -475,3 +475,42 @@ fn below_the_cap_a_new_key_is_decided_by_its_own_state() {
         assert_eq!(limiter.len(), 1);
     }
 }
+
+/// A key whose permits a round trip of policies kept, evicted since, meets a full limiter:
+/// the shared state does not know what it spent, so what is kept refuses it first, in a
+/// peek as in the request, and nothing comes back.
+#[test]
+fn at_the_cap_a_key_is_refused_by_what_a_round_trip_kept() {
+    let policy = |text: &str| -> Policy { text.parse().unwrap() };
+    let drain = |limiter: &RateLimiter<u64, FakeClock>| {
+        let mut admitted = 0;
+        while limiter.try_acquire(&7).is_allowed() {
+            admitted += 1;
+            assert!(admitted <= 1_000, "never refused");
+        }
+        admitted
+    };
+    let clock = FakeClock::new();
+    let limiter: RateLimiter<u64, FakeClock> =
+        RateLimiter::with_clock(policy("10/1h"), clock.clone()).max_keys(3);
+    assert_eq!(drain(&limiter), 10);
+    limiter.set_policy(policy("3/1s"));
+    // A second's band does not count the hour's permits (see `set_policy`).
+    assert_eq!(drain(&limiter), 3);
+    clock.advance(Duration::from_secs(2));
+    limiter.evict_idle();
+    limiter.set_policy(policy("10/1h"));
+    assert_eq!(limiter.available(&7), 0);
+    for other in 1..=3 {
+        assert!(limiter.try_acquire(&other).is_allowed());
+    }
+    let peeked = limiter.peek(&7);
+    let decided = limiter.try_acquire(&7);
+    assert!(
+        !peeked.is_allowed() && !decided.is_allowed(),
+        "{peeked:?} {decided:?}"
+    );
+    assert_eq!(peeked.retry_after(), decided.retry_after());
+    assert_eq!(drain(&limiter), 0, "nothing comes back at the cap");
+    assert_eq!(limiter.len(), 3);
+}

@@ -822,6 +822,16 @@ fn drain(limiter: &RateLimiter<String, FakeClock>, key: &str) -> u64 {
     admitted
 }
 
+/// Admissions of a direct limiter until the first refusal.
+fn drain_direct(limiter: &DirectLimiter<FakeClock>) -> u64 {
+    let mut admitted = 0;
+    while limiter.try_acquire().is_allowed() {
+        admitted += 1;
+        assert!(admitted <= 10_000, "never refused");
+    }
+    admitted
+}
+
 /// A change and its undoing within a window give a key nothing back: what it spent under
 /// the first policy stays spent, though the tighter policy in between could count only its
 /// own limit. On a frozen clock, three round trips admit the first policy's 10 and no more,
@@ -877,14 +887,7 @@ fn a_direct_limiter_s_round_trip_gives_nothing_back() {
         ("sliding-counter 10/1h", "sliding-counter 3/1h"),
     ] {
         let limiter = DirectLimiter::with_clock(policy(wide), FakeClock::new());
-        let drain = || {
-            let mut admitted = 0;
-            while limiter.try_acquire().is_allowed() {
-                admitted += 1;
-                assert!(admitted <= 1_000, "never refused");
-            }
-            admitted
-        };
+        let drain = || drain_direct(&limiter);
         let mut admitted = drain();
         for _ in 0..3 {
             limiter.set_policy(policy(tight));
@@ -893,6 +896,140 @@ fn a_direct_limiter_s_round_trip_gives_nothing_back() {
             admitted += drain();
         }
         assert_eq!(admitted, 10, "{wide} -> {tight}");
+    }
+}
+
+/// Round trips through a policy of several short bands: what is kept of the long band is
+/// never folded into a short one and dropped with it (keyed and direct).
+#[test]
+fn a_kept_long_band_outlives_the_short_bands_of_the_policies_in_between() {
+    const WIDE: &str = "10/1h";
+    let middle = [
+        "5/1s & 6/1min & 7/10min & 8/30min",
+        "1/1s & 2/1min & 3/10min & 4/30min",
+    ];
+    let (limiter, clock) = keyed(WIDE);
+    let direct = DirectLimiter::with_clock(policy(WIDE), clock.clone());
+    let drain_direct = || drain_direct(&direct);
+    assert_eq!((drain(&limiter, "k"), drain_direct()), (10, 10));
+    for tight in middle {
+        limiter.set_policy(policy(tight));
+        direct.set_policy(policy(tight));
+        let _ = (drain(&limiter, "k"), drain_direct());
+    }
+    clock.advance(Duration::from_secs(2));
+    limiter.set_policy(policy(WIDE));
+    direct.set_policy(policy(WIDE));
+    assert_eq!(
+        (drain(&limiter, "k"), drain_direct()),
+        (0, 0),
+        "the 10 spent 2 s ago"
+    );
+}
+
+/// A key whose state is built from kept permits alone (the policy in between at rest, or
+/// the key evicted) holds them from when they were counted, not from when it is built: it
+/// decides exactly as a key that never changed policy, for every algorithm.
+#[test]
+fn a_state_built_from_kept_permits_holds_them_from_when_they_were_counted() {
+    let minute = Duration::from_secs(60);
+    for (wide, tight) in [
+        ("sliding-log 10/1h", "sliding-log 3/1s"),
+        ("token-bucket 10/1h", "token-bucket 3/1s"),
+        ("sliding-counter 10/1h", "sliding-counter 3/1s"),
+    ] {
+        for evict in [false, true] {
+            let (limiter, clock) = keyed(wide);
+            let control: RateLimiter<String, FakeClock> =
+                RateLimiter::with_clock(policy(wide), clock.clone());
+            assert_eq!((drain(&limiter, "k"), drain(&control, "k")), (10, 10));
+            limiter.set_policy(policy(tight));
+            // A second's band does not count the hour's permits (see `set_policy`).
+            assert_eq!(drain(&limiter, "k"), 3);
+            clock.advance(Duration::from_secs(2));
+            if evict {
+                limiter.evict_idle();
+            }
+            limiter.set_policy(policy(wide));
+            // The key moves back at 59 minutes, then again an hour later.
+            for (step, at) in [(0, 57 * minute), (1, 5 * minute), (2, 60 * minute)] {
+                clock.advance(at);
+                let (moved, never) = (limiter.try_acquire("k"), control.try_acquire("k"));
+                assert_eq!(
+                    (moved.is_allowed(), moved.remaining()),
+                    (never.is_allowed(), never.remaining()),
+                    "{wide} (evicted: {evict}), step {step}"
+                );
+            }
+        }
+    }
+}
+
+/// Many threads on one key while its policy flips between a wide and a tight one on a
+/// frozen clock, with evictions between: nothing ever comes back, so the key is admitted
+/// at most the wide policy's 10 in all.
+#[test]
+fn racing_requests_across_flipping_policies_get_nothing_back() {
+    for (wide, tight) in [
+        ("10/1h", "3/1h"),
+        ("sliding-counter 10/1h", "sliding-counter 3/1h"),
+        ("10/1h & 20/1d", "3/1h"),
+    ] {
+        for round in 0..50 {
+            let (limiter, _clock) = keyed(wide);
+            let admitted = AtomicU64::new(0);
+            let stop = AtomicBool::new(false);
+            thread::scope(|scope| {
+                for _ in 0..3 {
+                    scope.spawn(|| {
+                        while !stop.load(Ordering::Relaxed) {
+                            if limiter.try_acquire("k").is_allowed() {
+                                admitted.fetch_add(1, Ordering::Relaxed);
+                            }
+                        }
+                    });
+                }
+                for i in 0..50 {
+                    limiter.set_policy(policy(if i % 2 == 0 { tight } else { wide }));
+                    if i % 7 == 0 {
+                        limiter.evict_idle();
+                    }
+                }
+                limiter.set_policy(policy(wide));
+                stop.store(true, Ordering::Relaxed);
+            });
+            let total = admitted.load(Ordering::Relaxed) + drain(&limiter, "k");
+            assert!(
+                total <= 10,
+                "{wide} / {tight}, round {round}: {total} admitted"
+            );
+        }
+    }
+}
+
+/// A reset racing a key's move to a new policy forgets what the move kept, whichever
+/// comes first: after it, the key has its whole budget.
+#[test]
+fn a_reset_racing_a_move_forgets_what_the_move_kept() {
+    for _ in 0..5_000 {
+        let (limiter, _clock) = keyed("10/1h");
+        assert_eq!(drain(&limiter, "k"), 10);
+        limiter.set_policy(policy("3/1h"));
+        let start = Barrier::new(2);
+        let moved_first = thread::scope(|scope| {
+            let mover = scope.spawn(|| {
+                start.wait();
+                !limiter.try_acquire("k").is_allowed()
+            });
+            start.wait();
+            let removed = limiter.reset("k");
+            mover.join().unwrap() && removed
+        });
+        if moved_first {
+            // The move (refused, the key full) came first and the reset removed its state.
+            limiter.set_policy(policy("10/1h"));
+            assert_eq!(drain(&limiter, "k"), 10, "the reset forgot what was kept");
+        }
     }
 }
 
