@@ -449,6 +449,27 @@ impl KeptCarry {
         (live.len > 0).then_some(live)
     }
 
+    /// The permits a new band of `window` ns must count of these (as
+    /// [`Carry::spent_within`]).
+    fn spent_within(&self, window: u64) -> u64 {
+        self.bands[..self.len]
+            .iter()
+            .filter(|band| band.0 <= window)
+            .map(|band| band.1)
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// The latest end of the bands a new band of `window` ns counts (0 when none).
+    fn end_within(&self, window: u64) -> u64 {
+        self.bands[..self.len]
+            .iter()
+            .filter(|band| band.0 <= window)
+            .map(|band| band.2)
+            .max()
+            .unwrap_or(0)
+    }
+
     /// The latest instant one of the bands was counted at (a window before its end).
     fn counted_at(&self) -> u64 {
         self.bands[..self.len]
@@ -468,9 +489,29 @@ impl KeptCarry {
     }
 }
 
+/// The windows of `fresh`'s and `old`'s bands, each with what a new band of that window
+/// must count of both: their permits added, as what is kept is what a state did not count
+/// (see [`to_keep`]), spent apart from what the state it replaces has in use.
+fn added<'a>(
+    fresh: Option<&'a Carry>,
+    old: Option<&'a KeptCarry>,
+) -> impl Iterator<Item = (u64, u64)> + 'a {
+    let fresh_windows = fresh.map_or(&[][..], |fresh| &fresh.bands[..fresh.len]);
+    let old_windows = old.map_or(&[][..], |old| &old.bands[..old.len]);
+    let windows = fresh_windows
+        .iter()
+        .map(|band| band.0)
+        .chain(old_windows.iter().map(|band| band.0));
+    windows.map(move |window| {
+        let from_fresh = fresh.map_or(0, |fresh| fresh.spent_within(window));
+        let from_old = old.map_or(0, |old| old.spent_within(window));
+        (window, from_fresh.saturating_add(from_old))
+    })
+}
+
 /// What a new state is built from, and as of when: `fresh` (what the state it replaces
-/// had in use, or what the shared overflow state counted) and what was kept, `old`. With
-/// permits fresh, both together at `now` (the kept ones are held a window from now, longer
+/// had in use, or what the shared overflow state counted) and what was kept, `old`, added.
+/// With permits fresh, both at `now` (the kept ones are then held a window from now, longer
 /// than they were kept: more refused, never less). With only kept permits, those as of the
 /// latest instant one of their bands was counted: a band of window `w` counted then is held
 /// by every new band of a window `w` or longer until its own end at least, and no longer
@@ -483,9 +524,12 @@ pub(crate) fn built_from(
 ) -> (Option<Carry>, u64) {
     let fresh = fresh.filter(|fresh| fresh.bands[..fresh.len].iter().any(|band| band.1 > 0));
     match (fresh, old) {
-        (Some(mut fresh), Some(old)) => {
-            fresh.merge(&old.carry());
-            (Some(fresh), now)
+        (Some(fresh), Some(old)) => {
+            let mut both = Carry::default();
+            for (window, in_use) in added(Some(&fresh), Some(old)) {
+                both.merge(&Carry::single(window, in_use));
+            }
+            (Some(both), now)
         }
         (fresh, None) => (fresh, now),
         (None, Some(old)) => (Some(old.carry()), old.counted_at().min(now)),
@@ -493,26 +537,28 @@ pub(crate) fn built_from(
 }
 
 /// What to keep once a new state counting `counted` at `now` was built from `fresh` and
-/// `old` ([`built_from`]): each band the state does not count, a fresh one until a window
-/// from `now`, an old one until its own end (so that building states again and again does
-/// not keep it alive); `None` when the state counts everything.
+/// `old` ([`built_from`]): for each of their windows, what the state does not count of the
+/// two added, until a window from `now` when `fresh` had permits there, else until the end
+/// of the kept bands it comes from (so that building states again and again from kept
+/// permits alone does not keep them alive); `None` when the state counts everything.
 pub(crate) fn to_keep(
     (fresh, old): (Option<&Carry>, Option<&KeptCarry>),
     counted: Option<Carry>,
     now: u64,
 ) -> Option<KeptCarry> {
-    let uncounted =
-        |window, in_use| in_use > 0 && counted.is_none_or(|c| c.spent_within(window) < in_use);
+    let old = old.and_then(|old| old.live(now));
     let mut kept = KeptCarry::default();
-    for &(window, in_use) in fresh.map_or(&[][..], |fresh| &fresh.bands[..fresh.len]) {
-        if uncounted(window, in_use) {
-            kept.push(window, in_use, now.saturating_add(window));
+    for (window, in_use) in added(fresh, old.as_ref()) {
+        let uncounted = in_use.saturating_sub(counted.map_or(0, |c| c.spent_within(window)));
+        if uncounted == 0 {
+            continue;
         }
-    }
-    for &(window, in_use, until) in old.map_or(&[][..], |old| &old.bands[..old.len]) {
-        if until > now && uncounted(window, in_use) {
-            kept.push(window, in_use, until);
-        }
+        let until = if fresh.is_some_and(|fresh| fresh.spent_within(window) > 0) {
+            now.saturating_add(window)
+        } else {
+            old.as_ref().map_or(0, |old| old.end_within(window))
+        };
+        kept.push(window, uncounted, until);
     }
     (kept.len > 0).then_some(kept)
 }
@@ -649,20 +695,27 @@ mod tests {
         kept.push(3_600 * SEC, 10, 3_700 * SEC);
         kept.push(60 * SEC, 3, 90 * SEC);
         assert_eq!(built_from(None, Some(&kept), 200 * SEC).1, 100 * SEC);
+        // Fresh and kept permits were spent apart: added.
         let (carry, at) = built_from(Some(Carry::single(SEC, 1)), Some(&kept), 200 * SEC);
         assert_eq!(
             (carry.map(|c| c.spent_within(3_600 * SEC)), at),
-            (Some(10), 200 * SEC)
+            (Some(11), 200 * SEC)
         );
-        // What a state counts is not kept; what it does not, is, each band to its end.
+        // What a state counts is not kept; what it does not, is, to the end of its band.
         let counted = Carry::single(3_600 * SEC, 10);
         assert_eq!(to_keep((None, Some(&kept)), Some(counted), 200 * SEC), None);
         let counted = Carry::single(3_600 * SEC, 4);
         let left = to_keep((None, Some(&kept)), Some(counted), 200 * SEC).unwrap();
         assert_eq!(
-            left.live(3_699 * SEC)
-                .map(|l| l.carry().spent_within(3_600 * SEC)),
-            Some(10)
+            left.live(3_699 * SEC).map(|l| l.spent_within(3_600 * SEC)),
+            Some(6)
+        );
+        // With fresh permits uncounted, the rest is kept a window from now.
+        let fresh = Carry::single(3_600 * SEC, 3);
+        let more = to_keep((Some(&fresh), Some(&kept)), Some(counted), 200 * SEC).unwrap();
+        assert_eq!(
+            more.live(3_799 * SEC).map(|l| l.spent_within(3_600 * SEC)),
+            Some(9)
         );
         assert_eq!(left.live(3_700 * SEC), None);
     }

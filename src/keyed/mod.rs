@@ -993,8 +993,10 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
     /// after eviction) counts it too; at `max_keys`, where a new key shares the overflow
     /// state, it refuses the key first. So a key that spent 1,000 of `1000/1h`, moved to
     /// `10/1h` and back within the hour, gets nothing more until those 1,000 have come back.
+    /// What is kept was spent apart from what the key's state counts, and the two add up.
     /// A state built from kept permits alone holds them from when they were counted; one
-    /// built with permits the key has in use now counts both as spent now. A key
+    /// built with permits the key has in use as it moves counts both as spent then (so a key
+    /// that moves long after a change may be held up to a window past its move). A key
     /// [`reset`](RateLimiter::reset) forgets them; the same holds for a resolver's new
     /// answers ([`set_resolver`](RateLimiter::set_resolver)). Only keys a change moved
     /// without counting all they spent cost memory for it, for one window of the old policy.

@@ -514,3 +514,41 @@ fn at_the_cap_a_key_is_refused_by_what_a_round_trip_kept() {
     assert_eq!(drain(&limiter), 0, "nothing comes back at the cap");
     assert_eq!(limiter.len(), 3);
 }
+
+/// At the cap, what a key kept and what the shared state counts add up: a key that spent 6
+/// of `10/1h` (kept, as a second's policy does not count the hour) gets at most the 4 left,
+/// though the shared state alone has 9, in a peek as in its requests. (The permit it spent
+/// under the second's policy came back under that policy, before the eviction.)
+#[test]
+fn at_the_cap_kept_and_shared_permits_add_up() {
+    let policy = |text: String| -> Policy { text.parse().unwrap() };
+    for algorithm in ["token-bucket", "sliding-log", "sliding-counter"] {
+        let clock = FakeClock::new();
+        let hour = policy(format!("{algorithm} 10/1h"));
+        let limiter: RateLimiter<u64, FakeClock> =
+            RateLimiter::with_clock(hour, clock.clone()).max_keys(3);
+        for _ in 0..6 {
+            assert!(limiter.try_acquire(&7).is_allowed());
+        }
+        // A second's band does not count the hour's 6: kept.
+        limiter.set_policy(policy(format!("{algorithm} 3/1s")));
+        assert!(limiter.try_acquire(&7).is_allowed());
+        clock.advance(Duration::from_secs(2));
+        assert_eq!(limiter.evict_idle(), 1);
+        limiter.set_policy(hour);
+        for other in 1..=3 {
+            assert!(limiter.try_acquire(&other).is_allowed());
+        }
+        let mut admitted = 0;
+        while limiter.peek(&7).is_allowed() {
+            assert!(
+                limiter.try_acquire(&7).is_allowed(),
+                "{algorithm}: the peek said so"
+            );
+            admitted += 1;
+            assert!(admitted <= 100, "never refused");
+        }
+        assert!(!limiter.try_acquire(&7).is_allowed(), "{algorithm}");
+        assert_eq!(admitted, 4, "{algorithm}: after 6 of 10/1h");
+    }
+}

@@ -1033,6 +1033,32 @@ fn a_reset_racing_a_move_forgets_what_the_move_kept() {
     }
 }
 
+/// What the policy in between counted and what was kept were spent apart, and add up: 6
+/// spent under `10/1h`, 3 under `3/1s` (whose second does not count the hour), and back under
+/// `10/1h` at the same instant only 1 is left, keyed and direct, for every algorithm.
+#[test]
+fn what_the_policy_in_between_counted_and_what_was_kept_add_up() {
+    for algorithm in ["token-bucket", "sliding-log", "sliding-counter"] {
+        let hour = policy(&format!("{algorithm} 10/1h"));
+        let second = policy(&format!("{algorithm} 3/1s"));
+        let (limiter, clock) = keyed(&hour.to_string());
+        let direct = DirectLimiter::with_clock(hour, clock);
+        for _ in 0..6 {
+            assert!(limiter.try_acquire("k").is_allowed() && direct.try_acquire().is_allowed());
+        }
+        limiter.set_policy(second);
+        direct.set_policy(second);
+        assert_eq!((drain(&limiter, "k"), drain_direct(&direct)), (3, 3));
+        limiter.set_policy(hour);
+        direct.set_policy(hour);
+        assert_eq!(
+            (drain(&limiter, "k"), drain_direct(&direct)),
+            (1, 1),
+            "{algorithm}"
+        );
+    }
+}
+
 /// What a round trip keeps comes back with time: once the first policy's window has passed
 /// since the key moved back, the key has its whole budget again, and a reset forgets it at
 /// once.
