@@ -403,37 +403,54 @@ impl Carry {
     }
 }
 
-/// What a new state could not count of what it was built from, band by band: the window,
-/// the permits, and the instant by which they have all come back (a window after they were
-/// counted). Kept beside the states until then, so that the next state built for the key
-/// counts them too: a change undone within a window must not give back what the policy in
-/// between could not count (`keyed::kept` keeps one per key, the direct limiter its own).
+/// What a new state could not count of what it was built from, band by band: kept beside
+/// the states until those permits have come back, so that the next state built for the key
+/// counts them too (a change undone within a window must not give back what the policy in
+/// between could not count; `keyed::kept` keeps one per key, the direct limiter its own).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct KeptCarry {
-    /// `(window in ns, permits in use, until)` for each band kept.
-    bands: [(u64, u64, u64); KEPT_BANDS],
+    bands: [KeptBand; KEPT_BANDS],
     len: usize,
+}
+
+/// Permits of one window kept: when they were counted (every one was spent by then, within
+/// the window before), and when they have all come back (the window after, or later once
+/// folded with another band).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct KeptBand {
+    window: u64,
+    in_use: u64,
+    counted_at: u64,
+    until: u64,
 }
 
 /// The most bands one kept carry holds: what two policies' states could not count.
 const KEPT_BANDS: usize = 2 * Policy::MAX_BANDS;
 
 impl KeptCarry {
-    /// Keeps `in_use` permits of a band of `window` ns until `until`. A band of a window
-    /// already kept keeps the larger count and the later end; a new window takes a free
-    /// place, or, when every place is taken, is folded into the band of the shortest window
-    /// (the shorter of the two windows, the larger count, the later end), which counts it for
-    /// every window at least as long, for as long as either: more, never less.
-    fn push(&mut self, window: u64, in_use: u64, until: u64) {
+    /// Keeps `band`. A band of a window already kept keeps the larger count and the later
+    /// instants; a new window takes a free place, or, when every place is taken, is folded
+    /// into the band of the shortest window (the shorter window, the larger count, the later
+    /// instants), which counts it for every window at least as long, for as long as either:
+    /// more, never less.
+    fn push(&mut self, band: KeptBand) {
+        let fold = |into: &mut KeptBand| {
+            into.window = into.window.min(band.window);
+            into.in_use = into.in_use.max(band.in_use);
+            into.counted_at = into.counted_at.max(band.counted_at);
+            into.until = into.until.max(band.until);
+        };
         let len = self.len;
-        if let Some(band) = self.bands[..len].iter_mut().find(|band| band.0 == window) {
-            band.1 = band.1.max(in_use);
-            band.2 = band.2.max(until);
+        if let Some(same) = self.bands[..len]
+            .iter_mut()
+            .find(|b| b.window == band.window)
+        {
+            fold(same);
         } else if len < KEPT_BANDS {
-            self.bands[len] = (window, in_use, until);
+            self.bands[len] = band;
             self.len += 1;
-        } else if let Some(band) = self.bands.iter_mut().min_by_key(|band| band.0) {
-            *band = (band.0.min(window), band.1.max(in_use), band.2.max(until));
+        } else if let Some(shortest) = self.bands.iter_mut().min_by_key(|b| b.window) {
+            fold(shortest);
         }
     }
 
@@ -441,40 +458,35 @@ impl KeptCarry {
     /// `None` when none does.
     pub(crate) fn live(&self, now: u64) -> Option<KeptCarry> {
         let mut live = KeptCarry::default();
-        for &(window, in_use, until) in &self.bands[..self.len] {
-            if until > now {
-                live.push(window, in_use, until);
+        for band in &self.bands[..self.len] {
+            if band.until > now {
+                live.push(*band);
             }
         }
         (live.len > 0).then_some(live)
     }
 
+    /// The bands a new band of `window` ns counts.
+    fn within(&self, window: u64) -> impl Iterator<Item = &KeptBand> {
+        self.bands[..self.len]
+            .iter()
+            .filter(move |band| band.window <= window)
+    }
+
     /// The permits a new band of `window` ns must count of these (as
     /// [`Carry::spent_within`]).
     fn spent_within(&self, window: u64) -> u64 {
-        self.bands[..self.len]
-            .iter()
-            .filter(|band| band.0 <= window)
-            .map(|band| band.1)
+        self.within(window)
+            .map(|band| band.in_use)
             .max()
             .unwrap_or(0)
     }
 
-    /// The latest end of the bands a new band of `window` ns counts (0 when none).
-    fn end_within(&self, window: u64) -> u64 {
-        self.bands[..self.len]
-            .iter()
-            .filter(|band| band.0 <= window)
-            .map(|band| band.2)
-            .max()
-            .unwrap_or(0)
-    }
-
-    /// The latest instant one of the bands was counted at (a window before its end).
+    /// The latest instant one of the bands was counted at.
     fn counted_at(&self) -> u64 {
         self.bands[..self.len]
             .iter()
-            .map(|&(window, _, until)| until.saturating_sub(window))
+            .map(|band| band.counted_at)
             .max()
             .unwrap_or(0)
     }
@@ -482,8 +494,8 @@ impl KeptCarry {
     /// The kept permits as one carry.
     fn carry(&self) -> Carry {
         let mut carry = Carry::default();
-        for &(window, in_use, _) in &self.bands[..self.len] {
-            carry.merge(&Carry::single(window, in_use));
+        for band in &self.bands[..self.len] {
+            carry.merge(&Carry::single(band.window, band.in_use));
         }
         carry
     }
@@ -501,7 +513,7 @@ fn added<'a>(
     let windows = fresh_windows
         .iter()
         .map(|band| band.0)
-        .chain(old_windows.iter().map(|band| band.0));
+        .chain(old_windows.iter().map(|band| band.window));
     windows.map(move |window| {
         let from_fresh = fresh.map_or(0, |fresh| fresh.spent_within(window));
         let from_old = old.map_or(0, |old| old.spent_within(window));
@@ -513,10 +525,9 @@ fn added<'a>(
 /// had in use, or what the shared overflow state counted) and what was kept, `old`, added.
 /// With permits fresh, both at `now` (the kept ones are then held a window from now, longer
 /// than they were kept: more refused, never less). With only kept permits, those as of the
-/// latest instant one of their bands was counted: a band of window `w` counted then is held
-/// by every new band of a window `w` or longer until its own end at least, and no longer
-/// than such a band's window from then, so a key created again and again is not held for
-/// ever.
+/// latest instant one of their bands was counted, when every one of them had been spent:
+/// each is then held by every new band of its window or longer for that window from then,
+/// as long as the key would have held it, and counted by no shorter one it has left.
 pub(crate) fn built_from(
     fresh: Option<Carry>,
     old: Option<&KeptCarry>,
@@ -538,9 +549,11 @@ pub(crate) fn built_from(
 
 /// What to keep once a new state counting `counted` at `now` was built from `fresh` and
 /// `old` ([`built_from`]): for each of their windows, what the state does not count of the
-/// two added, until a window from `now` when `fresh` had permits there, else until the end
-/// of the kept bands it comes from (so that building states again and again from kept
-/// permits alone does not keep them alive); `None` when the state counts everything.
+/// two added, so that what is kept and what the state counts are apart and add up (a
+/// permit a band of a shorter window counts is not kept, and comes back with that band).
+/// Kept until a window from `now` when `fresh` had permits there, else as the kept bands
+/// it comes from (so that building states again and again from kept permits alone does not
+/// keep them alive); `None` when the state counts everything.
 pub(crate) fn to_keep(
     (fresh, old): (Option<&Carry>, Option<&KeptCarry>),
     counted: Option<Carry>,
@@ -549,16 +562,28 @@ pub(crate) fn to_keep(
     let old = old.and_then(|old| old.live(now));
     let mut kept = KeptCarry::default();
     for (window, in_use) in added(fresh, old.as_ref()) {
-        let uncounted = in_use.saturating_sub(counted.map_or(0, |c| c.spent_within(window)));
+        let held = counted.map_or(0, |counted| counted.spent_within(window));
+        let uncounted = in_use.saturating_sub(held);
         if uncounted == 0 {
             continue;
         }
-        let until = if fresh.is_some_and(|fresh| fresh.spent_within(window) > 0) {
-            now.saturating_add(window)
+        let band = if fresh.is_some_and(|fresh| fresh.spent_within(window) > 0) {
+            KeptBand {
+                window,
+                in_use: uncounted,
+                counted_at: now,
+                until: now.saturating_add(window),
+            }
         } else {
-            old.as_ref().map_or(0, |old| old.end_within(window))
+            let from = || old.iter().flat_map(|old| old.within(window));
+            KeptBand {
+                window,
+                in_use: uncounted,
+                counted_at: from().map(|b| b.counted_at).max().unwrap_or(now),
+                until: from().map(|b| b.until).max().unwrap_or(now),
+            }
         };
-        kept.push(window, uncounted, until);
+        kept.push(band);
     }
     (kept.len > 0).then_some(kept)
 }
@@ -677,11 +702,17 @@ mod tests {
     /// and lasts as long as either; bands past their end are dropped.
     #[test]
     fn a_kept_band_lasts_until_its_own_end() {
+        let band = |window, in_use, counted_at| KeptBand {
+            window,
+            in_use,
+            counted_at,
+            until: counted_at + window,
+        };
         let mut kept = KeptCarry::default();
         for i in 1..=KEPT_BANDS as u64 {
-            kept.push(i * SEC, i, 1_000 * SEC);
+            kept.push(band(i * SEC, i, 1_000 * SEC - i * SEC));
         }
-        kept.push(3_600 * SEC, 50, 4_000 * SEC);
+        kept.push(band(3_600 * SEC, 50, 400 * SEC));
         let folded = kept.carry();
         assert!(folded.spent_within(SEC) >= 50, "{folded:?}");
         assert!(kept
@@ -689,11 +720,12 @@ mod tests {
             .is_some_and(|live| live.carry().spent_within(SEC) >= 50));
         assert_eq!(kept.live(4_000 * SEC), None);
 
-        // Kept alone, a new state is built as of the latest instant a band was counted;
-        // with permits fresh, now.
+        // Kept alone, a new state is built as of the latest instant a band was counted,
+        // folded or not; with permits fresh, now.
+        assert_eq!(built_from(None, Some(&kept), 3_000 * SEC).1, 999 * SEC);
         let mut kept = KeptCarry::default();
-        kept.push(3_600 * SEC, 10, 3_700 * SEC);
-        kept.push(60 * SEC, 3, 90 * SEC);
+        kept.push(band(3_600 * SEC, 10, 100 * SEC));
+        kept.push(band(60 * SEC, 3, 30 * SEC));
         assert_eq!(built_from(None, Some(&kept), 200 * SEC).1, 100 * SEC);
         // Fresh and kept permits were spent apart: added.
         let (carry, at) = built_from(Some(Carry::single(SEC, 1)), Some(&kept), 200 * SEC);
@@ -701,7 +733,7 @@ mod tests {
             (carry.map(|c| c.spent_within(3_600 * SEC)), at),
             (Some(11), 200 * SEC)
         );
-        // What a state counts is not kept; what it does not, is, to the end of its band.
+        // What the state counts is not kept; what it does not, is, to the end of its band.
         let counted = Carry::single(3_600 * SEC, 10);
         assert_eq!(to_keep((None, Some(&kept)), Some(counted), 200 * SEC), None);
         let counted = Carry::single(3_600 * SEC, 4);
@@ -710,6 +742,7 @@ mod tests {
             left.live(3_699 * SEC).map(|l| l.spent_within(3_600 * SEC)),
             Some(6)
         );
+        assert_eq!(left.live(3_700 * SEC), None);
         // With fresh permits uncounted, the rest is kept a window from now.
         let fresh = Carry::single(3_600 * SEC, 3);
         let more = to_keep((Some(&fresh), Some(&kept)), Some(counted), 200 * SEC).unwrap();
@@ -717,6 +750,5 @@ mod tests {
             more.live(3_799 * SEC).map(|l| l.spent_within(3_600 * SEC)),
             Some(9)
         );
-        assert_eq!(left.live(3_700 * SEC), None);
     }
 }

@@ -994,6 +994,10 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
     /// state, it refuses the key first. So a key that spent 1,000 of `1000/1h`, moved to
     /// `10/1h` and back within the hour, gets nothing more until those 1,000 have come back.
     /// What is kept was spent apart from what the key's state counts, and the two add up.
+    /// A permit the state in between counts in a band of a shorter window than the one it
+    /// was spent under is not kept: it comes back with that band, so a round trip through
+    /// a policy of shorter bands (`10/1h & 10/1min`, then `5/1min`) may give back, once the
+    /// shorter window has passed, what that band counted.
     /// A state built from kept permits alone holds them from when they were counted; one
     /// built with permits the key has in use as it moves counts both as spent then (so a key
     /// that moves long after a change may be held up to a window past its move). A key

@@ -1059,6 +1059,34 @@ fn what_the_policy_in_between_counted_and_what_was_kept_add_up() {
     }
 }
 
+/// Kept permits folded into a shorter band (more windows than a kept carry holds) are still
+/// held from when they were counted: a key moved back decides as one that never changed.
+#[test]
+fn folded_kept_permits_are_held_from_when_they_were_counted() {
+    let (limiter, clock) = keyed("sliding-log 10/1h");
+    let control: RateLimiter<String, FakeClock> =
+        RateLimiter::with_clock(policy("sliding-log 10/1h"), clock.clone());
+    assert_eq!((drain(&limiter, "k"), drain(&control, "k")), (10, 10));
+    for tight in [
+        "sliding-log 1/1s & sliding-log 1/2s & sliding-log 1/3s & sliding-log 1/4s",
+        "sliding-log 1/5s & sliding-log 1/6s & sliding-log 1/7s & sliding-log 1/8s",
+        "sliding-log 1/9s & sliding-log 1/10s & sliding-log 1/11s & sliding-log 1/12s",
+    ] {
+        limiter.set_policy(policy(tight));
+        let _ = drain(&limiter, "k");
+    }
+    limiter.set_policy(policy("sliding-log 10/1h"));
+    for (step, wait) in [(0, 59 * 60), (1, 61)] {
+        clock.advance(Duration::from_secs(wait));
+        let (moved, never) = (limiter.try_acquire("k"), control.try_acquire("k"));
+        assert_eq!(
+            (moved.is_allowed(), moved.remaining()),
+            (never.is_allowed(), never.remaining()),
+            "step {step}: {moved:?}"
+        );
+    }
+}
+
 /// What a round trip keeps comes back with time: once the first policy's window has passed
 /// since the key moved back, the key has its whole budget again, and a reset forgets it at
 /// once.
