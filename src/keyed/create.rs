@@ -11,7 +11,7 @@ use std::sync::Arc;
 use scc::Guard;
 
 use crate::bounded::SWEEP_WHEN_FULL;
-use crate::clock::{Clock, Fixed};
+use crate::clock::Clock;
 use crate::decision::Decision;
 use crate::engine::dispatch::with_state;
 use crate::engine::retry::Retry;
@@ -277,12 +277,8 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
             return Some(None);
         };
         let shared = St::overflow_carry(&keyed.overflow, &keyed.params, blueprint, now)?;
-        let (carry, at) = built_from(shared, Some(&old), now);
-        let state = St::build(&keyed.params, blueprint, carry.as_ref(), at);
-        let decision = match state.bind(&keyed.params).peek(&Fixed(now), cost) {
-            Some(decision) => decision,
-            None => unreachable!("a state just built is live"),
-        };
+        let state = built_state(keyed, blueprint, shared, Some(&old), now);
+        let decision = keyed.peek_new(&state, cost, now);
         Some((!decision.is_allowed()).then(|| decision.overflowed()))
     }
 
@@ -365,10 +361,11 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
         Q: Hash + Eq + ?Sized,
     {
         let old = self.kept.read(key, now);
-        let (carry, at) = built_from(fresh, old.as_ref(), now);
-        let state = St::build(&keyed.params, blueprint, carry.as_ref(), at);
-        let own_refuses =
-            new && fresh.is_some() && old.is_none() && !keyed.admits_on_new(&state, cost, now);
+        let state = built_state(keyed, blueprint, fresh, old.as_ref(), now);
+        let own_refuses = new
+            && fresh.is_some()
+            && old.is_none()
+            && !keyed.peek_new(&state, cost, now).is_allowed();
         (state, old, own_refuses)
     }
 
@@ -418,4 +415,17 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
             })
             .is_ok()
     }
+}
+
+/// A state of `blueprint` built from `fresh` and what was kept, `old`, as [`built_from`]
+/// says.
+fn built_state<K, St: KeyState<K>, S: BuildHasher>(
+    keyed: &Keys<K, St, S>,
+    blueprint: &St::Blueprint,
+    fresh: Option<Carry>,
+    old: Option<&KeptCarry>,
+    now: u64,
+) -> St {
+    let (carry, at) = built_from(fresh, old, now);
+    St::build(&keyed.params, blueprint, carry.as_ref(), at)
 }

@@ -397,11 +397,11 @@ impl<K: Hash + Eq, St: KeyState<K>, S: BuildHasher> Keys<K, St, S> {
             .is_some_and(|decision| decision.is_allowed())
     }
 
-    /// Whether `state`, built for a key and seen by no one else yet, would admit a request
+    /// What `state`, built for a key and seen by no one else yet, would decide on a request
     /// of `cost` at `now`.
-    pub(super) fn admits_on_new(&self, state: &St, cost: u64, now: u64) -> bool {
+    pub(super) fn peek_new(&self, state: &St, cost: u64, now: u64) -> Decision {
         match state.bind(&self.params).peek(&Fixed(now), cost) {
-            Some(decision) => decision.is_allowed(),
+            Some(decision) => decision,
             None => unreachable!("a state just built is live"),
         }
     }

@@ -523,11 +523,7 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
             return St::overflow_peek(&keyed.overflow, &keyed.params, &blueprint, &at_now, cost)
                 .map(|decision| Ok(decision.overflowed()));
         }
-        let peeked = state.bind(&keyed.params).peek(&at_now, cost);
-        match peeked {
-            Some(decision) => Some(Ok(decision)),
-            None => unreachable!("a state just built is live"),
-        }
+        Some(Ok(keyed.peek_new(&state, cost, now)))
     }
 }
 

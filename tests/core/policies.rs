@@ -832,6 +832,28 @@ fn drain_direct(limiter: &DirectLimiter<FakeClock>) -> u64 {
     admitted
 }
 
+/// After each of `waits` on `clock`, `moved`'s request for "k" gets what `never`'s (a
+/// limiter whose policy never changed) gets.
+fn decides_as_never_changed(
+    (moved, never, clock): (
+        &RateLimiter<String, FakeClock>,
+        &RateLimiter<String, FakeClock>,
+        &FakeClock,
+    ),
+    waits: &[Duration],
+    label: &str,
+) {
+    for (step, wait) in waits.iter().enumerate() {
+        clock.advance(*wait);
+        let (got, expected) = (moved.try_acquire("k"), never.try_acquire("k"));
+        assert_eq!(
+            (got.is_allowed(), got.remaining()),
+            (expected.is_allowed(), expected.remaining()),
+            "{label}, step {step}: {got:?}"
+        );
+    }
+}
+
 /// A change and its undoing within a window give a key nothing back: what it spent under
 /// the first policy stays spent, though the tighter policy in between could count only its
 /// own limit. On a frozen clock, three round trips admit the first policy's 10 and no more,
@@ -952,15 +974,11 @@ fn a_state_built_from_kept_permits_holds_them_from_when_they_were_counted() {
             }
             limiter.set_policy(policy(wide));
             // The key moves back at 59 minutes, then again an hour later.
-            for (step, at) in [(0, 57 * minute), (1, 5 * minute), (2, 60 * minute)] {
-                clock.advance(at);
-                let (moved, never) = (limiter.try_acquire("k"), control.try_acquire("k"));
-                assert_eq!(
-                    (moved.is_allowed(), moved.remaining()),
-                    (never.is_allowed(), never.remaining()),
-                    "{wide} (evicted: {evict}), step {step}"
-                );
-            }
+            decides_as_never_changed(
+                (&limiter, &control, &clock),
+                &[57 * minute, 5 * minute, 60 * minute],
+                &format!("{wide} (evicted: {evict})"),
+            );
         }
     }
 }
@@ -1076,15 +1094,11 @@ fn folded_kept_permits_are_held_from_when_they_were_counted() {
         let _ = drain(&limiter, "k");
     }
     limiter.set_policy(policy("sliding-log 10/1h"));
-    for (step, wait) in [(0, 59 * 60), (1, 61)] {
-        clock.advance(Duration::from_secs(wait));
-        let (moved, never) = (limiter.try_acquire("k"), control.try_acquire("k"));
-        assert_eq!(
-            (moved.is_allowed(), moved.remaining()),
-            (never.is_allowed(), never.remaining()),
-            "step {step}: {moved:?}"
-        );
-    }
+    decides_as_never_changed(
+        (&limiter, &control, &clock),
+        &[Duration::from_secs(59 * 60), Duration::from_secs(61)],
+        "folded",
+    );
 }
 
 /// What a round trip keeps comes back with time: once the first policy's window has passed
