@@ -357,8 +357,9 @@ impl RedisLimiter {
 
     /// Deletes `key`'s state in Redis (all bands) and its refusal in this limiter's deny
     /// cache: the key starts fresh. Returns `true` when Redis held anything of the key to
-    /// delete: its state, a record of its policy, or the tokens of leases or reservations
-    /// taken on it (which may outlive a state that expired at rest). Other
+    /// delete: its state, a record of its policy and what its moves between policies kept,
+    /// or the tokens of leases or reservations taken on it (which may outlive a state that
+    /// expired at rest). Other
     /// limiters' deny caches may still refuse the key until their cached retry_after.
     ///
     /// The key's reservation tokens are deleted with it: a reservation made before, by any

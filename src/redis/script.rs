@@ -257,6 +257,13 @@ impl Bands {
         args.push(text.to_owned());
     }
 
+    /// The Redis key of what `key`'s moves to other policies could not carry (`lua/carry.lua`):
+    /// `<prefix>:{<key>}:kept`, a string that expires when the last of those permits has come
+    /// back, in the slot of the key's bands.
+    pub(super) fn kept_key(prefix: &str, key: &str) -> String {
+        name(prefix, &tag(key), "kept")
+    }
+
     /// The call moving `key`'s state from the bands `self` (whose policy's text is
     /// `texts[0]`) to `to`'s (`texts[1]`, chosen at `chosen`): its keys and arguments
     /// (`lua/record.lua`, `convert_tier`).
@@ -271,6 +278,7 @@ impl Bands {
         let mut keys = self.keys(prefix, key);
         keys.extend(to.keys(prefix, key));
         keys.push(Self::reserve_key(prefix, key));
+        keys.push(Self::kept_key(prefix, key));
         keys.push(Self::record_key(prefix, key));
         let now = now_micros.map_or_else(String::new, |micros| micros.to_string());
         let mut args = vec![now, "convert@".to_owned()];

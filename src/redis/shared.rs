@@ -496,8 +496,8 @@ impl Shared {
         }
     }
 
-    /// Deletes `key`'s state in Redis (all bands, its lease token and its reservation
-    /// tokens), and forgets its refusal in the deny cache and its lease: `true` when there
+    /// Deletes `key`'s state in Redis (all bands, its record and kept permits, its lease
+    /// token and its reservation tokens), and forgets its refusal in the deny cache and its lease: `true` when there
     /// was state to delete.
     pub(super) async fn reset(&self, key: &str) -> Result<bool, BackendError> {
         // The key's policy here, before its answer is forgotten below (none when the
@@ -545,6 +545,8 @@ impl Shared {
                     del.arg(tier.bands.keys(&self.prefix, key));
                 }
             }
+            // What its moves could not carry goes too: the fresh state owes nothing.
+            del.arg(Bands::kept_key(&self.prefix, key));
             del.arg(record);
         }
         // The reservation tokens go with the state: a reservation made before gets no refund.

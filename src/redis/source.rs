@@ -19,6 +19,8 @@ macro_rules! helpers {
             "\n",
             include_str!("lua/tokens.lua"),
             "\n",
+            include_str!("lua/carry.lua"),
+            "\n",
             include_str!("lua/record.lua"),
             "\n",
             include_str!("lua/parts.lua"),

@@ -195,6 +195,143 @@ async fn a_tier_change_carries_spent_permits_as_set_policy_does() {
     }
 }
 
+/// A key moved back and forth between two policies decides, request by request, exactly
+/// as an in-process limiter whose `set_policy` made the same moves at the same instants:
+/// what a move could not carry (above the new limit, or in an old band of a longer window)
+/// is kept, and counted again by the next move, so a change undone within a window gives
+/// nothing back (every pair of `MOVES` and more, each way, four moves).
+#[tokio::test]
+async fn round_trips_keep_what_a_move_could_not_carry_as_set_policy_does() {
+    let server = RedisServer::start();
+    let pairs = MOVES.iter().copied().chain([
+        ("10/1h", "3/1h"),
+        ("10/1h & 20/1d", "3/1min"),
+        ("sliding-counter 30/1s", "50/2s"),
+        ("sliding-counter 12/400ms", "sliding-log 20/1s"),
+        ("sliding-log 6/1s & 8/10s", "4/500ms & sliding-counter 7/5s"),
+    ]);
+    for (n, (from, to)) in pairs.enumerate() {
+        for (first, second) in [(from, to), (to, from)] {
+            let clock = FakeClock::new();
+            at(&clock, T0);
+            let tier = Arc::new(AtomicUsize::new(0));
+            let policies = [policy(first), policy(second)];
+            let answer = Arc::clone(&tier);
+            let remote = tiered(&format!("trip-{n}-{first}"), &clock, move |_: &str| {
+                policies[answer.load(Ordering::Relaxed) % 2]
+            })
+            .connect(&server.url())
+            .await
+            .unwrap();
+            let near: RateLimiter<String, FakeClock> =
+                RateLimiter::with_clock(policies[0], clock.clone());
+            let mut seed = 7 + n as u64;
+            let mut next = |bound: u64| {
+                seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+                (seed >> 33) % bound
+            };
+            for step in 0..150 {
+                if step > 0 && step % 30 == 0 {
+                    // Each answer is chosen later than the record was written.
+                    clock.advance(Duration::from_millis(1));
+                    let moves = tier.fetch_add(1, Ordering::Relaxed) + 1;
+                    near.set_policy(policies[moves % 2]);
+                }
+                let now = policies[tier.load(Ordering::Relaxed) % 2];
+                let least = now.bands().map(|band| band.permits()).min().unwrap();
+                let cost = 1 + next(least.min(3));
+                assert_eq!(
+                    fields(&remote.peek("k").await.unwrap()),
+                    fields(&near.peek("k")),
+                    "{first} <-> {second}: peek at step {step}"
+                );
+                let r = remote.try_acquire_n("k", cost).await.unwrap();
+                let l = near.try_acquire_n("k", cost).unwrap();
+                assert_eq!(
+                    fields(&r),
+                    fields(&l),
+                    "{first} <-> {second}: step {step}, cost {cost}"
+                );
+                clock.advance(Duration::from_millis(next(40)));
+            }
+            assert_eq!(remote.stats().policy_moves, 4, "{first} <-> {second}");
+        }
+    }
+}
+
+/// On a frozen clock, a key that spent its 10 of `10/1h` and was moved to `3/1h` and back
+/// three times has nothing left: no move gives back what the policy in between could not
+/// count. After a reset it has its 10 again (what was kept goes with the state).
+#[tokio::test]
+async fn a_round_trip_gives_nothing_back_and_a_reset_forgets_what_was_kept() {
+    let server = RedisServer::start();
+    let clock = FakeClock::new();
+    at(&clock, T0);
+    let tier = Arc::new(AtomicUsize::new(0));
+    let answer = Arc::clone(&tier);
+    let limiter = tiered("frozen-trip", &clock, move |_: &str| {
+        policy(["10/1h", "3/1h"][answer.load(Ordering::Relaxed) % 2])
+    })
+    .connect(&server.url())
+    .await
+    .unwrap();
+    let mut admitted = 0;
+    for _ in 0..4 {
+        for _ in 0..20 {
+            admitted += u64::from(limiter.try_acquire("k").await.unwrap().is_allowed());
+        }
+        clock.advance(Duration::from_micros(1));
+        tier.fetch_add(1, Ordering::Relaxed);
+        for _ in 0..20 {
+            admitted += u64::from(limiter.try_acquire("k").await.unwrap().is_allowed());
+        }
+        clock.advance(Duration::from_micros(1));
+        tier.fetch_add(1, Ordering::Relaxed);
+    }
+    assert_eq!(admitted, 10);
+    assert_eq!(limiter.stats().policy_moves, 7);
+    assert!(limiter.reset("k").await.unwrap());
+    let kept = "frozen-trip:{k}:kept";
+    assert_eq!(server.command(&["EXISTS", kept]).int(), 0);
+    assert_eq!(limiter.available("k").await.unwrap(), 10);
+}
+
+/// On Redis's own clock, a key's record outlives what its move kept: moved from
+/// `sliding-log 10/10s` to `3/10ms`, whose record alone would expire after about two
+/// seconds, and back after three, it still has nothing left.
+#[tokio::test]
+async fn the_record_outlives_what_was_kept() {
+    let server = RedisServer::start();
+    let tier = Arc::new(AtomicUsize::new(0));
+    let answer = Arc::clone(&tier);
+    let limiter = RedisLimiter::builder(policy("1/1s"))
+        .prefix("kept-ttl")
+        .deny_cache(0)
+        .timeout(Duration::from_secs(10))
+        .resolver(move |_: &str| {
+            policy(["sliding-log 10/10s", "3/10ms"][answer.load(Ordering::Relaxed)])
+        })
+        .resolver_cache(1_000, Duration::ZERO)
+        .connect(&server.url())
+        .await
+        .unwrap();
+    for _ in 0..10 {
+        assert!(limiter.try_acquire("k").await.unwrap().is_allowed());
+    }
+    tier.store(1, Ordering::Relaxed);
+    // Moved: the 3/10ms band cannot count the 10s band's permits; they are kept.
+    assert!(limiter.try_acquire("k").await.unwrap().is_allowed());
+    let kept = server.command(&["PTTL", "kept-ttl:{k}:kept"]).int();
+    let record = server.command(&["PTTL", "kept-ttl:{k}:policy"]).int();
+    assert!(kept > 9_000, "kept for {kept} ms");
+    assert!(record >= kept, "record {record} ms, kept {kept} ms");
+    tokio::time::sleep(Duration::from_millis(3_000)).await;
+    tier.store(0, Ordering::Relaxed);
+    let d = limiter.try_acquire("k").await.unwrap();
+    assert!(!d.is_allowed(), "{d:?}");
+    assert_eq!(limiter.stats().policy_moves, 2);
+}
+
 /// Two servers whose resolvers disagree about a key (each caches its own answer for a
 /// minute): the answer that changed last wins. The server whose answer is older decides
 /// under the newer policy, never moving the key back, also when it asks its resolver again

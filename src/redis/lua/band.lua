@@ -16,6 +16,27 @@ local function band_decide(key, algorithm, N, W, T, now, cost)
   return nil
 end
 
+-- The permits band `algorithm` of `key` has in use at `now`, as a move to another policy
+-- carries them (src/engine/state.rs, `in_use`): its limit less what a request of cost 1
+-- finds available; a sliding counter's estimate rounded up. nil for an unknown algorithm.
+local function band_in_use(key, algorithm, N, W, T, now)
+  if algorithm == 'sc' then
+    return counter_in_use(key, N, W, now)
+  end
+  local band = band_decide(key, algorithm, N, W, T, now, 1)
+  if not band then
+    return nil
+  end
+  local available = band.remaining
+  if band.ok then
+    available = available + 1
+  end
+  if available > N then
+    return 0
+  end
+  return N - available
+end
+
 -- One key's decision from its `bands`' on a request of `cost`, `all` when every band admits
 -- it: { allowed (0 or 1), remaining, limit, retry_after, reset_after }. The merge: the
 -- smallest remaining (the first band wins a tie) and its limit, the longest retry_after, the

@@ -81,6 +81,23 @@ local function counter_roll(key, W, now)
   return index, elapsed, 0, 0
 end
 
+-- The permits in use at `now`, as a move to another policy carries them
+-- (`Counter::in_use`): the weighted estimate rounded up (a decision rounds the previous
+-- window's share down, admitting what it has room for; a move counts every permit partly
+-- in use as spent), at most N.
+local function counter_in_use(key, N, W, now)
+  local _, elapsed, current, previous = counter_roll(key, W, now)
+  local q, r = muldiv(previous, W - elapsed, W)
+  if r > 0 then
+    q = q + 1
+  end
+  local used = current + q
+  if used > N then
+    used = N
+  end
+  return used
+end
+
 -- Stores the counts of window `index`, seen at `now`.
 local function counter_store(key, W, now, index, current, previous, expire)
   redis.call('HSET', key, 'i', fmt(index), 'c', fmt(current), 'p', fmt(previous))

@@ -3,7 +3,8 @@
 -- in us on the script's clock). A request names its policy and when it was chosen; under
 -- another policy than the record's it is not decided: a later choice moves the state first
 -- ('convert', carrying the permits in use as src/engine/state.rs's `Carry` does), an earlier
--- one is decided under the record's policy. Preceded by band.lua and tokens.lua.
+-- one is decided under the record's policy; what the new state cannot count is kept beside
+-- it (carry.lua). Preceded by band.lua, tokens.lua and carry.lua.
 
 -- A policy set live ('publish') is dated this much later than its instant: later than any
 -- resolver's answer (instants stay below 2^52 us), so that it outranks every answer, as
@@ -126,7 +127,7 @@ end
 
 -- 'convert': moves a key's state from the policy its record names to another, once.
 -- KEYS     the old policy's band keys, then the new one's, then the key's hash of
---          reservation tokens, then the record.
+--          reservation tokens, its kept permits (carry.lua), then the record.
 -- ARGV[3]  the old policy's number of bands a, then its bands' four arguments each (as
 --          decide.lua takes them); then the new one's number b and its bands'; then the old
 --          policy's text, when the new one was chosen (us), and the new one's text.
@@ -136,13 +137,13 @@ end
 local function convert_tier(now, expire)
   local a = tonumber(ARGV[3])
   local b = a and tonumber(ARGV[4 + 4 * a])
-  if not a or a < 1 or not b or b < 1 or #KEYS ~= a + b + 2
+  if not a or a < 1 or not b or b < 1 or #KEYS ~= a + b + 3
       or #ARGV ~= 4 + 4 * a + 4 * b + 3 then
     return redis.error_reply('tollgate: convert takes ' .. #KEYS .. ' keys and ' .. #ARGV
       .. ' arguments for ' .. tostring(a) .. ' and ' .. tostring(b) .. ' bands')
   end
   local at = 4 + 4 * a
-  local record = KEYS[#KEYS]
+  local kept_key, record = KEYS[#KEYS - 1], KEYS[#KEYS]
   local old_text, new_text = ARGV[#ARGV - 2], ARGV[#ARGV]
   local chosen = chosen_at(ARGV[#ARGV - 1], now)
   if not chosen then
@@ -167,26 +168,17 @@ local function convert_tier(now, expire)
       return redis.error_reply('tollgate: unknown algorithm ' .. tostring(algorithm))
     end
   end
-  -- Every old band's permits in use (its limit less what a request of cost 1 finds
-  -- available), read before anything is written.
-  local carried = {}
+  -- Every old band's permits in use, and what earlier moves kept, read before anything is
+  -- written.
+  local fresh = {}
   for i = 1, a do
     local o = 4 + 4 * (i - 1)
-    local N, W = tonumber(ARGV[o + 1]), tonumber(ARGV[o + 2])
-    local band = band_decide(KEYS[i], ARGV[o], N, W, tonumber(ARGV[o + 3]), now, 1)
-    if not band then
-      return redis.error_reply('tollgate: unknown algorithm ' .. tostring(ARGV[o]))
-    end
-    local available = band.remaining
-    if band.ok then
-      available = available + 1
-    end
-    local in_use = N - available
-    if in_use < 0 then
-      in_use = 0
-    end
-    carried[i] = { W = W, in_use = in_use }
+    local W = tonumber(ARGV[o + 2])
+    local n = band_in_use(KEYS[i], ARGV[o], tonumber(ARGV[o + 1]), W, tonumber(ARGV[o + 3]), now)
+    fresh[i] = { W = W, n = n }
   end
+  local old = kept_read(kept_key, now)
+  local carry, built_at = carry_built_from(fresh, old, now)
   -- The old state goes; so does anything under the new policy's keys that the record did
   -- not name (left by a reset that raced a move): the record is what counts.
   for i = 1, a + b do
@@ -196,32 +188,50 @@ local function convert_tier(now, expire)
   -- refund gives nothing back; a charge takes nothing while the record names another
   -- policy than theirs (decide.lua).
   redis.call('DEL', KEYS[a + b + 1])
-  -- Each new band starts with the permits in use of the old bands whose window is no longer
-  -- than its own (the most of them), spent now, at most its permits.
+  -- Each new band starts with what it must count of the carry (the most permits in use
+  -- among the bands whose window is no longer than its own), spent at the instant the carry
+  -- is as of, at most its permits.
   local longest = 0
+  local bands = {}
   for j = 1, b do
     local o = at + 1 + 4 * (j - 1)
-    local N, W = tonumber(ARGV[o + 1]), tonumber(ARGV[o + 2])
-    if W > longest then
-      longest = W
+    local band = {
+      key = KEYS[a + j], algorithm = ARGV[o], N = tonumber(ARGV[o + 1]),
+      W = tonumber(ARGV[o + 2]), T = tonumber(ARGV[o + 3]),
+    }
+    bands[j] = band
+    if band.W > longest then
+      longest = band.W
     end
-    local spent = 0
-    for i = 1, a do
-      if carried[i].W <= W and carried[i].in_use > spent then
-        spent = carried[i].in_use
-      end
-    end
-    if spent > N then
-      spent = N
+    local spent = spent_within(carry, band.W)
+    if spent > band.N then
+      spent = band.N
     end
     if spent > 0 then
-      local band = band_decide(KEYS[a + j], ARGV[o], N, W, tonumber(ARGV[o + 3]), now, spent)
-      if not band then
-        return redis.error_reply('tollgate: unknown algorithm ' .. tostring(ARGV[o]))
+      -- A fresh band admits any cost up to its permits.
+      local decided = band_decide(band.key, band.algorithm, band.N, band.W, band.T, built_at,
+        spent)
+      if decided.ok then
+        decided.write(expire)
       end
-      band.write(expire)
     end
   end
+  -- What the new state does not count of what it was built from is kept, until it comes
+  -- back: the next move counts it too.
+  local counted = {}
+  for j = 1, b do
+    local band = bands[j]
+    counted[j] = {
+      W = band.W,
+      n = band_in_use(band.key, band.algorithm, band.N, band.W, band.T, now),
+    }
+  end
+  local kept_ms = kept_write(kept_key, carry_to_keep(fresh, old, counted, now), now, expire)
   write_record(record, new_text, chosen, longest, expire)
+  -- The record outlives what is kept: a request under another policy finds it, and moves
+  -- the key, counting what is kept, rather than deciding on a fresh state.
+  if kept_ms > 0 and redis.call('PTTL', record) < kept_ms then
+    redis.call('PEXPIRE', record, fmt(kept_ms))
+  end
   return 1
 end
