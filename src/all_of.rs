@@ -8,14 +8,14 @@ use crate::decision::Decision;
 use crate::direct::DirectLimiter;
 use crate::error::CostError;
 use crate::keyed::RateLimiter;
-use crate::reservation::SettleError;
+use crate::reservation::{Origin, SettleError};
 
 #[cfg(any(feature = "redis", feature = "tower"))]
 pub(crate) use self::in_order::take_in_order;
 pub(crate) use self::parts::Chain;
-use self::parts::PartSlot;
 #[cfg(tollgate_loom)]
 pub(crate) use self::parts::{record, record_error, record_look, Part};
+use self::parts::{GiveBackOnUnwind, PartSlot};
 pub(crate) use self::tally::Tally;
 
 #[cfg(any(feature = "redis", feature = "tower"))]
@@ -94,8 +94,9 @@ pub use self::parts::{DirectPart, KeyPart};
 /// allows. A part in shadow mode that would refuse lets the request through and spends
 /// nothing; the whole decision is then that refusal, let through (`would_refuse`). Each
 /// limiter's stats count its part's own decision: an admission later given back counts as
-/// one. One limiter and key in two places of one `AllOf` count twice, as two requests would
-/// (a `peek` looks at each alone, so it may allow what `try_acquire` refuses).
+/// one. One limiter and key in two places of one `AllOf` count as one request of their costs
+/// added: a total above their policy's permits is bad input as a cost above it is (see
+/// **Costs**, named after the last of those places), and a refusal waits for the total.
 ///
 /// **The answer.** Allowed: the decision of the part with the least left (its `remaining`,
 /// `limit` and `reset_after`). Refused: the `retry_after` of the refusing part with the
@@ -224,6 +225,11 @@ impl<P: Parts> AllOf<P> {
         let mut tally = Tally::default();
         // An admission keeps its permits: what each part holds is dropped unsettled.
         self.parts.acquire_all(&mut tally, &mut Reading::default());
+        let decision = tally.decision();
+        if decision.is_allowed() {
+            return decision;
+        }
+        self.check_together(&mut tally);
         tally.decision()
     }
 
@@ -232,6 +238,7 @@ impl<P: Parts> AllOf<P> {
     pub fn peek(&self) -> Decision {
         let mut tally = Tally::default();
         self.parts.peek_all(&mut tally);
+        self.check_together(&mut tally);
         tally.decision()
     }
 
@@ -243,7 +250,39 @@ impl<P: Parts> AllOf<P> {
     pub fn check(&self) -> Result<(), PartError> {
         let mut tally = Tally::default();
         self.parts.look_all(&mut tally);
+        self.check_together(&mut tally);
         self.error(&tally)
+    }
+
+    /// Records in `tally` what the parts of one limiter and key decide together: such parts
+    /// are taken one after the other, as one request of their costs added, which their
+    /// policy must admit at once. A total above the policy's permits is refused for good, as
+    /// a cost above them is; a total the key cannot take now waits as long as that request
+    /// would. Recorded as the last part of the limiter and key. On the paths that refuse,
+    /// and for `check` and `peek`: never on an admission.
+    #[cold]
+    fn check_together(&self, tally: &mut Tally) {
+        if P::LEN < 2 {
+            return;
+        }
+        let mut costs = Vec::with_capacity(P::LEN);
+        self.parts.costs(&mut costs);
+        for (last, (origin, _)) in costs.iter().enumerate() {
+            let same = |(other, _): &&(Origin, u64)| other.check_place(*origin).is_ok();
+            if costs[last + 1..].iter().any(|part| same(&part)) {
+                continue;
+            }
+            let together = costs[..=last].iter().filter(same);
+            if together.clone().count() < 2 {
+                continue;
+            }
+            let total = together.fold(0_u64, |total, (_, cost)| total.saturating_add(*cost));
+            match self.parts.look_at_of(last, total) {
+                Err(error) => tally.failed(last, error),
+                Ok(decision) if !decision.is_allowed() => tally.decided(last, &decision, total),
+                Ok(_) => {}
+            }
+        }
     }
 
     /// Takes every part's permits now, for a request whose real costs are known only after
@@ -262,9 +301,14 @@ impl<P: Parts> AllOf<P> {
     pub fn reserve(&self) -> Result<AllOfReservation, PartError> {
         let mut tally = Tally::default();
         let mut held = P::Held::default();
+        let unwinding = GiveBackOnUnwind::new(&self.parts, &mut held);
         let admitted = self
             .parts
-            .take_all(&mut tally, &mut held, &mut Reading::default());
+            .take_all(&mut tally, unwinding.held, &mut Reading::default());
+        unwinding.disarm();
+        if !admitted {
+            self.check_together(&mut tally);
+        }
         self.error(&tally)?;
         let mut parts = Vec::with_capacity(P::LEN);
         if admitted {

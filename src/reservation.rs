@@ -288,7 +288,10 @@ pub enum SettleError {
     /// The reservation was refused (or let through by shadow mode only): it holds no permits,
     /// so there is nothing to give back or charge on top of.
     Refused,
-    /// The reservation was made for another key of this limiter.
+    /// The reservation was made for another key of this limiter. Keys are told apart by
+    /// their hash under the limiter's hasher: with the default, randomly keyed one, two keys
+    /// collide with odds of 2^-64; a hasher of your own whose hashes collide (one that
+    /// hashes only part of a key) cannot tell such keys apart here either.
     OtherKey,
     /// The reservation was made by another limiter.
     OtherLimiter,

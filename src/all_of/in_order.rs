@@ -25,42 +25,40 @@ pub(crate) struct InOrder<T> {
 /// its cost, and what holds its permits when it spent any), and at the first refusal the
 /// parts taken given back at once, the last taken first (`give_back`), the parts after it
 /// only looked at (`look(i)`). An error from `take` or `look` gives back what was taken, and
-/// is returned with nothing held.
+/// is returned with nothing held; so does a panic in either.
 pub(crate) fn take_in_order<T, E>(
     count: usize,
     mut take: impl FnMut(usize) -> Result<(Decision, u64, Option<T>), E>,
     mut look: impl FnMut(usize) -> Result<(Decision, u64), E>,
-    mut give_back: impl FnMut(usize, T),
+    give_back: impl FnMut(usize, T),
 ) -> Result<InOrder<T>, E> {
     let mut tally = Tally::default();
     let mut decisions = Vec::with_capacity(count);
-    let mut taken = Vec::new();
+    // Given back when dropped: on a refusal, an error or a panic.
+    let mut taken = Taken {
+        taken: Vec::new(),
+        give_back,
+    };
     let mut refused = false;
     for index in 0..count {
-        let decided = if refused {
-            look(index)
+        let (decision, cost) = if refused {
+            look(index)?
         } else {
-            take(index).map(|(decision, cost, held)| {
-                if let Some(held) = held {
-                    taken.push((index, held));
-                }
-                (decision, cost)
-            })
-        };
-        let (decision, cost) = match decided {
-            Ok(decided) => decided,
-            Err(error) => {
-                give_back_all(&mut taken, &mut give_back);
-                return Err(error);
+            let (decision, cost, held) = take(index)?;
+            if let Some(held) = held {
+                taken.taken.push((index, held));
             }
+            (decision, cost)
         };
         refused |= !decision.is_allowed();
         tally.decided(index, &decision, cost);
         decisions.push(decision);
     }
-    if refused {
-        give_back_all(&mut taken, &mut give_back);
-    }
+    let taken = if refused {
+        Vec::new()
+    } else {
+        std::mem::take(&mut taken.taken)
+    };
     Ok(InOrder {
         tally,
         decisions,
@@ -68,9 +66,17 @@ pub(crate) fn take_in_order<T, E>(
     })
 }
 
-/// Gives back everything in `taken`, the last taken first.
-fn give_back_all<T>(taken: &mut Vec<(usize, T)>, give_back: &mut impl FnMut(usize, T)) {
-    while let Some((index, held)) = taken.pop() {
-        give_back(index, held);
+/// What the parts took, with how to give it back: given back when dropped, the last taken
+/// first, unless the request was admitted and took it.
+struct Taken<T, G: FnMut(usize, T)> {
+    taken: Vec<(usize, T)>,
+    give_back: G,
+}
+
+impl<T, G: FnMut(usize, T)> Drop for Taken<T, G> {
+    fn drop(&mut self) {
+        while let Some((index, held)) = self.taken.pop() {
+            (self.give_back)(index, held);
+        }
     }
 }

@@ -63,6 +63,11 @@ pub trait Part {
     fn settle(&self, held: Reservation, actual: u64) -> Result<(), SettleError>;
     /// Records in `tally`, as part `index`, what `take` would decide now, taking nothing.
     fn look(&self, index: usize, tally: &mut Tally);
+    /// The part's cost.
+    fn cost(&self) -> u64;
+    /// What `take` would decide now on a request of `cost` (not the part's own), taking
+    /// nothing.
+    fn look_at(&self, cost: u64) -> Result<Decision, CostError>;
     /// The name given with `AllOf::named`.
     fn name(&self) -> Option<&'static str>;
     /// Gives the part a name.
@@ -197,6 +202,7 @@ where
 
     fn look_own(&self, index: usize, tally: &mut Tally) {
         let peeked = self.limiter.peek_n(self.key, self.cost);
+        let peeked = peeked.map(|decision| self.limiter.as_decided(decision));
         record_look(index, self.cost, peeked, tally);
     }
 
@@ -226,8 +232,16 @@ where
     }
 
     fn look(&self, index: usize, tally: &mut Tally) {
-        let peeked = self.limiter.peek_part(self.key, self.cost);
-        record_look(index, self.cost, peeked, tally);
+        record_look(index, self.cost, self.look_at(self.cost), tally);
+    }
+
+    fn cost(&self) -> u64 {
+        self.cost
+    }
+
+    fn look_at(&self, cost: u64) -> Result<Decision, CostError> {
+        let peeked = self.limiter.peek_part(self.key, cost);
+        peeked.map(|decision| self.limiter.as_decided(decision))
     }
 
     fn name(&self) -> Option<&'static str> {
@@ -330,6 +344,14 @@ impl<C: Clock> Part for DirectPart<'_, C> {
         record_look(index, self.cost, self.limiter.peek_part(self.cost), tally);
     }
 
+    fn cost(&self) -> u64 {
+        self.cost
+    }
+
+    fn look_at(&self, cost: u64) -> Result<Decision, CostError> {
+        self.limiter.peek_part(cost)
+    }
+
     fn name(&self) -> Option<&'static str> {
         self.name
     }
@@ -382,10 +404,44 @@ pub trait Chain {
     /// end) at `actual[index]`, the last added first; a part with no entry keeps what it
     /// reserved. See `AllOf::settle`.
     fn settle_all(&self, held: &mut Vec<PartSlot>, actual: &[u64]) -> Result<(), SettleError>;
+    /// Where each part's reservations are made, with its cost, in the order added.
+    fn costs(&self, into: &mut Vec<(Origin, u64)>);
+    /// What part `index`'s `take` would decide now on a request of `cost`, taking nothing.
+    fn look_at_of(&self, index: usize, cost: u64) -> Result<Decision, CostError>;
     /// The name of part `index`.
     fn name_of(&self, index: usize) -> Option<&'static str>;
     /// Names the part added last.
     fn name_last(&mut self, name: &'static str);
+}
+
+/// What the parts of `chain` taken so far hold, given back if the decision unwinds (a
+/// panic in a part decided after them: a per-key resolver, a key's `Hash`, a clock), as a
+/// refusal gives them back: a request never decided spends nothing. Disarmed (forgotten,
+/// never dropped) on every return, it costs nothing on the paths that return.
+pub(crate) struct GiveBackOnUnwind<'a, C: Chain> {
+    chain: &'a C,
+    /// What the parts taken hold, for the decision to fill.
+    pub(crate) held: &'a mut C::Held,
+}
+
+impl<'a, C: Chain> GiveBackOnUnwind<'a, C> {
+    /// Armed over `held`, what `chain`'s parts take.
+    #[inline(always)]
+    pub(crate) fn new(chain: &'a C, held: &'a mut C::Held) -> Self {
+        GiveBackOnUnwind { chain, held }
+    }
+
+    /// The decision returned: what the parts hold is the caller's.
+    #[inline(always)]
+    pub(crate) fn disarm(self) {
+        std::mem::forget(self);
+    }
+}
+
+impl<C: Chain> Drop for GiveBackOnUnwind<'_, C> {
+    fn drop(&mut self) {
+        self.chain.give_back_all(self.held);
+    }
 }
 
 impl Chain for () {
@@ -412,6 +468,12 @@ impl Chain for () {
 
     fn settle_all(&self, _: &mut Vec<PartSlot>, _: &[u64]) -> Result<(), SettleError> {
         Ok(())
+    }
+
+    fn costs(&self, _: &mut Vec<(Origin, u64)>) {}
+
+    fn look_at_of(&self, _: usize, _: u64) -> Result<Decision, CostError> {
+        Ok(Decision::allow(0, 0, 0))
     }
 
     fn name_of(&self, _: usize) -> Option<&'static str> {
@@ -452,12 +514,14 @@ impl<X: Part, R: Chain> Chain for (X, R) {
         let (part, earlier) = self;
         let index = R::LEN;
         let mut before = R::Held::default();
-        if !earlier.take_all(tally, &mut before, reading) {
+        let unwinding = GiveBackOnUnwind::new(earlier, &mut before);
+        if !earlier.take_all(tally, unwinding.held, reading) {
             part.look_own(index, tally);
         } else if !part.acquire(index, tally, reading) {
-            earlier.give_back_all(&mut before);
+            earlier.give_back_all(unwinding.held);
         }
         // Admitted, what the earlier parts hold stays spent.
+        unwinding.disarm();
     }
 
     fn give_back_all(&self, (held, before): &mut Self::Held) {
@@ -501,6 +565,19 @@ impl<X: Part, R: Chain> Chain for (X, R) {
             self.0.settle(reservation, actual)?;
         }
         self.1.settle_all(held, actual)
+    }
+
+    fn costs(&self, into: &mut Vec<(Origin, u64)>) {
+        self.1.costs(into);
+        into.push((self.0.origin(), self.0.cost()));
+    }
+
+    fn look_at_of(&self, index: usize, cost: u64) -> Result<Decision, CostError> {
+        if index == R::LEN {
+            self.0.look_at(cost)
+        } else {
+            self.1.look_at_of(index, cost)
+        }
     }
 
     fn name_of(&self, index: usize) -> Option<&'static str> {

@@ -335,6 +335,77 @@ fn a_shadow_part_lets_through_only_what_the_others_allow() {
     assert_eq!(enforced.available(), 2);
 }
 
+/// A part in shadow mode answers its peeks as its requests: a refusal let through. So a
+/// request refused by an enforcing part waits only for that part (the shadow part, only
+/// peeked after the refusal, neither sets the wait nor is named), and `peek` agrees with
+/// `try_acquire`.
+#[test]
+fn a_shadow_part_peeked_is_let_through_as_when_it_decides() {
+    let clock = FakeClock::new();
+    let real = keyed("1/1s", &clock);
+    let rollout = keyed("1/1h", &clock).shadow();
+    assert!(real.try_acquire("alice").is_allowed());
+    assert!(rollout.try_acquire("alice").is_allowed());
+    let request = AllOf::new().key(&real, "alice").key(&rollout, "alice");
+    let refused = request.try_acquire();
+    assert!(!refused.is_allowed());
+    assert_eq!(
+        (refused.retry_after(), refused.part()),
+        (Duration::from_secs(1), 0),
+        "{refused:?}"
+    );
+    let peeked = request.peek();
+    assert_eq!(
+        (peeked.is_allowed(), peeked.retry_after(), peeked.part()),
+        (false, Duration::from_secs(1), 0)
+    );
+    clock.advance(Duration::from_secs(1));
+    let alone = AllOf::new().key(&rollout, "alice");
+    let peeked = alone.peek();
+    assert!(peeked.is_allowed() && peeked.would_refuse(), "{peeked:?}");
+    let decided = request.try_acquire();
+    assert!(
+        decided.is_allowed() && decided.would_refuse(),
+        "{decided:?}"
+    );
+}
+
+/// A panic in a part decided after others (a per-key resolver that fails on a key) leaves
+/// the parts taken before as they were: their permits given back and a key the request
+/// created gone, for `try_acquire` and `reserve` alike.
+#[test]
+fn a_panic_in_a_later_part_gives_back_what_the_earlier_ones_took() {
+    let clock = FakeClock::new();
+    let users = keyed("5/1h", &clock);
+    let global = direct("5/1h", &clock);
+    let tenants: Keyed = RateLimiter::with_resolver(
+        |tenant: &String| {
+            assert!(tenant.starts_with("t-"), "no tier for {tenant}");
+            "10/1h".parse().unwrap()
+        },
+        clock.clone(),
+    );
+    let request = AllOf::new()
+        .key(&users, "alice")
+        .direct(&global)
+        .key(&tenants, "unknown");
+    for reserve in [false, true] {
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            if reserve {
+                let _ = request.reserve();
+            } else {
+                let _ = request.try_acquire();
+            }
+        }));
+        assert!(outcome.is_err());
+        assert_eq!(
+            (users.available("alice"), users.len(), global.available()),
+            (5, 0, 5),
+            "reserve: {reserve}"
+        );
+    }
+}
+
 /// A refusal reports its part's own flags and band: a key of a full limiter decided by its
 /// shared overflow state says so.
 #[test]
@@ -685,4 +756,61 @@ fn a_settle_refuses_another_all_ofs_reservation_with_a_shadow_part() {
         Err(SettleError::OtherLimiter)
     );
     assert_eq!(global.available(), 9, "nothing settled");
+}
+
+/// The protocol over parts known at run time gives back what it took, the last taken
+/// first, when a later part panics, as when one refuses or fails.
+#[test]
+fn parts_in_order_are_given_back_when_a_later_one_panics() {
+    use std::cell::RefCell;
+
+    use crate::decision::Decision;
+
+    let given_back = RefCell::new(Vec::new());
+    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let _ = super::in_order::take_in_order::<usize, ()>(
+            3,
+            |index| {
+                assert!(index < 2, "part {index} fails");
+                Ok((Decision::allow(1, 2, 0), 1, Some(index)))
+            },
+            |_| Ok((Decision::allow(1, 2, 0), 1)),
+            |index, held| given_back.borrow_mut().push((index, held)),
+        );
+    }));
+    assert!(outcome.is_err());
+    assert_eq!(*given_back.borrow(), [(1, 1), (0, 0)]);
+}
+
+/// One limiter and key in two places count as one request of their costs added: a total
+/// above the policy's permits is bad input, named after the second place, refused for good
+/// (never a wait after which the same request would be refused again); a total within
+/// them is decided as usual, and its wait honoured.
+#[test]
+fn one_key_in_two_places_is_one_cost_added() {
+    let clock = FakeClock::new();
+    let limiter = keyed("5/1s", &clock);
+    let global = direct("5/1s", &clock);
+    let too_much = AllOf::new()
+        .key_n(&limiter, "a", 3)
+        .direct(&global)
+        .key_n(&limiter, "a", 3);
+    let error = too_much.check().unwrap_err();
+    assert_eq!(
+        (error.part(), error.error()),
+        (2, CostError::ExceedsLimit { cost: 6, limit: 5 })
+    );
+    let refused = too_much.try_acquire();
+    assert!(!refused.is_allowed());
+    assert_eq!((refused.retry_after_nanos(), refused.part()), (u64::MAX, 2));
+    assert_eq!(too_much.peek().retry_after_nanos(), u64::MAX);
+    assert_eq!(too_much.reserve().unwrap_err().part(), 2);
+    assert_eq!((limiter.available("a"), global.available()), (5, 5));
+    let twice = AllOf::new().direct_n(&global, 2).direct_n(&global, 3);
+    assert_eq!(twice.check(), Ok(()));
+    assert!(twice.try_acquire().is_allowed());
+    let refused = twice.try_acquire();
+    assert!(!refused.is_allowed() && refused.retry_after_nanos() < u64::MAX);
+    clock.advance(refused.retry_after());
+    assert!(twice.try_acquire().is_allowed(), "the wait was honoured");
 }

@@ -561,7 +561,8 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
     }
 
     /// What a request of cost 1 for `key` would get now, changing nothing and creating no
-    /// state. Any number of peeks leave every later decision as it would have been.
+    /// state. Any number of peeks leave every later decision as it would have been. In
+    /// [shadow mode](RateLimiter::shadow) it is the policy's own answer, and is not counted.
     ///
     /// # Examples
     ///
@@ -1183,6 +1184,17 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
     #[must_use]
     pub fn stats(&self) -> Stats {
         Extras::stats(self.extras.as_deref(), self.len())
+    }
+
+    /// A peek's `decision` as a request would get it, counting nothing: in shadow mode a
+    /// refusal let through (where a peek stands in for a decision: the parts of an `AllOf`
+    /// after a refusal, a route's rules).
+    #[inline]
+    pub(crate) fn as_decided(&self, decision: Decision) -> Decision {
+        match &self.extras {
+            Some(extras) if extras.shadow => decision.shadowed(),
+            _ => decision,
+        }
     }
 
     /// Counts a decision and applies shadow mode.

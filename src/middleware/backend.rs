@@ -6,7 +6,7 @@ use std::hash::BuildHasher;
 use std::sync::Arc;
 
 use super::key::LimitKey;
-use crate::clock::Clock;
+use crate::clock::{Clock, Reading};
 use crate::decision::Decision;
 use crate::error::CostError;
 use crate::keyed::RateLimiter;
@@ -17,6 +17,12 @@ use crate::reservation::{Reservation, SettleError};
 pub(super) trait Local: Send + Sync {
     fn try_acquire_n(&self, key: &LimitKey, cost: u64) -> Result<Decision, CostError>;
     fn reserve_n(&self, key: &LimitKey, cost: u64) -> Result<Reservation, CostError>;
+    /// A rule's part of a route of several: its reservation, and whether deciding it
+    /// created the key's state (see [`give_back`](Local::give_back)).
+    fn reserve_part(&self, key: &LimitKey, cost: u64) -> Result<(Reservation, bool), CostError>;
+    /// Gives back everything `reserve_part` took, and a state it `created` goes again if
+    /// nothing has spent from it since, as `AllOf` leaves a refused request's keys.
+    fn give_back(&self, key: &LimitKey, reservation: Reservation, created: bool);
     fn settle(
         &self,
         key: &LimitKey,
@@ -24,7 +30,9 @@ pub(super) trait Local: Send + Sync {
         actual: u64,
     ) -> Result<(), SettleError>;
     fn peek(&self, key: &LimitKey) -> Decision;
-    fn peek_n(&self, key: &LimitKey, cost: u64) -> Result<Decision, CostError>;
+    /// What a request of `cost` would get now, taking nothing: a peek, in shadow mode let
+    /// through as the request would be (a rule looked at after another refused).
+    fn look_n(&self, key: &LimitKey, cost: u64) -> Result<Decision, CostError>;
     fn policy(&self) -> Option<Policy>;
 }
 
@@ -41,6 +49,22 @@ where
         RateLimiter::reserve_n(self, key, cost)
     }
 
+    fn reserve_part(&self, key: &LimitKey, cost: u64) -> Result<(Reservation, bool), CostError> {
+        self.take_part(key, cost, &mut Reading::default(), |decision, held| {
+            let created = held.created;
+            (self.part_reservation(key, decision, cost, held), created)
+        })
+    }
+
+    fn give_back(&self, key: &LimitKey, reservation: Reservation, created: bool) {
+        // A refund of what was just taken, on the limiter that took it: only a reset or a
+        // policy change in between can void it, as for any reservation.
+        let _ = RateLimiter::settle(self, key, reservation, 0);
+        if created {
+            self.forget_at_rest(key);
+        }
+    }
+
     fn settle(
         &self,
         key: &LimitKey,
@@ -54,8 +78,8 @@ where
         RateLimiter::peek(self, key)
     }
 
-    fn peek_n(&self, key: &LimitKey, cost: u64) -> Result<Decision, CostError> {
-        RateLimiter::peek_n(self, key, cost)
+    fn look_n(&self, key: &LimitKey, cost: u64) -> Result<Decision, CostError> {
+        RateLimiter::peek_n(self, key, cost).map(|decision| self.as_decided(decision))
     }
 
     fn policy(&self) -> Option<Policy> {

@@ -667,10 +667,13 @@ impl<'a> RedisAllOf<'a> {
                     (Decision::allow(limit, limit, 0), None)
                 }
             };
-            // A part taken is a request of its limiter: counted, and shadowed.
+            // A part taken is a request of its limiter: counted, and shadowed. A part looked
+            // at stands in for one (after a refusal, or in a peek): shadowed, not counted.
             let (decision, held) = decided;
             let decision = if take {
                 shared.finish(decision)
+            } else if shared.shadow {
+                decision.shadowed()
             } else {
                 decision
             };

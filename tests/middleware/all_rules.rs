@@ -271,3 +271,63 @@ fn a_rule_named_like_a_composite_rules_band_is_refused() {
     // Single-band rules may share a prefix.
     assert!(combined(single, "api", single, "api-ip").is_ok());
 }
+
+/// A route refused by a later rule leaves no state behind for an earlier rule's key: 100
+/// users, each new, refused by a spent global budget, leave the per-user limiter as they
+/// found it (with no sweep to remove them later), as an `AllOf` does.
+#[test]
+fn a_refused_route_leaves_no_key_behind() {
+    let clock = FakeClock::new();
+    let per_user: Limiter = Arc::new(
+        RateLimiter::with_clock("5/h".parse().unwrap(), clock.clone()).sweep_per_insert(0),
+    );
+    let global = frozen("1/h", &clock);
+    assert!(global.try_acquire(&LimitKey::Global).is_allowed());
+    let layer = RateLimitLayer::new(Arc::clone(&per_user))
+        .key(HeaderKey::new("x-user").unwrap())
+        .and(
+            Limit::new(Arc::clone(&global))
+                .key(GlobalKey)
+                .name("global")
+                .unwrap(),
+        )
+        .unwrap();
+    let addr = serve(
+        Router::new()
+            .route("/", get(|| async { "ok" }))
+            .layer(layer),
+    );
+    for user in 0..100 {
+        let reply = as_user(addr, &format!("user-{user}"));
+        assert_eq!(reply.status, 429, "{reply:?}");
+    }
+    assert_eq!(per_user.len(), 0, "refused requests left keys tracked");
+}
+
+/// A rule in shadow mode that would refuse sets neither the refusal's wait nor its fields:
+/// a request refused by the per-user rule waits for that rule alone.
+#[test]
+fn a_shadow_rule_after_a_refusing_rule_sets_no_wait() {
+    let clock = FakeClock::new();
+    let per_user = frozen("1/s", &clock);
+    let rollout: Limiter =
+        Arc::new(RateLimiter::with_clock("1/h".parse().unwrap(), clock.clone()).shadow());
+    let layer = RateLimitLayer::new(Arc::clone(&per_user))
+        .key(HeaderKey::new("x-user").unwrap())
+        .and(
+            Limit::new(Arc::clone(&rollout))
+                .key(GlobalKey)
+                .name("rollout")
+                .unwrap(),
+        )
+        .unwrap();
+    let addr = serve(
+        Router::new()
+            .route("/", get(|| async { "ok" }))
+            .layer(layer),
+    );
+    assert_eq!(as_user(addr, "alice").status, 200);
+    let refused = as_user(addr, "alice");
+    assert_eq!(refused.status, 429, "{refused:?}");
+    assert_eq!(refused.header("retry-after"), Some("1"), "{refused:?}");
+}

@@ -371,3 +371,41 @@ async fn failure_policies_of_shadow_parts_let_through() {
     let alone = local.try_acquire("b").await.unwrap();
     assert!(alone.is_allowed() && alone.would_refuse(), "{alone:?}");
 }
+
+/// While Redis is down, a shadow part looked at after an enforcing part refused (its
+/// failure policy refusing too) neither sets the whole refusal's wait nor is named by it.
+#[tokio::test]
+async fn a_shadow_part_looked_at_after_a_refusal_sets_no_wait() {
+    use tollgate::RateLimiter;
+
+    let mut server = RedisServer::start();
+    let url = server.url();
+    let enforced = RedisLimiter::builder("5/1h".parse().unwrap())
+        .prefix("enforced")
+        .timeout(Duration::from_millis(300))
+        .failure_policy(FailurePolicy::Local(RateLimiter::new(
+            "1/1s".parse().unwrap(),
+        )))
+        .connect(&url)
+        .await
+        .unwrap();
+    let rollout = RedisLimiter::builder("5/1h".parse().unwrap())
+        .prefix("rollout")
+        .timeout(Duration::from_millis(300))
+        .failure_policy(FailurePolicy::Closed)
+        .shadow()
+        .connect_shared(&enforced)
+        .await
+        .unwrap();
+    server.kill();
+    let all = RedisAllOf::new().key(&enforced, "a").key(&rollout, "a");
+    let first = all.try_acquire().await.unwrap();
+    assert!(first.is_allowed() && first.would_refuse(), "{first:?}");
+    let refused = all.try_acquire().await.unwrap();
+    assert!(!refused.is_allowed(), "{refused:?}");
+    assert_eq!(refused.part(), 0, "{refused:?}");
+    assert!(
+        refused.retry_after() <= Duration::from_secs(1),
+        "{refused:?}"
+    );
+}

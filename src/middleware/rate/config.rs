@@ -299,22 +299,20 @@ impl Config {
             parts.len(),
             |index| {
                 let (_, key, cost) = &parts[index];
-                let reservation = limiters[index]
-                    .reserve_n(key, *cost)
+                let (reservation, created) = limiters[index]
+                    .reserve_part(key, *cost)
                     .map_err(|error| (index, error))?;
                 let decision = reservation.decision();
-                let held = (reservation.held() > 0).then_some(reservation);
+                let held = (reservation.held() > 0).then_some((reservation, created));
                 Ok((decision, *cost, held))
             },
             |index| {
                 let (_, key, cost) = &parts[index];
-                let peeked = limiters[index].peek_n(key, *cost);
+                let peeked = limiters[index].look_n(key, *cost);
                 Ok((peeked.map_err(|error| (index, error))?, *cost))
             },
-            |index, reservation| {
-                // A refund of what was just taken, on the limiter that took it: only a reset
-                // or a policy change in between can void it, as for any reservation.
-                let _ = limiters[index].settle(&parts[index].1, reservation, 0);
+            |index, (reservation, created)| {
+                limiters[index].give_back(&parts[index].1, reservation, created);
             },
         );
         let in_order = match decided {
@@ -331,7 +329,7 @@ impl Config {
         let taken: Vec<_> = in_order
             .taken
             .into_iter()
-            .map(|(index, reservation)| (index, Arc::clone(limiters[index]), reservation))
+            .map(|(index, (reservation, _))| (index, Arc::clone(limiters[index]), reservation))
             .collect();
         let rules: Vec<Ruled> = parts
             .into_iter()
