@@ -403,10 +403,19 @@ impl Carry {
     }
 }
 
-/// What a new state could not count of what it was built from, band by band: kept beside
-/// the states until those permits have come back, so that the next state built for the key
-/// counts them too (a change undone within a window must not give back what the policy in
-/// between could not count; `keyed::kept` keeps one per key, the direct limiter its own).
+/// What a new state could not count of what it was built from, window by window: kept
+/// beside the states until those permits have come back, so that the next state built for
+/// the key counts them too (a change undone within a window must not give back what the
+/// policy in between could not count; `keyed::kept` keeps one per key, the direct limiter
+/// its own).
+///
+/// A step function of the window: what a new band of window `w` must count of it is the
+/// count of the kept band of the longest window no longer than `w` (see
+/// [`KeptCarry::spent_within`]). Unlike a carry's, it may step *down*: permits spent within
+/// a short window that the state built then counted in a longer band are kept for the
+/// windows below that band's, and not for the band's own and longer ones, where the state
+/// counts them (and the next move carries them from it: kept for those too, they would be
+/// counted twice).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct KeptCarry {
     bands: [KeptBand; KEPT_BANDS],
@@ -424,33 +433,43 @@ struct KeptBand {
     until: u64,
 }
 
-/// The most bands one kept carry holds: what two policies' states could not count.
+/// The most bands one kept carry holds: a step at each window of two policies' states.
 const KEPT_BANDS: usize = 2 * Policy::MAX_BANDS;
+
+impl KeptBand {
+    /// Counts `other` too: the larger count, the later instants.
+    fn fold(&mut self, other: &KeptBand) {
+        self.in_use = self.in_use.max(other.in_use);
+        self.counted_at = self.counted_at.max(other.counted_at);
+        self.until = self.until.max(other.until);
+    }
+}
 
 impl KeptCarry {
     /// Keeps `band`. A band of a window already kept keeps the larger count and the later
-    /// instants; a new window takes a free place, or, when every place is taken, is folded
-    /// into the band of the shortest window (the shorter window, the larger count, the later
-    /// instants), which counts it for every window at least as long, for as long as either:
-    /// more, never less.
+    /// instants. A new window takes a free place; when every place is taken, it is folded
+    /// into the band just below it (which then counts the larger of the two from its own
+    /// window on), or, with none below, the band just above it is folded into it at its
+    /// window: either way more, never less, for every window, for as long as either.
     fn push(&mut self, band: KeptBand) {
-        let fold = |into: &mut KeptBand| {
-            into.window = into.window.min(band.window);
-            into.in_use = into.in_use.max(band.in_use);
-            into.counted_at = into.counted_at.max(band.counted_at);
-            into.until = into.until.max(band.until);
-        };
         let len = self.len;
         if let Some(same) = self.bands[..len]
             .iter_mut()
             .find(|b| b.window == band.window)
         {
-            fold(same);
+            same.fold(&band);
         } else if len < KEPT_BANDS {
             self.bands[len] = band;
             self.len += 1;
-        } else if let Some(shortest) = self.bands.iter_mut().min_by_key(|b| b.window) {
-            fold(shortest);
+        } else if let Some(below) = self.bands[..len]
+            .iter_mut()
+            .filter(|b| b.window < band.window)
+            .max_by_key(|b| b.window)
+        {
+            below.fold(&band);
+        } else if let Some(above) = self.bands[..len].iter_mut().min_by_key(|b| b.window) {
+            above.fold(&band);
+            above.window = band.window;
         }
     }
 
@@ -463,35 +482,40 @@ impl KeptCarry {
                 live.push(*band);
             }
         }
-        (live.len > 0).then_some(live)
+        live.bands[..live.len]
+            .iter()
+            .any(|band| band.in_use > 0)
+            .then_some(live)
     }
 
-    /// The bands a new band of `window` ns counts.
+    /// The bands a new band of `window` ns may count.
     fn within(&self, window: u64) -> impl Iterator<Item = &KeptBand> {
         self.bands[..self.len]
             .iter()
             .filter(move |band| band.window <= window)
     }
 
-    /// The permits a new band of `window` ns must count of these (as
-    /// [`Carry::spent_within`]).
+    /// The permits a new band of `window` ns must count of these: the count of the band of
+    /// the longest window no longer than `window` (0 for none).
     fn spent_within(&self, window: u64) -> u64 {
         self.within(window)
-            .map(|band| band.in_use)
-            .max()
-            .unwrap_or(0)
+            .max_by_key(|band| band.window)
+            .map_or(0, |band| band.in_use)
     }
 
-    /// The latest instant one of the bands was counted at.
+    /// The latest instant one of the bands holding permits was counted at.
     fn counted_at(&self) -> u64 {
         self.bands[..self.len]
             .iter()
+            .filter(|band| band.in_use > 0)
             .map(|band| band.counted_at)
             .max()
             .unwrap_or(0)
     }
 
-    /// The kept permits as one carry.
+    /// The kept permits as one carry: for a new band of each window, at least what it must
+    /// count (a carry cannot step down: a band above a step down counts what is below it,
+    /// more than it must, never less).
     fn carry(&self) -> Carry {
         let mut carry = Carry::default();
         for band in &self.bands[..self.len] {
@@ -501,19 +525,22 @@ impl KeptCarry {
     }
 }
 
-/// The windows of `fresh`'s and `old`'s bands, each with what a new band of that window
-/// must count of both: their permits added, as what is kept is what a state did not count
-/// (see [`to_keep`]), spent apart from what the state it replaces has in use.
+/// The windows of `fresh`'s and `old`'s bands, and of `more` (a state's), each with what a
+/// new band of that window must count of `fresh` and `old`: their permits added, as what is
+/// kept is what a state did not count (see [`to_keep`]), spent apart from what the state it
+/// replaces has in use.
 fn added<'a>(
     fresh: Option<&'a Carry>,
     old: Option<&'a KeptCarry>,
+    more: Option<&'a Carry>,
 ) -> impl Iterator<Item = (u64, u64)> + 'a {
-    let fresh_windows = fresh.map_or(&[][..], |fresh| &fresh.bands[..fresh.len]);
+    let carried = |carry: Option<&'a Carry>| carry.map_or(&[][..], |c| &c.bands[..c.len]);
     let old_windows = old.map_or(&[][..], |old| &old.bands[..old.len]);
-    let windows = fresh_windows
+    let windows = carried(fresh)
         .iter()
         .map(|band| band.0)
-        .chain(old_windows.iter().map(|band| band.window));
+        .chain(old_windows.iter().map(|band| band.window))
+        .chain(carried(more).iter().map(|band| band.0));
     windows.map(move |window| {
         let from_fresh = fresh.map_or(0, |fresh| fresh.spent_within(window));
         let from_old = old.map_or(0, |old| old.spent_within(window));
@@ -537,7 +564,7 @@ pub(crate) fn built_from(
     match (fresh, old) {
         (Some(fresh), Some(old)) => {
             let mut both = Carry::default();
-            for (window, in_use) in added(Some(&fresh), Some(old)) {
+            for (window, in_use) in added(Some(&fresh), Some(old), None) {
                 both.merge(&Carry::single(window, in_use));
             }
             (Some(both), now)
@@ -548,12 +575,15 @@ pub(crate) fn built_from(
 }
 
 /// What to keep once a new state counting `counted` at `now` was built from `fresh` and
-/// `old` ([`built_from`]): for each of their windows, what the state does not count of the
-/// two added, so that what is kept and what the state counts are apart and add up (a
-/// permit a band of a shorter window counts is not kept, and comes back with that band).
-/// Kept until a window from `now` when `fresh` had permits there, else as the kept bands
-/// it comes from (so that building states again and again from kept permits alone does not
-/// keep them alive); `None` when the state counts everything.
+/// `old` ([`built_from`]): for each window of the three, what the state does not count of
+/// the two added (its bands of that window or shorter), so that what is kept and what the
+/// state counts are apart and add up. A window at which the state's bands count everything
+/// keeps nothing from there on (a step down), where the state's own band counts the
+/// permits kept below it; a permit a band of a shorter window counts is not kept, and comes
+/// back with that band. Kept until a window from `now` when `fresh` had permits there,
+/// else as the kept bands it comes from (so that building states again and again from
+/// kept permits alone does not keep them alive); a step down lasts as long as the bands
+/// below it, so that it outlives what it cuts. `None` when the state counts everything.
 pub(crate) fn to_keep(
     (fresh, old): (Option<&Carry>, Option<&KeptCarry>),
     counted: Option<Carry>,
@@ -561,12 +591,9 @@ pub(crate) fn to_keep(
 ) -> Option<KeptCarry> {
     let old = old.and_then(|old| old.live(now));
     let mut kept = KeptCarry::default();
-    for (window, in_use) in added(fresh, old.as_ref()) {
+    for (window, in_use) in added(fresh, old.as_ref(), counted.as_ref()) {
         let held = counted.map_or(0, |counted| counted.spent_within(window));
         let uncounted = in_use.saturating_sub(held);
-        if uncounted == 0 {
-            continue;
-        }
         let band = if fresh.is_some_and(|fresh| fresh.spent_within(window) > 0) {
             KeptBand {
                 window,
@@ -579,13 +606,21 @@ pub(crate) fn to_keep(
             KeptBand {
                 window,
                 in_use: uncounted,
-                counted_at: from().map(|b| b.counted_at).max().unwrap_or(now),
-                until: from().map(|b| b.until).max().unwrap_or(now),
+                counted_at: from().map(|b| b.counted_at).max().unwrap_or(0),
+                until: from().map(|b| b.until).max().unwrap_or(0),
             }
         };
         kept.push(band);
     }
-    (kept.len > 0).then_some(kept)
+    // A band lasts as long as every band below it: a step down outlives what it cuts.
+    let bands = &mut kept.bands[..kept.len];
+    bands.sort_unstable_by_key(|band| band.window);
+    let mut last = 0;
+    for band in bands {
+        last = last.max(band.until);
+        band.until = last;
+    }
+    kept.live(now)
 }
 
 /// Permits in use, from the decision a request of cost 1 would get (`limit` minus what is
@@ -697,9 +732,28 @@ mod tests {
         a_zero_carry_builds_a_fresh_state::<LogCell>("sliding-log 2/1s");
     }
 
-    /// A kept band lasts until its own end however it is merged: folded into a shorter
-    /// band when every place is taken, the fold counts it for every window at least as long
-    /// and lasts as long as either; bands past their end are dropped.
+    /// Permits a state's longer band counts are kept only below that band's window: the
+    /// next move adds what the state has in use there, and must not add them twice.
+    #[test]
+    fn kept_permits_step_down_where_a_longer_band_counts_them() {
+        let hour = 3_600 * SEC;
+        let fresh = Carry::single(hour, 1);
+        let counted = Carry::single(hour + 60 * SEC, 1);
+        let kept = to_keep((Some(&fresh), None), Some(counted), 0).unwrap();
+        assert_eq!(kept.spent_within(hour), 1);
+        assert_eq!(kept.spent_within(hour + 60 * SEC), 0);
+        // The next move: the state's one permit in use, and the kept one below its window.
+        let (carry, _) = built_from(Some(counted), Some(&kept), SEC);
+        assert_eq!(carry.unwrap().spent_within(hour + 120 * SEC), 1);
+        assert_eq!(carry.unwrap().spent_within(hour), 1);
+        // The step down lasts as long as what it cuts.
+        let live = kept.live(hour - SEC).unwrap();
+        assert_eq!(live.spent_within(hour + 60 * SEC), 0);
+    }
+
+    /// A kept band lasts until its own end however it is merged: folded into another band
+    /// when every place is taken, the fold counts it for every window at least as long and
+    /// lasts as long as either; bands past their end are dropped.
     #[test]
     fn a_kept_band_lasts_until_its_own_end() {
         let band = |window, in_use, counted_at| KeptBand {
@@ -713,12 +767,25 @@ mod tests {
             kept.push(band(i * SEC, i, 1_000 * SEC - i * SEC));
         }
         kept.push(band(3_600 * SEC, 50, 400 * SEC));
-        let folded = kept.carry();
-        assert!(folded.spent_within(SEC) >= 50, "{folded:?}");
+        // Full: folded into the band below, which counts at least either from its window on.
+        for i in 1..=KEPT_BANDS as u64 {
+            assert!(kept.spent_within(i * SEC) >= i, "{kept:?}");
+        }
+        assert!(kept.spent_within(3_600 * SEC) >= 50, "{kept:?}");
+        assert!(kept.carry().spent_within(3_600 * SEC) >= 50);
         assert!(kept
             .live(3_999 * SEC)
-            .is_some_and(|live| live.carry().spent_within(SEC) >= 50));
+            .is_some_and(|live| live.spent_within(3_600 * SEC) >= 50));
         assert_eq!(kept.live(4_000 * SEC), None);
+        // With no band below, the band just above is folded into the new one's window.
+        let mut low = KeptCarry::default();
+        for i in 1..=KEPT_BANDS as u64 {
+            low.push(band(i * 10 * SEC, i, 0));
+        }
+        low.push(band(SEC, 30, 0));
+        assert_eq!(low.spent_within(SEC), 30);
+        assert_eq!(low.spent_within(10 * SEC), 30);
+        assert_eq!(low.spent_within(20 * SEC), 2);
 
         // Kept alone, a new state is built as of the latest instant a band was counted,
         // folded or not; with permits fresh, now.

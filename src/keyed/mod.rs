@@ -994,7 +994,9 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
     /// after eviction) counts it too; at `max_keys`, where a new key shares the overflow
     /// state, it refuses the key first. So a key that spent 1,000 of `1000/1h`, moved to
     /// `10/1h` and back within the hour, gets nothing more until those 1,000 have come back.
-    /// What is kept was spent apart from what the key's state counts, and the two add up.
+    /// What is kept was spent apart from what the key's state counts, and the two add up;
+    /// a permit the state counts in a band of a longer window is kept only for the windows
+    /// below that band's, so however often the windows grow, it is counted once.
     /// A permit the state in between counts in a band of a shorter window than the one it
     /// was spent under is not kept: it comes back with that band, so a round trip through
     /// a policy of shorter bands (`10/1h & 10/1min`, then `5/1min`) may give back, once the

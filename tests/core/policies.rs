@@ -1127,3 +1127,29 @@ fn what_a_round_trip_keeps_comes_back_after_its_window_or_a_reset() {
     limiter.set_policy(policy("sliding-log 10/1h"));
     assert_eq!(drain(&limiter, "k"), 10, "a reset forgets what was kept");
 }
+
+/// A permit a longer window's band counts is counted once however many times the policy
+/// changes: moved from `2/1h` to `2/61min` and on to `2/62min` (as a margin widened step by
+/// step), a key with one permit spent has one left at every step, for every algorithm,
+/// keyed and direct. A kept permit a longer band counts must not be added to it again.
+#[test]
+fn a_permit_is_counted_once_as_windows_grow() {
+    for algorithm in ["token-bucket", "sliding-log", "sliding-counter"] {
+        let steps: Vec<String> = ["1h", "61min", "62min", "63min"]
+            .iter()
+            .map(|window| format!("{algorithm} 2/{window}"))
+            .collect();
+        let (limiter, _clock) = keyed(&steps[0]);
+        assert!(limiter.try_acquire("k").is_allowed());
+        let direct = DirectLimiter::with_clock(policy(&steps[0]), FakeClock::new());
+        assert!(direct.try_acquire().is_allowed());
+        for step in &steps[1..] {
+            limiter.set_policy(policy(step));
+            direct.set_policy(policy(step));
+            assert_eq!(limiter.available("k"), 1, "{step}");
+            assert_eq!(direct.available(), 1, "{step} (direct)");
+        }
+        assert!(limiter.try_acquire("k").is_allowed());
+        assert!(!limiter.try_acquire("k").is_allowed());
+    }
+}
