@@ -9,9 +9,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use http::{HeaderMap, HeaderName, StatusCode};
 
-/// The most policies of one upstream whose caps are kept apart; a member of a field beyond
-/// them is folded into the policy whose reset is nearest its own (the least remaining, the
-/// longer reset: never more than either lets through).
+/// The most policies of one upstream whose caps are kept apart; a policy an answer names
+/// beyond them is folded into the one whose reset is nearest its own (the least remaining,
+/// the longer reset: never more than either lets through).
 pub(super) const MOST_POLICIES: usize = 4;
 
 /// What an answer said one of the upstream's policies leaves: at most `remaining` more in
@@ -85,9 +85,13 @@ pub(super) fn hear(status: StatusCode, headers: &HeaderMap, max_pause: Duration)
     (heard, malformed)
 }
 
-/// What is left of each policy, from the first style of fields present (none: the first
-/// entry is `None`).
+/// What is left of each policy, from every style of fields present (none: the first entry
+/// is `None`). Each style is read on its own, a malformed one counted and skipped, and what
+/// they say is merged ([`place`]): the unnamed policies of every style are one policy, the
+/// least remaining and the longest reset any of them reported, so a stricter style is never
+/// hidden by a more generous one.
 fn left(headers: &HeaderMap, malformed: &mut u64) -> Lefts {
+    let mut lefts: Lefts = [None; MOST_POLICIES];
     // A list field may come in several lines: one list, in order (RFC 9110, section 5.3).
     let mut lines = Vec::new();
     let mut unreadable = false;
@@ -101,8 +105,12 @@ fn left(headers: &HeaderMap, malformed: &mut u64) -> Lefts {
         *malformed += 1;
     } else if !lines.is_empty() {
         let value = lines.join(", ");
-        match structured(&value).or_else(|| dictionary(&value)) {
-            Some(lefts) => return lefts,
+        match structured(&value).or_else(|| dictionary(&value).map(|only| vec![only])) {
+            Some(members) => {
+                for member in members {
+                    place(&mut lefts, member);
+                }
+            }
             None => *malformed += 1,
         }
     }
@@ -122,22 +130,44 @@ fn left(headers: &HeaderMap, malformed: &mut u64) -> Lefts {
             continue;
         };
         match seconds_or_epoch(reset) {
-            Some(reset) => return only(remaining, reset),
+            Some(reset) => place(&mut lefts, unnamed(remaining, reset)),
             None => *malformed += 1,
         }
     }
-    [None; MOST_POLICIES]
+    lefts
 }
 
-/// One unnamed policy's `remaining` and `reset`.
-fn only(remaining: u64, reset: Duration) -> Lefts {
-    let mut lefts = [None; MOST_POLICIES];
-    lefts[0] = Some(Left {
+/// What the fields that name no policy say: policy 0.
+fn unnamed(remaining: u64, reset: Duration) -> Left {
+    Left {
         policy: 0,
         remaining,
         reset,
+    }
+}
+
+/// Puts what one answer said of a policy among `lefts`, the one rule for every source: with
+/// what is there of the same policy (the least remaining, the longer reset), else in the
+/// first free place, else, past [`MOST_POLICIES`], folded the same way into the policy whose
+/// reset is nearest its own. Either way never more than any report lets through.
+fn place(lefts: &mut Lefts, member: Left) {
+    let place = lefts
+        .iter()
+        .position(|left| left.is_none_or(|left| left.policy == member.policy))
+        .or_else(|| {
+            // No room: the policy whose reset is nearest this one's.
+            let apart = |left: &Left| left.reset.abs_diff(member.reset);
+            (0..MOST_POLICIES).min_by_key(|&i| lefts[i].as_ref().map(apart))
+        })
+        .unwrap_or(MOST_POLICIES - 1);
+    lefts[place] = Some(match lefts[place] {
+        Some(left) => Left {
+            policy: left.policy,
+            remaining: left.remaining.min(member.remaining),
+            reset: left.reset.max(member.reset),
+        },
+        None => member,
     });
-    lefts
 }
 
 /// The field's one value as text; absent, repeated or not text counts as absent (the last
@@ -160,11 +190,10 @@ fn one<'a>(headers: &'a HeaderMap, name: &'static str, malformed: &mut u64) -> O
 }
 
 /// The current draft's structured field, `"name";r=42;t=17` with one member per policy:
-/// each member, named by a hash of its name (a name given twice is one policy, the least of
-/// its members). Members beyond [`MOST_POLICIES`] are each folded into the policy whose
-/// reset is nearest theirs: the least remaining, the longer reset.
-fn structured(value: &str) -> Option<Lefts> {
-    let mut lefts: Lefts = [None; MOST_POLICIES];
+/// each member, named by a hash of its name, in the order given ([`place`] merges a name
+/// given twice into one policy, the least of its members). `None` if any member is not one.
+fn structured(value: &str) -> Option<Vec<Left>> {
+    let mut members = Vec::new();
     for member in value.split(',') {
         let mut params = member.trim().split(';');
         let name = params.next()?.trim();
@@ -181,30 +210,13 @@ fn structured(value: &str) -> Option<Lefts> {
                 _ => {}
             }
         }
-        let member = Left {
+        members.push(Left {
             policy: name_hash(name.trim_matches('"')),
             remaining: remaining?,
             reset: reset?,
-        };
-        let place = lefts
-            .iter()
-            .position(|left| left.is_none_or(|left| left.policy == member.policy))
-            .or_else(|| {
-                // No room: the policy whose reset is nearest this one's.
-                let apart = |left: &Left| left.reset.abs_diff(member.reset);
-                (0..MOST_POLICIES).min_by_key(|&i| lefts[i].as_ref().map(apart))
-            })
-            .unwrap_or(MOST_POLICIES - 1);
-        lefts[place] = Some(match lefts[place] {
-            Some(left) => Left {
-                policy: left.policy,
-                remaining: left.remaining.min(member.remaining),
-                reset: left.reset.max(member.reset),
-            },
-            None => member,
         });
     }
-    Some(lefts)
+    Some(members)
 }
 
 /// A policy's name as the caps tell policies apart: FNV-1a, never 0 (which names the
@@ -216,8 +228,9 @@ fn name_hash(name: &str) -> u64 {
     hash | 1
 }
 
-/// An earlier draft's dictionary, `limit=100, remaining=42, reset=17`.
-fn dictionary(value: &str) -> Option<Lefts> {
+/// An earlier draft's dictionary, `limit=100, remaining=42, reset=17`: its one unnamed
+/// policy.
+fn dictionary(value: &str) -> Option<Left> {
     let (mut remaining, mut reset) = (None, None);
     for member in value.split(',') {
         let (key, value) = member.trim().split_once('=')?;
@@ -227,7 +240,7 @@ fn dictionary(value: &str) -> Option<Lefts> {
             _ => {}
         }
     }
-    Some(only(remaining?, reset?))
+    Some(unnamed(remaining?, reset?))
 }
 
 /// `Retry-After`: delay-seconds or an HTTP date; absent is `None`, malformed is counted.
@@ -349,7 +362,9 @@ mod tests {
 
     /// One unnamed policy's answer (the fields without names).
     fn left(remaining: u64, reset: u64) -> Heard {
-        Heard::Left(only(remaining, Duration::from_secs(reset)))
+        let mut lefts = [None; MOST_POLICIES];
+        lefts[0] = Some(unnamed(remaining, Duration::from_secs(reset)));
+        Heard::Left(lefts)
     }
 
     /// The answer of the named policies `members`, `(name, remaining, reset)`.
@@ -466,6 +481,88 @@ mod tests {
         }
         // A remaining count without a reset says nothing.
         assert_eq!(ok(&[("x-ratelimit-remaining", "3")]), (Heard::Nothing, 0));
+    }
+
+    #[test]
+    fn every_style_present_is_read_and_the_strictest_holds() {
+        // A generous `RateLimit` field does not hide the X fields' stop: a named policy and
+        // the unnamed one, each kept.
+        let mut both = [None; MOST_POLICIES];
+        both[0] = Some(Left {
+            policy: name_hash("default"),
+            remaining: 100,
+            reset: Duration::from_secs(60),
+        });
+        both[1] = Some(unnamed(0, Duration::from_secs(60)));
+        assert_eq!(
+            ok(&[
+                ("ratelimit", "\"default\";r=100;t=60"),
+                ("x-ratelimit-remaining", "0"),
+                ("x-ratelimit-reset", "60")
+            ]),
+            (Heard::Left(both), 0)
+        );
+        // The unnamed policies of every style are one: the least remaining, the longest
+        // reset, whichever style said it and in whatever order.
+        assert_eq!(
+            ok(&[
+                ("ratelimit-remaining", "50"),
+                ("ratelimit-reset", "10"),
+                ("x-ratelimit-remaining", "0"),
+                ("x-ratelimit-reset", "60")
+            ]),
+            (left(0, 60), 0)
+        );
+        assert_eq!(
+            ok(&[
+                ("ratelimit", "limit=100, remaining=3, reset=90"),
+                ("ratelimit-remaining", "50"),
+                ("ratelimit-reset", "10"),
+                ("x-ratelimit-remaining", "7"),
+                ("x-ratelimit-reset", "60")
+            ]),
+            (left(3, 90), 0)
+        );
+        // Four named policies fill every place: the unnamed one folds into the policy whose
+        // reset is nearest its own, as a fifth member would.
+        assert_eq!(
+            ok(&[
+                (
+                    "ratelimit",
+                    "a;r=9;t=1, b;r=9;t=60, c;r=9;t=600, d;r=9;t=3000"
+                ),
+                ("x-ratelimit-remaining", "2"),
+                ("x-ratelimit-reset", "500")
+            ]),
+            (
+                named(&[("a", 9, 1), ("b", 9, 60), ("c", 2, 600), ("d", 9, 3_000)]),
+                0
+            )
+        );
+        // A malformed style is counted and the others still read.
+        assert_eq!(
+            ok(&[
+                ("ratelimit", "\"d\";r=-1;t=5"),
+                ("ratelimit-remaining", "lots"),
+                ("ratelimit-reset", "5"),
+                ("x-ratelimit-remaining", "4"),
+                ("x-ratelimit-reset", "30")
+            ]),
+            (left(4, 30), 2)
+        );
+        // A 429 without Retry-After pauses for the tightest of them all.
+        assert_eq!(
+            hear(
+                StatusCode::TOO_MANY_REQUESTS,
+                &headers(&[
+                    ("ratelimit", "\"d\";r=5;t=2"),
+                    ("x-ratelimit-remaining", "0"),
+                    ("x-ratelimit-reset", "40")
+                ]),
+                CAP
+            ),
+            (Heard::Pause(Duration::from_secs(40)), 0)
+        );
     }
 
     #[test]

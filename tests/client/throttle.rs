@@ -352,3 +352,33 @@ async fn every_policy_of_a_field_is_kept() {
         assert_eq!(throttle.stats().malformed, 0);
     }
 }
+
+/// An answer with several styles of fields: the strictest holds, whichever style says it, as
+/// every one is read (a generous `RateLimit` field does not hide the X fields' stop).
+#[tokio::test(start_paused = true)]
+async fn every_style_of_fields_holds_calls_back() {
+    for fields in [
+        &[
+            ("ratelimit", "\"default\";r=100;t=60"),
+            ("x-ratelimit-remaining", "0"),
+            ("x-ratelimit-reset", "60"),
+        ][..],
+        &[
+            ("ratelimit-remaining", "50"),
+            ("ratelimit-reset", "60"),
+            ("x-ratelimit-remaining", "0"),
+            ("x-ratelimit-reset", "60"),
+        ][..],
+    ] {
+        let throttle = Throttle::new(DirectLimiter::with_clock(
+            "100/1s".parse().unwrap(),
+            TokioClock::new(),
+        ));
+        let (ok, stop) = answer(200, fields);
+        throttle.acquire("api").await.unwrap().heard(ok, &stop);
+        let start = Instant::now();
+        throttle.acquire("api").await.unwrap();
+        assert_eq!(start.elapsed(), Duration::from_secs(60), "{fields:?}");
+        assert_eq!(throttle.stats().malformed, 0);
+    }
+}
