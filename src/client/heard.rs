@@ -191,7 +191,8 @@ fn one<'a>(headers: &'a HeaderMap, name: &'static str, malformed: &mut u64) -> O
 
 /// The current draft's structured field, `"name";r=42;t=17` with one member per policy:
 /// each member, named by a hash of its name, in the order given ([`place`] merges a name
-/// given twice into one policy, the least of its members). `None` if any member is not one.
+/// given twice into one policy, the least of its members). A parameter given twice in a
+/// member counts its least `r` and its longest `t`. `None` if any member is not one.
 fn structured(value: &str) -> Option<Vec<Left>> {
     let mut members = Vec::new();
     for member in value.split(',') {
@@ -205,8 +206,8 @@ fn structured(value: &str) -> Option<Vec<Left>> {
         for param in params {
             let (key, value) = param.trim().split_once('=')?;
             match key.trim() {
-                "r" => remaining = Some(integer(value)?),
-                "t" => reset = Some(Duration::from_secs(integer(value)?)),
+                "r" => remaining = least(remaining, integer(value)?),
+                "t" => reset = longest(reset, Duration::from_secs(integer(value)?)),
                 _ => {}
             }
         }
@@ -229,18 +230,29 @@ fn name_hash(name: &str) -> u64 {
 }
 
 /// An earlier draft's dictionary, `limit=100, remaining=42, reset=17`: its one unnamed
-/// policy.
+/// policy. A key given twice (two lines of the field, joined) counts its least `remaining`
+/// and its longest `reset`.
 fn dictionary(value: &str) -> Option<Left> {
     let (mut remaining, mut reset) = (None, None);
     for member in value.split(',') {
         let (key, value) = member.trim().split_once('=')?;
         match key.trim() {
-            "remaining" => remaining = Some(integer(value)?),
-            "reset" => reset = Some(Duration::from_secs(integer(value)?)),
+            "remaining" => remaining = least(remaining, integer(value)?),
+            "reset" => reset = longest(reset, Duration::from_secs(integer(value)?)),
             _ => {}
         }
     }
     Some(unnamed(remaining?, reset?))
+}
+
+/// A `remaining` given again: the least of them counts, never the more generous.
+fn least(before: Option<u64>, value: u64) -> Option<u64> {
+    Some(before.map_or(value, |before| before.min(value)))
+}
+
+/// A reset given again: the longest of them counts.
+fn longest(before: Option<Duration>, value: Duration) -> Option<Duration> {
+    Some(before.map_or(value, |before| before.max(value)))
 }
 
 /// `Retry-After`: delay-seconds or an HTTP date; absent is `None`, malformed is counted.
@@ -562,6 +574,35 @@ mod tests {
                 CAP
             ),
             (Heard::Pause(Duration::from_secs(40)), 0)
+        );
+    }
+
+    #[test]
+    fn a_key_given_twice_counts_its_least() {
+        assert_eq!(
+            ok(&[("ratelimit", "remaining=0, remaining=50, reset=60")]),
+            (left(0, 60), 0)
+        );
+        assert_eq!(
+            ok(&[("ratelimit", "reset=60, remaining=9, reset=5, remaining=3")]),
+            (left(3, 60), 0)
+        );
+        // Two lines of the earlier draft's field, one list: the least of the two.
+        assert_eq!(
+            ok(&[
+                ("ratelimit", "limit=100, remaining=0, reset=60"),
+                ("ratelimit", "limit=100, remaining=50, reset=60")
+            ]),
+            (left(0, 60), 0)
+        );
+        // A parameter given twice in a member: the least `r`, the longest `t`.
+        assert_eq!(
+            ok(&[("ratelimit", "\"d\";r=0;t=60;r=50")]),
+            (named(&[("d", 0, 60)]), 0)
+        );
+        assert_eq!(
+            ok(&[("ratelimit", "\"d\";t=60;r=7;t=5")]),
+            (named(&[("d", 7, 60)]), 0)
         );
     }
 

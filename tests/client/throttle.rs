@@ -382,3 +382,28 @@ async fn every_style_of_fields_holds_calls_back() {
         assert_eq!(throttle.stats().malformed, 0);
     }
 }
+
+/// A key given twice in one answer counts its least, never its last: the provider's stop
+/// holds whatever else the same field says after it.
+#[tokio::test(start_paused = true)]
+async fn a_remaining_given_twice_holds_at_its_least() {
+    for fields in [
+        &[("ratelimit", "remaining=0, remaining=50, reset=60")][..],
+        &[
+            ("ratelimit", "limit=100, remaining=0, reset=60"),
+            ("ratelimit", "limit=100, remaining=50, reset=60"),
+        ][..],
+        &[("ratelimit", "\"d\";r=0;t=60;r=50")][..],
+    ] {
+        let throttle = Throttle::new(DirectLimiter::with_clock(
+            "100/1s".parse().unwrap(),
+            TokioClock::new(),
+        ));
+        let (ok, stop) = answer(200, fields);
+        throttle.acquire("api").await.unwrap().heard(ok, &stop);
+        let start = Instant::now();
+        throttle.acquire("api").await.unwrap();
+        assert_eq!(start.elapsed(), Duration::from_secs(60), "{fields:?}");
+        assert_eq!(throttle.stats().malformed, 0);
+    }
+}
