@@ -280,10 +280,14 @@ fn seconds_or_epoch(value: &str) -> Option<Duration> {
 
 /// From now to the Unix time `at` (seconds), zero if it is past.
 fn until(at: u64) -> Duration {
-    let now = SystemTime::now()
+    Duration::from_secs(at).saturating_sub(unix_now())
+}
+
+/// The time since the Unix epoch now (zero on a clock set before it).
+fn unix_now() -> Duration {
+    SystemTime::now()
         .duration_since(UNIX_EPOCH)
-        .unwrap_or(Duration::ZERO);
-    Duration::from_secs(at).saturating_sub(now)
+        .unwrap_or(Duration::ZERO)
 }
 
 /// A non-negative decimal integer of at most 15 digits (structured fields' limit), with no
@@ -305,41 +309,143 @@ fn is_token(name: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~:/".contains(&b))
 }
 
-/// An IMF-fixdate (`Sun, 06 Nov 1994 08:49:37 GMT`), the form HTTP senders must use, as
-/// Unix seconds.
+/// An HTTP date as Unix seconds, in any of the three formats RFC 9110 (section 5.6.7) has
+/// recipients accept: the IMF-fixdate senders must use, and the obsolete RFC 850 and
+/// asctime formats; see [`http_date_at`].
 fn http_date(value: &str) -> Option<u64> {
-    let rest = value.get(5..)?; // "Sun, "
-    let mut parts = rest.split(' ');
-    let day: u64 = parts.next()?.parse().ok()?;
-    let month = match parts.next()? {
-        "Jan" => 1,
-        "Feb" => 2,
-        "Mar" => 3,
-        "Apr" => 4,
-        "May" => 5,
-        "Jun" => 6,
-        "Jul" => 7,
-        "Aug" => 8,
-        "Sep" => 9,
-        "Oct" => 10,
-        "Nov" => 11,
-        "Dec" => 12,
-        _ => return None,
+    http_date_at(value, unix_now().as_secs())
+}
+
+/// An HTTP date as Unix seconds, read at the Unix time `now` (which places an RFC 850
+/// date's two-digit year):
+///
+/// * IMF-fixdate: `Sun, 06 Nov 1994 08:49:37 GMT`;
+/// * RFC 850: `Sunday, 06-Nov-94 08:49:37 GMT`, its year in the current century unless that
+///   is more than 50 years ahead of `now`, then in the century before (the most recent past
+///   year with those two digits);
+/// * asctime: `Sun Nov  6 08:49:37 1994` (a day of one digit after two spaces, or of two).
+///
+/// Each field has exactly the digits its format gives it and a value in range (a leap
+/// second allowed); a date before 1970 or after 9999 is `None`.
+fn http_date_at(value: &str, now: u64) -> Option<u64> {
+    const DAYS: [&str; 7] = ["Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"];
+    const LONG_DAYS: [&str; 7] = [
+        "Monday",
+        "Tuesday",
+        "Wednesday",
+        "Thursday",
+        "Friday",
+        "Saturday",
+        "Sunday",
+    ];
+    if let Some((name, rest)) = value.split_once(", ") {
+        let (date, time) = rest.strip_suffix(" GMT")?.rsplit_once(' ')?;
+        let time = time_of_day(time)?;
+        let (day, month, year) = if DAYS.contains(&name) {
+            // IMF-fixdate: `06 Nov 1994`.
+            date_parts(date, ' ', 4)?
+        } else if LONG_DAYS.contains(&name) {
+            // RFC 850: `06-Nov-94`.
+            let (day, month, yy) = date_parts(date, '-', 2)?;
+            (day, month, rfc850_year(yy, month, day, time, now))
+        } else {
+            return None;
+        };
+        return unix_time(year, month, day, time);
+    }
+    // asctime: `Sun Nov  6 08:49:37 1994`.
+    let (name, rest) = value.split_once(' ')?;
+    if !DAYS.contains(&name) {
+        return None;
+    }
+    let (month_name, rest) = rest.split_once(' ')?;
+    let (day, rest) = match rest.strip_prefix(' ') {
+        Some(rest) => (digits(rest.get(..1)?, 1)?, rest.get(1..)?),
+        None => (digits(rest.get(..2)?, 2)?, rest.get(2..)?),
     };
-    let year: u64 = parts.next()?.parse().ok()?;
-    let mut clock = parts.next()?.split(':');
-    let (h, m, s): (u64, u64, u64) = (
-        clock.next()?.parse().ok()?,
-        clock.next()?.parse().ok()?,
-        clock.next()?.parse().ok()?,
-    );
-    if parts.next()? != "GMT" || parts.next().is_some() || clock.next().is_some() {
+    let (time, year) = rest.strip_prefix(' ')?.split_once(' ')?;
+    unix_time(
+        digits(year, 4)?,
+        month(month_name)?,
+        day,
+        time_of_day(time)?,
+    )
+}
+
+/// A date of three parts split by `separator`, `day month year`: a day of two digits, a
+/// month's three letters, a year of `year_digits` digits.
+fn date_parts(date: &str, separator: char, year_digits: usize) -> Option<(u64, u64, u64)> {
+    let mut parts = date.split(separator);
+    let day = digits(parts.next()?, 2)?;
+    let month = month(parts.next()?)?;
+    let year = digits(parts.next()?, year_digits)?;
+    parts.next().is_none().then_some((day, month, year))
+}
+
+/// The year of an RFC 850 date whose year is written `yy`, read at the Unix time `now`: in
+/// the current century, unless the date is then more than 50 years ahead of `now` (the same
+/// date 50 years earlier is still ahead), then in the century before.
+fn rfc850_year(yy: u64, month: u64, day: u64, time: u64, now: u64) -> u64 {
+    let this_year = year_of(now);
+    let year = this_year - this_year % 100 + yy;
+    // Before 1970 (None), the date 50 years earlier is behind `now` too.
+    match unix_time(year - 50, month, day, time) {
+        Some(at) if at > now => year - 100,
+        _ => year,
+    }
+}
+
+/// The month named by its three letters, 1 to 12.
+fn month(name: &str) -> Option<u64> {
+    const MONTHS: [&str; 12] = [
+        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+    ];
+    let at = MONTHS.iter().position(|&month| month == name)?;
+    Some(at as u64 + 1)
+}
+
+/// `HH:MM:SS` as seconds into the day: two digits each, a leap second allowed.
+fn time_of_day(value: &str) -> Option<u64> {
+    let mut clock = value.split(':');
+    let h = digits(clock.next()?, 2)?;
+    let m = digits(clock.next()?, 2)?;
+    let s = digits(clock.next()?, 2)?;
+    if clock.next().is_some() || h > 23 || m > 59 || s > 60 {
         return None;
     }
-    if !(1970..=9999).contains(&year) || day == 0 || day > 31 || h > 23 || m > 59 || s > 60 {
+    Some(h * 3_600 + m * 60 + s)
+}
+
+/// Exactly `count` ASCII digits, as a number.
+fn digits(value: &str, count: usize) -> Option<u64> {
+    if value.len() != count || !value.bytes().all(|b| b.is_ascii_digit()) {
         return None;
     }
-    Some(days_from_civil(year, month, day) * 86_400 + h * 3_600 + m * 60 + s)
+    value.parse().ok()
+}
+
+/// The Unix time of `time` seconds into a day of a year from 1970 to 9999 (`None` outside
+/// them, or for a day that is not 1 to 31).
+fn unix_time(year: u64, month: u64, day: u64, time: u64) -> Option<u64> {
+    if !(1970..=9999).contains(&year) || day == 0 || day > 31 {
+        return None;
+    }
+    Some(days_from_civil(year, month, day) * 86_400 + time)
+}
+
+/// The year of the Unix time `at` (seconds), at most 9999.
+fn year_of(at: u64) -> u64 {
+    /// 9999-12-31 23:59:59 UTC.
+    const LAST: u64 = 253_402_300_799;
+    // Howard Hinnant's civil_from_days, on days from 0000-03-01.
+    let days = at.min(LAST) / 86_400 + 719_468;
+    let era = days / 146_097;
+    let doe = days - era * 146_097;
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    // Months from March: January and February (10 and 11) belong to the next year.
+    let month_from_march = (5 * doy + 2) / 153;
+    era * 400 + yoe + u64::from(month_from_march >= 10)
 }
 
 /// Days from 1970-01-01 to a date of the proleptic Gregorian calendar (year >= 1970).
@@ -654,7 +760,6 @@ mod tests {
             http_date("Tue, 29 Feb 2000 12:00:00 GMT"),
             Some(951_825_600)
         );
-        assert_eq!(http_date("Sunday, 06-Nov-94 08:49:37 GMT"), None);
         assert_eq!(http_date("Sun, 06 Nov 1994 08:49:37 UTC"), None);
         assert_eq!(http_date("Sun, 06 Nov 1994 24:49:37 GMT"), None);
     }
@@ -699,6 +804,129 @@ mod tests {
         ] {
             assert_eq!(http_date(bad), None, "{bad}");
         }
+    }
+
+    #[test]
+    fn the_obsolete_date_formats_are_read_too() {
+        // RFC 9110, section 5.6.7: the same instant in its three formats.
+        assert_eq!(
+            http_date("Sunday, 06-Nov-94 08:49:37 GMT"),
+            Some(784_111_777)
+        );
+        assert_eq!(http_date("Sun Nov  6 08:49:37 1994"), Some(784_111_777));
+        assert_eq!(http_date("Sun Nov 06 08:49:37 1994"), Some(784_111_777));
+        assert_eq!(
+            http_date("Wednesday, 31-Dec-25 23:59:60 GMT"),
+            Some(1_767_225_600)
+        );
+        assert_eq!(http_date("Thu Dec 31 23:59:59 2099"), Some(4_102_444_799));
+        // Seen from 2026-01-01 (1_767_225_600): the current century, unless that is more
+        // than 50 years ahead; then the most recent past year with the same two digits.
+        let new_year_2026 = 1_767_225_600;
+        let rfc850 = |value: &str| http_date_at(value, new_year_2026);
+        // 2076-01-01 is 50 years ahead, not more: 2076.
+        assert_eq!(
+            rfc850("Wednesday, 01-Jan-76 00:00:00 GMT"),
+            Some(3_345_062_400)
+        );
+        // A second later is more than 50 years ahead: 1976.
+        assert_eq!(
+            rfc850("Thursday, 01-Jan-76 00:00:01 GMT"),
+            Some(189_302_401)
+        );
+        assert_eq!(
+            rfc850("Saturday, 01-Jan-77 00:00:00 GMT"),
+            Some(220_924_800)
+        );
+        assert_eq!(
+            rfc850("Thursday, 01-Jan-26 00:00:00 GMT"),
+            Some(new_year_2026)
+        );
+        // `69` is 2069, 43 years ahead; seen from 2000-01-01, 69 years ahead, so 1969: before
+        // any Unix time, not a date this reads.
+        assert_eq!(
+            rfc850("Tuesday, 31-Dec-69 23:59:59 GMT"),
+            Some(3_155_759_999)
+        );
+        assert_eq!(
+            http_date_at("Wednesday, 31-Dec-69 23:59:59 GMT", 946_684_800),
+            None
+        );
+        assert_eq!(
+            http_date_at("Thursday, 01-Jan-70 00:00:00 GMT", 946_684_800),
+            Some(0)
+        );
+        // Seen from 2100-01-01, `00` is 2100 and `99` the year before.
+        let new_year_2100 = 4_102_444_800;
+        assert_eq!(
+            http_date_at("Friday, 01-Jan-00 00:00:00 GMT", new_year_2100),
+            Some(new_year_2100)
+        );
+        assert_eq!(
+            http_date_at("Thursday, 31-Dec-99 23:59:59 GMT", new_year_2100),
+            Some(new_year_2100 - 1)
+        );
+        // A Retry-After in either obsolete format is heard, not counted as malformed.
+        for date in ["Sunday, 06-Nov-94 08:49:37 GMT", "Sun Nov  6 08:49:37 1994"] {
+            assert_eq!(
+                hear(
+                    StatusCode::TOO_MANY_REQUESTS,
+                    &headers(&[("retry-after", date)]),
+                    CAP
+                ),
+                (Heard::Pause(Duration::ZERO), 0),
+                "{date}"
+            );
+        }
+        for bad in [
+            // RFC 850: a long day name, two-digit day and year, GMT.
+            "Sun, 06-Nov-94 08:49:37 GMT",
+            "Sunday, 06 Nov 1994 08:49:37 GMT",
+            "Sunday, 6-Nov-94 08:49:37 GMT",
+            "Sunday, 06-Nov-1994 08:49:37 GMT",
+            "Sunday, 06-Nov-94 08:49:37",
+            "Sunday, 06-Nov-94-01 08:49:37 GMT",
+            "Sunday, 32-Nov-94 08:49:37 GMT",
+            "Sunday, 06-Nov-94 24:00:00 GMT",
+            "Sunday, 06-Nov-94 08:49:61 GMT",
+            "Sundae, 06-Nov-94 08:49:37 GMT",
+            // asctime: a one-digit day after two spaces, a four-digit year, no zone.
+            "Sun Nov 6 08:49:37 1994",
+            "Sun Nov   6 08:49:37 1994",
+            "Sun Nov  06 08:49:37 1994",
+            "Sun Nov  6 08:49:37 94",
+            "Sun Nov  6 08:49:37 1994 GMT",
+            "Sun Nov  0 08:49:37 1994",
+            "Sun Nov 32 08:49:37 1994",
+            "Sun Nov  6 08:60:37 1994",
+            "Sun Nov  6 8:49:37 1994",
+            "Sun Nop  6 08:49:37 1994",
+            "Sunday Nov  6 08:49:37 1994",
+            "Sun Nov  6 08:49:37 1969",
+            "Sun Nov \u{e9} 08:49:37 1994",
+            // IMF-fixdate: a short day name and exact digits.
+            "Sunday, 06 Nov 1994 08:49:37 GMT",
+            "Sun, 6 Nov 1994 08:49:37 GMT",
+            "Sun, +6 Nov 1994 08:49:37 GMT",
+            "Sun, 06 Nov 1994 8:49:37 GMT",
+            "Sun, 06 Nov  1994 08:49:37 GMT",
+            "",
+            ",",
+            " ",
+        ] {
+            assert_eq!(http_date(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_year_is_read_from_a_unix_time() {
+        assert_eq!(year_of(0), 1970);
+        assert_eq!(year_of(951_782_399), 2000); // 2000-02-28 23:59:59
+        assert_eq!(year_of(946_684_799), 1999); // 1999-12-31 23:59:59
+        assert_eq!(year_of(946_684_800), 2000);
+        assert_eq!(year_of(1_767_225_599), 2025);
+        assert_eq!(year_of(1_767_225_600), 2026);
+        assert_eq!(year_of(u64::MAX), 9999);
     }
 
     #[test]

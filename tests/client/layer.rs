@@ -168,6 +168,27 @@ async fn malformed_fields_are_counted_and_ignored() {
     assert_eq!(arrived[3], Duration::from_secs(1));
 }
 
+/// `Retry-After` in the obsolete date formats (RFC 850, asctime) is a date like the
+/// IMF-fixdate, not a malformed value paused for the default second: one in the past
+/// pauses for nothing.
+#[tokio::test(start_paused = true)]
+async fn a_retry_after_in_an_obsolete_date_format_is_heard() {
+    for date in ["Sunday, 06-Nov-94 08:49:37 GMT", "Sun Nov  6 08:49:37 1994"] {
+        let upstream = Upstream::new(
+            vec![Answer::ok().status(429).field("retry-after", date)],
+            |_| Answer::ok(),
+        );
+        let layer = ThrottleLayer::new(generous());
+        let mut client = layer.layer(upstream.clone());
+        for _ in 0..2 {
+            client.call(get("api.example.com")).await.unwrap();
+        }
+        assert_eq!(upstream.arrived(), [Duration::ZERO; 2], "{date}");
+        let stats = layer.throttle().stats();
+        assert_eq!((stats.malformed, stats.pauses), (0, 1), "{date}");
+    }
+}
+
 #[tokio::test(start_paused = true)]
 async fn keys_come_from_the_host_or_a_closure() {
     let upstream = Upstream::new(vec![], |_| Answer::ok());
