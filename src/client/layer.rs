@@ -2,6 +2,7 @@
 
 use std::fmt;
 use std::future::Future;
+use std::net::{Ipv4Addr, Ipv6Addr};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -25,7 +26,12 @@ type SettleFn = Arc<dyn Fn(&response::Parts) -> Option<u64> + Send + Sync>;
 ///
 /// * Key: the request's host (from its URI, else its `Host` field) unless
 ///   [`key_with`](ThrottleLayer::key_with) says otherwise; a request with neither fails
-///   with [`ThrottleError::NoKey`].
+///   with [`ThrottleError::NoKey`]. Every spelling of one host is one key: a name in
+///   lowercase without one trailing dot (`API.example.com.` is `api.example.com`), an IP
+///   address in its canonical text (`[2001:DB8:0:0:0:0:0:1]` is `[2001:db8::1]`), an
+///   IPv4-mapped IPv6 address as its IPv4 address (`[::ffff:192.0.2.1]` is `192.0.2.1`).
+///   The port is not part of the key. A host that the standard library does not read as
+///   an address (`127.1`, an IPv6 zone) is keyed as a name, as written.
 /// * Cost: 1, or [`cost_with`](ThrottleLayer::cost_with) (estimated tokens).
 /// * Settled from the answer with [`settle_with`](ThrottleLayer::settle_with) (the tokens
 ///   the provider reports in a header); for a cost reported in the body, use the
@@ -78,7 +84,8 @@ pub struct ThrottleLayer {
 }
 
 impl ThrottleLayer {
-    /// A layer taking each request's permit from `throttle`, keyed by the request's host.
+    /// A layer taking each request's permit from `throttle`, keyed by the request's host,
+    /// one key for every spelling of it (see [`ThrottleLayer`]).
     ///
     /// # Examples
     ///
@@ -181,14 +188,46 @@ impl ThrottleLayer {
     }
 }
 
-/// The default key: the host the request goes to.
+/// The default key: the host the request goes to, from its URI, else its `Host` field, as
+/// [`host_key`] writes it.
 fn host(request: &request::Parts) -> Option<String> {
     if let Some(host) = request.uri.host() {
-        return Some(host.to_ascii_lowercase());
+        return Some(host_key(host));
     }
     let field = request.headers.get(http::header::HOST)?.to_str().ok()?;
     let authority: http::uri::Authority = field.parse().ok()?;
-    Some(authority.host().to_ascii_lowercase())
+    Some(host_key(authority.host()))
+}
+
+/// One key for every spelling of a host that reaches the same place, so that no upstream
+/// gets a quota per spelling: a name in lowercase without one trailing dot
+/// (`API.example.com.` is `api.example.com`), an IP address in its canonical text (std's:
+/// `[2001:DB8:0:0:0:0:0:1]` is `[2001:db8::1]`), an IPv4-mapped IPv6 address as its IPv4
+/// address (`[::ffff:192.0.2.1]` is `192.0.2.1`, the host it reaches). A host that std
+/// does not read as an address (`127.1`, a zone in brackets) is kept as a name.
+fn host_key(host: &str) -> String {
+    let lower = host.to_ascii_lowercase();
+    let name = match lower.strip_suffix('.') {
+        // A name of a dot alone stays itself: an empty key would be no host.
+        Some(name) if !name.is_empty() => name,
+        _ => &lower,
+    };
+    if let Some(literal) = name
+        .strip_prefix('[')
+        .and_then(|rest| rest.strip_suffix(']'))
+    {
+        return match literal.parse::<Ipv6Addr>() {
+            Ok(ip) => match ip.to_ipv4_mapped() {
+                Some(ip) => ip.to_string(),
+                None => format!("[{ip}]"),
+            },
+            Err(_) => name.to_owned(),
+        };
+    }
+    match name.parse::<Ipv4Addr>() {
+        Ok(ip) => ip.to_string(),
+        Err(_) => name.to_owned(),
+    }
 }
 
 impl fmt::Debug for ThrottleLayer {
@@ -293,6 +332,41 @@ where
                 }
                 Ok(Response::from_parts(parts, body))
             }),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::host_key;
+
+    #[test]
+    fn a_host_key_is_one_spelling_of_its_host() {
+        for (host, key) in [
+            ("api.example.com", "api.example.com"),
+            ("API.Example.com.", "api.example.com"),
+            // One trailing dot only: two are another name, and a dot alone stays a name.
+            ("api.example.com..", "api.example.com."),
+            (".", "."),
+            ("localhost.", "localhost"),
+            ("[2001:DB8:0:0:0:0:0:1]", "[2001:db8::1]"),
+            ("[2001:0db8:0000::0001]", "[2001:db8::1]"),
+            ("[::1]", "[::1]"),
+            ("[0:0:0:0:0:0:0:1]", "[::1]"),
+            ("[::ffff:192.0.2.1]", "192.0.2.1"),
+            ("[::FFFF:C000:0201]", "192.0.2.1"),
+            // IPv4-compatible (deprecated) is not mapped: an IPv6 address of its own.
+            ("[::192.0.2.1]", "[::c000:201]"),
+            ("192.0.2.1", "192.0.2.1"),
+            ("192.0.2.1.", "192.0.2.1"),
+            // Not an address to std: names, as written.
+            ("127.1", "127.1"),
+            ("127.000.000.001", "127.000.000.001"),
+            ("[fe80::1%25eth0]", "[fe80::1%25eth0]"),
+            ("[not an address]", "[not an address]"),
+            ("", ""),
+        ] {
+            assert_eq!(host_key(host), key, "{host}");
         }
     }
 }

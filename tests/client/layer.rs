@@ -233,6 +233,65 @@ async fn keys_come_from_the_host_or_a_closure() {
     ));
 }
 
+/// Every spelling of one host is one key, with one quota: a trailing dot, the case, an IPv6
+/// address written out or compressed, an IPv4 address mapped into IPv6, the `Host` field.
+#[tokio::test(start_paused = true)]
+async fn every_spelling_of_a_host_is_one_key() {
+    let with_host = |host: &str| {
+        Request::get("/relative")
+            .header("host", host)
+            .body(())
+            .unwrap()
+    };
+    for (spellings, key) in [
+        (
+            vec![
+                get("api.example.com"),
+                get("api.example.com."),
+                get("API.Example.COM."),
+                with_host("api.example.com.:443"),
+            ],
+            "api.example.com",
+        ),
+        (
+            vec![
+                get("[2001:db8::1]"),
+                get("[2001:db8:0:0:0:0:0:1]"),
+                get("[2001:DB8::0:1]:8443"),
+                with_host("[2001:0db8::1]"),
+            ],
+            "[2001:db8::1]",
+        ),
+        (
+            vec![
+                get("192.0.2.1"),
+                get("[::ffff:192.0.2.1]"),
+                get("[::FFFF:c000:201]"),
+                with_host("192.0.2.1:80"),
+            ],
+            "192.0.2.1",
+        ),
+    ] {
+        let upstream = Upstream::new(vec![], |_| Answer::ok());
+        let per_key: RateLimiter<String, TokioClock> =
+            RateLimiter::with_clock("1/1s".parse().unwrap(), TokioClock::new());
+        let per_key = Arc::new(per_key);
+        let layer = ThrottleLayer::new(Throttle::new(Arc::clone(&per_key)));
+        let mut client = layer.layer(upstream.clone());
+        for request in spellings {
+            client.call(request).await.unwrap();
+        }
+        let secs = |s| Duration::from_secs(s);
+        assert_eq!(
+            upstream.arrived(),
+            [secs(0), secs(1), secs(2), secs(3)],
+            "{key}"
+        );
+        assert_eq!(per_key.peek(key).remaining(), 0, "{key}");
+        assert_eq!(per_key.len(), 1, "{key}");
+    }
+}
+
 #[tokio::test(start_paused = true)]
 async fn costs_are_reserved_and_settled_from_the_answer() {
     let upstream = Upstream::new(
