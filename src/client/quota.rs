@@ -184,8 +184,8 @@ impl Quota {
         if wanted <= *margin {
             return;
         }
-        // The widened policy was valid at a smaller margin and only its windows grow, within
-        // the longest window a policy may have only if the quota's was: keep the old one if not.
+        // The widened policy was valid at a smaller margin and only its windows grow, up to
+        // the longest window a policy may have: never an error, but keep the old one if so.
         if let Ok(policy) = widened(self.policy, wanted) {
             self.limiter.set_policy(policy);
             *margin = wanted;
@@ -216,14 +216,13 @@ impl Drop for OnDuty {
     }
 }
 
-/// `quota` with every band a sliding log over its window plus `margin`.
+/// `quota` with every band a sliding log over its window plus `margin`, at most
+/// [`Policy::MAX_WINDOW`]: a window already near it widens only up to it, so every valid
+/// quota stays valid widened (its only error is a band of more permits than a log holds).
 fn widened(quota: Policy, margin: Duration) -> Result<Policy, PolicyError> {
     let mut bands = quota.bands().map(|band| {
-        Policy::new(
-            Algorithm::SlidingLog,
-            band.permits(),
-            band.window() + margin,
-        )
+        let window = band.window().saturating_add(margin).min(Policy::MAX_WINDOW);
+        Policy::new(Algorithm::SlidingLog, band.permits(), window)
     });
     let first = bands.next().unwrap_or(Ok(quota))?;
     bands.try_fold(first, |policy, band| policy.and(band?))

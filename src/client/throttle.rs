@@ -178,6 +178,10 @@ impl Throttle {
     /// providers: it lets a full burst through at the end of one window and refills during
     /// the next, up to 2N - 1 calls in one window.
     ///
+    /// No window is widened past [`Policy::MAX_WINDOW`]: a quota whose window is that long
+    /// (about 146 years) keeps it as it is, its margin cut away, and any valid quota is
+    /// accepted but for the permits of a log.
+    ///
     /// # Errors
     ///
     /// [`PolicyError`] when a band cannot be a sliding log: more than

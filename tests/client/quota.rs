@@ -9,7 +9,7 @@ use std::time::Duration;
 use futures_core::Stream;
 use tollgate::client::{pace, Throttle, ThrottleError, ThrottleLayer};
 use tollgate::clock::TokioClock;
-use tollgate::{DirectLimiter, RateLimiter};
+use tollgate::{Algorithm, DirectLimiter, Policy, PolicyError, RateLimiter};
 use tower_layer::Layer;
 use tower_service::Service;
 
@@ -131,6 +131,55 @@ async fn the_margin_is_at_most_a_quarter_of_the_window() {
         throttle.policy().unwrap().to_string(),
         "sliding-log 4/1250ms"
     );
+}
+
+/// A quota whose window is the longest a policy may have is accepted: the margin widens no
+/// window past it, and a refused quota is refused for what the caller gave.
+#[tokio::test(start_paused = true)]
+async fn a_quota_of_the_longest_window_is_accepted() {
+    let longest = Policy::new(Algorithm::SlidingLog, 2, Policy::MAX_WINDOW).unwrap();
+    let throttle = Throttle::quota(longest)
+        .unwrap()
+        .max_wait(Duration::from_secs(3_600));
+    assert_eq!(throttle.policy().unwrap(), longest);
+    // It holds: two calls, then none for its window.
+    for _ in 0..2 {
+        let mut call = throttle.acquire("api").await.unwrap();
+        call.heard(http::StatusCode::OK, &http::HeaderMap::new());
+    }
+    match throttle.acquire("api").await {
+        Err(ThrottleError::TimedOut { retry_after, .. }) => {
+            assert_eq!(retry_after, Policy::MAX_WINDOW)
+        }
+        other => panic!("{other:?}"),
+    }
+    // Just below it, of another algorithm: a sliding log up to it, no further.
+    let near = Duration::from_nanos((1 << 62) - 5_000_000);
+    let near = Policy::new(Algorithm::TokenBucket, 3, near).unwrap();
+    assert_eq!(
+        Throttle::quota(near).unwrap().policy().unwrap(),
+        Policy::new(Algorithm::SlidingLog, 3, Policy::MAX_WINDOW).unwrap()
+    );
+    // Beside a second's band, whose margin still follows the round trip: a call under way
+    // for 100 ms widens it to 110 ms (20, 40, 70, then 110 as it outlasts each), and the
+    // longest band stays at its window.
+    let both = "5/1s".parse::<Policy>().unwrap().and(longest).unwrap();
+    let throttle = Throttle::quota(both).unwrap();
+    let mut call = throttle.acquire("api").await.unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    call.heard(http::StatusCode::OK, &http::HeaderMap::new());
+    assert_eq!(throttle.stats().margin, Some(Duration::from_millis(110)));
+    let second = Policy::new(Algorithm::SlidingLog, 5, Duration::from_millis(1_110)).unwrap();
+    assert_eq!(throttle.policy().unwrap(), second.and(longest).unwrap());
+    // A quota a log cannot hold is refused for its permits, as given.
+    let many = Policy::new(Algorithm::TokenBucket, 100_000, Policy::MAX_WINDOW).unwrap();
+    assert!(matches!(
+        Throttle::quota(many),
+        Err(PolicyError::TooManyPermits {
+            permits: 100_000,
+            ..
+        })
+    ));
 }
 
 /// A margin widened after calls were admitted covers them too: the first two calls of a
