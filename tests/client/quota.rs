@@ -212,6 +212,27 @@ async fn a_widened_margin_covers_the_calls_admitted_before_it() {
     );
 }
 
+/// A margin widened counts a call once: a call answered after 100 ms widens the margin of
+/// a `2/1h` quota (its key moves to the wider window), and the second call still goes at
+/// once, however often the margin widens.
+#[tokio::test(start_paused = true)]
+async fn a_widened_margin_counts_each_call_once() {
+    for answered_after in [10, 100, 200] {
+        let throttle = Throttle::quota("2/1h".parse().unwrap())
+            .unwrap()
+            .max_wait(Duration::from_secs(10));
+        let mut call = throttle.acquire("api").await.unwrap();
+        tokio::time::sleep(Duration::from_millis(answered_after)).await;
+        call.heard(http::StatusCode::OK, &http::HeaderMap::new());
+        let margin = throttle.stats().margin;
+        let second = throttle.acquire("api").await;
+        assert!(
+            second.is_ok(),
+            "answered after {answered_after} ms (margin {margin:?}): {second:?}"
+        );
+    }
+}
+
 /// Round trips of 0 to 160 ms (within a quarter of the window), arriving anywhere in them,
 /// six tasks, forty calls: the margin grows as answers come, and no window of arrivals
 /// ever holds more than the quota.
