@@ -850,3 +850,189 @@ async fn a_tier_change_after_the_answer_was_dropped_is_not_hidden_by_the_deny_ca
     );
     assert_eq!(decision.remaining(), 98);
 }
+
+/// On Redis's clock, with live policies: a key spends 10 of `sliding-log 10/20s`, is moved
+/// to `3/10ms` (the 10 are kept for 20 s, the record kept as long), and `3/10ms` is applied
+/// again (as a service re-applying its configuration does). The record, dated anew, keeps
+/// its life: moved back 2.5 s later, the key has nothing, as in process.
+#[tokio::test]
+async fn a_policy_applied_again_does_not_shorten_the_record_below_what_is_kept() {
+    let server = RedisServer::start();
+    let (wide, tight) = (policy("sliding-log 10/20s"), policy("3/10ms"));
+    let limiter = RedisLimiter::builder(wide)
+        .prefix("reapply")
+        .deny_cache(0)
+        .timeout(Duration::from_secs(10))
+        .live_policy()
+        .connect(&server.url())
+        .await
+        .unwrap();
+    let clock = FakeClock::new();
+    at(&clock, T0);
+    let near: RateLimiter<String, FakeClock> = RateLimiter::with_clock(wide, clock.clone());
+    for _ in 0..10 {
+        assert!(limiter.try_acquire("k").await.unwrap().is_allowed());
+        assert!(near.try_acquire("k").is_allowed());
+    }
+    for _ in 0..2 {
+        limiter.set_policy(tight).await.unwrap();
+        near.set_policy(tight);
+        assert!(limiter.try_acquire("k").await.unwrap().is_allowed());
+        assert!(near.try_acquire("k").is_allowed());
+    }
+    let pttl = |key: &str| server.command(&["PTTL", key]).int();
+    let (kept, record) = (pttl("reapply:{k}:kept"), pttl("reapply:{k}:policy"));
+    assert!(
+        kept > 15_000 && record >= kept,
+        "kept {kept} ms, record {record} ms"
+    );
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    clock.advance(Duration::from_millis(2_500));
+    limiter.set_policy(wide).await.unwrap();
+    near.set_policy(wide);
+    let (mut remote, mut local) = (0, 0);
+    for _ in 0..10 {
+        remote += u64::from(limiter.try_acquire("k").await.unwrap().is_allowed());
+        local += u64::from(near.try_acquire("k").is_allowed());
+    }
+    assert_eq!((remote, local), (0, 0));
+}
+
+/// Allowed, remaining and limit alike; times within 50 us (Redis counts a token bucket's
+/// interval in whole microseconds, which alone moves them a little).
+fn close(a: &Decision, b: &Decision) -> bool {
+    let (x, y) = (fields(a), fields(b));
+    (x.0, x.1, x.2) == (y.0, y.1, y.2) && x.3.abs_diff(y.3) <= 50 && x.4.abs_diff(y.4) <= 50
+}
+
+/// A key moved at random between three policies of up to four bands each (what is kept
+/// folded at eight bands, a carry at four), with pauses short and long against the
+/// windows (so that states are also built from kept permits alone), decides as the
+/// in-process limiter whose `set_policy` made the same moves at the same instants.
+#[tokio::test]
+async fn random_moves_between_policies_of_many_bands_decide_as_set_policy_does() {
+    let server = RedisServer::start();
+    let sets: [[&str; 3]; 6] = [
+        [
+            "1/10ms & 2/100ms & 3/1s & 4/10s",
+            "sliding-counter 5/20ms & sliding-log 7/200ms & 9/2s & 11/20s",
+            "sliding-log 2/30ms & 4/300ms & 6/3s & 8/30s",
+        ],
+        ["10/1h", "3/1h", "sliding-counter 5/10s & 4/1min"],
+        [
+            "sliding-log 6/50ms & 20/5s",
+            "sliding-counter 12/40ms & 30/4s & sliding-log 40/40s",
+            "3/7ms & 9/70ms & 27/700ms & 81/7s",
+        ],
+        [
+            "sliding-counter 7/100ms",
+            "sliding-counter 9/300ms & sliding-counter 20/3s",
+            "sliding-log 4/100ms & 8/1s",
+        ],
+        [
+            "5/1s & 50/1min",
+            "5/1s & sliding-counter 20/10s",
+            "2/250ms & 100/1h",
+        ],
+        [
+            "8/10ms & 16/20ms & 32/40ms & 64/80ms",
+            "sliding-log 3/15ms & 6/30ms & 12/60ms & 24/120ms",
+            "sliding-counter 4/25ms & 8/50ms & 16/100ms & 32/200ms",
+        ],
+    ];
+    for (s, set) in sets.iter().enumerate() {
+        for run in 0..8_u64 {
+            let clock = FakeClock::new();
+            at(&clock, T0);
+            let policies = set.map(policy);
+            let tier = Arc::new(AtomicUsize::new(0));
+            let answer = Arc::clone(&tier);
+            let remote = tiered(&format!("random-{s}-{run}"), &clock, move |_: &str| {
+                policies[answer.load(Ordering::Relaxed)]
+            })
+            .connect(&server.url())
+            .await
+            .unwrap();
+            let near: RateLimiter<String, FakeClock> =
+                RateLimiter::with_clock(policies[0], clock.clone());
+            let mut seed = 1 + 977 * run + 31 * s as u64;
+            let mut next = |bound: u64| {
+                seed = seed
+                    .wrapping_mul(6_364_136_223_846_793_005)
+                    .wrapping_add(1_442_695_040_888_963_407);
+                (seed >> 33) % bound
+            };
+            let mut moves = Vec::new();
+            for step in 0..300 {
+                if next(8) == 0 {
+                    clock.advance(Duration::from_micros(1 + next(3)));
+                    let to = (tier.load(Ordering::Relaxed) + 1 + next(2) as usize) % 3;
+                    tier.store(to, Ordering::Relaxed);
+                    near.set_policy(policies[to]);
+                    moves.push((step, set[to]));
+                }
+                let now = policies[tier.load(Ordering::Relaxed)];
+                let least = now.bands().map(|band| band.permits()).min().unwrap();
+                let cost = 1 + next(least);
+                let (r, l) = (remote.peek("k").await.unwrap(), near.peek("k"));
+                assert!(
+                    close(&r, &l),
+                    "set {s} run {run} step {step}: peek {:?} in process {:?} after {moves:?}",
+                    fields(&r),
+                    fields(&l)
+                );
+                let r = remote.try_acquire_n("k", cost).await.unwrap();
+                let l = near.try_acquire_n("k", cost).unwrap();
+                assert!(
+                    close(&r, &l),
+                    "set {s} run {run} step {step} cost {cost}: {:?} in process {:?} after {moves:?}",
+                    fields(&r),
+                    fields(&l)
+                );
+                let pause = match next(20) {
+                    0 => next(40_000_000),
+                    1..=2 => next(3_000_000),
+                    3..=6 => next(200_000),
+                    _ => next(20_000),
+                };
+                clock.advance(Duration::from_micros(pause));
+            }
+        }
+    }
+}
+
+/// A value at the kept key that this crate never writes (an instant far beyond any clock)
+/// is not counted: the move goes through whole, rather than failing after its first writes
+/// (the script's writes are not rolled back) and leaving the key failing on every request.
+#[tokio::test]
+async fn a_foreign_value_at_the_kept_key_does_not_break_a_move() {
+    let server = RedisServer::start();
+    let tier = Arc::new(AtomicUsize::new(0));
+    let answer = Arc::clone(&tier);
+    let limiter = RedisLimiter::builder(policy("1/1s"))
+        .prefix("foreign")
+        .deny_cache(0)
+        .timeout(Duration::from_secs(10))
+        .resolver(move |_: &str| policy(["7/1h", "3/1h"][answer.load(Ordering::Relaxed)]))
+        .resolver_cache(1_000, Duration::ZERO)
+        .connect(&server.url())
+        .await
+        .unwrap();
+    for _ in 0..7 {
+        assert!(limiter.try_acquire("k").await.unwrap().is_allowed());
+    }
+    server.command(&[
+        "SET",
+        "foreign:{k}:kept",
+        "1000000:5:1:99999999999999999999999",
+    ]);
+    tokio::time::sleep(Duration::from_millis(2)).await;
+    tier.store(1, Ordering::Relaxed);
+    let moved = limiter.try_acquire("k").await.unwrap();
+    assert!(!moved.is_allowed(), "7 spent: {moved:?}");
+    assert!(server
+        .command(&["GET", "foreign:{k}:policy"])
+        .text()
+        .ends_with("|token-bucket 3/1h"));
+    assert_eq!(limiter.stats().policy_moves, 1);
+}

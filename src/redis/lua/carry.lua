@@ -141,9 +141,16 @@ local function kept_read(key, now)
   if type(value) ~= 'string' then
     return nil
   end
-  local kept = {}
+  local kept, bound = {}, 2 ^ 50
   for W, n, c, u in string.gmatch(value, '(%d+):(%d+):(%d+):(%d+)') do
-    kept_push(kept, { W = tonumber(W), n = tonumber(n), c = tonumber(c), u = tonumber(u) })
+    local band = { W = tonumber(W), n = tonumber(n), c = tonumber(c), u = tonumber(u) }
+    -- Only what this file writes: a window of at most 2^50 us, instants no later than that
+    -- from now, counts below 2^52. Anything else is not counted, and this move's write
+    -- replaces it, rather than failing the move after its writes (an expiry Redis refuses).
+    if band.W >= 1 and band.W <= bound and band.n < 2 ^ 52 and band.c <= now + bound
+        and band.u <= now + bound then
+      kept_push(kept, band)
+    end
   end
   return kept_live(kept, now)
 end

@@ -83,9 +83,10 @@ end
 -- four times its longest window `longest` us (a token bucket charged to twice its burst,
 -- whose interval, rounded up, makes the burst up to twice the window), and a reservation's
 -- token for twice it and a second: the record is kept that long and a second. It is given
--- twice that life, and rewritten only when it changes, is dated anew, or has less than that
--- left: an admission then reads its time to live instead of writing it, and the record
--- outlives the state.
+-- twice that life (or what it had left, if longer: never shortened, so that it outlives
+-- what a move kept), and rewritten only when it changes, is dated anew, or has less than
+-- that left: an admission then reads its time to live instead of writing it, and the
+-- record outlives the state.
 local function write_record(key, text, at, longest, expire)
   local recorded_at, recorded = read_record(key)
   local life = idiv(4 * longest + 1000000 + 999, 1000)
@@ -97,7 +98,14 @@ local function write_record(key, text, at, longest, expire)
   end
   local value = fmt(at) .. '|' .. text
   if expire then
-    redis.call('SET', key, value, 'PX', fmt(2 * life))
+    -- Never shortened: a move may have kept the record alive as long as what it kept
+    -- (convert_tier), and a policy applied again must not cut that short.
+    local ms = 2 * life
+    local left = redis.call('PTTL', key)
+    if left > ms then
+      ms = left
+    end
+    redis.call('SET', key, value, 'PX', fmt(ms))
   else
     redis.call('SET', key, value)
   end
