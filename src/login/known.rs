@@ -62,19 +62,23 @@ impl KnownClients {
         Some(known.next(clock))
     }
 
-    /// Makes `client` known until `until`, with a fresh budget under `policy`: in its own
-    /// place when it has one, else in a new place, else in the place of the client whose
-    /// latest success is the oldest.
+    /// Makes `client` known until `until`. A client known already keeps its place and its
+    /// budget as it is, failures included: a success refills nothing, or whoever shares the
+    /// client (an address the owner used, a stolen device cookie) would get a full budget
+    /// after each of the owner's logins. A client not known gets a full budget under `policy`,
+    /// in a new place, else in the place of the client whose latest success is the oldest.
     pub(crate) fn remember(&mut self, client: &str, policy: &Policy, until: u64, now: u64) {
+        self.clients.retain(|known| now < known.until);
+        if let Some(known) = self.clients.iter_mut().find(|k| *k.client == *client) {
+            known.until = known.until.max(until);
+            return;
+        }
         let fresh = KnownClient {
             client: client.into(),
             until,
             failures: any_state(policy, None, now),
         };
-        self.clients.retain(|known| now < known.until);
-        if let Some(place) = self.clients.iter_mut().find(|k| *k.client == *client) {
-            *place = fresh;
-        } else if self.clients.len() < MAX_KNOWN_PER_ACCOUNT {
+        if self.clients.len() < MAX_KNOWN_PER_ACCOUNT {
             self.clients.push(fresh);
         } else if let Some(oldest) = self.clients.iter_mut().min_by_key(|known| known.until) {
             *oldest = fresh;
@@ -110,11 +114,25 @@ mod tests {
             "the oldest were replaced"
         );
         assert!(known.peek("device-4", 0).is_some());
-        // A success again refreshes the client in its own place.
+        // A success again keeps the client known longer, in its own place.
         known.remember("device-4", &policy, 5_000, 0);
         assert_eq!(known.clients.len(), MAX_KNOWN_PER_ACCOUNT);
         assert!(known.peek("device-4", 4_000).is_some());
         assert!(known.is_idle(5_000));
         assert!(!known.is_idle(4_999));
+    }
+
+    #[test]
+    fn a_success_keeps_a_known_clients_failures() {
+        let policy: Policy = "sliding-log 2/15m".parse().unwrap();
+        let clock = Fixed(0);
+        let mut known = KnownClients::default();
+        known.remember("device", &policy, 1_000, 0);
+        let _ = known.fail("device", &clock, 0);
+        let spent = known.fail("device", &clock, 0).unwrap();
+        assert!(!spent.is_allowed());
+        known.remember("device", &policy, 2_000, 0);
+        assert_eq!(known.peek("device", 0), Some(spent), "not refilled");
+        assert!(known.peek("device", 1_500).is_some(), "known for longer");
     }
 }

@@ -95,9 +95,10 @@ use strikes::{Escalation, StrikeCell};
 /// A known client's own budget has no lockout: with the default 5 per 15 minutes, whoever
 /// can present a known client (anyone behind a shared address the owner used, or a thief of
 /// the owner's device cookie) gets at most 480 guesses a day on that account, until the
-/// client's 30 days run out. Each account keeps at most 16 known clients (a success from one
-/// more replaces the one whose latest success is the oldest), so logging in over and over
-/// from new devices cannot fill the guard's memory from one account.
+/// client's 30 days run out. The owner's successes from that client refill none of it: they
+/// only keep the client known for longer. Each account keeps at most 16 known clients (a
+/// success from one more replaces the one whose latest success is the oldest), so logging
+/// in over and over from new devices cannot fill the guard's memory from one account.
 ///
 /// Pass the client as a `(device token, address)` pair where you can: the token (a random id
 /// your server issued in a signed cookie) recognises a known client, and the client limit
@@ -461,12 +462,15 @@ impl<C: Clock> LoginGuard<C> {
     }
 
     /// Records a successful login for `account` from `client`: the client becomes *known*
-    /// for the account for [`LoginConfig::remember_clients`] from now, with a fresh budget
-    /// of its own (its earlier failures there are forgiven).
+    /// for the account for [`LoginConfig::remember_clients`] from now. A client not known
+    /// yet starts with a full budget of its own there; a client known already stays known
+    /// for longer and keeps its budget as it is.
     ///
-    /// It forgives nothing else: the account's failures and strikes, which every other client
-    /// shares, stay counted (forgiving them would hand an attacker a fresh budget each time
-    /// the owner logs in), and so do the client's failures on other accounts. To clear an
+    /// It forgives nothing: not the known client's own failures (whoever shares the client,
+    /// behind an address the owner used or with a stolen device cookie, would get a full
+    /// budget again each time the owner logs in), nor the account's failures and strikes,
+    /// which every other client shares (that would hand an attacker a fresh budget each
+    /// time the owner logs in), nor the client's failures on other accounts. To clear an
     /// account, use [`unlock`](LoginGuard::unlock). Call it only after
     /// [`check`](LoginGuard::check) allowed the attempt and the password was right.
     ///

@@ -569,6 +569,30 @@ fn a_known_client_has_its_own_budget_and_no_lockout() {
     assert_eq!(guard.evict_idle(), 1, "the expired known client");
 }
 
+/// Whoever shares a known client (an address the owner used) guesses within that client's
+/// own budget, however often the owner logs in from it: each success keeps the client
+/// known, and refills nothing.
+#[test]
+fn a_known_clients_budget_is_not_refilled_by_each_owner_success() {
+    let (guard, clock) = guard();
+    let shared = "198.51.100.4";
+    let mut guesses = 0u32;
+    for minute in 0..24 * 60 {
+        clock.set(min(minute));
+        guard.record_success("alice", shared);
+        while guard.check("alice", shared).is_allowed() {
+            let _ = guard.record_failure("alice", shared);
+            guesses += 1;
+        }
+    }
+    assert!(
+        guesses <= 480,
+        "{guesses} wrong passwords verified in one day"
+    );
+    // 5 in each 15 minutes of the day, and no more.
+    assert_eq!(guesses, 480);
+}
+
 #[test]
 fn remembering_no_client_keeps_every_client_on_the_account_rules() {
     let config = LoginConfig::default().with_remember_clients(Duration::ZERO);
