@@ -492,6 +492,16 @@ impl Throttle {
         }
     }
 
+    /// The admitted call was answered now, and the answer is not read: as an answer without
+    /// rate-limit fields, it may have been counted upstream with no report saying so, and
+    /// its round trip is measured.
+    fn answered_without_fields(&self, admission: &Admission) {
+        admission.lane.told().unreported(admission.units);
+        if let Some(quota) = &self.shared.quota {
+            quota.answered(admission.at, Instant::now());
+        }
+    }
+
     /// What this throttle has done since it was built.
     ///
     /// # Examples
@@ -610,6 +620,11 @@ impl Admission {
     /// Settles a reserved call at its `actual` cost: the difference from its estimate is
     /// given back, or charged on top, by the budget's rules for a reservation.
     ///
+    /// A call is settled from its answer, so settling it also tells the throttle it was
+    /// answered, whether or not the settle succeeds: one not [`heard`](Admission::heard)
+    /// counts as answered now with no rate-limit fields, not as a call dropped unanswered
+    /// (which may still arrive, and widens a [`Throttle::quota`]'s margin to its cap).
+    ///
     /// # Errors
     ///
     /// [`ThrottleError::NotReserved`] for a call taken with [`acquire_n`](Throttle::acquire_n)
@@ -620,6 +635,9 @@ impl Admission {
     ///
     /// See [`Throttle::reserve_n`].
     pub async fn settle(mut self, actual: u64) -> Result<(), ThrottleError> {
+        if !std::mem::replace(&mut self.answered, true) {
+            self.throttle.answered_without_fields(&self);
+        }
         match self.reservation.take() {
             Some(reservation) => {
                 let throttle = self.throttle.clone();

@@ -407,3 +407,38 @@ async fn a_remaining_given_twice_holds_at_its_least() {
         assert_eq!(throttle.stats().malformed, 0);
     }
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_settle_refused_with_not_reserved_does_not_abandon_the_call() {
+    let throttle = Throttle::quota("10/1s".parse().unwrap()).unwrap();
+    let call = throttle.acquire("api").await.unwrap();
+    let before = throttle.stats().margin;
+    assert!(matches!(
+        call.settle(1).await,
+        Err(ThrottleError::NotReserved { .. })
+    ));
+    assert_eq!(
+        throttle.stats().margin,
+        before,
+        "margin widened by a refused settle"
+    );
+}
+
+/// A call is settled from its answer: settled without `heard`, it counts as answered then
+/// (its round trip measured), not as a call dropped unanswered that may still arrive.
+#[tokio::test(start_paused = true)]
+async fn a_settled_call_counts_as_answered_not_abandoned() {
+    let throttle = Throttle::quota("10/1s".parse().unwrap()).unwrap();
+    let call = throttle.reserve_n("api", 3).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    call.settle(1).await.unwrap();
+    // A round trip of 10 ms: the first margin covers it; not widened to its cap of 250 ms.
+    assert_eq!(throttle.stats().margin, Some(Duration::from_millis(20)));
+    // And the call is no longer in flight: a report of 2 left lets 2 more go at once.
+    let (ok, two_left) = answer(200, &[("ratelimit", "\"d\";r=2;t=10")]);
+    throttle.acquire("api").await.unwrap().heard(ok, &two_left);
+    let start = Instant::now();
+    std::mem::forget(throttle.acquire("api").await.unwrap());
+    std::mem::forget(throttle.acquire("api").await.unwrap());
+    assert_eq!(start.elapsed(), Duration::ZERO);
+}
