@@ -18,6 +18,9 @@ use crate::reservation::{Reservation, SettleError};
 /// An in-process limiter as the throttle sees it: keyed by the call's key, or one budget
 /// for every key.
 trait Local: Send + Sync {
+    /// What a request of `cost` for `key` would get now, changing nothing: its error is the
+    /// one `try_acquire_n` would return for that cost.
+    fn peek_n(&self, key: &str, cost: u64) -> Result<Decision, CostError>;
     fn try_acquire_n(&self, key: &str, cost: u64) -> Result<Decision, CostError>;
     fn reserve_n(&self, key: &str, cost: u64) -> Result<Reservation, CostError>;
     fn settle(&self, key: &str, reservation: Reservation, actual: u64) -> Result<(), SettleError>;
@@ -29,6 +32,10 @@ where
     C: Clock + 'static,
     S: BuildHasher + Clone + Send + Sync + 'static,
 {
+    fn peek_n(&self, key: &str, cost: u64) -> Result<Decision, CostError> {
+        RateLimiter::peek_n(self, key, cost)
+    }
+
     fn try_acquire_n(&self, key: &str, cost: u64) -> Result<Decision, CostError> {
         RateLimiter::try_acquire_n(self, key, cost)
     }
@@ -47,6 +54,10 @@ where
 }
 
 impl<C: Clock + 'static> Local for DirectLimiter<C> {
+    fn peek_n(&self, _: &str, cost: u64) -> Result<Decision, CostError> {
+        DirectLimiter::peek_n(self, cost)
+    }
+
     fn try_acquire_n(&self, _: &str, cost: u64) -> Result<Decision, CostError> {
         DirectLimiter::try_acquire_n(self, cost)
     }
@@ -115,6 +126,32 @@ pub(super) struct Taken {
 }
 
 impl Budget {
+    /// Whether the budget's policy for `key` can ever admit `cost`, by the limiter's own
+    /// check (the one [`take`](Budget::take) meets), before any wait: a cost it can never
+    /// admit is an error at once, not after a pause or a queue. A cost of 1 is within every
+    /// policy (each has a permit at least), and is not asked about.
+    pub(super) async fn check_cost(&self, key: &str, cost: u64) -> Result<(), ThrottleError> {
+        if cost == 1 {
+            return Ok(());
+        }
+        match &self.0 {
+            Source::Local(limiter) => {
+                limiter
+                    .peek_n(key, cost)
+                    .map(drop)
+                    .map_err(|source| ThrottleError::Cost {
+                        key: key.to_owned(),
+                        source,
+                    })
+            }
+            #[cfg(feature = "redis")]
+            Source::Redis(limiter) => limiter
+                .check_cost(key, cost)
+                .await
+                .map_err(|source| redis_error(key, source)),
+        }
+    }
+
     /// Takes `cost` permits for `key` now, or refuses; `reserve` keeps a reservation to
     /// settle later.
     pub(super) async fn take(
@@ -243,16 +280,7 @@ async fn redis_take(
 ) -> Result<Taken, ThrottleError> {
     use crate::redis::BackendError;
 
-    let backend = |source: BackendError| match source {
-        BackendError::Cost(source) => ThrottleError::Cost {
-            key: key.to_owned(),
-            source,
-        },
-        source => ThrottleError::Backend {
-            key: key.to_owned(),
-            source,
-        },
-    };
+    let backend = |source| redis_error(key, source);
     if limiter.is_leasing() && !reserve {
         return Ok(Taken {
             decision: limiter.try_acquire_n(key, cost).await.map_err(backend)?,
@@ -284,6 +312,22 @@ async fn redis_take(
         decision: reservation.decision(),
         reservation: reserve.then_some(reservation),
     })
+}
+
+/// What a Redis budget's error for `key` means to the throttle: a cost its policy can never
+/// admit, or a failing backend.
+#[cfg(feature = "redis")]
+fn redis_error(key: &str, source: crate::redis::BackendError) -> ThrottleError {
+    match source {
+        crate::redis::BackendError::Cost(source) => ThrottleError::Cost {
+            key: key.to_owned(),
+            source,
+        },
+        source => ThrottleError::Backend {
+            key: key.to_owned(),
+            source,
+        },
+    }
 }
 
 /// A reservation made for a caller that has not taken it yet: dropped unclaimed, it is

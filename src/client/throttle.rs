@@ -353,6 +353,8 @@ impl Throttle {
 
     async fn take(&self, key: &str, cost: u64, reserve: bool) -> Result<Admission, ThrottleError> {
         let shared = &self.shared;
+        // Before the queue and any pause: a cost the budget can never admit fails at once.
+        shared.budget.check_cost(key, cost).await?;
         let units = if self.fields_count_cost { cost } else { 1 };
         let start = Instant::now();
         let deadline = self.max_wait.and_then(|wait| start.checked_add(wait));

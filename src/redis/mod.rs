@@ -551,6 +551,14 @@ impl RedisLimiter {
         Ok(self.shared.tier_of(key)?.tier.policy)
     }
 
+    /// `n` as a request's cost for `key`, checked as each request checks it (the policy set
+    /// live read first, when due), and nothing decided: a cost its policy can never admit is
+    /// [`BackendError::Cost`].
+    #[cfg(feature = "tower")]
+    pub(crate) async fn check_cost(&self, key: &str, n: u64) -> Result<(), BackendError> {
+        self.shared.check_cost(key, n).await
+    }
+
     /// The policy every key is held to, `None` under a resolver (each key has its own).
     #[cfg(feature = "tower")]
     pub(crate) fn uniform_policy(&self) -> Option<Policy> {

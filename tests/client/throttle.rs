@@ -442,3 +442,65 @@ async fn a_settled_call_counts_as_answered_not_abandoned() {
     std::mem::forget(throttle.acquire("api").await.unwrap());
     assert_eq!(start.elapsed(), Duration::ZERO);
 }
+
+/// A cost the budget's policy can never admit fails at once: not after a pause the upstream
+/// asked for, nor after the calls queued ahead of it, nor as a timeout.
+#[tokio::test(start_paused = true)]
+async fn a_cost_the_policy_cannot_admit_fails_before_any_pause_or_queue() {
+    let (refused, retry) = answer(429, &[("retry-after", "60")]);
+    let keyed = || -> RateLimiter<String, TokioClock> {
+        RateLimiter::with_clock("10/1s".parse().unwrap(), TokioClock::new())
+    };
+    // Each key's policy from a resolver: "big" admits 20 at once, every other key 10.
+    let resolved = || -> RateLimiter<String, TokioClock> {
+        RateLimiter::with_resolver(
+            |key: &String| {
+                let policy = if key == "big" { "20/1s" } else { "10/1s" };
+                policy.parse().unwrap()
+            },
+            TokioClock::new(),
+        )
+    };
+    let direct = DirectLimiter::with_clock("10/1s".parse().unwrap(), TokioClock::new());
+    for (throttle, key) in [
+        (
+            Throttle::new(keyed()).max_wait(Duration::from_secs(5)),
+            "api",
+        ),
+        (Throttle::new(keyed()), "api"),
+        (Throttle::new(direct), "api"),
+        (Throttle::new(resolved()), "small"),
+    ] {
+        throttle.acquire(key).await.unwrap().heard(refused, &retry);
+        let start = Instant::now();
+        let err = throttle.acquire_n(key, 11).await.unwrap_err();
+        assert!(
+            matches!(err, ThrottleError::Cost { .. }),
+            "{throttle:?}: {err:?}"
+        );
+        assert_eq!(start.elapsed(), Duration::ZERO, "{throttle:?}");
+        // Queued behind a caller waiting out the pause: still at once.
+        let head = tokio::spawn({
+            let throttle = throttle.clone();
+            async move { throttle.acquire(key).await.is_ok() }
+        });
+        tokio::task::yield_now().await;
+        let err = throttle.reserve_n(key, 11).await.unwrap_err();
+        assert!(
+            matches!(err, ThrottleError::Cost { .. }),
+            "{throttle:?}: {err:?}"
+        );
+        assert_eq!(start.elapsed(), Duration::ZERO, "{throttle:?}");
+        head.abort();
+    }
+    // A key whose own policy admits the cost waits for it, as any call does.
+    let throttle = Throttle::new(resolved());
+    throttle
+        .acquire("big")
+        .await
+        .unwrap()
+        .heard(refused, &retry);
+    let start = Instant::now();
+    assert!(throttle.acquire_n("big", 11).await.is_ok());
+    assert_eq!(start.elapsed(), Duration::from_secs(60));
+}
