@@ -504,3 +504,218 @@ async fn a_cost_the_policy_cannot_admit_fails_before_any_pause_or_queue() {
     assert!(throttle.acquire_n("big", 11).await.is_ok());
     assert_eq!(start.elapsed(), Duration::from_secs(60));
 }
+
+/// An endless stream of numbers, for `pace`.
+struct Items(u32);
+
+impl futures_core::Stream for Items {
+    type Item = u32;
+
+    fn poll_next(
+        mut self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<u32>> {
+        self.0 += 1;
+        std::task::Poll::Ready(Some(self.0))
+    }
+}
+
+/// The next item of `paced`, if it comes within `within`: a `next()` dropped at a timeout,
+/// as a `select!` drops one, leaves the stream waiting for the item's permit, unpolled.
+async fn next_within(
+    paced: &mut std::pin::Pin<Box<tollgate::client::Paced<Items>>>,
+    within: Duration,
+) -> Option<u32> {
+    use futures_core::Stream;
+    let next = std::future::poll_fn(|cx| paced.as_mut().poll_next(cx));
+    tokio::time::timeout(within, next)
+        .await
+        .ok()
+        .map(|item| item.unwrap().unwrap())
+}
+
+/// The lane's grace: how long past its due instant an unpolled head keeps its turn.
+const GRACE: Duration = Duration::from_millis(10);
+
+/// `call`, which must end within a minute of paused time: a caller held up for good by one
+/// that is not polled fails the test rather than hang it.
+async fn soon<T>(call: impl std::future::Future<Output = T>) -> T {
+    tokio::time::timeout(Duration::from_secs(60), call)
+        .await
+        .expect("still waiting after a minute")
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_idle_paced_stream_does_not_block_other_callers_of_its_key() {
+    use futures_core::Stream;
+    use std::future::poll_fn;
+    use tollgate::client::pace;
+    let budget = DirectLimiter::with_clock("1/1s".parse().unwrap(), TokioClock::new());
+    let throttle = Throttle::new(budget).max_wait(Duration::from_secs(10));
+    let mut paced = Box::pin(pace(Items(0), throttle.clone(), "api"));
+    poll_fn(|cx| paced.as_mut().poll_next(cx))
+        .await
+        .unwrap()
+        .unwrap();
+    let next = tokio::time::timeout(
+        Duration::from_millis(10),
+        poll_fn(|cx| paced.as_mut().poll_next(cx)),
+    )
+    .await;
+    assert!(next.is_err());
+    let start = Instant::now();
+    let other = throttle.acquire("api").await;
+    assert!(
+        other.is_ok(),
+        "a call whose permit came after 1 s: {other:?} after {:?}",
+        start.elapsed()
+    );
+    // The stream's item was due at 1 s: the call behind it went a grace later.
+    assert_eq!(start.elapsed(), Duration::from_millis(990) + GRACE);
+    drop(paced);
+}
+
+/// Without a maximum wait, a caller behind a head that is not polled would wait forever:
+/// it goes once the head's permit is due and the grace has passed, and the head, polled
+/// again, takes its place back ahead of the callers that asked after it.
+#[tokio::test(start_paused = true)]
+async fn a_head_not_polled_loses_its_turn_after_the_grace_and_takes_it_back_when_polled() {
+    let throttle = Throttle::new(one_per_second());
+    let start = Instant::now();
+    let mut paced = Box::pin(tollgate::client::pace(Items(0), throttle.clone(), "api"));
+    assert_eq!(next_within(&mut paced, Duration::ZERO).await, Some(1));
+    // The next item waits for the permit of second 1; its `next()` is dropped at 10 ms.
+    assert_eq!(
+        next_within(&mut paced, Duration::from_millis(10)).await,
+        None
+    );
+    let other = soon(throttle.acquire("api")).await.unwrap();
+    assert_eq!(start.elapsed(), Duration::from_secs(1) + GRACE);
+    drop(other);
+    // A caller that asks now is behind the stream's item, which asked first.
+    let later = tokio::spawn({
+        let throttle = throttle.clone();
+        async move {
+            soon(throttle.acquire("api")).await.unwrap();
+            start.elapsed()
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(
+        next_within(&mut paced, Duration::from_secs(5)).await,
+        Some(2)
+    );
+    assert_eq!(start.elapsed(), Duration::from_secs(2) + GRACE);
+    assert_eq!(later.await.unwrap(), Duration::from_secs(3) + GRACE);
+}
+
+/// Two items waiting unpolled at the head of the queue (two paced streams in a `select!`
+/// that dropped both) hold a polled caller up by a grace each, once.
+#[tokio::test(start_paused = true)]
+async fn callers_behind_several_idle_heads_go_a_grace_after_each() {
+    let budget = Arc::new(DirectLimiter::with_clock(
+        "2/1s".parse().unwrap(),
+        TokioClock::new(),
+    ));
+    let throttle = Throttle::new(Arc::clone(&budget));
+    let start = Instant::now();
+    throttle.acquire_n("api", 2).await.unwrap();
+    let mut first = Box::pin(tollgate::client::pace(Items(0), throttle.clone(), "api"));
+    let mut second = Box::pin(tollgate::client::pace(Items(0), throttle.clone(), "api"));
+    assert_eq!(
+        next_within(&mut first, Duration::from_millis(1)).await,
+        None
+    );
+    assert_eq!(
+        next_within(&mut second, Duration::from_millis(1)).await,
+        None
+    );
+    // The first's permit is due at 0.5 s; it lapses a grace later, and the second's turn
+    // comes then (due at once), and lapses a grace after that.
+    let mut polled = Vec::new();
+    for _ in 0..3 {
+        soon(throttle.acquire("api")).await.unwrap();
+        polled.push(start.elapsed());
+    }
+    let half = Duration::from_millis(500);
+    assert_eq!(polled, [half + GRACE * 2, half * 2, half * 3]);
+    // Polled again, the streams go first, in the order they asked.
+    assert_eq!(next_within(&mut second, Duration::ZERO).await, None);
+    assert_eq!(
+        next_within(&mut first, Duration::from_secs(1)).await,
+        Some(1)
+    );
+    assert_eq!(start.elapsed(), half * 4);
+    assert_eq!(
+        next_within(&mut second, Duration::from_secs(1)).await,
+        Some(1)
+    );
+    assert_eq!(start.elapsed(), half * 5);
+}
+
+/// A future kept but never polled again (an `acquire` its owner holds on to) is not a
+/// permit: it takes nothing, and the callers behind it get every permit in turn.
+#[tokio::test(start_paused = true)]
+async fn an_acquire_kept_but_not_polled_takes_nothing_and_holds_nobody_for_good() {
+    let budget = one_per_second();
+    let throttle = Throttle::new(Arc::clone(&budget));
+    let start = Instant::now();
+    soon(throttle.acquire("api")).await.unwrap();
+    let mut kept = Box::pin(throttle.acquire("api"));
+    assert!(
+        tokio::time::timeout(Duration::from_millis(1), kept.as_mut())
+            .await
+            .is_err()
+    );
+    let mut admitted = Vec::new();
+    for _ in 0..3 {
+        soon(throttle.acquire("api")).await.unwrap();
+        admitted.push(start.elapsed());
+    }
+    let second = Duration::from_secs(1);
+    assert_eq!(
+        admitted,
+        [second + GRACE, second * 2 + GRACE, second * 3 + GRACE]
+    );
+    assert_eq!(throttle.stats().admitted, 4);
+    drop(kept);
+}
+
+/// A call that gives up still queued is told the least it would have had to wait, never
+/// zero while a permit is further away: behind a head that sleeps for its permit, the
+/// head's wait; behind one due at its deadline, what the head's move tells.
+#[tokio::test(start_paused = true)]
+async fn a_call_that_gives_up_queued_is_told_a_wait_that_is_never_too_short() {
+    let throttle = Throttle::new(DirectLimiter::with_clock(
+        "1/1s".parse().unwrap(),
+        TokioClock::new(),
+    ));
+    throttle.acquire("api").await.unwrap();
+    let mut paced = Box::pin(tollgate::client::pace(Items(0), throttle.clone(), "api"));
+    assert_eq!(
+        next_within(&mut paced, Duration::from_millis(10)).await,
+        None
+    );
+    let start = Instant::now();
+    let hurried = throttle.clone().max_wait(Duration::from_millis(500));
+    match hurried.acquire("api").await {
+        Err(ThrottleError::TimedOut {
+            waited,
+            retry_after,
+            ..
+        }) => {
+            assert_eq!(waited, Duration::from_millis(500));
+            assert_eq!(retry_after, Duration::from_millis(490));
+        }
+        other => panic!("{other:?}"),
+    }
+    // A call whose maximum wait ends just after that head is due (and not polled) waits
+    // for the head's move, at most the grace: its turn lapses, and the call behind it
+    // takes the permit the head did not.
+    tokio::time::sleep_until(start + Duration::from_millis(985)).await;
+    let start = Instant::now();
+    let patient = throttle.clone().max_wait(Duration::from_millis(10));
+    assert!(patient.acquire("api").await.is_ok());
+    assert_eq!(start.elapsed(), Duration::from_millis(5) + GRACE);
+    drop(paced);
+}
