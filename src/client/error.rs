@@ -43,7 +43,8 @@ pub enum ThrottleError {
         waited: Duration,
         /// How long after giving up a permit would have come, as far as the throttle knew;
         /// for a call that gave up still queued behind others, how long the call at the
-        /// head was still to sleep for its permit: the least it would have had to wait.
+        /// head was still to wait (zero when it was not sleeping): the least it would have
+        /// had to wait.
         retry_after: Duration,
     },
     /// The call's cost can never be admitted by the budget's policy (0, or above its

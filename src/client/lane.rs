@@ -1,20 +1,13 @@
-//! [`Lanes`]: per key, the queue its callers wait in (first come, first served among the
-//! callers being polled) and what the upstream last said about its quota.
+//! [`Lanes`]: per key, the queue its callers wait in (first come, first served) and what the
+//! upstream last said about its quota.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::future::{poll_fn, Future};
-use std::pin::{pin, Pin};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::task::{Poll, Waker};
 use std::time::Duration;
 
-use tokio::time::{Instant, Sleep};
+use tokio::time::Instant;
 
 use super::heard::{Left, MOST_POLICIES};
-
-/// How long past the instant it is due (its permit's, or the one its turn came at) the head
-/// of a lane's queue may go unpolled before its turn lapses and the next caller goes.
-const GRACE: Duration = Duration::from_millis(10);
 
 /// The map is first tidied when it holds this many lanes.
 const TIDY_FIRST: usize = 1_024;
@@ -60,11 +53,10 @@ impl Lanes {
 /// One key's lane.
 #[derive(Default)]
 pub(super) struct Lane {
-    queue: Mutex<Queue>,
+    /// Held by the caller at the head of the queue while it waits for its permit: tokio's
+    /// mutex wakes waiters in the order they asked, and a dropped waiter leaves its place.
+    pub(super) turn: tokio::sync::Mutex<()>,
     told: Mutex<Told>,
-    /// Wakes the lane's watch ([`Lane::start_watch`]) when the head's turn comes to end
-    /// sooner than the watch sleeps for.
-    watch: tokio::sync::Notify,
 }
 
 impl Lane {
@@ -72,373 +64,20 @@ impl Lane {
         self.told.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn queue(&self) -> MutexGuard<'_, Queue> {
-        self.queue.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// Counts a call of `units` in flight at `now` if what the upstream said lets it go,
-    /// before its permit is taken, so that a caller deciding meanwhile (a head whose turn
-    /// lapsed during a Redis round trip, and the caller that went on) reads the cap with it
-    /// in. `Err` with the instant until which it is held back.
-    pub(super) fn claim(&self, now: Instant, units: u64) -> Result<Claim<'_>, Instant> {
-        let mut told = self.told();
-        if let Some(until) = told.holds_back(now, units) {
-            return Err(until);
-        }
-        told.admit(now, units);
-        Ok(Claim {
-            lane: self,
-            units,
-            kept: false,
-        })
-    }
-
-    /// Does what a change to the queue calls for, out of its lock.
-    fn follow(self: &Arc<Self>, effects: Effects) {
-        if let Some(waker) = effects.wake {
-            waker.wake();
-        }
-        if effects.sooner {
-            // A permit stored if the watch is not waiting: it looks again either way.
-            self.watch.notify_one();
-        }
-        if effects.watch {
-            self.start_watch();
-        }
-    }
-
-    /// Starts the lane's watch (the queue has just marked it as running): a task that ends the
-    /// turn of a head that goes unpolled past the instant it is due by [`GRACE`], and wakes
-    /// the caller behind it. No caller behind the head can do so if none is polled either (a
-    /// `select!` that dropped several `next()`s of `pace` streams on one key), so the lane
-    /// keeps its own time. It ends when nobody waits behind the head.
-    fn start_watch(self: &Arc<Self>) {
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            // No runtime, so no timer to wait on: no caller can be waiting either.
-            self.queue().watched = false;
-            return;
-        };
-        // Made here, not in the task: a task dropped before its first poll drops it too.
-        let on_duty = OnDuty {
-            lane: Arc::clone(self),
-            armed: true,
-        };
-        runtime.spawn(async move {
-            // The whole guard moved in (a field alone would be captured otherwise).
-            let mut on_duty = on_duty;
-            let lane = Arc::clone(&on_duty.lane);
-            loop {
-                let now = Instant::now();
-                let (lapse_at, effects) = {
-                    let mut queue = lane.queue();
-                    if queue.waiting.len() < 2 {
-                        queue.watched = false;
-                        on_duty.armed = false;
-                        return;
-                    }
-                    match queue.lapses_at(now) {
-                        Some(at) if at > now => (Some(at), Effects::default()),
-                        _ => (None, queue.lapse(now)),
-                    }
-                };
-                lane.follow(effects);
-                let Some(lapse_at) = lapse_at else {
-                    continue;
-                };
-                // Until then, or until a new head's turn is due sooner.
-                let mut sleep = pin!(tokio::time::sleep_until(lapse_at));
-                let mut sooner = pin!(lane.watch.notified());
-                poll_fn(|cx| {
-                    if sooner.as_mut().poll(cx).is_ready() || sleep.as_mut().poll(cx).is_ready() {
-                        Poll::Ready(())
-                    } else {
-                        Poll::Pending
-                    }
-                })
-                .await;
-            }
-        });
+    /// The caller at the head of the queue sleeps until `ready`, until the returned guard
+    /// is dropped.
+    pub(super) fn head_sleeps(&self, ready: Instant) -> HeadAsleep<'_> {
+        self.told().head_ready = Some(ready);
+        HeadAsleep(self)
     }
 }
 
-/// A call counted in flight before its permit is taken ([`Lane::claim`]): counted no more
-/// when dropped unkept (the permit was refused, the budget failed, the caller left).
-pub(super) struct Claim<'a> {
-    lane: &'a Lane,
-    units: u64,
-    kept: bool,
-}
+/// The head of a lane's queue asleep ([`Lane::head_sleeps`]): awake again when dropped.
+pub(super) struct HeadAsleep<'a>(&'a Lane);
 
-impl Claim<'_> {
-    /// The call was admitted: it stays in flight until it is answered or dropped.
-    pub(super) fn keep(mut self) {
-        self.kept = true;
-    }
-}
-
-impl Drop for Claim<'_> {
+impl Drop for HeadAsleep<'_> {
     fn drop(&mut self) {
-        if !self.kept {
-            self.lane.told().withdraw(self.units);
-        }
-    }
-}
-
-/// Turns the watch off when its task is dropped before it ended on its own (its runtime shut
-/// down, maybe before the task first ran), so that a later caller starts another; disarmed
-/// where the task turned it off itself, under the queue's lock.
-struct OnDuty {
-    lane: Arc<Lane>,
-    armed: bool,
-}
-
-impl Drop for OnDuty {
-    fn drop(&mut self) {
-        if self.armed {
-            self.lane.queue().watched = false;
-        }
-    }
-}
-
-/// A lane's queue: the callers of the key in the order they asked, each with a ticket.
-///
-/// The first caller whose turn has not lapsed is the *head*: it alone takes a permit, and
-/// sleeps until its permit is due when there is none yet; the others wait to be woken. A
-/// head due at an instant (its permit's, or the one its turn came at) and not polled within
-/// [`GRACE`] of it (a future its owner keeps but does not poll) lapses, and the next caller
-/// becomes the head; a lapsed caller polled again takes its place back, ahead of every
-/// caller that asked after it. So callers being polled are served in the order they asked,
-/// and a caller that is not polled holds the others up by the grace at most, once. A head
-/// that lapses while it takes its permit (a Redis round trip longer than the grace) goes on
-/// taking it: two callers may then take at once, in either order, each counted against what
-/// the upstream said before its permit is taken ([`Lane::claim`]), and the budget deciding.
-#[derive(Debug, Default)]
-struct Queue {
-    /// The next caller's ticket: tickets grow in the order callers ask.
-    next: u64,
-    /// The callers in line whose turn has not lapsed, by ticket, each with the waker of its
-    /// latest poll while it waited: the first is the head.
-    waiting: BTreeMap<u64, Option<Waker>>,
-    /// The callers whose turn lapsed: not polled in time, in line again once polled.
-    lapsed: BTreeSet<u64>,
-    /// When the head is due to be polled (while there is one): the instant its permit comes,
-    /// while it sleeps for it; else the instant its turn came or it last acted.
-    head_due: Option<Instant>,
-    /// Whether the lane's watch runs ([`Lane::start_watch`]).
-    watched: bool,
-}
-
-/// What a change to a queue calls for once its lock is released ([`Lane::follow`]).
-#[derive(Debug, Default)]
-struct Effects {
-    /// A caller to wake: its turn came.
-    wake: Option<Waker>,
-    /// The head's turn now ends sooner than before: the watch must look again.
-    sooner: bool,
-    /// Start the watch: callers wait behind the head, and none watches.
-    watch: bool,
-}
-
-impl Queue {
-    fn head(&self) -> Option<u64> {
-        self.waiting.first_key_value().map(|(&ticket, _)| ticket)
-    }
-
-    /// A new caller, at the end of the line: its ticket.
-    fn join(&mut self, now: Instant) -> u64 {
-        let ticket = self.next;
-        self.next += 1;
-        if self.waiting.is_empty() {
-            self.head_due = Some(now);
-        }
-        self.waiting.insert(ticket, None);
-        ticket
-    }
-
-    /// The head is due at `due`; whether that ends its turn sooner than before.
-    fn due(&mut self, due: Instant) -> bool {
-        let sooner = self.head_due.is_some_and(|before| due < before);
-        self.head_due = Some(due);
-        sooner
-    }
-
-    /// When the head's turn lapses if it is not polled: `None` without a head.
-    fn lapses_at(&self, now: Instant) -> Option<Instant> {
-        self.head()?;
-        Some(self.head_due.unwrap_or(now) + GRACE)
-    }
-
-    /// Caller `ticket` is polled at `now`: back in line in its place if its turn had lapsed
-    /// (the head then, if none that asked before it waits).
-    fn polled(&mut self, ticket: u64, now: Instant) -> Effects {
-        let mut effects = Effects::default();
-        if self.lapsed.remove(&ticket) {
-            self.waiting.insert(ticket, None);
-            if self.head() == Some(ticket) {
-                effects.sooner = self.due(now);
-            }
-        }
-        effects
-    }
-
-    /// The caller first in line after the head left (or lapsed) at `now`: the head, due at
-    /// once, and woken.
-    fn next_head(&mut self, now: Instant) -> Effects {
-        let mut effects = Effects::default();
-        match self.waiting.first_key_value() {
-            Some((_, waker)) => {
-                effects.wake = waker.clone();
-                effects.sooner = self.due(now);
-            }
-            None => self.head_due = None,
-        }
-        effects
-    }
-
-    /// The head was not polled in time: its turn lapses at `now`, and the next caller's
-    /// comes.
-    fn lapse(&mut self, now: Instant) -> Effects {
-        match self.waiting.pop_first() {
-            Some((head, _)) => {
-                self.lapsed.insert(head);
-                self.next_head(now)
-            }
-            None => Effects::default(),
-        }
-    }
-
-    /// Caller `ticket` leaves the queue at `now` (admitted, failed, or dropped).
-    fn leave(&mut self, ticket: u64, now: Instant) -> Effects {
-        if self.lapsed.remove(&ticket) {
-            return Effects::default();
-        }
-        let was_head = self.head() == Some(ticket);
-        self.waiting.remove(&ticket);
-        if was_head {
-            self.next_head(now)
-        } else {
-            Effects::default()
-        }
-    }
-
-    /// Caller `ticket`, polled at `now` with `waker`: `Ok` when it is the head (it acts now),
-    /// else `Err` with the instant the head is due. A head past that by the grace lapses
-    /// first, as the watch would have it.
-    fn turn(&mut self, ticket: u64, now: Instant, waker: &Waker) -> (Result<(), Instant>, Effects) {
-        let mut effects = self.polled(ticket, now);
-        loop {
-            if self.head() == Some(ticket) {
-                effects.sooner |= self.due(now);
-                return (Ok(()), effects);
-            }
-            match self.lapses_at(now) {
-                Some(at) if at <= now => {
-                    // At most once: the next head is due now. A caller it wakes is polled
-                    // once more at worst.
-                    let lapsed = self.lapse(now);
-                    effects.wake = lapsed.wake;
-                    effects.sooner |= lapsed.sooner;
-                }
-                _ => break,
-            }
-        }
-        let kept = self.waiting.entry(ticket).or_default();
-        if !kept.as_ref().is_some_and(|kept| kept.will_wake(waker)) {
-            *kept = Some(waker.clone());
-        }
-        (Err(self.head_due.unwrap_or(now)), self.watched_if(effects))
-    }
-
-    /// The head, caller `ticket` if it still is (polled at `now`), sleeps until `ready`:
-    /// due then.
-    fn sleeps(&mut self, ticket: u64, ready: Instant, now: Instant) -> Effects {
-        let mut effects = self.polled(ticket, now);
-        if self.head() == Some(ticket) {
-            effects.sooner |= self.due(ready);
-        }
-        self.watched_if(effects)
-    }
-
-    /// `effects`, and a watch to start if callers wait behind the head and none runs.
-    fn watched_if(&mut self, mut effects: Effects) -> Effects {
-        if !self.watched && self.waiting.len() >= 2 {
-            self.watched = true;
-            effects.watch = true;
-        }
-        effects
-    }
-}
-
-/// A caller's place in its key's queue, from the moment it asks until it is dropped
-/// (admitted, failed, or gone): dropped, it leaves the queue, and the next caller's turn
-/// comes if it was the head.
-pub(super) struct Place {
-    lane: Arc<Lane>,
-    ticket: u64,
-}
-
-impl Place {
-    /// A place at the end of `lane`'s queue, asked for at `now`.
-    pub(super) fn join(lane: Arc<Lane>, now: Instant) -> Place {
-        let ticket = lane.queue().join(now);
-        Place { lane, ticket }
-    }
-
-    pub(super) fn lane(&self) -> &Arc<Lane> {
-        &self.lane
-    }
-
-    /// Waits until this caller is the head of the queue, and may take a permit now: `Ok`
-    /// with whether it had to wait. `Err` when `deadline` has passed while it is still
-    /// queued behind a head that sleeps for its permit beyond it: the head's wait (which
-    /// this caller's own permit comes after). A head due at the deadline is waited for, at
-    /// most the grace, until it sleeps, leaves, or lapses: then its wait, or this caller's
-    /// own, is known.
-    pub(super) async fn turn(&self, deadline: Option<Instant>) -> Result<bool, Duration> {
-        let mut waited = false;
-        let mut timer: Option<Pin<Box<Sleep>>> = None;
-        poll_fn(|cx| loop {
-            let now = Instant::now();
-            let (stand, effects) = self.lane.queue().turn(self.ticket, now, cx.waker());
-            self.lane.follow(effects);
-            let head_due = match stand {
-                Ok(()) => return Poll::Ready(Ok(waited)),
-                Err(head_due) => head_due,
-            };
-            waited = true;
-            let wake_at = match deadline {
-                // Woken when its turn comes.
-                None => return Poll::Pending,
-                Some(deadline) if now < deadline => deadline,
-                Some(_) if head_due > now => return Poll::Ready(Err(head_due - now)),
-                // The head is due now: it sleeps, leaves or lapses within the grace.
-                Some(_) => head_due + GRACE,
-            };
-            let timer = timer.get_or_insert_with(|| Box::pin(tokio::time::sleep_until(wake_at)));
-            if timer.deadline() != wake_at {
-                timer.as_mut().reset(wake_at);
-            }
-            if timer.as_mut().poll(cx).is_pending() {
-                return Poll::Pending;
-            }
-            // Its time came: where does it stand now?
-        })
-        .await
-    }
-
-    /// The head sleeps until `ready`, when it is due: past that by the grace, unpolled, its
-    /// turn lapses.
-    pub(super) async fn sleep_until(&self, ready: Instant) {
-        let effects = self.lane.queue().sleeps(self.ticket, ready, Instant::now());
-        self.lane.follow(effects);
-        tokio::time::sleep_until(ready).await;
-    }
-}
-
-impl Drop for Place {
-    fn drop(&mut self) {
-        let effects = self.lane.queue().leave(self.ticket, Instant::now());
-        self.lane.follow(effects);
+        self.0.told().head_ready = None;
     }
 }
 
@@ -491,6 +130,8 @@ pub(super) struct Told {
     /// so. What a cap opened from now on starts with; each cap keeps its own count, reset
     /// only when a call is admitted with nothing in flight and that cap's period over.
     lost: u64,
+    /// When the caller at the head of the queue expects its permit, while it sleeps.
+    head_ready: Option<Instant>,
 }
 
 impl Told {
@@ -514,9 +155,9 @@ impl Told {
             .saturating_sub(cap.lost)
     }
 
-    /// A call counting `units` is admitted at `now` (counted before its permit is taken, see
-    /// [`Lane::claim`]): it is in flight.
+    /// A call counting `units` was admitted at `now`: it is in flight.
     pub(super) fn admit(&mut self, now: Instant, units: u64) {
+        self.head_ready = None;
         if self.in_flight == 0 {
             // Every call before this one was answered, and arrived before it, or was dropped
             // unanswered (and is taken to have arrived by now): any report from now on
@@ -532,14 +173,6 @@ impl Told {
 
     /// A call counting `units` was answered.
     pub(super) fn answered(&mut self, units: u64) {
-        self.in_flight = self.in_flight.saturating_sub(units);
-    }
-
-    /// A call counting `units` was counted in flight and then not sent (its permit refused,
-    /// its budget failed, its caller gone): no longer in flight, and never counted upstream.
-    /// What [`admit`](Told::admit) forgot when nothing was in flight stays forgotten: every
-    /// report from then on still comes from a call admitted after it.
-    fn withdraw(&mut self, units: u64) {
         self.in_flight = self.in_flight.saturating_sub(units);
     }
 
@@ -597,6 +230,12 @@ impl Told {
     /// leaves the cap of the rate-limit fields as it was for after it.
     pub(super) fn pause(&mut self, now: Instant, pause: Duration) {
         self.paused_until = self.paused_until.max(Some(now + pause));
+    }
+
+    /// How long after `now` the head of the queue expects its permit, if it sleeps.
+    pub(super) fn head_ready_in(&self, now: Instant) -> Option<Duration> {
+        self.head_ready
+            .map(|ready| ready.saturating_duration_since(now))
     }
 
     /// Nothing in flight and nothing said that still holds.
@@ -774,84 +413,16 @@ mod tests {
         assert!(told.is_idle(now + secs(300)));
     }
 
-    /// The queue's order: one head at a time, in the order callers asked; a head that leaves
-    /// wakes the next, due at once.
+    /// The head's wake-up time is told only while it sleeps: a head that left (woken, or
+    /// dropped while asleep) leaves nothing behind for a caller that gives up in the queue.
     #[tokio::test(start_paused = true)]
-    async fn callers_take_their_turns_in_the_order_they_asked() {
-        let waker = Waker::noop();
-        let now = Instant::now();
-        let mut queue = Queue::default();
-        let (first, second, third) = (queue.join(now), queue.join(now), queue.join(now));
-        assert_eq!(queue.turn(first, now, waker).0, Ok(()));
-        let effects = queue.sleeps(first, now + secs(1), now);
-        assert!(!effects.sooner);
-        assert!(effects.watch, "callers wait behind the head: watched");
-        let (stand, effects) = queue.turn(third, now, waker);
-        assert_eq!(stand, Err(now + secs(1)));
-        assert!(!effects.watch, "one watch");
-        assert_eq!(queue.turn(second, now, waker).0, Err(now + secs(1)));
-        // The head leaves (dropped while asleep): the next is woken, due now, sooner.
-        let effects = queue.leave(first, now + secs(1) / 2);
-        assert!(effects.wake.is_some() && effects.sooner);
-        assert_eq!(queue.head(), Some(second));
-        assert_eq!(queue.head_due, Some(now + secs(1) / 2));
-        assert_eq!(queue.turn(third, now, waker).0, Err(now + secs(1) / 2));
-        // A caller behind that leaves changes nothing for the head.
-        assert!(queue.leave(third, now).wake.is_none());
-        assert!(queue.leave(second, now).wake.is_none());
-        assert_eq!((queue.head(), queue.head_due), (None, None));
-    }
-
-    /// A head not polled within the grace of its due instant lapses: the caller behind goes,
-    /// and the lapsed one, polled again, is the head again, ahead of those who asked later.
-    #[tokio::test(start_paused = true)]
-    async fn a_head_not_polled_in_time_lapses_and_takes_its_place_back_when_polled() {
-        let waker = Waker::noop();
-        let now = Instant::now();
-        let mut queue = Queue::default();
-        let (first, second) = (queue.join(now), queue.join(now));
-        assert_eq!(queue.turn(first, now, waker).0, Ok(()));
-        let _ = queue.sleeps(first, now + secs(1), now);
-        let due = now + secs(1);
-        assert_eq!(queue.lapses_at(now), Some(due + GRACE));
-        // Within the grace the head keeps its turn...
-        let almost = due + GRACE - Duration::from_nanos(1);
-        assert_eq!(queue.turn(second, almost, waker).0, Err(due));
-        // ... past it, the caller behind takes it, polled or woken by the watch.
-        assert_eq!(queue.turn(second, due + GRACE, waker).0, Ok(()));
-        assert!(queue.lapsed.contains(&first));
-        let _ = queue.sleeps(second, due + secs(5), due + GRACE);
-        let third = queue.join(due + GRACE);
-        // Polled again, the first is back at the head, due now (sooner than the second was).
-        let later = due + secs(1);
-        let (stand, effects) = queue.turn(first, later, waker);
-        assert_eq!(stand, Ok(()));
-        assert!(effects.sooner);
-        assert_eq!(queue.turn(second, later, waker).0, Err(later));
-        assert_eq!(queue.turn(third, later, waker).0, Err(later));
-        // A lapsed caller that leaves changes nothing.
-        let _ = queue.lapse(later + GRACE);
-        assert!(queue.leave(first, later + GRACE).wake.is_none());
-        assert_eq!(queue.head(), Some(second));
-    }
-
-    /// A call is counted in flight before its permit is taken, and no more if it is not sent.
-    #[tokio::test(start_paused = true)]
-    async fn a_claim_counts_a_call_in_flight_until_it_is_kept_or_dropped() {
+    async fn the_heads_wait_is_told_only_while_it_sleeps() {
         let lane = Lane::default();
         let now = Instant::now();
-        lane.told().admit(now, 1);
-        lane.told().answered(1);
-        lane.told().reported(now, left(2, secs(10)));
-        let kept = lane.claim(now, 1).unwrap();
-        let refused = lane.claim(now, 1).unwrap();
-        // Two counted in flight: the report of 2 lets no third go.
-        assert_eq!(lane.claim(now, 1).err(), Some(now + secs(10)));
-        drop(refused);
-        kept.keep();
-        assert_eq!(lane.told().in_flight, 1);
-        assert!(lane.claim(now, 1).is_ok());
-        assert_eq!(lane.told().in_flight, 1, "dropped unkept: withdrawn");
+        let asleep = lane.head_sleeps(now + secs(5));
+        assert_eq!(lane.told().head_ready_in(now), Some(secs(5)));
+        drop(asleep);
+        assert_eq!(lane.told().head_ready_in(now), None);
     }
 
     #[tokio::test(start_paused = true)]

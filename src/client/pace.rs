@@ -19,12 +19,6 @@ type Waiting = Pin<Box<dyn Future<Output = Result<Admission, ThrottleError>> + S
 /// not lost: the error is yielded and the item kept, and the next poll waits for its permit
 /// again.
 ///
-/// A `next()` dropped before its item came (by a `select!` or a timeout) leaves the item
-/// waiting in the stream, in its place in the key's queue, unpolled: once its permit is due
-/// and a grace of 10 ms has passed, the callers behind it go first, and the item takes its
-/// place back, ahead of the callers that asked after it, when the stream is polled again
-/// (see [`Throttle`]). An idle stream holds nobody up for longer.
-///
 /// # Examples
 ///
 /// ```

@@ -12,7 +12,7 @@ use tokio::time::Instant;
 use super::budget::{Budget, Taken};
 use super::error::ThrottleError;
 use super::heard::{hear, Heard};
-use super::lane::{Lane, Lanes, Place};
+use super::lane::{Lane, Lanes};
 use super::quota::Quota;
 use crate::decision::Decision;
 use crate::policy::{Policy, PolicyError};
@@ -34,16 +34,6 @@ const LONGEST_PAUSE: Duration = Duration::from_secs(86_400);
 ///   [`max_wait`](Throttle::max_wait). A call dropped while it waits gives its place up and
 ///   has taken nothing: on a Redis budget, a permit taken in a round trip its caller left
 ///   is given back.
-/// * **Serves the callers that are polled.** The call at the head of a key's queue keeps its
-///   turn while it sleeps until its permit is due, and for a grace of 10 ms after that (or
-///   after its turn came). A call future that is kept but not polled then (the `next()` of
-///   a [`pace`](super::pace) stream dropped by a `select!` or a timeout, an `acquire` held
-///   and not awaited) loses its turn to the call behind it: it takes nothing, holds the
-///   others up by the grace at most, and takes its place back, ahead of the calls that
-///   asked after it, when it is polled again. So the calls being polled are served in the
-///   order they asked. A head that takes longer than the grace to take its permit (a slow
-///   Redis round trip) may be overtaken by the call behind it: the order changes, and the
-///   budget and what the upstream said still hold every call.
 /// * **Listens to the upstream.** [`Admission::heard`] reads the answer: a `429` (or a `503`
 ///   with `Retry-After`) pauses the key for every waiter until the time it names; the
 ///   `RateLimit` field of the IETF draft, `RateLimit-Remaining`/`-Reset` and
@@ -214,11 +204,8 @@ impl Throttle {
 
     /// Gives up on a call that cannot get its permit within `max_wait` of asking, with
     /// [`ThrottleError::TimedOut`]: as soon as the next possible permit (the budget's, or the
-    /// end of a pause) comes after that, or when it is still queued then behind a call that
-    /// sleeps for its permit beyond it. Queued behind a call due to take its permit at that
-    /// instant, it waits for that call's move, at most the grace of 10 ms the head has (see
-    /// [`Throttle`]): then its own wait is known, and it fails, or takes a permit that is
-    /// there. Without it a call waits as long as it takes.
+    /// end of a pause) comes after that, or when it is still queued behind other calls then.
+    /// Without it a call waits as long as it takes.
     ///
     /// # Examples
     ///
@@ -366,21 +353,27 @@ impl Throttle {
 
     async fn take(&self, key: &str, cost: u64, reserve: bool) -> Result<Admission, ThrottleError> {
         let shared = &self.shared;
-        let start = Instant::now();
         // Before the queue and any pause: a cost the budget can never admit fails at once.
         shared.budget.check_cost(key, cost).await?;
         let units = if self.fields_count_cost { cost } else { 1 };
+        let start = Instant::now();
         let deadline = self.max_wait.and_then(|wait| start.checked_add(wait));
-        // First come, first served among the callers being polled: in line behind the callers
-        // of the key that asked first (see `Place`).
-        let place = Place::join(shared.lanes.get(key), start);
-        let lane = place.lane();
-        let mut waited = false;
+        let lane = shared.lanes.get(key);
+        // First come, first served: behind whoever holds the turn, in the order they asked.
+        let (turn, mut waited) = match lane.turn.try_lock() {
+            Ok(turn) => (turn, false),
+            Err(_) => match deadline {
+                Some(deadline) => match tokio::time::timeout_at(deadline, lane.turn.lock()).await {
+                    Ok(turn) => (turn, true),
+                    Err(_) => {
+                        let ahead = lane.told().head_ready_in(Instant::now());
+                        return Err(self.timed_out(key, start, ahead.unwrap_or(Duration::ZERO)));
+                    }
+                },
+                None => (lane.turn.lock().await, true),
+            },
+        };
         loop {
-            match place.turn(deadline).await {
-                Ok(queued) => waited |= queued,
-                Err(ahead) => return Err(self.timed_out(key, start, ahead)),
-            }
             // A pause another process learned, through a shared budget.
             if let Some(pause) = shared.budget.paused(key).await {
                 lane.told().pause(Instant::now(), pause.min(self.max_pause));
@@ -389,16 +382,19 @@ impl Throttle {
             if let Some(quota) = &shared.quota {
                 quota.cover_unanswered(now);
             }
-            let ready = match lane.claim(now, units) {
-                Err(until) => until,
-                // Counted in flight before the permit is taken: a caller deciding meanwhile
-                // reads the cap with this call in it.
-                Ok(claim) => {
+            let held_back = lane.told().holds_back(now, units);
+            let ready = match held_back {
+                Some(until) => until,
+                None => {
                     let taken = shared.budget.take(key, cost, reserve).await?;
                     let now = Instant::now();
                     if taken.decision.is_allowed() {
-                        claim.keep();
-                        return Ok(self.admitted(key, units, Arc::clone(lane), taken, now, waited));
+                        // Counted in flight before the turn goes: the next caller in the
+                        // lane reads the cap with this call in it.
+                        let admission =
+                            self.admitted(key, units, Arc::clone(&lane), taken, now, waited);
+                        drop(turn);
+                        return Ok(admission);
                     }
                     now + taken.decision.retry_after().max(Duration::from_nanos(1))
                 }
@@ -415,7 +411,11 @@ impl Throttle {
                 None => ready,
             };
             waited = true;
-            place.sleep_until(ready).await;
+            // Cleared when this sleep ends, however it ends (woken, or the caller gone):
+            // a caller that gives up in the queue is told how long the head waits now, not
+            // how long a head that left once did.
+            let _asleep = lane.head_sleeps(ready);
+            tokio::time::sleep_until(ready).await;
         }
     }
 
@@ -434,6 +434,7 @@ impl Throttle {
         if waited {
             counts.waited.fetch_add(1, Ordering::Relaxed);
         }
+        lane.told().admit(now, units);
         if let Some(quota) = &self.shared.quota {
             quota.sent(now);
             quota.watch();
