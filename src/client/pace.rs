@@ -19,6 +19,11 @@ type Waiting = Pin<Box<dyn Future<Output = Result<Admission, ThrottleError>> + S
 /// not lost: the error is yielded and the item kept, and the next poll waits for its permit
 /// again.
 ///
+/// A `next()` dropped while it waits (a `select!` that chose another branch) keeps the
+/// stream's call for its permit under way, for the next poll: in the key's queue, it holds
+/// the callers behind it until the stream is polled again or dropped (see
+/// [`Throttle::acquire_n`]). Poll it again, or drop it.
+///
 /// # Examples
 ///
 /// ```

@@ -300,6 +300,11 @@ impl Throttle {
     /// Waits until `cost` permits for `key` are there at once, behind the calls for `key`
     /// that asked first, and takes them.
     ///
+    /// A call waiting must be polled to its end or dropped: at the head of the key's queue,
+    /// its future holds its place while it lives, so one polled and then kept unpolled (past
+    /// a `select!` that chose another branch) holds every later call of the key until it is
+    /// polled again or dropped ([`max_wait`](Throttle::max_wait) bounds their wait).
+    ///
     /// # Errors
     ///
     /// [`ThrottleError::Cost`] at once for a cost the budget's policy can never admit;
@@ -404,7 +409,7 @@ impl Throttle {
             }
             // Awake before then if a call under way outlasts the margin: the margin is widened
             // while the log still counts it (see `Quota::cover_unanswered`).
-            let ready = match &shared.quota {
+            let wake = match &shared.quota {
                 Some(quota) => quota
                     .next_check(Instant::now())
                     .map_or(ready, |at| at.min(ready)),
@@ -412,10 +417,11 @@ impl Throttle {
             };
             waited = true;
             // Cleared when this sleep ends, however it ends (woken, or the caller gone):
-            // a caller that gives up in the queue is told how long the head waits now, not
-            // how long a head that left once did.
+            // a caller that gives up in the queue is told how long the head waits now for its
+            // permit (not for an earlier look at the margin), not how long a head that left
+            // once did.
             let _asleep = lane.head_sleeps(ready);
-            tokio::time::sleep_until(ready).await;
+            tokio::time::sleep_until(wake).await;
         }
     }
 

@@ -504,3 +504,38 @@ async fn a_cost_the_policy_cannot_admit_fails_before_any_pause_or_queue() {
     assert!(throttle.acquire_n("big", 11).await.is_ok());
     assert_eq!(start.elapsed(), Duration::from_secs(60));
 }
+
+/// Under a quota, the head of a key's queue may wake early to look at the margin of a call
+/// under way; a call that gives up behind it is told the head's wait for its permit as the
+/// head knows it, never that earlier look.
+#[tokio::test(start_paused = true)]
+async fn a_call_giving_up_behind_a_quota_head_is_told_the_heads_permit() {
+    let throttle = Throttle::quota("1/1s".parse().unwrap()).unwrap();
+    let start = Instant::now();
+    let unanswered = throttle.acquire("api").await.unwrap();
+    let head = tokio::spawn({
+        let throttle = throttle.clone();
+        async move {
+            let call = throttle.acquire("api").await.unwrap();
+            std::mem::forget(call);
+            start.elapsed()
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    let hurried = throttle.clone().max_wait(Duration::from_millis(5));
+    let asked = Instant::now();
+    let err = hurried.acquire("api").await.unwrap_err();
+    let ThrottleError::TimedOut { retry_after, .. } = err else {
+        panic!("{err:?}")
+    };
+    // The head's permit comes a second after the first call, or later (the margin widens
+    // while that call goes unanswered): the hurried call's own, no sooner.
+    let least = Duration::from_secs(1) - (asked - start) - Duration::from_millis(5);
+    assert!(
+        retry_after >= least,
+        "retry_after {retry_after:?} < {least:?}"
+    );
+    let head_admitted = head.await.unwrap();
+    assert!(head_admitted >= Duration::from_secs(1), "{head_admitted:?}");
+    drop(unanswered);
+}
