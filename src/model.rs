@@ -464,6 +464,17 @@ impl<C: Clock> crate::all_of::Part for ModelPart<'_, C> {
         );
     }
 
+    fn cost(&self) -> u64 {
+        self.cost
+    }
+
+    fn look_at(&self, cost: u64) -> Result<Decision, crate::CostError> {
+        self.cell
+            .0
+            .peek(self.clock, cost)
+            .ok_or(crate::CostError::Zero)
+    }
+
     fn name(&self) -> Option<&'static str> {
         None
     }
