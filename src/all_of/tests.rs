@@ -760,6 +760,7 @@ fn a_settle_refuses_another_all_ofs_reservation_with_a_shadow_part() {
 
 /// The protocol over parts known at run time gives back what it took, the last taken
 /// first, when a later part panics, as when one refuses or fails.
+#[cfg(any(feature = "redis", feature = "tower"))]
 #[test]
 fn parts_in_order_are_given_back_when_a_later_one_panics() {
     use std::cell::RefCell;
