@@ -208,14 +208,8 @@ where
 
     fn give_back(&self, held: PartHeld) {
         let created = held.created;
-        // The reservation is this part's own and holds permits: a settle fails only for
-        // another limiter's or key's, or for a refused one.
-        let _ = self.limiter.cancel(self.key, self.reservation(held));
-        if created {
-            // A key the request was the first to meet leaves with it, unless another request
-            // has spent from it since.
-            self.limiter.forget_at_rest(self.key);
-        }
+        self.limiter
+            .give_back_part(self.key, self.reservation(held), created);
     }
 
     fn reservation(&self, held: PartHeld) -> Reservation {

@@ -788,14 +788,21 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
         Reservation::new(decision, cost, held.marks, origin).decided_under(held.overflow)
     }
 
-    /// Removes `key`'s state if it is at rest: a state that an `AllOf` part created and
-    /// gave back, which nothing else has spent from since.
-    pub(crate) fn forget_at_rest<Q>(&self, key: &Q)
+    /// Gives back every permit of `reservation`, what a part of a refused request of
+    /// several limits (an `AllOf`, a route of several rules) took for `key`; a state it
+    /// `created` goes again, unless another request has spent from it since, so that the
+    /// refusal leaves the key as it found it.
+    pub(crate) fn give_back_part<Q>(&self, key: &Q, reservation: Reservation, created: bool)
     where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ?Sized,
+        K: Borrow<Q> + From<Q::Owned>,
+        Q: Hash + Eq + ToOwned + ?Sized,
     {
-        self.generations.forget_at_rest(key);
+        // The reservation was just taken on this limiter and key: only a reset or a policy
+        // change in between can void its refund, as for any reservation.
+        let _ = self.cancel(key, reservation);
+        if created {
+            self.generations.forget_at_rest(key);
+        }
     }
 
     /// Takes `n` permits for `key` now, for a request whose real cost is known only after it

@@ -57,12 +57,7 @@ where
     }
 
     fn give_back(&self, key: &LimitKey, reservation: Reservation, created: bool) {
-        // A refund of what was just taken, on the limiter that took it: only a reset or a
-        // policy change in between can void it, as for any reservation.
-        let _ = RateLimiter::settle(self, key, reservation, 0);
-        if created {
-            self.forget_at_rest(key);
-        }
+        self.give_back_part(key, reservation, created);
     }
 
     fn settle(
