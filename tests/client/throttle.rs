@@ -353,6 +353,21 @@ async fn every_policy_of_a_field_is_kept() {
     }
 }
 
+/// After a `200` answered with `fields`, on a budget of `100/1s`, the next call waits the
+/// minute the fields' strictest report says, and no field was malformed.
+async fn holds_for_a_minute(fields: &[(&'static str, &str)]) {
+    let throttle = Throttle::new(DirectLimiter::with_clock(
+        "100/1s".parse().unwrap(),
+        TokioClock::new(),
+    ));
+    let (ok, stop) = answer(200, fields);
+    throttle.acquire("api").await.unwrap().heard(ok, &stop);
+    let start = Instant::now();
+    throttle.acquire("api").await.unwrap();
+    assert_eq!(start.elapsed(), Duration::from_secs(60), "{fields:?}");
+    assert_eq!(throttle.stats().malformed, 0);
+}
+
 /// An answer with several styles of fields: the strictest holds, whichever style says it, as
 /// every one is read (a generous `RateLimit` field does not hide the X fields' stop).
 #[tokio::test(start_paused = true)]
@@ -370,16 +385,7 @@ async fn every_style_of_fields_holds_calls_back() {
             ("x-ratelimit-reset", "60"),
         ][..],
     ] {
-        let throttle = Throttle::new(DirectLimiter::with_clock(
-            "100/1s".parse().unwrap(),
-            TokioClock::new(),
-        ));
-        let (ok, stop) = answer(200, fields);
-        throttle.acquire("api").await.unwrap().heard(ok, &stop);
-        let start = Instant::now();
-        throttle.acquire("api").await.unwrap();
-        assert_eq!(start.elapsed(), Duration::from_secs(60), "{fields:?}");
-        assert_eq!(throttle.stats().malformed, 0);
+        holds_for_a_minute(fields).await;
     }
 }
 
@@ -395,16 +401,7 @@ async fn a_remaining_given_twice_holds_at_its_least() {
         ][..],
         &[("ratelimit", "\"d\";r=0;t=60;r=50")][..],
     ] {
-        let throttle = Throttle::new(DirectLimiter::with_clock(
-            "100/1s".parse().unwrap(),
-            TokioClock::new(),
-        ));
-        let (ok, stop) = answer(200, fields);
-        throttle.acquire("api").await.unwrap().heard(ok, &stop);
-        let start = Instant::now();
-        throttle.acquire("api").await.unwrap();
-        assert_eq!(start.elapsed(), Duration::from_secs(60), "{fields:?}");
-        assert_eq!(throttle.stats().malformed, 0);
+        holds_for_a_minute(fields).await;
     }
 }
 

@@ -60,6 +60,23 @@ fn fields(d: &Decision) -> (bool, u64, u64, u128, u128) {
     )
 }
 
+/// Key "k"'s peek, then its request of `cost`, on Redis and in process: the same fields.
+async fn decide_alike(
+    remote: &RedisLimiter,
+    near: &RateLimiter<String, FakeClock>,
+    cost: u64,
+    label: &str,
+) {
+    assert_eq!(
+        fields(&remote.peek("k").await.unwrap()),
+        fields(&near.peek("k")),
+        "{label}: peek"
+    );
+    let r = remote.try_acquire_n("k", cost).await.unwrap();
+    let l = near.try_acquire_n("k", cost).unwrap();
+    assert_eq!(fields(&r), fields(&l), "{label}, cost {cost}");
+}
+
 /// Four instances x eight tasks, started together on a frozen clock, hammer a free user's
 /// key and a paid user's: each admits exactly its tier's permits, and every decision
 /// reports its tier's limit.
@@ -177,18 +194,13 @@ async fn a_tier_change_carries_spent_permits_as_set_policy_does() {
             let least = |p: Policy| p.bands().map(|band| band.permits()).min().unwrap();
             let max = if step < 40 { least(p) } else { least(q) };
             let cost = 1 + next(max.min(3));
-            assert_eq!(
-                fields(&remote.peek("k").await.unwrap()),
-                fields(&near.peek("k")),
-                "{from} -> {to}: peek at step {step}"
-            );
-            let r = remote.try_acquire_n("k", cost).await.unwrap();
-            let l = near.try_acquire_n("k", cost).unwrap();
-            assert_eq!(
-                fields(&r),
-                fields(&l),
-                "{from} -> {to}: step {step}, cost {cost}"
-            );
+            decide_alike(
+                &remote,
+                &near,
+                cost,
+                &format!("{from} -> {to}: step {step}"),
+            )
+            .await;
             clock.advance(Duration::from_millis(next(150)));
         }
         assert_eq!(remote.stats().policy_moves, 1, "{from} -> {to}");
@@ -243,18 +255,8 @@ async fn round_trips_keep_what_a_move_could_not_carry_as_set_policy_does() {
                 let now = policies[tier.load(Ordering::Relaxed) % 2];
                 let least = now.bands().map(|band| band.permits()).min().unwrap();
                 let cost = 1 + next(least.min(3));
-                assert_eq!(
-                    fields(&remote.peek("k").await.unwrap()),
-                    fields(&near.peek("k")),
-                    "{first} <-> {second}: peek at step {step}"
-                );
-                let r = remote.try_acquire_n("k", cost).await.unwrap();
-                let l = near.try_acquire_n("k", cost).unwrap();
-                assert_eq!(
-                    fields(&r),
-                    fields(&l),
-                    "{first} <-> {second}: step {step}, cost {cost}"
-                );
+                let label = format!("{first} <-> {second}: step {step}");
+                decide_alike(&remote, &near, cost, &label).await;
                 clock.advance(Duration::from_millis(next(40)));
             }
             assert_eq!(remote.stats().policy_moves, 4, "{first} <-> {second}");
